@@ -1,0 +1,229 @@
+"""Loading profiler traces into the columnar trace model.
+
+Every trace-format quirk lives in this package: gzip or plain text, the object or bare-array
+form, B/E pairs, int or string pids, `bytes`/`Bytes`, capitalised categories, HIP and MTIA
+runtime names, missing `deviceProperties`.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from wallfinder.errors import WallfinderError
+from wallfinder.trace._columns import Assembler, Chunk, columns_of, decode_chunk
+from wallfinder.trace._reader import (
+    ChunkReader,
+    Progress,
+    Remainder,
+    iter_trace_files,
+    merge_tail,
+    split_remainder,
+    text_size,
+)
+from wallfinder.trace._schema import Header
+from wallfinder.trace.model import NONE, Events, Kind, MemorySample, Trace
+
+__all__ = [
+    "NONE",
+    "Events",
+    "Kind",
+    "MemorySample",
+    "Progress",
+    "Trace",
+    "find_trace_files",
+    "load_trace",
+]
+
+
+def find_trace_files(path: str | Path) -> list[Path]:
+    """The trace files at `path`: the file itself, or the traces in a folder (one per rank)."""
+    p = Path(path)
+    if p.is_dir():
+        files = list(iter_trace_files(p))
+        if not files:
+            raise WallfinderError(f"{p}: no trace files (*.json, *.json.gz) in this folder")
+        return files
+    if not p.exists():
+        raise WallfinderError(f"{p}: no such file or folder")
+    return [p]
+
+
+PARALLEL_FROM_BYTES = 96 << 20
+"""Traces with more JSON text than this are decoded by worker processes, chunk by chunk."""
+
+
+def load_trace(
+    path: str | Path, progress: Progress | None = None, *, workers: int | None = None
+) -> Trace:
+    """Parse one Kineto/PyTorch profiler trace file (`.json` or `.json.gz`) into a `Trace`.
+
+    Large files are decoded in `workers` processes (default: one per available core).
+    Raises `WallfinderError` with a one-line reason for anything that is not a readable trace.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise WallfinderError(f"{p}: is a folder, expected one trace file")
+    if not p.exists():
+        raise WallfinderError(f"{p}: no such file")
+    if workers is None:
+        workers = _available_cores() if text_size(p) > PARALLEL_FROM_BYTES else 1
+    reader = ChunkReader(p, progress)
+    assembler = Assembler(p.name)
+    # Decoding creates millions of short-lived objects with no cycles: the cyclic collector
+    # would only rescan them over and over, so it is paused while parsing.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        tail = _assemble(reader, assembler, workers)
+        events, memory = assembler.finish()
+    finally:
+        if was_enabled:
+            gc.enable()
+    header = reader.document.header
+    if tail is not None:
+        header = merge_tail(header, tail, p.name)
+    return _build(p.name, events, memory, assembler, header)
+
+
+def _available_cores() -> int:
+    try:
+        return max(1, min(len(os.sched_getaffinity(0)), 8))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, min(os.cpu_count() or 1, 8))
+
+
+def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes | None:
+    """Decode the reader's chunks (in worker processes when `workers` > 1) in file order and
+    add them to `assembler`; returns the text after the event array (None for a document that
+    was decoded whole).
+
+    A chunk whose text is not JSON was cut at a false boundary (a `},{` inside a string or a
+    nested object): it is joined with the next chunk and decoded again, so a wrong cut can cost
+    time but never change the result.
+    """
+    pending = b""
+    tail: bytes | None = None
+    with _decoder(workers) as decode_all:
+        for text, chunk in decode_all(reader.chunks()):
+            if isinstance(text, Remainder):
+                final, tail = split_remainder(Remainder(pending + text.text, text.bare), _local)
+                pending = b""
+                if final is not None:
+                    assembler.add(final)
+                continue
+            if pending:
+                text = pending + text
+                chunk = decode_chunk(text)
+            if chunk.problem is not None and chunk.problem[0] == "json":
+                pending = text
+                continue
+            pending = b""
+            assembler.add(chunk)
+    whole = reader.document.whole
+    if whole is not None:
+        assembler.add(columns_of(whole))
+        reader.document.whole = None
+        return None
+    if tail is None:
+        raise WallfinderError(f"{assembler.source}: the JSON ends early (truncated file?)")
+    return tail
+
+
+def _local(text: bytes) -> Chunk:
+    return decode_chunk(text)
+
+
+Decoded = Iterator[tuple["bytes | Remainder", Chunk]]
+
+
+@contextmanager
+def _decoder(workers: int) -> Iterator[Callable[[Iterator[bytes | Remainder]], Decoded]]:
+    """A function from chunk texts to (text, decoded chunk) pairs in input order, decoding in
+    a process pool with a bounded number of chunks in flight (so memory stays flat)."""
+    if workers <= 1:
+        yield lambda texts: ((t, _decode_or_empty(t)) for t in texts)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+
+        def run(texts: Iterator[bytes | Remainder]) -> Decoded:
+            window: deque[tuple[bytes | Remainder, Future[Chunk] | None]] = deque()
+            for text in texts:
+                future = None if isinstance(text, Remainder) else pool.submit(decode_chunk, text)
+                window.append((text, future))
+                while len(window) > 2 * workers:
+                    yield _resolved(window.popleft())
+            while window:
+                yield _resolved(window.popleft())
+
+        yield run
+
+
+def _resolved(item: tuple[bytes | Remainder, Future[Chunk] | None]) -> tuple[bytes | Remainder, Chunk]:
+    text, future = item
+    return text, (future.result() if future is not None else Chunk())
+
+
+def _decode_or_empty(text: bytes | Remainder) -> Chunk:
+    return Chunk() if isinstance(text, Remainder) else decode_chunk(text)
+
+
+def _build(
+    source: str, events: Events, memory: list[MemorySample], assembler: Assembler, header: Header
+) -> Trace:
+    if len(events) == 0:
+        raise WallfinderError(f"{source}: the trace has no events")
+    if not (events.kind != Kind.METADATA).any():
+        raise WallfinderError(f"{source}: the trace has only metadata, no timed events")
+    base = header.baseTimeNanoseconds
+    trace = Trace(
+        source=source,
+        events=events,
+        strings=assembler.string_table(),
+        ids=list(assembler.ids),
+        raw=list(assembler.raw),
+        origin_us=assembler.origin_us or 0.0,
+        device_properties=[d for d in header.deviceProperties or [] if isinstance(d, dict)],
+        distributed=dict(header.distributedInfo or {}),
+        base_time_ns=int(base) if isinstance(base, int | float) else None,
+        process_labels=assembler.process_labels,
+        memory=memory,
+    )
+    _check_time_units(trace)
+    return trace
+
+
+def _check_time_units(trace: Trace) -> None:
+    """Refuse a trace whose host and device clocks are in different units.
+
+    The Chrome format's `ts` is in microseconds; a writer that put one side in nanoseconds
+    gives device events whose times are ~1000x the host's. Comparing the two ranges catches
+    it; analysing it would give a silently wrong answer.
+    """
+    ev = trace.events
+    host = np.isin(ev.kind, np.array([Kind.CPU_OP, Kind.RUNTIME, Kind.ANNOTATION], np.int8))
+    device = np.isin(ev.kind, np.array([Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET], np.int8))
+    if not host.any() or not device.any():
+        return
+    h_ts, d_ts = ev.ts[host], ev.ts[device]
+    if h_ts.min() <= d_ts.max() and d_ts.min() <= h_ts.max():
+        return  # the two clocks overlap: same unit
+    origin_ns = trace.origin_us * 1000.0
+    h = abs(float(np.median(h_ts)) + origin_ns)
+    d = abs(float(np.median(d_ts)) + origin_ns)
+    lo, hi = min(h, d), max(h, d)
+    if lo > 0 and 300.0 < hi / lo < 3000.0:
+        raise WallfinderError(
+            f"{trace.source}: host and device timestamps differ by a factor of {hi / lo:.0f} "
+            "(mixed time units: one side in ns, the other in µs?)"
+        )
+

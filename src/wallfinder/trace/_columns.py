@@ -1,0 +1,387 @@
+"""Turn a chunk of event text into columns, and assemble chunks into one table.
+
+`decode_chunk` is a pure function of the chunk's bytes, so chunks can be decoded in worker
+processes; its string tables are local to the chunk, and `Assembler` maps them onto the
+trace-wide tables. Each column is built with one C-level pass (`map` + `operator.attrgetter`
+into `np.fromiter`); per-kind fields (correlation ids, shapes, bytes) are read only for the rows
+of the kinds that carry them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.errors import WallfinderError
+from wallfinder.trace._schema import Event, Scalar
+from wallfinder.trace.model import NONE, Events, Kind, MemorySample, kind_of
+
+_GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_SYNC, Kind.GPU_ANNOTATION)
+_CORRELATED = (Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_SYNC)
+_EXTERNAL = (Kind.CPU_OP, Kind.ANNOTATION, Kind.GPU_ANNOTATION, *_CORRELATED)
+_SHAPED = (Kind.CPU_OP, Kind.ANNOTATION)
+_SIZED = (Kind.MEMCPY, Kind.MEMSET)
+_TIMED = (
+    Kind.CPU_OP,
+    Kind.ANNOTATION,
+    Kind.PYTHON,
+    Kind.RUNTIME,
+    Kind.KERNEL,
+    Kind.MEMCPY,
+    Kind.MEMSET,
+    Kind.GPU_ANNOTATION,
+    Kind.GPU_SYNC,
+)
+
+_decode_events = msgspec.json.Decoder(list[Event]).decode
+
+
+class Interner(dict[Any, int]):
+    """Maps each distinct value to a dense code, in order of first appearance."""
+
+    def __missing__(self, key: Any) -> int:
+        code = len(self)
+        self[key] = code
+        return code
+
+
+def _text(value: Scalar) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def _as_int(value: Scalar) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            return NONE
+    return NONE
+
+
+def _ints(values: list[Scalar]) -> npt.NDArray[np.int64]:
+    """Integers of a column; absent or non-numeric values become NONE. The common case (all
+    ints) takes one C-level pass; anything else takes the per-value path."""
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
+
+
+def _pick(events: list[Event], rows: npt.NDArray[np.intp]) -> Any:
+    """The events at `rows`, gathered in C."""
+    if rows.size == len(events):
+        return events
+    if rows.size == 1:
+        return (events[int(rows[0])],)
+    return itemgetter(*rows.tolist())(events)
+
+
+def _rows(kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...]) -> npt.NDArray[np.intp]:
+    return np.flatnonzero(np.isin(kind, np.array(kinds, dtype=np.int8)))
+
+
+@dataclass
+class Chunk:
+    """The columns of one chunk of events, with chunk-local string tables.
+
+    `ts_us`/`dur_us` stay float microseconds until the assembler knows the trace's origin.
+    `problem` is set instead of columns when the chunk's text did not decode: ("json", message)
+    for text that is not JSON (or a false cut), ("event", local index, message) for an event of
+    the wrong shape.
+    """
+
+    count: int = 0
+    kind: npt.NDArray[np.int8] = field(default_factory=lambda: np.empty(0, np.int8))
+    name: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    cat: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    ts_us: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+    dur_us: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+    pid: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    tid: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    ints: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
+    input_dims: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    input_type: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    strings: list[Scalar] = field(default_factory=list)
+    ids: list[Scalar] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+    labels: dict[int, str] = field(default_factory=dict)
+    memory: list[tuple[float, int, int, int]] = field(default_factory=list)
+    begins: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    problem: tuple[Any, ...] | None = None
+
+
+def decode_chunk(text: bytes | bytearray | memoryview) -> Chunk:
+    """Decode `text`, a run of events separated by commas (a trailing comma and whitespace are
+    allowed), into a `Chunk`. Never raises for bad input: problems are returned in the chunk."""
+    body = bytes(text).rstrip()
+    if body.endswith(b","):
+        body = body[:-1]
+    try:
+        events = _decode_events(b"[" + body + b"]")
+    except msgspec.ValidationError as exc:
+        return Chunk(problem=("event", str(exc)))
+    except msgspec.DecodeError as exc:
+        return Chunk(problem=("json", str(exc)))
+    return columns_of(events)
+
+
+def columns_of(events: list[Event]) -> Chunk:
+    """Build the columns of decoded events."""
+    n = len(events)
+    strings = Interner({"": 0})
+    ids = Interner()
+    raw = Interner({b"": 0})
+    pair_codes = Interner()
+    pair = np.fromiter(map(pair_codes.__getitem__, map(attrgetter("ph", "cat"), events)), np.int32, n)
+    kind_table = np.array([kind_of(p, _text(c), "") for p, c in pair_codes], dtype=np.int8)
+    kind = kind_table[pair] if n else np.empty(0, np.int8)
+    # A non-string name (a number, null) is interned as is and made text by the assembler.
+    name = np.fromiter(map(strings.__getitem__, map(attrgetter("name"), events)), np.int32, n)
+    cat_of_pair = np.array([strings[c] for _, c in pair_codes], dtype=np.int32)
+    cat = cat_of_pair[pair] if n else np.empty(0, np.int32)
+    memory_name = strings.get("[memory]")
+    if memory_name is not None:
+        kind[(kind == Kind.INSTANT) & (name == memory_name)] = Kind.MEMORY
+
+    chunk = Chunk(count=n, kind=kind, name=name, cat=cat)
+    chunk.ts_us = np.fromiter(map(attrgetter("ts"), events), np.float64, n)
+    chunk.dur_us = np.fromiter(map(attrgetter("dur"), events), np.float64, n)
+    problem = _check_times(events, kind, pair, pair_codes, chunk)
+    if problem is not None:
+        return Chunk(problem=problem)
+    chunk.pid = np.fromiter(map(ids.__getitem__, map(attrgetter("pid"), events)), np.int32, n)
+    chunk.tid = np.fromiter(map(ids.__getitem__, map(attrgetter("tid"), events)), np.int32, n)
+    chunk.ints = {
+        "external_id": _sparse_ints(events, kind, _EXTERNAL, "args.external_id"),
+        "correlation": _sparse_ints(events, kind, _CORRELATED, "args.correlation"),
+        "device": _sparse_ints(events, kind, _GPU_KINDS, "args.device"),
+        "stream": _sparse_ints(events, kind, _GPU_KINDS, "args.stream"),
+        "nbytes": _bytes(events, kind),
+    }
+    chunk.input_dims = _sparse_raw(events, kind, raw, "args.input_dims")
+    chunk.input_type = _sparse_raw(events, kind, raw, "args.input_type")
+    chunk.labels = _labels(events, kind, name, chunk.pid, strings)
+    chunk.memory = _memory(events, kind, chunk.ts_us)
+    for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
+        codes = [i for i, (p, _) in enumerate(pair_codes) if p == phase]
+        if codes:
+            rows_seen.extend(np.flatnonzero(np.isin(pair, codes)).tolist())
+    chunk.strings = list(strings)
+    chunk.ids = list(ids)
+    chunk.raw = list(raw)
+    return chunk
+
+
+def _check_times(
+    events: list[Event],
+    kind: npt.NDArray[np.int8],
+    pair: npt.NDArray[np.int32],
+    pair_codes: Interner,
+    chunk: Chunk,
+) -> tuple[Any, ...] | None:
+    bad_ts = (kind != Kind.METADATA) & ~np.isfinite(chunk.ts_us)
+    complete = [i for i, (p, _) in enumerate(pair_codes) if p == "X"]
+    is_complete = np.isin(kind, np.array(_TIMED, dtype=np.int8)) & np.isin(pair, complete)
+    bad_dur = is_complete & ~np.isfinite(chunk.dur_us)
+    for bad, what in ((bad_ts, "a 'ts' (start time)"), (bad_dur, "a 'dur' (duration)")):
+        if bad.any():
+            first = int(np.flatnonzero(bad)[0])
+            ev = events[first]
+            detail = f"({ev.ph!r} {_text(ev.name)[:60]!r}) has no {what}"
+            return ("missing", first, detail, int(bad.sum()))
+    return None
+
+
+def _sparse_ints(
+    events: list[Event], kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...], path: str
+) -> npt.NDArray[np.int64]:
+    out = np.full(len(events), NONE, dtype=np.int64)
+    rows = _rows(kind, kinds)
+    if rows.size:
+        out[rows] = _ints(list(map(attrgetter(path), _pick(events, rows))))
+    return out
+
+
+def _sparse_raw(
+    events: list[Event], kind: npt.NDArray[np.int8], raw: Interner, path: str
+) -> npt.NDArray[np.int32]:
+    out = np.zeros(len(events), dtype=np.int32)
+    rows = _rows(kind, _SHAPED)
+    if rows.size:
+        values = map(bytes, map(attrgetter(path), _pick(events, rows)))
+        out[rows] = np.fromiter(map(raw.__getitem__, values), np.int32, rows.size)
+    return out
+
+
+def _bytes(events: list[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
+    # Kineto wrote "bytes" for memcpy/memset; some versions and tools write "Bytes".
+    out = np.full(len(events), NONE, dtype=np.int64)
+    for i in _rows(kind, _SIZED).tolist():
+        args = events[i].args
+        out[i] = _as_int(args.bytes_lower if args.bytes_lower is not None else args.bytes_upper)
+    return out
+
+
+def _labels(
+    events: list[Event],
+    kind: npt.NDArray[np.int8],
+    name: npt.NDArray[np.int32],
+    pid: npt.NDArray[np.int32],
+    strings: Interner,
+) -> dict[int, str]:
+    """Process labels ("GPU 0", "CPU") from metadata events, keyed by chunk-local pid code."""
+    labels_code = strings.get("process_labels", -2)
+    pname_code = strings.get("process_name", -2)
+    found: dict[int, str] = {}
+    rows = np.flatnonzero((kind == Kind.METADATA) & ((name == labels_code) | (name == pname_code)))
+    for i in rows.tolist():
+        args = events[i].args
+        value = args.labels if name[i] == labels_code else args.name
+        if isinstance(value, str) and (name[i] == labels_code or value.startswith("GPU")):
+            found[int(pid[i])] = value
+    return found
+
+
+def _memory(
+    events: list[Event], kind: npt.NDArray[np.int8], ts_us: npt.NDArray[np.float64]
+) -> list[tuple[float, int, int, int]]:
+    samples = []
+    for i in np.flatnonzero(kind == Kind.MEMORY).tolist():
+        args = events[i].args
+        samples.append(
+            (
+                float(ts_us[i]),
+                _as_int(args.device_id),
+                _as_int(args.total_allocated),
+                _as_int(args.total_reserved),
+            )
+        )
+    return samples
+
+
+class Assembler:
+    """Maps chunks onto trace-wide string tables and stacks their columns."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.strings = Interner({"": 0})
+        self.ids = Interner()
+        self.raw = Interner({b"": 0})
+        self.origin_us: float | None = None
+        self.process_labels: dict[int, str] = {}
+        self.memory: list[tuple[float, int, int, int]] = []
+        self.begins: list[int] = []
+        self.ends: list[int] = []
+        self.count = 0
+        self._parts: list[Events] = []
+
+    def add(self, chunk: Chunk) -> None:
+        if chunk.problem is not None:
+            raise self.error(chunk.problem)
+        if chunk.count == 0:
+            return
+        if self.origin_us is None:
+            finite = chunk.ts_us[np.isfinite(chunk.ts_us)]
+            self.origin_us = float(math.floor(finite.min())) if finite.size else 0.0
+        origin = self.origin_us
+        strings = _remap(self.strings, chunk.strings)
+        ids = _remap(self.ids, chunk.ids)
+        raw = _remap(self.raw, chunk.raw)
+        ts = np.rint((np.nan_to_num(chunk.ts_us) - origin) * 1000.0).astype(np.int64)
+        dur = np.rint(np.nan_to_num(chunk.dur_us) * 1000.0).astype(np.int64)
+        np.maximum(dur, 0, out=dur)
+        pid = ids[chunk.pid]
+        self._parts.append(
+            Events(
+                kind=chunk.kind,
+                name=strings[chunk.name],
+                cat=strings[chunk.cat],
+                ts=ts,
+                dur=dur,
+                pid=pid,
+                tid=ids[chunk.tid],
+                input_dims=raw[chunk.input_dims],
+                input_type=raw[chunk.input_type],
+                **chunk.ints,
+            )
+        )
+        for local, label in chunk.labels.items():
+            self.process_labels[int(ids[local])] = label
+        self.memory.extend(chunk.memory)
+        self.begins.extend(i + self.count for i in chunk.begins)
+        self.ends.extend(i + self.count for i in chunk.ends)
+        self.count += chunk.count
+
+    def error(self, problem: tuple[Any, ...]) -> WallfinderError:
+        if problem[0] == "missing":
+            _, first, detail, count = problem
+            return WallfinderError(
+                f"{self.source}: event #{self.count + first} {detail}"
+                + (f" (and {count - 1} more events)" if count > 1 else "")
+            )
+        if problem[0] == "event":
+            message = problem[1]
+            import re
+
+            message = re.sub(
+                r"\$\[(\d+)\]", lambda m: f"event #{self.count + int(m.group(1))}", message, 1
+            )
+            return WallfinderError(f"{self.source}: malformed event: {message}")
+        text = str(problem[1])
+        if "truncated" in text.lower():
+            return WallfinderError(f"{self.source}: the JSON ends early (truncated file?)")
+        return WallfinderError(f"{self.source}: not valid JSON ({text})")
+
+    def finish(self) -> tuple[Events, list[MemorySample]]:
+        if not self._parts:
+            raise WallfinderError(f"{self.source}: the trace has no events")
+        events = self._parts[0] if len(self._parts) == 1 else Events.concatenate(self._parts)
+        self._parts.clear()
+        if self.begins or self.ends:
+            events = _pair_begin_end(events, self.begins, self.ends)
+        origin = self.origin_us or 0.0
+        memory = [
+            MemorySample(int(round((t - origin) * 1000.0)), d, a, r) for t, d, a, r in self.memory
+        ]
+        return events, memory
+
+    def string_table(self) -> list[str]:
+        return [k if isinstance(k, str) else _text(k) for k in self.strings]
+
+
+def _remap(table: Interner, local: list[Any]) -> npt.NDArray[np.int32]:
+    return np.fromiter(map(table.__getitem__, local), np.int32, len(local))
+
+
+def _pair_begin_end(events: Events, begins: list[int], ends: list[int]) -> Events:
+    """Turn Chrome-format B/E pairs into complete events: each B takes the time to its matching
+    E on the same thread (a stack per thread); the E rows are dropped. Unmatched B events keep
+    no duration."""
+    keep = np.ones(len(events), dtype=bool)
+    is_begin = set(begins)
+    rows = np.array(begins + ends, dtype=np.int64)
+    stacks: dict[tuple[int, int], list[int]] = {}
+    for i in rows[np.argsort(events.ts[rows], kind="stable")].tolist():
+        key = (int(events.pid[i]), int(events.tid[i]))
+        if i in is_begin:
+            stacks.setdefault(key, []).append(i)
+            continue
+        keep[i] = False
+        stack = stacks.get(key)
+        if stack:
+            start = stack.pop()
+            events.dur[start] = events.ts[i] - events.ts[start]
+    return events.take(np.flatnonzero(keep))

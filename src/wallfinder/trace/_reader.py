@@ -1,0 +1,289 @@
+"""Read a trace file as a stream of event chunks, never holding the whole text in memory.
+
+A Kineto trace is one JSON object whose `traceEvents` array holds nearly all of the bytes. The
+reader decodes the keys before the array as a header, then cuts the array into chunks of a few
+MB at event boundaries and decodes each chunk on its own with msgspec. A boundary is found with
+a cheap pattern (`}` `,` `{`), which can also match inside a string or a nested object; such a
+false cut always leaves the left part unbalanced, so msgspec rejects it and the reader widens
+the chunk to the next candidate. Decoding therefore never silently accepts a wrong split.
+
+The Chrome trace-event format's other forms are handled too: a bare array of events, with or
+without its closing bracket, and objects whose `traceEvents` key does not come first.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from wallfinder.errors import WallfinderError
+from wallfinder.trace._schema import Event, Header
+
+try:  # python-isal decompresses gzip several times faster than zlib.
+    from isal import igzip as _fast_gzip
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_gzip = None
+
+BLOCK = 8 << 20
+"""Bytes of (decompressed) text read per step; also the target size of a decoded chunk."""
+
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_ARRAY_END = re.compile(rb"\}\s*\]")
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_decode_header = msgspec.json.Decoder(Header).decode
+_decode_any = msgspec.json.Decoder().decode
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Remainder:
+    """The text left after the last cut: the last events, the array's end and what follows.
+    `bare` is true for the bare-array form, whose closing bracket may be missing."""
+
+    text: bytes
+    bare: bool
+
+
+@dataclass
+class Document:
+    """What the reader found besides the events."""
+
+    header: Header
+    whole: list[Event] | None = None
+
+
+def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
+    """Open `path` for streaming; returns (text stream, raw file)."""
+    try:
+        raw = path.open("rb")
+    except FileNotFoundError:
+        raise WallfinderError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise WallfinderError(f"{path}: is a folder, expected a trace file") from None
+    except OSError as exc:
+        raise WallfinderError(f"{path}: cannot be read ({exc.strerror})") from None
+    if raw.read(2) == b"\x1f\x8b":
+        raw.seek(0)
+        module: Any = _fast_gzip if _fast_gzip is not None else gzip
+        return module.GzipFile(fileobj=raw, mode="rb"), raw
+    raw.seek(0)
+    return raw, raw
+
+
+def text_size(path: Path) -> int:
+    """The size of the trace's JSON text: the file size, or for gzip the size its trailer
+    records (modulo 4 GiB, so files over that are estimated from the compressed size)."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        f.seek(-4, 2)
+        recorded = int.from_bytes(f.read(4), "little")
+    return max(recorded, size * 4) if size * 4 > 1 << 32 else recorded
+
+
+def _read(stream: BinaryIO, path: Path, size: int) -> bytes:
+    try:
+        return stream.read(size)
+    except EOFError:
+        raise WallfinderError(
+            f"{path.name}: the gzip stream ends early (truncated or incomplete download)"
+        ) from None
+    except (OSError, zlib.error) as exc:
+        raise WallfinderError(f"{path.name}: not a readable gzip file ({exc})") from None
+
+
+class ChunkReader:
+    """Walks the text once and yields the event array as chunks of text cut at (candidate)
+    event boundaries, then a `Remainder`. `buf` is a sliding window over the stream: consumed
+    text is dropped from its front (O(1) for a bytearray) and new blocks go onto its end.
+
+    After iteration, `document` holds the header (and, for documents that could not be
+    streamed, all events).
+    """
+
+    def __init__(self, path: Path, progress: Progress | None = None) -> None:
+        self.path = path
+        self.progress = progress
+        self.eof = False
+        self.buf = bytearray()
+        self.document = Document(Header())
+        self._header_text = b""
+
+    def chunks(self) -> Iterator[bytes | Remainder]:
+        stream, raw = _open(self.path)
+        total = max(self.path.stat().st_size, 1)
+        with raw, stream:
+            yield from self._walk(stream, lambda: self._tick(raw, total))
+
+    def _tick(self, raw: BinaryIO, total: int) -> None:
+        if self.progress is not None:
+            self.progress(raw.tell(), total)
+
+    def _more(self, stream: BinaryIO, tick: Callable[[], None]) -> None:
+        block = _read(stream, self.path, BLOCK)
+        if not block:
+            self.eof = True
+        self.buf += block
+        tick()
+
+    def _walk(self, stream: BinaryIO, tick: Callable[[], None]) -> Iterator[bytes | Remainder]:
+        more = lambda: self._more(stream, tick)  # noqa: E731
+        more()
+        while not self.eof and len(self.buf) < 4096:
+            more()
+        buf = self.buf
+        start = _skip_ws(buf, 0)
+        if start >= len(buf):
+            raise WallfinderError(f"{self.path.name}: the file is empty")
+        first = buf[start : start + 1]
+        if first == b"[":
+            yield from self._array(start + 1, more, bare=True)
+            return
+        if first != b"{":
+            raise WallfinderError(
+                f"{self.path.name}: not JSON (starts with {bytes(buf[start : start + 12])!r})"
+            )
+        match = _KEY.search(buf)
+        header = None
+        if match is not None:
+            header = _try_header(bytes(buf[start : match.start()]))
+        if match is None or header is None:
+            # `traceEvents` is not near the start at top level: decode the whole document.
+            while not self.eof:
+                more()
+            self.document = self._whole(bytes(self.buf))
+            return
+        self.document = Document(header)
+        yield from self._array(match.end(), more, bare=False)
+
+    def _whole(self, text: bytes) -> Document:
+        try:
+            doc = _decode_any(text)
+        except msgspec.DecodeError as exc:
+            raise json_error(self.path.name, str(exc)) from None
+        if not isinstance(doc, dict) or "traceEvents" not in doc:
+            keys = ", ".join(list(doc)[:5]) if isinstance(doc, dict) else type(doc).__name__
+            raise WallfinderError(
+                f"{self.path.name}: JSON but not a profiler trace (no 'traceEvents'; has {keys})"
+            )
+        events = doc.pop("traceEvents")
+        if not isinstance(events, list):
+            raise WallfinderError(f"{self.path.name}: 'traceEvents' is not a list")
+        try:
+            return Document(
+                msgspec.convert(doc, Header, strict=False),
+                msgspec.convert(events, list[Event], strict=False),
+            )
+        except msgspec.ValidationError as exc:
+            raise WallfinderError(f"{self.path.name}: malformed event ({exc})") from None
+
+    def _array(
+        self, pos: int, more: Callable[[], None], *, bare: bool
+    ) -> Iterator[bytes | Remainder]:
+        """Yield the array's text from `pos` in cuts of at least BLOCK/2 bytes, each ending
+        just before the `{` of the next event, then the rest of the file."""
+        buf = self.buf
+        while True:
+            if pos:
+                del buf[:pos]
+                pos = 0
+            while not self.eof and len(buf) < BLOCK:
+                more()
+            if self.eof:
+                yield Remainder(bytes(buf), bare)
+                return
+            match = _BOUNDARY.search(buf, BLOCK // 2)
+            if match is None:
+                more()
+                continue
+            cut = match.end() - 1
+            yield bytes(buf[:cut])
+            pos = cut
+
+
+def _skip_ws(buf: bytes | bytearray, pos: int) -> int:
+    while pos < len(buf) and buf[pos] in b" \t\r\n":
+        pos += 1
+    if buf.startswith(b"\xef\xbb\xbf", pos):  # a UTF-8 byte-order mark
+        return _skip_ws(buf, pos + 3)
+    return pos
+
+
+def _try_header(text: bytes) -> Header | None:
+    body = text.rstrip().rstrip(b",")
+    try:
+        return _decode_header(body + b"}")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def json_error(source: str, text: str) -> WallfinderError:
+    if "truncated" in text.lower():
+        return WallfinderError(f"{source}: the JSON ends early (truncated file?)")
+    return WallfinderError(f"{source}: not valid JSON ({text})")
+
+
+def split_remainder(remainder: Remainder, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+    """Find where the event array ends in the last piece of text: the first `}` `]` at which
+    the events before it decode. Returns (decoded chunk or None, text after the array)."""
+    text = remainder.text
+    pos = _skip_ws(text, 0)
+    if text.startswith(b"]", pos):
+        return None, text[pos + 1 :]
+    if pos >= len(text):
+        if remainder.bare:
+            return None, b""
+        raise WallfinderError("the JSON ends early (truncated file?)")
+    last_error = ""
+    for match in _ARRAY_END.finditer(text, pos):
+        chunk = decode(text[pos : match.start() + 1])
+        if chunk.problem is None or chunk.problem[0] != "json":
+            return chunk, text[match.end() :]
+        last_error = str(chunk.problem[1])
+    if remainder.bare:
+        # The Chrome format allows a bare array without its closing bracket.
+        chunk = decode(text[pos:])
+        if chunk.problem is None or chunk.problem[0] != "json":
+            return chunk, b""
+        last_error = str(chunk.problem[1])
+    raise WallfinderError(
+        "the JSON ends early (truncated file?)"
+        if not last_error or "truncated" in last_error.lower()
+        else f"not valid JSON ({last_error})"
+    )
+
+
+def merge_tail(header: Header, tail: bytes, source: str) -> Header:
+    """Keys after the array (Kineto writes `displayTimeUnit`, `baseTimeNanoseconds` there)."""
+    text = tail.strip()
+    if text == b"}":
+        return header
+    if not text:
+        raise WallfinderError(f"{source}: the JSON ends early (truncated file?)")
+    if not text.startswith(b","):
+        raise WallfinderError(f"{source}: malformed JSON after the event array")
+    try:
+        rest = _decode_header(b"{" + text[1:])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise WallfinderError(f"{source}: the JSON ends early (truncated file?)") from None
+    merged = {
+        name: getattr(rest, name) if getattr(rest, name) is not None else getattr(header, name)
+        for name in Header.__struct_fields__
+    }
+    return Header(**merged)
+
+
+def iter_trace_files(folder: Path) -> Iterator[Path]:
+    """Trace files in a folder (one per rank), in name order."""
+    for child in sorted(folder.iterdir()):
+        if child.is_file() and child.name.endswith((".json", ".json.gz", ".pt.trace.json")):
+            yield child

@@ -1,0 +1,64 @@
+"""The typed shape of a trace event, as msgspec decodes it.
+
+Only the fields the analyses read are declared; msgspec skips every other key without building
+a Python object for it, which is most of what makes parsing fast. Fields whose type varies
+between real traces (ids as int or string, bytes as int or float) are declared as unions;
+shapes and types are kept as raw JSON text (`msgspec.Raw`) and only parsed when an analysis
+asks for them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+Scalar = int | float | str | None
+_NO_RAW = msgspec.Raw(b"")
+
+
+class Args(msgspec.Struct, frozen=True, gc=False):
+    """The `args` object of an event (the keys wallfinder uses)."""
+
+    external_id: Scalar = msgspec.field(default=None, name="External id")
+    correlation: Scalar = None
+    device: Scalar = None
+    stream: Scalar = None
+    bytes_lower: Scalar = msgspec.field(default=None, name="bytes")
+    bytes_upper: Scalar = msgspec.field(default=None, name="Bytes")
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
+    # Metadata events ("M") carry the process or thread name and labels here.
+    name: Scalar = None
+    labels: Scalar = None
+    # Memory events ("[memory]" instants).
+    total_allocated: Scalar = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: Scalar = msgspec.field(default=None, name="Total Reserved")
+    device_id: Scalar = msgspec.field(default=None, name="Device Id")
+
+
+EMPTY_ARGS = Args()
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event. `ts` and `dur` are NaN when absent, so absence is checked in bulk."""
+
+    ph: str = ""
+    name: Scalar = ""
+    cat: Scalar = ""
+    ts: float = math.nan
+    dur: float = math.nan
+    pid: Scalar = None
+    tid: Scalar = None
+    id: Scalar = None
+    args: Args = EMPTY_ARGS
+
+
+class Header(msgspec.Struct):
+    """Top-level keys of the object form that wallfinder reads (all optional)."""
+
+    deviceProperties: list[dict[str, object]] | None = None  # noqa: N815 (the file's key)
+    distributedInfo: dict[str, object] | None = None  # noqa: N815
+    displayTimeUnit: str | None = None  # noqa: N815
+    baseTimeNanoseconds: int | float | None = None  # noqa: N815

@@ -1,0 +1,205 @@
+"""The trace model: every event parsed once into columns, plus the trace's metadata.
+
+Times are int64 nanoseconds relative to `Trace.origin_us` (the trace's first timestamp), so
+interval arithmetic is exact integer arithmetic. Strings (names, categories) are stored once in
+`Trace.strings` and referenced by int32 codes; shapes and dtypes (`Input Dims`, `Input type`)
+are kept as raw JSON text in `Trace.raw` and parsed only when needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import IntEnum
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+I8 = npt.NDArray[np.int8]
+Mask = npt.NDArray[np.bool_]
+
+NONE = -1
+"""The value of an integer column where the event has no such field."""
+
+
+class Kind(IntEnum):
+    """What an event is, from its phase and category (see `kind_of`)."""
+
+    OTHER = 0
+    CPU_OP = 1
+    ANNOTATION = 2
+    PYTHON = 3
+    RUNTIME = 4
+    KERNEL = 5
+    MEMCPY = 6
+    MEMSET = 7
+    GPU_ANNOTATION = 8
+    GPU_SYNC = 9
+    FLOW = 10
+    MEMORY = 11
+    INSTANT = 12
+    METADATA = 13
+
+
+_CATEGORY_KINDS = {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "user_annotation": Kind.ANNOTATION,
+    "python_function": Kind.PYTHON,
+    "python": Kind.PYTHON,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+    "cuda_sync": Kind.GPU_SYNC,
+    "runtime": Kind.RUNTIME,
+    "driver": Kind.RUNTIME,
+}
+
+
+def kind_of(ph: str, cat: str, name: str) -> Kind:
+    """Classify an event. Old PyTorch wrote capitalised categories ("Kernel", "Runtime"), HIP
+    and MTIA builds write their own runtime categories: all are folded here."""
+    if ph == "M":
+        return Kind.METADATA
+    if ph in ("s", "t", "f"):
+        return Kind.FLOW
+    if ph in ("i", "I", "n"):
+        return Kind.MEMORY if name == "[memory]" else Kind.INSTANT
+    if ph not in ("X", "B"):
+        return Kind.OTHER
+    c = cat.lower()
+    found = _CATEGORY_KINDS.get(c)
+    if found is not None:
+        return found
+    if c.endswith(("_runtime", "_driver")):
+        return Kind.RUNTIME
+    return Kind.OTHER
+
+
+@dataclass(frozen=True, eq=False)
+class Events:
+    """A columnar table of events: every array has one entry per event."""
+
+    kind: I8
+    name: I32
+    cat: I32
+    ts: I64
+    dur: I64
+    pid: I32
+    tid: I32
+    external_id: I64
+    correlation: I64
+    device: I64
+    stream: I64
+    nbytes: I64
+    input_dims: I32
+    input_type: I32
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+    @property
+    def end(self) -> I64:
+        return self.ts + self.dur
+
+    def take(self, index: npt.NDArray[Any]) -> Events:
+        """The rows at `index` (an index array or boolean mask), as a new table."""
+        return Events(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def sorted_by_time(self) -> Events:
+        return self.take(np.argsort(self.ts, kind="stable"))
+
+    @classmethod
+    def concatenate(cls, parts: list[Events]) -> Events:
+        columns = {}
+        for f in fields(cls):
+            columns[f.name] = np.concatenate([getattr(p, f.name) for p in parts])
+        return cls(**columns)
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    """Allocator totals recorded by a `[memory]` event (profile_memory=True)."""
+
+    ts: int
+    device: int
+    total_allocated: int
+    total_reserved: int
+
+
+@dataclass(eq=False)
+class Trace:
+    """One profiler trace (one rank), loaded into columns.
+
+    `events` holds every event in file order; `of_kind` gives the rows of one kind, sorted by
+    start time. `strings[code]` is the text of a `name`/`cat` code, `ids[code]` the original
+    pid/tid value, `raw[code]` the raw JSON of an `input_dims`/`input_type` code.
+    """
+
+    source: str
+    events: Events
+    strings: list[str]
+    ids: list[int | float | str | None]
+    raw: list[bytes]
+    origin_us: float
+    device_properties: list[dict[str, object]] = field(default_factory=list)
+    distributed: dict[str, object] = field(default_factory=dict)
+    base_time_ns: int | None = None
+    process_labels: dict[int, str] = field(default_factory=dict)
+    memory: list[MemorySample] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def of_kind(self, *kinds: Kind) -> Events:
+        """Rows of the given kinds, sorted by start time (cached per kind set)."""
+        key = tuple(sorted(kinds))
+        cache = self._kind_cache
+        if key not in cache:
+            mask = np.isin(self.events.kind, np.array(key, dtype=np.int8))
+            cache[key] = self.events.take(np.flatnonzero(mask)).sorted_by_time()
+        return cache[key]
+
+    @cached_property
+    def _kind_cache(self) -> dict[tuple[int, ...], Events]:
+        return {}
+
+    def name_of(self, code: int) -> str:
+        return self.strings[code]
+
+    def code_of(self, text: str) -> int:
+        """The code of a string, or NONE when no event uses it."""
+        return self._string_codes.get(text, NONE)
+
+    @cached_property
+    def _string_codes(self) -> dict[str, int]:
+        return {s: i for i, s in enumerate(self.strings)}
+
+    def names_matching(self, predicate: Any) -> I32:
+        """Codes of all strings for which `predicate(text)` is true (evaluated once per
+        distinct string, never per event)."""
+        hits = [i for i, s in enumerate(self.strings) if predicate(s)]
+        return np.array(hits, dtype=np.int32)
+
+    @property
+    def rank(self) -> int | None:
+        value = self.distributed.get("rank")
+        return value if isinstance(value, int) else None
+
+    @property
+    def world_size(self) -> int | None:
+        value = self.distributed.get("world_size")
+        return value if isinstance(value, int) else None
+
+    @property
+    def device_name(self) -> str | None:
+        """The accelerator's name from `deviceProperties` (first named device), if any."""
+        for props in self.device_properties:
+            name = props.get("name")
+            if isinstance(name, str) and name.strip():
+                return name.strip()
+        return None
