@@ -1,0 +1,16 @@
+"""wallfinder: find the wall a slow PyTorch job is hitting — compute, memory bandwidth, or
+communication/overhead — from its profiler traces.
+
+    >>> import wallfinder
+    >>> diagnosis = wallfinder.analyze("trace.json.gz")
+    >>> diagnosis.verdict.wall
+"""
+
+from wallfinder.analysis import Thresholds
+from wallfinder.api import analyze
+from wallfinder.diagnosis import Diagnosis
+from wallfinder.errors import WallfinderError
+
+__all__ = ["Diagnosis", "Thresholds", "WallfinderError", "__version__", "analyze"]
+
+__version__ = "0.1.0"

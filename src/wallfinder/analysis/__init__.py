@@ -1,0 +1,340 @@
+"""Pure analyses from a `Trace` to a `Diagnosis`: no file I/O, no torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.gpu import (
+    CLASSES,
+    IDLE_CAUSES,
+    DeviceOps,
+    WindowBreakdown,
+    breakdown,
+    device_ops,
+    is_data_loading,
+)
+from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.steps import StepSpans, cpu_steps, gpu_windows, warmup_steps
+from wallfinder.analysis.verdict import Thresholds, decide
+from wallfinder.diagnosis import (
+    Breakdown,
+    ClassShare,
+    CpuActivity,
+    Device,
+    Diagnosis,
+    DroppedStep,
+    KernelRow,
+    OpRow,
+    StepBreakdown,
+    Steps,
+)
+from wallfinder.trace import Events, Kind, Trace
+
+__all__ = ["Thresholds", "diagnose"]
+
+NS = 1e-9
+TOP_ROWS = 15
+
+
+def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
+    """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, verdict."""
+    thresholds = thresholds or Thresholds()
+    spans = cpu_steps(trace)
+    dev = device_ops(trace)
+    warnings: list[str] = []
+    if spans.source != "ProfilerStep":
+        warnings.append(
+            "no ProfilerStep markers: the whole trace is analysed as one window "
+            "(use torch.profiler's schedule and p.step() to get per-step figures)"
+        )
+    if dev is None:
+        return _diagnose_cpu(trace, spans, thresholds, warnings)
+    start, end = gpu_windows(spans, dev.ops, dev.launch_ts)
+    wb = breakdown(trace, dev, start, end)
+    durations = (end - start).astype(np.float64) * NS
+    dropped = warmup_steps(durations)
+    kept = np.ones(durations.size, dtype=bool)
+    kept[[i for i, _ in dropped]] = False
+    steps = _step_stats(spans, durations, kept, dropped)
+    bd = _gpu_breakdown(spans, wb, kept)
+    kernels, classes = _kernel_tables(trace, dev, start[kept], end[kept], int(kept.sum()))
+    unlaunched = int((dev.launch_ts < 0).sum())
+    if unlaunched and unlaunched == len(dev.ops):
+        warnings.append(
+            "no launch records (runtime calls) for the device's work: idle time cannot be "
+            "split into host waits and launch latency"
+        )
+    elif unlaunched > 0.05 * len(dev.ops):
+        warnings.append(f"{unlaunched} of {len(dev.ops)} device ops have no launch record")
+    return Diagnosis(
+        source=trace.source,
+        rank=trace.rank,
+        world_size=trace.world_size,
+        device=_device(trace, dev),
+        steps=steps,
+        breakdown=bd,
+        verdict=decide(steps, bd, classes, thresholds),
+        kernels=kernels,
+        classes=classes,
+        warnings=warnings,
+    )
+
+
+def _device(trace: Trace, dev: DeviceOps) -> Device:
+    name = None
+    for props in trace.device_properties:
+        if props.get("id") == dev.device and isinstance(props.get("name"), str):
+            name = str(props["name"]).strip() or None
+            break
+    name = name or trace.device_name
+    return Device(
+        name=name,
+        kind="gpu",
+        index=dev.device,
+        note=None if name else "the trace has no deviceProperties: device unknown",
+    )
+
+
+def _step_stats(
+    spans: StepSpans,
+    durations: npt.NDArray[np.float64],
+    kept: npt.NDArray[np.bool_],
+    dropped: list[tuple[int, str]],
+) -> Steps:
+    d = durations[kept]
+    mean = float(d.mean())
+    cv = float(d.std() / mean) if d.size > 1 and mean > 0 else 0.0
+    return Steps(
+        source=spans.source,
+        total=int(durations.size),
+        count=int(d.size),
+        median_s=float(np.median(d)),
+        mean_s=mean,
+        min_s=float(d.min()),
+        max_s=float(d.max()),
+        cv=cv,
+        stable=cv <= Thresholds().max_cv,
+        dropped=[DroppedStep(step=spans.labels[i], duration_s=float(durations[i]), reason=r)
+                 for i, r in dropped],
+    )
+
+
+def _gpu_breakdown(spans: StepSpans, wb: WindowBreakdown, kept: npt.NDArray[np.bool_]) -> Breakdown:
+    length = (wb.end - wb.start).astype(np.float64)
+    total = float(length[kept].sum()) or 1.0
+    n = max(int(kept.sum()), 1)
+
+    def share(x: npt.NDArray[np.int64] | npt.NDArray[np.float64]) -> float:
+        return float(np.asarray(x, dtype=np.float64)[kept].sum()) / total
+
+    per_step = [
+        StepBreakdown(
+            step=spans.labels[i],
+            start_s=float(wb.start[i] - wb.start[0]) * NS,
+            duration_s=float(length[i]) * NS,
+            compute_s=float(wb.compute[i]) * NS,
+            comm_exposed_s=float(wb.comm_exposed[i]) * NS,
+            copy_exposed_s=float(wb.copy_exposed[i]) * NS,
+            idle_s=float(wb.idle[i]) * NS,
+            idle_causes_s={k: float(v[i]) * NS for k, v in wb.idle_causes.items()},
+            warmup=not bool(kept[i]),
+        )
+        for i in range(length.size)
+    ]
+    ms = 1e-6 / n
+    return Breakdown(
+        basis="gpu",
+        compute=share(wb.compute),
+        comm_exposed=share(wb.comm_exposed),
+        copy_exposed=share(wb.copy_exposed),
+        idle=share(wb.idle),
+        idle_causes={k: share(v) for k, v in wb.idle_causes.items()},
+        per_step_ms={
+            "step": float(length[kept].sum()) * ms,
+            "compute": float(wb.compute[kept].sum()) * ms,
+            "comm_exposed": float(wb.comm_exposed[kept].sum()) * ms,
+            "copy_exposed": float(wb.copy_exposed[kept].sum()) * ms,
+            "idle": float(wb.idle[kept].sum()) * ms,
+        },
+        steps=per_step,
+    )
+
+
+def _in_windows(ts: npt.NDArray[np.int64], start: npt.NDArray[np.int64],
+                end: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    w = np.searchsorted(start, ts, side="right") - 1
+    return (w >= 0) & (ts < end[np.maximum(w, 0)])
+
+
+def _kernel_tables(
+    trace: Trace,
+    dev: DeviceOps,
+    start: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    steps: int,
+) -> tuple[list[KernelRow], list[ClassShare]]:
+    """Top kernels by GPU time and time per class, over the steady-state steps."""
+    ops = dev.ops
+    inside = _in_windows(ops.ts, start, end)
+    names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
+    total = float(dur.sum()) or 1.0
+    class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
+    classes = [
+        ClassShare(cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total)
+        for i, c in enumerate(CLASSES)
+        if class_time[i] > 0
+    ]
+    classes.sort(key=lambda c: -c.time_s)
+    uniq, inverse = np.unique(names, return_inverse=True)
+    time = np.bincount(inverse, weights=dur)
+    count = np.bincount(inverse)
+    first_cls = np.zeros(uniq.size, dtype=np.int8)
+    first_cls[inverse] = cls
+    rows = []
+    for i in np.argsort(-time)[:TOP_ROWS].tolist():
+        rows.append(
+            KernelRow(
+                name=trace.strings[int(uniq[i])],
+                cls=CLASSES[int(first_cls[i])].value,
+                count=int(count[i]),
+                time_s=float(time[i]) * NS,
+                share=float(time[i]) / total,
+            )
+        )
+    del steps
+    return rows, classes
+
+
+def _diagnose_cpu(
+    trace: Trace, spans: StepSpans, thresholds: Thresholds, warnings: list[str]
+) -> Diagnosis:
+    """No device kernels: the CPU is the device. Breakdown of the main thread's time."""
+    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
+    thread = _main_thread(trace, host, spans)
+    mine = host.take(np.flatnonzero((host.pid.astype(np.int64) << 32 | host.tid) == thread))
+    category = _cpu_categories(trace, mine)
+    cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(4)]
+    start, end = spans.cpu_start, spans.cpu_end
+    upto = [c.covered(start, end) for c in cov]
+    data, comm = upto[0], upto[1] - upto[0]
+    ops = upto[2] - upto[1]
+    python = upto[3] - upto[2]
+    length = end - start
+    untraced = length - upto[3]
+    durations = length.astype(np.float64) * NS
+    dropped = warmup_steps(durations)
+    kept = np.ones(durations.size, dtype=bool)
+    kept[[i for i, _ in dropped]] = False
+    steps = _step_stats(spans, durations, kept, dropped)
+    zeros = np.zeros(length.size, dtype=np.int64)
+    causes = {k: np.zeros(length.size) for k in IDLE_CAUSES}
+    causes["data_loading"] = data.astype(np.float64)
+    causes["host_overhead"] = python.astype(np.float64)
+    causes["other"] = untraced.astype(np.float64)
+    wb = WindowBreakdown(start, end, ops, comm, zeros, data + python + untraced, causes)
+    bd = _gpu_breakdown(spans, wb, kept)
+    bd = Breakdown(**{**{f: getattr(bd, f) for f in bd.__struct_fields__}, "basis": "cpu"})
+    cpu, classes = _cpu_activity(trace, mine, category, start[kept], end[kept], bd)
+    if trace.of_kind(Kind.RUNTIME).name.size:
+        runtimes = {trace.strings[c] for c in np.unique(trace.of_kind(Kind.RUNTIME).name)}
+        warnings.append(
+            "the trace records accelerator runtime calls but no device kernels "
+            f"(e.g. {sorted(runtimes)[0]!r}): showing the CPU-side breakdown"
+        )
+    else:
+        warnings.append("no device activity in the trace: the CPU is analysed as the device")
+    return Diagnosis(
+        source=trace.source,
+        rank=trace.rank,
+        world_size=trace.world_size,
+        device=Device(name="CPU", kind="cpu", note="CPU-only trace: CPU-side breakdown"),
+        steps=steps,
+        breakdown=bd,
+        verdict=decide(steps, bd, classes, thresholds),
+        classes=classes,
+        cpu=cpu,
+        warnings=warnings,
+    )
+
+
+def _main_thread(trace: Trace, host: Events, spans: StepSpans) -> int:
+    keys = host.pid.astype(np.int64) << 32 | host.tid
+    step_rows = np.isin(host.name, trace.names_matching(lambda s: s.startswith("ProfilerStep#")))
+    pool = keys[step_rows] if step_rows.any() else keys
+    weights = None if step_rows.any() else host.dur.astype(np.float64)
+    uniq, inverse = np.unique(pool, return_inverse=True)
+    del spans
+    return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
+
+
+def _cpu_categories(trace: Trace, events: Events) -> npt.NDArray[np.int8]:
+    """0 data loading, 1 communication, 2 ops, 3 Python/annotations, 9 step markers."""
+    table = np.full(len(trace.strings), 3, dtype=np.int8)
+    for code in np.unique(events.name).tolist():
+        name = trace.strings[code]
+        if name.startswith("ProfilerStep#"):
+            table[code] = 9
+        elif is_data_loading(name):
+            table[code] = 0
+        elif classify_op(name) is KernelClass.COMMUNICATION:
+            table[code] = 1
+    cat = table[events.name]
+    cat[(events.kind == Kind.CPU_OP) & (cat == 3)] = 2
+    return cat
+
+
+def _top_level(events: Events) -> npt.NDArray[np.bool_]:
+    """Events not nested inside an earlier event (input sorted by start)."""
+    if len(events) == 0:
+        return np.zeros(0, dtype=bool)
+    reach = np.maximum.accumulate(events.end)
+    top = np.ones(len(events), dtype=bool)
+    top[1:] = events.ts[1:] >= reach[:-1]
+    return top
+
+
+def _cpu_activity(
+    trace: Trace,
+    mine: Events,
+    category: npt.NDArray[np.int8],
+    start: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    bd: Breakdown,
+) -> tuple[CpuActivity, list[ClassShare]]:
+    ops = mine.take(np.flatnonzero((category == 2) | (category == 1)))
+    ops = ops.take(np.flatnonzero(_top_level(ops) & _in_windows(ops.ts, start, end)))
+    steps = max(start.size, 1)
+    dur = ops.dur.astype(np.float64)
+    total = float(dur.sum()) or 1.0
+    uniq, inverse = np.unique(ops.name, return_inverse=True)
+    time = np.bincount(inverse, weights=dur) if uniq.size else np.zeros(0)
+    count = np.bincount(inverse) if uniq.size else np.zeros(0, dtype=np.int64)
+    op_cls = [classify_op(trace.strings[int(c)]).value for c in uniq.tolist()]
+    by_class: dict[str, float] = {}
+    for c, t in zip(op_cls, time.tolist(), strict=True):
+        by_class[c] = by_class.get(c, 0.0) + t
+    classes = sorted(
+        (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
+        key=lambda c: -c.time_s,
+    )
+    top = [
+        OpRow(
+            name=trace.strings[int(uniq[i])],
+            cls=op_cls[i],
+            count=int(count[i]),
+            time_s=float(time[i]) * NS,
+            share=float(time[i]) / total,
+        )
+        for i in np.argsort(-time)[:TOP_ROWS].tolist()
+    ]
+    activity = CpuActivity(
+        data_loading=bd.idle_causes["data_loading"],
+        ops=bd.compute + bd.comm_exposed,
+        python=bd.idle_causes["host_overhead"],
+        untraced=bd.idle_causes["other"],
+        op_time_by_class_s={c: t * NS / steps for c, t in by_class.items()},
+        top_ops=top,
+    )
+    return activity, classes

@@ -1,0 +1,139 @@
+"""Kernel and op classes: what kind of work a kernel does, from its name or its launching op.
+
+Rules are checked in order and the first match wins, so specific patterns (attention,
+convolution written as an implicit GEMM) come before general ones (GEMM, elementwise).
+Classification runs once per distinct name, never per event.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class KernelClass(str, Enum):
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    CONVOLUTION = "convolution"
+    ELEMENTWISE = "elementwise"
+    REDUCTION = "reduction"
+    NORMALIZATION = "normalization"
+    SOFTMAX = "softmax"
+    COPY = "copy"
+    COMMUNICATION = "communication"
+    OTHER = "other"
+
+
+MATMUL_CLASSES = frozenset({KernelClass.GEMM, KernelClass.ATTENTION, KernelClass.CONVOLUTION})
+"""Classes whose kernels can run near the compute roof (tensor-core work)."""
+
+_KERNEL_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
+    (
+        KernelClass.COMMUNICATION,
+        ("nccl", "rccl", "msccl", "c10d::", "allreduce", "all_reduce", "allgather", "all_gather",
+         "reducescatter", "reduce_scatter", "alltoall", "all_to_all", "sendrecv"),
+    ),
+    (
+        KernelClass.ATTENTION,
+        ("flash", "fmha", "attention", "attn", "sdpa", "xformers", "mha_fwd", "mha_bwd"),
+    ),
+    (
+        KernelClass.CONVOLUTION,
+        ("conv", "implicit_gemm", "fprop", "dgrad", "wgrad", "winograd", "igemm", "miopen",
+         "scudnn"),
+    ),
+    (
+        KernelClass.GEMM,
+        ("gemm", "cublas", "cutlass", "nvjet", "cijk_", "matmul", "s1688", "s16816", "h1688",
+         "h16816", "wmma", "triton_tem_", "_mm_", "bmm", "splitkreduce", "sm90_xmma", "hipblaslt"),
+    ),
+    (KernelClass.SOFTMAX, ("softmax",)),
+    (
+        KernelClass.NORMALIZATION,
+        ("layer_norm", "layernorm", "batch_norm", "batchnorm", "bn_fw", "bn_bw", "group_norm",
+         "groupnorm", "rms_norm", "rmsnorm", "instance_norm", "welford", "rowwisemoments",
+         "norm_kernel", "normalization"),
+    ),
+    (
+        KernelClass.REDUCTION,
+        ("reduce", "reduction", "triton_red_", "triton_per_", "argmax", "argmin", "cub::",
+         "scan_kernel", "sum_kernel", "mean_kernel", "cross_entropy", "nll_loss", "topk", "sort"),
+    ),
+    (
+        KernelClass.COPY,
+        ("memcpy", "memset", "copy", "catarraybatched", "cat_", "transpose", "permute",
+         "contiguous"),
+    ),
+    (
+        KernelClass.ELEMENTWISE,
+        ("elementwise", "vectorized", "unrolled", "pointwise", "triton_poi_", "triton_",
+         "fill", "index", "gather", "scatter", "embedding", "dropout", "adam", "sgd",
+         "foreach", "multi_tensor", "fused", "relu", "gelu", "silu", "sigmoid", "tanh", "add",
+         "mul", "div", "where", "clamp", "cast", "exp", "sqrt", "neg", "pow", "rope", "rotary"),
+    ),
+)
+
+_OP_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
+    (
+        KernelClass.COMMUNICATION,
+        ("nccl:", "gloo:", "c10d::", "record_param_comms", "all_reduce", "allreduce",
+         "all_gather", "reduce_scatter", "broadcast", "all_to_all", "barrier"),
+    ),
+    (
+        KernelClass.ATTENTION,
+        ("scaled_dot_product", "flash_attention", "efficient_attention", "_flash_", "attention"),
+    ),
+    (KernelClass.CONVOLUTION, ("conv", "cudnn_convolution", "miopen_convolution")),
+    (
+        KernelClass.GEMM,
+        ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+         "aten::linear", "aten::_scaled_mm", "aten::addbmm", "aten::einsum", "aten::dot",
+         "aten::mv", "aten::addmv", "_int_mm", "mmbackward", "linearbackward"),
+    ),
+    (KernelClass.SOFTMAX, ("softmax",)),
+    (KernelClass.NORMALIZATION, ("norm",)),
+    (
+        KernelClass.REDUCTION,
+        ("aten::sum", "aten::mean", "aten::max", "aten::min", "aten::argmax", "aten::argmin",
+         "aten::amax", "aten::amin", "aten::prod", "aten::var", "aten::std", "aten::cumsum",
+         "aten::topk", "aten::sort", "aten::all", "aten::any", "cross_entropy", "nll_loss"),
+    ),
+    (
+        KernelClass.COPY,
+        ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous",
+         "aten::cat", "aten::stack", "aten::index_select", "memcpy", "memset"),
+    ),
+    (KernelClass.ELEMENTWISE, ("aten::", "optimizer.step", "_foreach", "fused_")),
+)
+
+
+def _match(text: str, rules: tuple[tuple[KernelClass, tuple[str, ...]], ...]) -> KernelClass:
+    lowered = text.lower()
+    for cls, needles in rules:
+        if any(n in lowered for n in needles):
+            return cls
+    return KernelClass.OTHER
+
+
+def classify_kernel(name: str) -> KernelClass:
+    """The class of a GPU kernel from its name (cuBLAS/cuBLASLt/CUTLASS/nvjet, hipBLASLt
+    `Cijk_`, flash/fmha, cuDNN/MIOpen, NCCL/RCCL, Triton and ATen kernel names)."""
+    return _match(name, _KERNEL_RULES)
+
+
+def classify_op(name: str) -> KernelClass:
+    """The class of a CPU-side op (`aten::mm`, `nccl:all_reduce`, ...)."""
+    if name in _METADATA_OPS:
+        return KernelClass.OTHER
+    return _match(name, _OP_RULES)
+
+
+# Ops that only change a tensor's metadata or allocate: they launch no work worth a class.
+_METADATA_OPS = frozenset(
+    {
+        "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::reshape",
+        "aten::t", "aten::as_strided", "aten::expand", "aten::slice", "aten::select",
+        "aten::unsqueeze", "aten::squeeze", "aten::transpose", "aten::permute", "aten::detach",
+        "aten::alias", "aten::resize_", "aten::_unsafe_view", "aten::lift_fresh",
+        "aten::numpy_T", "aten::split", "aten::chunk", "aten::unbind", "aten::narrow",
+    }
+)

@@ -1,0 +1,254 @@
+"""The device timeline: which ops ran on the device, who launched them, the per-step breakdown
+and the causes of idle time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
+from wallfinder.analysis.intervals import Coverage, split_at
+from wallfinder.trace import NONE, Events, Kind, Trace
+
+I64 = npt.NDArray[np.int64]
+
+CLASSES = list(KernelClass)
+_CLASS_INDEX = {c: i for i, c in enumerate(CLASSES)}
+COMM = _CLASS_INDEX[KernelClass.COMMUNICATION]
+COPY = _CLASS_INDEX[KernelClass.COPY]
+
+IDLE_CAUSES = (
+    "data_loading",
+    "synchronization",
+    "communication_wait",
+    "host_overhead",
+    "launch_latency",
+    "dependency_wait",
+    "other",
+)
+"""Causes of GPU idle time. A host wait is split by what the launching thread was doing
+(DataLoader, a synchronising call, a collective on the host, other CPU ops or Python); then
+the launch latency after the host issued the work; `dependency_wait` when the work had been
+queued well before the GPU went idle (it waited on another stream, an event or a peer); and
+time nothing in the trace explains."""
+
+QUEUED_SLACK_NS = 50_000
+"""Work launched more than this long before a gap began was already queued: the gap is a
+dependency wait, not launch latency."""
+
+SYNC_RUNTIME = frozenset(
+    {
+        "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+        "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+        "cuMemcpyDtoH_v2", "hipStreamSynchronize", "hipDeviceSynchronize",
+        "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream", "hipMemcpyDtoH",
+    }
+)
+SYNC_OPS = frozenset(
+    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal",
+     "aten::nonzero"}
+)
+DRAIN_SLACK_NS = 20_000
+"""A sync call that ended at most this long before the GPU went idle is taken to have drained
+the launch queue: the host was blocked, so it had nothing queued when the GPU finished."""
+
+
+def is_data_loading(name: str) -> bool:
+    lowered = name.lower()
+    return "dataloader" in lowered and ("__next__" in lowered or lowered.startswith("enumerate("))
+
+
+@dataclass(frozen=True)
+class DeviceOps:
+    """Everything that ran on one device, sorted by start, with each op's launch."""
+
+    device: int
+    ops: Events
+    cls: npt.NDArray[np.int8]
+    launch_ts: I64
+    launch_thread: I64
+
+
+def device_ops(trace: Trace) -> DeviceOps | None:
+    """The ops of the busiest device (kernels, memcpy, memset), or None when the trace has no
+    device activity."""
+    gpu = trace.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+    if len(gpu) == 0:
+        return None
+    pid_values = np.array(
+        [v if isinstance(v, int) and not isinstance(v, bool) else NONE for v in trace.ids],
+        dtype=np.int64,
+    )
+    device = np.where(gpu.device >= 0, gpu.device, pid_values[gpu.pid])
+    busy = {int(d): int(gpu.dur[device == d].sum()) for d in np.unique(device)}
+    main = max(busy, key=lambda d: busy[d])
+    ops = gpu.take(np.flatnonzero(device == main))
+
+    runtime = trace.of_kind(Kind.RUNTIME)
+    launch_ts = np.full(len(ops), NONE, dtype=np.int64)
+    launch_thread = np.full(len(ops), NONE, dtype=np.int64)
+    has_corr = runtime.correlation >= 0
+    if has_corr.any():
+        r_corr = runtime.correlation[has_corr]
+        order = np.argsort(r_corr, kind="stable")
+        r_corr = r_corr[order]
+        r_ts = runtime.ts[has_corr][order]
+        r_thread = _thread_key(runtime)[has_corr][order]
+        pos = np.clip(np.searchsorted(r_corr, ops.correlation), 0, r_corr.size - 1)
+        found = (ops.correlation >= 0) & (r_corr[pos] == ops.correlation)
+        launch_ts[found] = r_ts[pos[found]]
+        launch_thread[found] = r_thread[pos[found]]
+    return DeviceOps(main, ops, _classes(trace, ops), launch_ts, launch_thread)
+
+
+def _thread_key(events: Events) -> I64:
+    return (events.pid.astype(np.int64) << 32) | events.tid.astype(np.int64)
+
+
+def _classes(trace: Trace, ops: Events) -> npt.NDArray[np.int8]:
+    """Class of each device op: from the kernel name, else from the launching CPU op."""
+    names = np.unique(ops.name)
+    by_name = np.full(len(trace.strings), _CLASS_INDEX[KernelClass.OTHER], dtype=np.int8)
+    for code in names.tolist():
+        by_name[code] = _CLASS_INDEX[classify_kernel(trace.strings[code])]
+    cls = by_name[ops.name]
+    cls[ops.kind != Kind.KERNEL] = COPY
+    unknown = np.flatnonzero((cls == _CLASS_INDEX[KernelClass.OTHER]) & (ops.external_id >= 0))
+    if unknown.size:
+        cpu = trace.of_kind(Kind.CPU_OP)
+        has = cpu.external_id >= 0
+        ext, op_name = cpu.external_id[has], cpu.name[has]
+        order = np.argsort(ext, kind="stable")
+        ext, op_name = ext[order], op_name[order]
+        if ext.size:
+            pos = np.clip(np.searchsorted(ext, ops.external_id[unknown]), 0, ext.size - 1)
+            hit = ext[pos] == ops.external_id[unknown]
+            for row, code in zip(unknown[hit].tolist(), op_name[pos[hit]].tolist(), strict=True):
+                cls[row] = _CLASS_INDEX[classify_op(trace.strings[code])]
+    return cls
+
+
+@dataclass(frozen=True)
+class WindowBreakdown:
+    """Per window (step), nanoseconds: the parts sum to end − start."""
+
+    start: I64
+    end: I64
+    compute: I64
+    comm_exposed: I64
+    copy_exposed: I64
+    idle: I64
+    idle_causes: dict[str, npt.NDArray[np.float64]]
+
+
+def breakdown(trace: Trace, dev: DeviceOps, start: I64, end: I64) -> WindowBreakdown:
+    ops = dev.ops
+    is_kernel = ops.kind == Kind.KERNEL
+    compute = Coverage.of(ops.ts[is_kernel & (dev.cls != COMM)], ops.end[is_kernel & (dev.cls != COMM)])
+    comm = Coverage.of(ops.ts[dev.cls == COMM], ops.end[dev.cls == COMM])
+    copies = Coverage.of(ops.ts[~is_kernel], ops.end[~is_kernel])
+    with_comm = Coverage.union(compute, comm)
+    everything = Coverage.union(with_comm, copies)
+    c = compute.covered(start, end)
+    cc = with_comm.covered(start, end)
+    a = everything.covered(start, end)
+    idle = (end - start) - a
+    causes = _idle_causes(trace, dev, everything, start, end)
+    return WindowBreakdown(start, end, c, cc - c, a - cc, idle, causes)
+
+
+def _idle_causes(
+    trace: Trace, dev: DeviceOps, busy: Coverage, start: I64, end: I64
+) -> dict[str, npt.NDArray[np.float64]]:
+    n = start.size
+    out = {cause: np.zeros(n) for cause in IDLE_CAUSES}
+    gap_start, gap_end = busy.gaps(int(start[0]), int(end[-1]))
+    if gap_start.size == 0:
+        return out
+    # The op that ends each gap, and when and where it was launched.
+    op_starts = dev.ops.ts
+    next_op = np.searchsorted(op_starts, gap_end, side="left")
+    has_next = next_op < op_starts.size
+    nxt = np.minimum(next_op, op_starts.size - 1)
+    launch = np.where(has_next, dev.launch_ts[nxt], NONE)
+    thread = np.where(has_next, dev.launch_thread[nxt], NONE)
+
+    piece_start, piece_end, owner = split_at(gap_start, gap_end, start[1:])
+    window = np.searchsorted(start, piece_start, side="right") - 1
+    g0 = gap_start[owner]
+    lt = launch[owner]
+    known = lt >= 0
+    queued = known & (lt < g0 - QUEUED_SLACK_NS)
+    host_end = np.where(known, np.clip(lt, piece_start, piece_end), piece_start)
+    latency = np.where(known & ~queued, piece_end - host_end, 0)
+    unexplained = np.where(known, 0, piece_end - piece_start)
+    np.add.at(out["launch_latency"], window, latency)
+    np.add.at(out["dependency_wait"], window, np.where(queued, piece_end - piece_start, 0))
+    np.add.at(out["other"], window, unexplained)
+
+    host = host_end > piece_start
+    if host.any():
+        _attribute_host_waits(
+            trace,
+            piece_start[host],
+            host_end[host],
+            g0[host],
+            thread[owner][host],
+            window[host],
+            out,
+        )
+    return out
+
+
+def _attribute_host_waits(
+    trace: Trace,
+    a: I64,
+    b: I64,
+    g0: I64,
+    thread: I64,
+    window: npt.NDArray[np.intp],
+    out: dict[str, npt.NDArray[np.float64]],
+) -> None:
+    """Split each host wait [a, b) by what the launching thread was doing."""
+    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+    host_thread = _thread_key(host)
+    category = _host_categories(trace, host)
+    for t in np.unique(thread).tolist():
+        mine = thread == t
+        on_thread = host_thread == t
+        cov = [
+            Coverage.of(host.ts[on_thread & (category <= k)], host.end[on_thread & (category <= k)])
+            for k in range(4)
+        ]
+        pa, pb, pw = a[mine], b[mine], window[mine]
+        sync_cov = Coverage.of(
+            host.ts[on_thread & (category == 1)], host.end[on_thread & (category == 1)]
+        )
+        drained = sync_cov.contains(g0[mine], DRAIN_SLACK_NS)
+        previous = np.zeros(pa.size, dtype=np.int64)
+        for k, cause in enumerate(IDLE_CAUSES[:4]):
+            upto = cov[k].covered(pa, pb)
+            part = np.where(drained, 0, upto - previous)
+            np.add.at(out[cause], pw, part)
+            previous = upto
+        np.add.at(out["synchronization"], pw, np.where(drained, pb - pa, 0))
+        np.add.at(out["other"], pw, np.where(drained, 0, (pb - pa) - previous))
+
+
+def _host_categories(trace: Trace, host: Events) -> npt.NDArray[np.int8]:
+    """0 data loading, 1 synchronisation, 2 communication wait, 3 other host work, 9 ignored
+    (step markers, which span everything)."""
+    table = np.full(len(trace.strings), 3, dtype=np.int8)
+    for code in np.unique(host.name).tolist():
+        name = trace.strings[code]
+        if name.startswith("ProfilerStep#"):
+            table[code] = 9
+        elif is_data_loading(name):
+            table[code] = 0
+        elif name in SYNC_RUNTIME or name in SYNC_OPS:
+            table[code] = 1
+        elif classify_op(name) is KernelClass.COMMUNICATION:
+            table[code] = 2
+    return table[host.name]

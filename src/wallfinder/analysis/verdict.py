@@ -1,0 +1,115 @@
+"""The first verdict: which wall, from the breakdown and the class shares.
+
+The thresholds are named here and can be overridden with `Thresholds`; the questions are asked
+in the order of DESIGN.md §1 and every answer carries the number that decided it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wallfinder.diagnosis import Breakdown, ClassShare, Question, Steps, Verdict
+
+_CAUSE_TEXT = {
+    "data_loading": "data loading (the GPU waits for the DataLoader)",
+    "synchronization": "synchronisation (the host blocks on the GPU, e.g. .item())",
+    "communication_wait": "communication wait on the host",
+    "host_overhead": "host overhead (CPU ops and Python between launches)",
+    "launch_latency": "launch latency (many short kernels, shallow launch queue)",
+    "dependency_wait": "queued work waiting on another stream, an event or a peer",
+    "other": "idle time the trace does not explain",
+    "comm_exposed": "exposed communication (collectives not overlapped with compute)",
+    "copy_exposed": "exposed memory copies (memcpy/memset not overlapped)",
+}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Named, documented thresholds of the verdict."""
+
+    max_cv: float = 0.10
+    """Steps are stable when their coefficient of variation is at most this."""
+    min_busy: float = 0.75
+    """The device is busy when compute kernels cover at least this share of the step; below
+    it, the overhead wall (idle, exposed communication and copies) decides."""
+    min_matmul: float = 0.50
+    """The busy time is in matmuls when GEMM, attention and convolution take at least this
+    share of it; below it, the bandwidth wall decides."""
+
+
+def decide(
+    steps: Steps,
+    breakdown: Breakdown,
+    classes: list[ClassShare],
+    thresholds: Thresholds = Thresholds(),  # noqa: B008 (immutable)
+) -> Verdict:
+    device = "GPU" if breakdown.basis == "gpu" else "CPU"
+    q1 = Question(
+        question="Is step time stable?",
+        answer="yes" if steps.cv <= thresholds.max_cv else "no",
+        value=steps.cv,
+        detail=f"CV {steps.cv:.1%} over {steps.count} steps (stable at ≤ {thresholds.max_cv:.0%})",
+    )
+    busy = breakdown.compute
+    q2 = Question(
+        question=f"Is the {device} busy?",
+        answer="yes" if busy >= thresholds.min_busy else "no",
+        value=busy,
+        detail=f"compute covers {busy:.1%} of the step (busy at ≥ {thresholds.min_busy:.0%})",
+    )
+    matmul = sum(c.share for c in classes if c.cls in ("gemm", "attention", "convolution"))
+    q3 = Question(
+        question="Is the busy time in matmuls?",
+        answer="yes" if matmul >= thresholds.min_matmul else "no",
+        value=matmul,
+        detail=(
+            f"GEMM/attention/convolution take {matmul:.1%} of busy time "
+            f"(matmul-bound at ≥ {thresholds.min_matmul:.0%})"
+        ),
+    )
+    q4 = Question(
+        question="Are the matmuls near peak?",
+        answer="unknown",
+        value=None,
+        detail="needs FLOP counts and the device's peak (not computed yet)",
+    )
+    questions = [q1, q2, q3, q4]
+    unstable = "" if q1.answer == "yes" else f"; step time is unstable (CV {steps.cv:.0%})"
+    if q2.answer == "no":
+        parts = {
+            **{k: v for k, v in breakdown.idle_causes.items()},
+            "comm_exposed": breakdown.comm_exposed,
+            "copy_exposed": breakdown.copy_exposed,
+        }
+        top = max(parts, key=lambda k: parts[k])
+        return Verdict(
+            wall="overhead",
+            cause=top,
+            reason=(
+                f"the {device} computes for only {busy:.0%} of the step; the largest loss is "
+                f"{_CAUSE_TEXT[top]} at {parts[top]:.0%} of the step{unstable}"
+            ),
+            questions=questions,
+        )
+    if q3.answer == "no":
+        bandwidth = [c for c in classes if c.cls not in ("gemm", "attention", "convolution")]
+        top_cls = max(bandwidth, key=lambda c: c.share) if bandwidth else None
+        named = f"; most of it {top_cls.cls} ({top_cls.share:.0%})" if top_cls else ""
+        return Verdict(
+            wall="bandwidth",
+            cause=top_cls.cls if top_cls else "memory-bound kernels",
+            reason=(
+                f"the {device} is busy ({busy:.0%}) but only {matmul:.0%} of busy time is in "
+                f"matmuls: the rest is memory-bound work{named}{unstable}"
+            ),
+            questions=questions,
+        )
+    return Verdict(
+        wall="compute",
+        cause="matmul-bound (how near peak: not computed yet)",
+        reason=(
+            f"the {device} is busy ({busy:.0%}) and {matmul:.0%} of busy time is in "
+            f"matmuls{unstable}"
+        ),
+        questions=questions,
+    )

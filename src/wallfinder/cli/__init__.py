@@ -1,0 +1,50 @@
+"""The command line: a thin layer over the library. `main(argv) -> int` maps the library's
+error to exit code 2 and one line on stderr (`--debug` shows the traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+from wallfinder import __version__
+from wallfinder.cli.commands import analyze as analyze_command
+from wallfinder.errors import WallfinderError
+
+COMMANDS = {"analyze": analyze_command}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wallfinder",
+        description="Find the wall a slow PyTorch job is hitting: compute, memory bandwidth, "
+        "or communication/overhead.",
+    )
+    parser.add_argument("--version", action="version", version=f"wallfinder {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        module.prepare_parser(sub.add_parser(name, help=module.HELP, description=module.HELP))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(COMMANDS[args.command].run(args))
+    except WallfinderError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"wallfinder: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("wallfinder: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def entry_point() -> None:
+    sys.exit(main())

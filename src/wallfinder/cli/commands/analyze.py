@@ -1,0 +1,72 @@
+"""`wallfinder analyze PATH`: the verdict for a trace file or a folder of rank traces."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from wallfinder.api import analyze
+from wallfinder.errors import WallfinderError
+from wallfinder.report import FORMATS, render
+from wallfinder.trace import Progress
+
+HELP = "say where a trace's step time goes and which wall it hits"
+
+PROGRESS_FROM_BYTES = 8 << 20
+"""Inputs larger than this show a progress bar (on a terminal only)."""
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", type=Path, help="a .json/.json.gz trace, or a folder of them")
+    parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="processes for parsing (default: one per core)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    with _progress(args.path) as progress:
+        diagnosis = analyze(args.path, progress=progress, workers=args.workers)
+    width = None if args.output or not sys.stdout.isatty() else None
+    text = render(diagnosis, args.format, width=width)
+    if args.output:
+        try:
+            args.output.write_text(text)
+        except OSError as exc:
+            raise WallfinderError(f"{args.output}: cannot write ({exc.strerror})") from None
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+@contextmanager
+def _progress(path: Path) -> Iterator[Progress | None]:
+    """A progress bar on stderr for big inputs on a terminal; nothing when piped."""
+    try:
+        size = (
+            sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+            if path.is_dir()
+            else path.stat().st_size
+        )
+    except OSError:
+        size = 0
+    if size < PROGRESS_FROM_BYTES or not sys.stderr.isatty() or os.environ.get("CI"):
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress as Bar, TimeElapsedColumn
+
+    with Bar(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        console=None,
+    ) as bar:
+        task = bar.add_task("reading trace", total=size)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

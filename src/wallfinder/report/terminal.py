@@ -1,0 +1,215 @@
+"""The terminal report: the verdict first, then the numbers that decided it."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from wallfinder.diagnosis import Diagnosis
+
+_WALL_STYLE = {"compute": "bold green", "bandwidth": "bold yellow", "overhead": "bold red"}
+_IDLE_LABEL = {
+    "data_loading": "data loading (DataLoader)",
+    "synchronization": "synchronisation (host blocked on GPU)",
+    "communication_wait": "collective wait on the host",
+    "host_overhead": "host overhead (CPU ops, Python)",
+    "launch_latency": "launch latency",
+    "dependency_wait": "queued work waiting (stream/event/peer)",
+    "other": "unexplained",
+}
+CAUSE_LABEL = {
+    **_IDLE_LABEL,
+    "comm_exposed": "exposed communication",
+    "copy_exposed": "exposed memory copies",
+}
+_CPU_IDLE_LABEL = {
+    "data_loading": "data loading (DataLoader)",
+    "host_overhead": "Python / annotations outside ops",
+    "other": "untraced (no op recorded)",
+}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def renderables(d: Diagnosis) -> Iterator[RenderableType]:
+    yield _header(d)
+    yield _verdict(d)
+    yield _steps(d)
+    yield _breakdown(d)
+    if d.cpu is not None:
+        yield _cpu_ops(d)
+    elif d.kernels:
+        yield _classes(d)
+        yield _kernels(d)
+    if d.ranks:
+        yield _ranks(d)
+    if d.warnings:
+        yield Text("\n".join(f"note: {w}" for w in d.warnings), style="dim")
+
+
+def _header(d: Diagnosis) -> Text:
+    device = d.device.name or "unknown device"
+    if d.device.kind == "gpu" and d.device.index is not None:
+        device += f" (device {d.device.index})"
+    rank = ""
+    if d.rank is not None:
+        rank = f" · rank {d.rank}" + (f" of {d.world_size}" if d.world_size else "")
+    text = Text()
+    text.append("wallfinder", style="bold")
+    text.append(f" · {d.source} · {device}{rank} · {d.steps.total} steps ({d.steps.source})")
+    if d.device.note:
+        text.append(f"\n{d.device.note}", style="dim")
+    return text
+
+
+def _verdict(d: Diagnosis) -> Panel:
+    v = d.verdict
+    body = Text()
+    body.append(f"{v.wall.upper()} wall", style=_WALL_STYLE[v.wall])
+    body.append(f" — {CAUSE_LABEL.get(v.cause, v.cause)}\n", style="bold")
+    body.append(v.reason + "\n")
+    for i, q in enumerate(v.questions, 1):
+        mark = {"yes": "yes", "no": "NO", "unknown": "?"}[q.answer]
+        body.append(f"\n{i}. {q.question} ")
+        body.append(mark, style="bold" if q.answer == "no" else "")
+        body.append(f" — {q.detail}", style="dim")
+    return Panel(body, title="verdict", title_align="left")
+
+
+def _steps(d: Diagnosis) -> Text:
+    s = d.steps
+    text = Text()
+    text.append("Step time ", style="bold")
+    text.append(
+        f"median {_ms(s.median_s)} ms, range {_ms(s.min_s)}–{_ms(s.max_s)} ms, "
+        f"CV {_pct(s.cv)} over {s.count} steps" + ("" if s.stable else " (unstable)")
+    )
+    for drop in s.dropped:
+        text.append(f"\n  dropped {drop.step} ({_ms(drop.duration_s)} ms): {drop.reason}", "dim")
+    return text
+
+
+def _breakdown(d: Diagnosis) -> Table:
+    b = d.breakdown
+    step_ms = b.per_step_ms["step"]
+    cpu = b.basis == "cpu"
+    table = Table(
+        title=("CPU" if cpu else "GPU") + " time per step (steady state)",
+        title_justify="left",
+        show_edge=False,
+    )
+    table.add_column("part")
+    table.add_column("share", justify="right")
+    table.add_column("ms/step", justify="right")
+    rows = [
+        ("ops (the CPU computing)" if cpu else "compute", b.compute),
+        ("communication" if cpu else "exposed communication", b.comm_exposed),
+        ("exposed copies (memcpy/memset)", b.copy_exposed),
+        ("not in ops" if cpu else "GPU idle", b.idle),
+    ]
+    for label, share in rows:
+        if cpu and label.startswith("exposed copies"):
+            continue
+        table.add_row(label, _pct(share), f"{share * step_ms:.2f}")
+    labels = _CPU_IDLE_LABEL if cpu else _IDLE_LABEL
+    for cause, share in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
+        if share > 0 and cause in labels:
+            table.add_row(f"  └ {labels[cause]}", _pct(share), f"{share * step_ms:.2f}", style="dim")
+    table.add_row("step", "100.0%", f"{step_ms:.2f}", style="bold")
+    return table
+
+
+def _classes(d: Diagnosis) -> Table:
+    table = Table(title="GPU time by kernel class", title_justify="left", show_edge=False)
+    table.add_column("class")
+    table.add_column("share of GPU time", justify="right")
+    table.add_column("ms/step", justify="right")
+    steps = max(d.steps.count, 1)
+    for c in d.classes:
+        table.add_row(c.cls, _pct(c.share), f"{c.time_s * 1e3 / steps:.2f}")
+    return table
+
+
+def _kernels(d: Diagnosis) -> Table:
+    table = Table(title="Top kernels by GPU time", title_justify="left", show_edge=False)
+    table.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1)
+    table.add_column("class", no_wrap=True, min_width=13)
+    table.add_column("calls", justify="right", no_wrap=True, min_width=6)
+    table.add_column("share", justify="right", no_wrap=True, min_width=6)
+    table.add_column("ms/step", justify="right", no_wrap=True, min_width=8)
+    steps = max(d.steps.count, 1)
+    for k in d.kernels:
+        table.add_row(
+            Text(k.name), k.cls, str(k.count), _pct(k.share), f"{k.time_s * 1e3 / steps:.2f}"
+        )
+    return table
+
+
+def _cpu_ops(d: Diagnosis) -> Group:
+    assert d.cpu is not None
+    steps = max(d.steps.count, 1)
+    classes = Table(title="CPU op time by class", title_justify="left", show_edge=False)
+    classes.add_column("class")
+    classes.add_column("share of op time", justify="right")
+    classes.add_column("ms/step", justify="right")
+    for c in d.classes:
+        classes.add_row(c.cls, _pct(c.share), f"{c.time_s * 1e3 / steps:.2f}")
+    ops = Table(title="Top CPU ops (top-level)", title_justify="left", show_edge=False)
+    ops.add_column("op", overflow="ellipsis", no_wrap=True, ratio=1)
+    ops.add_column("class", no_wrap=True, min_width=13)
+    ops.add_column("calls", justify="right", no_wrap=True, min_width=6)
+    ops.add_column("share", justify="right", no_wrap=True, min_width=6)
+    ops.add_column("ms/step", justify="right", no_wrap=True, min_width=8)
+    for o in d.cpu.top_ops:
+        ops.add_row(Text(o.name), o.cls, str(o.count), _pct(o.share), f"{o.time_s * 1e3 / steps:.2f}")
+    return Group(classes, ops)
+
+
+def _ranks(d: Diagnosis) -> Table:
+    table = Table(title="Ranks", title_justify="left", show_edge=False)
+    for col in ("rank", "file", "steps", "median ms", "compute", "idle", "wall", "cause"):
+        table.add_column(col)
+    for r in d.ranks:
+        table.add_row(
+            "?" if r.rank is None else str(r.rank),
+            Text(r.source),
+            str(r.steps),
+            _ms(r.median_step_s),
+            _pct(r.compute),
+            _pct(r.idle),
+            r.wall,
+            r.cause,
+        )
+    return table
+
+
+def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) -> str:
+    """The terminal report as plain text (or with ANSI colour)."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width or 100, force_terminal=color, no_color=not color,
+        highlight=False, soft_wrap=False,
+    )
+    for part in renderables(d):
+        console.print(part)
+        console.print()
+    return buffer.getvalue()
+
+
+def to_html(d: Diagnosis) -> str:
+    """The terminal report as an HTML fragment (for notebooks)."""
+    console = Console(record=True, file=io.StringIO(), width=110, highlight=False)
+    for part in renderables(d):
+        console.print(part)
+    return console.export_html(inline_styles=True, code_format="<pre>{code}</pre>")
