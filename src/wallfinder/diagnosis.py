@@ -21,7 +21,7 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
     pass
 
 
-class Device(_Base):
+class Device(_Base, frozen=True):
     """The device the breakdown is about. `kind` is "gpu" (any accelerator with kernels in
     the trace) or "cpu" (no device kernels: the CPU is the device)."""
 
@@ -34,13 +34,13 @@ class Device(_Base):
     note: str | None = None
 
 
-class DroppedStep(_Base):
+class DroppedStep(_Base, frozen=True):
     step: str
     duration_s: float
     reason: str
 
 
-class Steps(_Base):
+class Steps(_Base, frozen=True):
     """Step-time statistics over the steady-state steps (warm-up steps dropped)."""
 
     source: str
@@ -55,7 +55,7 @@ class Steps(_Base):
     dropped: list[DroppedStep] = []
 
 
-class StepBreakdown(_Base):
+class StepBreakdown(_Base, frozen=True):
     """One step's window and where its time went (seconds; the parts sum to `duration_s`)."""
 
     step: str
@@ -69,7 +69,7 @@ class StepBreakdown(_Base):
     warmup: bool = False
 
 
-class Breakdown(_Base):
+class Breakdown(_Base, frozen=True):
     """Fractions of step time over the steady-state steps; they sum to 1. `idle_causes`
     split `idle` (fractions of step time, summing to `idle`)."""
 
@@ -83,7 +83,7 @@ class Breakdown(_Base):
     steps: list[StepBreakdown] = []
 
 
-class CpuActivity(_Base):
+class CpuActivity(_Base, frozen=True):
     """CPU-side view for traces with no device kernels: fractions of step time on the main
     thread, and op time by class (seconds per step)."""
 
@@ -95,7 +95,7 @@ class CpuActivity(_Base):
     top_ops: list[OpRow] = []
 
 
-class OpRow(_Base):
+class OpRow(_Base, frozen=True):
     name: str
     cls: str = msgspec.field(name="class")
     count: int
@@ -103,7 +103,7 @@ class OpRow(_Base):
     share: float
 
 
-class KernelRow(_Base):
+class KernelRow(_Base, frozen=True):
     """A kernel name's total over the steady-state steps (per step: `time_s` / step count).
     Cost-model fields (flops, bytes, ai, bound, pct_of_roof) are null until shapes are costed."""
 
@@ -119,27 +119,27 @@ class KernelRow(_Base):
     pct_of_roof: float | None = None
 
 
-class ClassShare(_Base):
+class ClassShare(_Base, frozen=True):
     cls: str = msgspec.field(name="class")
     time_s: float
     share: float
 
 
-class Question(_Base):
+class Question(_Base, frozen=True):
     question: str
     answer: Answer
     value: float | None
     detail: str
 
 
-class Verdict(_Base):
+class Verdict(_Base, frozen=True):
     wall: Wall
     cause: str
     reason: str
     questions: list[Question]
 
 
-class Finding(_Base):
+class Finding(_Base, frozen=True):
     id: str
     wall: Wall
     title: str
@@ -149,12 +149,12 @@ class Finding(_Base):
     fix: str
 
 
-class Mfu(_Base):
+class Mfu(_Base, frozen=True):
     value: float | None
     basis: str
 
 
-class RankSummary(_Base):
+class RankSummary(_Base, frozen=True):
     source: str
     rank: int | None
     steps: int
@@ -165,7 +165,7 @@ class RankSummary(_Base):
     cause: str
 
 
-class Diagnosis(_Base, kw_only=True):
+class Diagnosis(_Base, frozen=True, kw_only=True):
     """Where a job's step time goes and which wall it hits. Renders itself in a terminal
     (rich) and in a notebook; `to_json()` gives the contract form."""
 

@@ -59,7 +59,7 @@ def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
     kept[[i for i, _ in dropped]] = False
     steps = _step_stats(spans, durations, kept, dropped)
     bd = _gpu_breakdown(spans, wb, kept)
-    kernels, classes = _kernel_tables(trace, dev, start[kept], end[kept], int(kept.sum()))
+    kernels, classes = _kernel_tables(trace, dev, start[kept], end[kept])
     unlaunched = int((dev.launch_ts < 0).sum())
     if unlaunched and unlaunched == len(dev.ops):
         warnings.append(
@@ -116,8 +116,10 @@ def _step_stats(
         max_s=float(d.max()),
         cv=cv,
         stable=cv <= Thresholds().max_cv,
-        dropped=[DroppedStep(step=spans.labels[i], duration_s=float(durations[i]), reason=r)
-                 for i, r in dropped],
+        dropped=[
+            DroppedStep(step=spans.labels[i], duration_s=float(durations[i]), reason=r)
+            for i, r in dropped
+        ],
     )
 
 
@@ -162,8 +164,9 @@ def _gpu_breakdown(spans: StepSpans, wb: WindowBreakdown, kept: npt.NDArray[np.b
     )
 
 
-def _in_windows(ts: npt.NDArray[np.int64], start: npt.NDArray[np.int64],
-                end: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+def _in_windows(
+    ts: npt.NDArray[np.int64], start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
     w = np.searchsorted(start, ts, side="right") - 1
     return (w >= 0) & (ts < end[np.maximum(w, 0)])
 
@@ -173,7 +176,6 @@ def _kernel_tables(
     dev: DeviceOps,
     start: npt.NDArray[np.int64],
     end: npt.NDArray[np.int64],
-    steps: int,
 ) -> tuple[list[KernelRow], list[ClassShare]]:
     """Top kernels by GPU time and time per class, over the steady-state steps."""
     ops = dev.ops
@@ -182,7 +184,9 @@ def _kernel_tables(
     total = float(dur.sum()) or 1.0
     class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
     classes = [
-        ClassShare(cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total)
+        ClassShare(
+            cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total
+        )
         for i, c in enumerate(CLASSES)
         if class_time[i] > 0
     ]
@@ -192,18 +196,16 @@ def _kernel_tables(
     count = np.bincount(inverse)
     first_cls = np.zeros(uniq.size, dtype=np.int8)
     first_cls[inverse] = cls
-    rows = []
-    for i in np.argsort(-time)[:TOP_ROWS].tolist():
-        rows.append(
-            KernelRow(
-                name=trace.strings[int(uniq[i])],
-                cls=CLASSES[int(first_cls[i])].value,
-                count=int(count[i]),
-                time_s=float(time[i]) * NS,
-                share=float(time[i]) / total,
-            )
+    rows = [
+        KernelRow(
+            name=trace.strings[int(uniq[i])],
+            cls=CLASSES[int(first_cls[i])].value,
+            count=int(count[i]),
+            time_s=float(time[i]) * NS,
+            share=float(time[i]) / total,
         )
-    del steps
+        for i in np.argsort(-time)[:TOP_ROWS].tolist()
+    ]
     return rows, classes
 
 

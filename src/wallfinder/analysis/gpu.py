@@ -40,15 +40,25 @@ dependency wait, not launch latency."""
 
 SYNC_RUNTIME = frozenset(
     {
-        "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-        "cudaMemcpy2D", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
-        "cuMemcpyDtoH_v2", "hipStreamSynchronize", "hipDeviceSynchronize",
-        "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream", "hipMemcpyDtoH",
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cudaMemcpy2D",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "cuMemcpyDtoH_v2",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+        "hipMemcpyDtoH",
     }
 )
 SYNC_OPS = frozenset(
-    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal",
-     "aten::nonzero"}
+    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::nonzero"}
 )
 DRAIN_SLACK_NS = 20_000
 """A sync call that ended at most this long before the GPU went idle is taken to have drained
@@ -146,7 +156,9 @@ class WindowBreakdown:
 def breakdown(trace: Trace, dev: DeviceOps, start: I64, end: I64) -> WindowBreakdown:
     ops = dev.ops
     is_kernel = ops.kind == Kind.KERNEL
-    compute = Coverage.of(ops.ts[is_kernel & (dev.cls != COMM)], ops.end[is_kernel & (dev.cls != COMM)])
+    compute = Coverage.of(
+        ops.ts[is_kernel & (dev.cls != COMM)], ops.end[is_kernel & (dev.cls != COMM)]
+    )
     comm = Coverage.of(ops.ts[dev.cls == COMM], ops.end[dev.cls == COMM])
     copies = Coverage.of(ops.ts[~is_kernel], ops.end[~is_kernel])
     with_comm = Coverage.union(compute, comm)

@@ -57,12 +57,14 @@ class Coverage:
         i = np.searchsorted(self.starts, t, side="right") - 1
         valid = i >= 0
         j = np.where(valid, i, 0)
-        inside = np.minimum(t, self.ends[j]) - self.starts[j]
-        return np.where(valid, self.before[j] + np.maximum(inside, 0), 0)
+        inside: I64 = np.minimum(t, self.ends[j]) - self.starts[j]
+        result: I64 = np.where(valid, self.before[j] + np.maximum(inside, 0), 0)
+        return result
 
     def covered(self, a: I64, b: I64) -> I64:
         """Covered length of each window [a[k], b[k])."""
-        return np.maximum(self.covered_until(b) - self.covered_until(a), 0)
+        result: I64 = np.maximum(self.covered_until(b) - self.covered_until(a), 0)
+        return result
 
     def gaps(self, lo: int, hi: int) -> tuple[I64, I64]:
         """The uncovered intervals within [lo, hi)."""

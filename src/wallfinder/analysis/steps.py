@@ -51,10 +51,17 @@ def cpu_steps(trace: Trace) -> StepSpans:
         keep = np.ones(rows.size, dtype=bool)
         keep[1:] = starts[1:] >= reach[:-1]
         rows = rows[keep]
-        labels = [trace.strings[c].replace("ProfilerStep#", "step ") for c in annotations.name[rows]]
+        labels = [
+            trace.strings[c].replace("ProfilerStep#", "step ") for c in annotations.name[rows]
+        ]
         return StepSpans(labels, annotations.ts[rows], annotations.end[rows], "ProfilerStep")
     active = trace.of_kind(
-        Kind.CPU_OP, Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.ANNOTATION,
+        Kind.CPU_OP,
+        Kind.RUNTIME,
+        Kind.KERNEL,
+        Kind.MEMCPY,
+        Kind.MEMSET,
+        Kind.ANNOTATION,
         Kind.PYTHON,
     )
     if len(active) == 0:

@@ -41,7 +41,7 @@ def decide(
     steps: Steps,
     breakdown: Breakdown,
     classes: list[ClassShare],
-    thresholds: Thresholds = Thresholds(),  # noqa: B008 (immutable)
+    thresholds: Thresholds = Thresholds(),
 ) -> Verdict:
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
@@ -77,7 +77,7 @@ def decide(
     unstable = "" if q1.answer == "yes" else f"; step time is unstable (CV {steps.cv:.0%})"
     if q2.answer == "no":
         parts = {
-            **{k: v for k, v in breakdown.idle_causes.items()},
+            **breakdown.idle_causes,
             "comm_exposed": breakdown.comm_exposed,
             "copy_exposed": breakdown.copy_exposed,
         }

@@ -125,7 +125,9 @@ def _breakdown(d: Diagnosis) -> Table:
     labels = _CPU_IDLE_LABEL if cpu else _IDLE_LABEL
     for cause, share in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
         if share > 0 and cause in labels:
-            table.add_row(f"  └ {labels[cause]}", _pct(share), f"{share * step_ms:.2f}", style="dim")
+            table.add_row(
+                f"  └ {labels[cause]}", _pct(share), f"{share * step_ms:.2f}", style="dim"
+            )
     table.add_row("step", "100.0%", f"{step_ms:.2f}", style="bold")
     return table
 
@@ -172,7 +174,9 @@ def _cpu_ops(d: Diagnosis) -> Group:
     ops.add_column("share", justify="right", no_wrap=True, min_width=6)
     ops.add_column("ms/step", justify="right", no_wrap=True, min_width=8)
     for o in d.cpu.top_ops:
-        ops.add_row(Text(o.name), o.cls, str(o.count), _pct(o.share), f"{o.time_s * 1e3 / steps:.2f}")
+        ops.add_row(
+            Text(o.name), o.cls, str(o.count), _pct(o.share), f"{o.time_s * 1e3 / steps:.2f}"
+        )
     return Group(classes, ops)
 
 
@@ -198,8 +202,12 @@ def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) 
     """The terminal report as plain text (or with ANSI colour)."""
     buffer = io.StringIO()
     console = Console(
-        file=buffer, width=width or 100, force_terminal=color, no_color=not color,
-        highlight=False, soft_wrap=False,
+        file=buffer,
+        width=width or 100,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=False,
     )
     for part in renderables(d):
         console.print(part)

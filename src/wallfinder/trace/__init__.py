@@ -168,7 +168,9 @@ def _decoder(workers: int) -> Iterator[Callable[[Iterator[bytes | Remainder]], D
         yield run
 
 
-def _resolved(item: tuple[bytes | Remainder, Future[Chunk] | None]) -> tuple[bytes | Remainder, Chunk]:
+def _resolved(
+    item: tuple[bytes | Remainder, Future[Chunk] | None],
+) -> tuple[bytes | Remainder, Chunk]:
     text, future = item
     return text, (future.result() if future is not None else Chunk())
 
@@ -226,4 +228,3 @@ def _check_time_units(trace: Trace) -> None:
             f"{trace.source}: host and device timestamps differ by a factor of {hi / lo:.0f} "
             "(mixed time units: one side in ns, the other in µs?)"
         )
-

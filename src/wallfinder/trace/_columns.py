@@ -10,6 +10,7 @@ of the kinds that carry them.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -145,7 +146,9 @@ def columns_of(events: list[Event]) -> Chunk:
     ids = Interner()
     raw = Interner({b"": 0})
     pair_codes = Interner()
-    pair = np.fromiter(map(pair_codes.__getitem__, map(attrgetter("ph", "cat"), events)), np.int32, n)
+    pair = np.fromiter(
+        map(pair_codes.__getitem__, map(attrgetter("ph", "cat"), events)), np.int32, n
+    )
     kind_table = np.array([kind_of(p, _text(c), "") for p, c in pair_codes], dtype=np.int8)
     kind = kind_table[pair] if n else np.empty(0, np.int8)
     # A non-string name (a number, null) is interned as is and made text by the assembler.
@@ -333,11 +336,11 @@ class Assembler:
                 + (f" (and {count - 1} more events)" if count > 1 else "")
             )
         if problem[0] == "event":
-            message = problem[1]
-            import re
-
             message = re.sub(
-                r"\$\[(\d+)\]", lambda m: f"event #{self.count + int(m.group(1))}", message, 1
+                r"\$\[(\d+)\]",
+                lambda m: f"event #{self.count + int(m.group(1))}",
+                problem[1],
+                count=1,
             )
             return WallfinderError(f"{self.source}: malformed event: {message}")
         text = str(problem[1])
@@ -353,9 +356,7 @@ class Assembler:
         if self.begins or self.ends:
             events = _pair_begin_end(events, self.begins, self.ends)
         origin = self.origin_us or 0.0
-        memory = [
-            MemorySample(int(round((t - origin) * 1000.0)), d, a, r) for t, d, a, r in self.memory
-        ]
+        memory = [MemorySample(round((t - origin) * 1000.0), d, a, r) for t, d, a, r in self.memory]
         return events, memory
 
     def string_table(self) -> list[str]:

@@ -26,6 +26,7 @@ import msgspec
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._schema import Event, Header
 
+_fast_gzip: Any
 try:  # python-isal decompresses gzip several times faster than zlib.
     from isal import igzip as _fast_gzip
 except ImportError:  # pragma: no cover - depends on the environment
@@ -136,7 +137,9 @@ class ChunkReader:
         tick()
 
     def _walk(self, stream: BinaryIO, tick: Callable[[], None]) -> Iterator[bytes | Remainder]:
-        more = lambda: self._more(stream, tick)  # noqa: E731
+        def more() -> None:
+            self._more(stream, tick)
+
         more()
         while not self.eof and len(self.buf) < 4096:
             more()

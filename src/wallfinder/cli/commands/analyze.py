@@ -32,8 +32,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     with _progress(args.path) as progress:
         diagnosis = analyze(args.path, progress=progress, workers=args.workers)
-    width = None if args.output or not sys.stdout.isatty() else None
-    text = render(diagnosis, args.format, width=width)
+    text = render(diagnosis, args.format)
     if args.output:
         try:
             args.output.write_text(text)
@@ -58,7 +57,8 @@ def _progress(path: Path) -> Iterator[Progress | None]:
     if size < PROGRESS_FROM_BYTES or not sys.stderr.isatty() or os.environ.get("CI"):
         yield None
         return
-    from rich.progress import BarColumn, DownloadColumn, Progress as Bar, TimeElapsedColumn
+    from rich.progress import BarColumn, DownloadColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
 
     with Bar(
         "[progress.description]{task.description}",
