@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from wallfinder.errors import WallfinderError
-from wallfinder.trace._columns import Assembler, Chunk, columns_of, decode_chunk
+from wallfinder.trace._columns import Assembler, Chunk, decode_chunk
 from wallfinder.trace._reader import (
     ChunkReader,
+    Cut,
     Progress,
     Remainder,
     iter_trace_files,
@@ -110,27 +111,28 @@ def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes 
     nested object): it is joined with the next chunk and decoded again, so a wrong cut can cost
     time but never change the result.
     """
-    pending = b""
+    pending: Cut | None = None
     tail: bytes | None = None
     with _decoder(workers) as decode_all:
-        for text, chunk in decode_all(reader.chunks()):
-            if isinstance(text, Remainder):
-                final, tail = split_remainder(Remainder(pending + text.text, text.bare), _local)
-                pending = b""
+        for piece, chunk in decode_all(reader.chunks()):
+            if isinstance(piece, Remainder):
+                text = pending.join(piece.text) if pending else piece.text
+                final, tail = split_remainder(Remainder(text, piece.bare), decode_chunk)
+                pending = None
                 if final is not None:
                     assembler.add(final)
                 continue
-            if pending:
-                text = pending + text
-                chunk = decode_chunk(text)
+            if pending is not None:
+                piece = Cut(b"[" + pending.join(piece.framed[1:-1]) + b"]", piece.separator)
+                chunk = decode_chunk(piece.framed)
             if chunk.problem is not None and chunk.problem[0] == "json":
-                pending = text
+                pending = piece
                 continue
-            pending = b""
+            pending = None
             assembler.add(chunk)
     whole = reader.document.whole
     if whole is not None:
-        assembler.add(columns_of(whole))
+        assembler.add(decode_chunk(whole))
         reader.document.whole = None
         return None
     if tail is None:
@@ -138,28 +140,26 @@ def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes 
     return tail
 
 
-def _local(text: bytes) -> Chunk:
-    return decode_chunk(text)
-
-
-Decoded = Iterator[tuple["bytes | Remainder", Chunk]]
+Piece = Cut | Remainder
+Decoded = Iterator[tuple[Piece, Chunk]]
 
 
 @contextmanager
-def _decoder(workers: int) -> Iterator[Callable[[Iterator[bytes | Remainder]], Decoded]]:
-    """A function from chunk texts to (text, decoded chunk) pairs in input order, decoding in
-    a process pool with a bounded number of chunks in flight (so memory stays flat)."""
+def _decoder(workers: int) -> Iterator[Callable[[Iterator[Piece]], Decoded]]:
+    """A function from pieces of the event array to (piece, decoded chunk) pairs in input
+    order, decoding in a process pool with a bounded number of chunks in flight (so memory
+    stays flat). A `Remainder` passes through undecoded: it needs the chunks before it."""
     if workers <= 1:
-        yield lambda texts: ((t, _decode_or_empty(t)) for t in texts)
+        yield lambda pieces: ((p, _decode_cut(p)) for p in pieces)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
 
-        def run(texts: Iterator[bytes | Remainder]) -> Decoded:
-            window: deque[tuple[bytes | Remainder, Future[Chunk] | None]] = deque()
-            for text in texts:
-                future = None if isinstance(text, Remainder) else pool.submit(decode_chunk, text)
-                window.append((text, future))
+        def run(pieces: Iterator[Piece]) -> Decoded:
+            window: deque[tuple[Piece, Future[Chunk] | None]] = deque()
+            for piece in pieces:
+                future = pool.submit(decode_chunk, piece.framed) if isinstance(piece, Cut) else None
+                window.append((piece, future))
                 while len(window) > 2 * workers:
                     yield _resolved(window.popleft())
             while window:
@@ -168,15 +168,13 @@ def _decoder(workers: int) -> Iterator[Callable[[Iterator[bytes | Remainder]], D
         yield run
 
 
-def _resolved(
-    item: tuple[bytes | Remainder, Future[Chunk] | None],
-) -> tuple[bytes | Remainder, Chunk]:
-    text, future = item
-    return text, (future.result() if future is not None else Chunk())
+def _resolved(item: tuple[Piece, Future[Chunk] | None]) -> tuple[Piece, Chunk]:
+    piece, future = item
+    return piece, (future.result() if future is not None else Chunk())
 
 
-def _decode_or_empty(text: bytes | Remainder) -> Chunk:
-    return Chunk() if isinstance(text, Remainder) else decode_chunk(text)
+def _decode_cut(piece: Piece) -> Chunk:
+    return decode_chunk(piece.framed) if isinstance(piece, Cut) else Chunk()
 
 
 def _build(

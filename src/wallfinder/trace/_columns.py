@@ -89,8 +89,15 @@ def _pick(events: list[Event], rows: npt.NDArray[np.intp]) -> Any:
     return itemgetter(*rows.tolist())(events)
 
 
+def _is(kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...]) -> npt.NDArray[np.bool_]:
+    """Whether each row's kind is one of `kinds` (a table lookup, not a set search)."""
+    table = np.zeros(len(Kind), dtype=bool)
+    table[list(kinds)] = True
+    return table[kind]
+
+
 def _rows(kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...]) -> npt.NDArray[np.intp]:
-    return np.flatnonzero(np.isin(kind, np.array(kinds, dtype=np.int8)))
+    return np.flatnonzero(_is(kind, kinds))
 
 
 @dataclass
@@ -124,14 +131,11 @@ class Chunk:
     problem: tuple[Any, ...] | None = None
 
 
-def decode_chunk(text: bytes | bytearray | memoryview) -> Chunk:
-    """Decode `text`, a run of events separated by commas (a trailing comma and whitespace are
-    allowed), into a `Chunk`. Never raises for bad input: problems are returned in the chunk."""
-    body = bytes(text).rstrip()
-    if body.endswith(b","):
-        body = body[:-1]
+def decode_chunk(framed: bytes) -> Chunk:
+    """Decode `framed`, a JSON array of events (`[` + events text + `]`), into a `Chunk`.
+    Never raises for bad input: problems are returned in the chunk."""
     try:
-        events = _decode_events(b"[" + body + b"]")
+        events = _decode_events(framed)
     except msgspec.ValidationError as exc:
         return Chunk(problem=("event", str(exc)))
     except msgspec.DecodeError as exc:
@@ -197,7 +201,7 @@ def _check_times(
 ) -> tuple[Any, ...] | None:
     bad_ts = (kind != Kind.METADATA) & ~np.isfinite(chunk.ts_us)
     complete = [i for i, (p, _) in enumerate(pair_codes) if p == "X"]
-    is_complete = np.isin(kind, np.array(_TIMED, dtype=np.int8)) & np.isin(pair, complete)
+    is_complete = _is(kind, _TIMED) & np.isin(pair, complete)
     bad_dur = is_complete & ~np.isfinite(chunk.dur_us)
     for bad, what in ((bad_ts, "a 'ts' (start time)"), (bad_dur, "a 'dur' (duration)")):
         if bad.any():
@@ -297,8 +301,13 @@ class Assembler:
         if chunk.count == 0:
             return
         if self.origin_us is None:
+            # The first timestamp in file order: the same however the file is chunked.
             finite = chunk.ts_us[np.isfinite(chunk.ts_us)]
-            self.origin_us = float(math.floor(finite.min())) if finite.size else 0.0
+            if finite.size == 0:
+                raise WallfinderError(
+                    f"{self.source}: the first {chunk.count} events have no timestamps"
+                )
+            self.origin_us = float(math.floor(finite[0]))
         origin = self.origin_us
         strings = _remap(self.strings, chunk.strings)
         ids = _remap(self.ids, chunk.ids)

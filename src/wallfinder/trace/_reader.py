@@ -24,7 +24,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from wallfinder.errors import WallfinderError
-from wallfinder.trace._schema import Event, Header
+from wallfinder.trace._schema import Header
 
 _fast_gzip: Any
 try:  # python-isal decompresses gzip several times faster than zlib.
@@ -35,6 +35,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 BLOCK = 8 << 20
 """Bytes of (decompressed) text read per step; also the target size of a decoded chunk."""
 
+HEADER_LIMIT = 256 << 20
+"""How far into the file the `traceEvents` key is looked for before decoding it whole."""
+
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -42,6 +45,19 @@ _decode_header = msgspec.json.Decoder(Header).decode
 _decode_any = msgspec.json.Decoder().decode
 
 Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Cut:
+    """A run of whole events, framed as a JSON array (`[` + text + `]`), and the separator
+    that followed it in the file (kept so that a false cut can be undone exactly)."""
+
+    framed: bytes
+    separator: bytes
+
+    def join(self, following: bytes) -> bytes:
+        """This cut's text, its separator and `following` text: the file's original bytes."""
+        return self.framed[1:-1] + self.separator + following
 
 
 @dataclass
@@ -58,7 +74,8 @@ class Document:
     """What the reader found besides the events."""
 
     header: Header
-    whole: list[Event] | None = None
+    whole: bytes | None = None
+    """The events, framed as one JSON array, of a document that could not be streamed."""
 
 
 def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
@@ -119,7 +136,7 @@ class ChunkReader:
         self.document = Document(Header())
         self._header_text = b""
 
-    def chunks(self) -> Iterator[bytes | Remainder]:
+    def chunks(self) -> Iterator[Cut | Remainder]:
         stream, raw = _open(self.path)
         total = max(self.path.stat().st_size, 1)
         with raw, stream:
@@ -136,7 +153,7 @@ class ChunkReader:
         self.buf += block
         tick()
 
-    def _walk(self, stream: BinaryIO, tick: Callable[[], None]) -> Iterator[bytes | Remainder]:
+    def _walk(self, stream: BinaryIO, tick: Callable[[], None]) -> Iterator[Cut | Remainder]:
         def more() -> None:
             self._more(stream, tick)
 
@@ -156,6 +173,9 @@ class ChunkReader:
                 f"{self.path.name}: not JSON (starts with {bytes(buf[start : start + 12])!r})"
             )
         match = _KEY.search(buf)
+        while match is None and not self.eof and len(buf) < HEADER_LIMIT:
+            more()  # a header (deviceProperties, distributedInfo) larger than a block
+            match = _KEY.search(buf)
         header = None
         if match is not None:
             header = _try_header(bytes(buf[start : match.start()]))
@@ -182,16 +202,15 @@ class ChunkReader:
         if not isinstance(events, list):
             raise WallfinderError(f"{self.path.name}: 'traceEvents' is not a list")
         try:
-            return Document(
-                msgspec.convert(doc, Header, strict=False),
-                msgspec.convert(events, list[Event], strict=False),
-            )
+            header = msgspec.convert(doc, Header, strict=False)
         except msgspec.ValidationError as exc:
-            raise WallfinderError(f"{self.path.name}: malformed event ({exc})") from None
+            raise WallfinderError(f"{self.path.name}: malformed header ({exc})") from None
+        # Re-encoded so that the events go through the same typed decoder as streamed ones.
+        return Document(header, msgspec.json.encode(events))
 
     def _array(
         self, pos: int, more: Callable[[], None], *, bare: bool
-    ) -> Iterator[bytes | Remainder]:
+    ) -> Iterator[Cut | Remainder]:
         """Yield the array's text from `pos` in cuts of at least BLOCK/2 bytes, each ending
         just before the `{` of the next event, then the rest of the file."""
         buf = self.buf
@@ -208,9 +227,12 @@ class ChunkReader:
             if match is None:
                 more()
                 continue
-            cut = match.end() - 1
-            yield bytes(buf[:cut])
-            pos = cut
+            # One copy: the framed chunk is built straight from the window.
+            with memoryview(buf) as view:
+                framed = b"".join((b"[", view[: match.start() + 1], b"]"))
+                separator = bytes(view[match.start() + 1 : match.end() - 1])
+            yield Cut(framed, separator)
+            pos = match.end() - 1
 
 
 def _skip_ws(buf: bytes | bytearray, pos: int) -> int:
@@ -248,13 +270,14 @@ def split_remainder(remainder: Remainder, decode: Callable[[bytes], Any]) -> tup
         raise WallfinderError("the JSON ends early (truncated file?)")
     last_error = ""
     for match in _ARRAY_END.finditer(text, pos):
-        chunk = decode(text[pos : match.start() + 1])
+        chunk = decode(b"[" + text[pos : match.start() + 1] + b"]")
         if chunk.problem is None or chunk.problem[0] != "json":
             return chunk, text[match.end() :]
         last_error = str(chunk.problem[1])
     if remainder.bare:
         # The Chrome format allows a bare array without its closing bracket.
-        chunk = decode(text[pos:])
+        body = text[pos:].rstrip()
+        chunk = decode(b"[" + (body[:-1] if body.endswith(b",") else body) + b"]")
         if chunk.problem is None or chunk.problem[0] != "json":
             return chunk, b""
         last_error = str(chunk.problem[1])
