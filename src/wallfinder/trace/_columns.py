@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -293,7 +293,7 @@ class Assembler:
         self.begins: list[int] = []
         self.ends: list[int] = []
         self.count = 0
-        self._parts: list[Events] = []
+        self._parts: list[dict[str, npt.NDArray[Any]]] = []
 
     def add(self, chunk: Chunk) -> None:
         if chunk.problem is not None:
@@ -317,7 +317,7 @@ class Assembler:
         np.maximum(dur, 0, out=dur)
         pid = ids[chunk.pid]
         self._parts.append(
-            Events(
+            dict(
                 kind=chunk.kind,
                 name=strings[chunk.name],
                 cat=strings[chunk.cat],
@@ -360,10 +360,11 @@ class Assembler:
     def finish(self) -> tuple[Events, list[MemorySample]]:
         if not self._parts:
             raise WallfinderError(f"{self.source}: the trace has no events")
-        events = self._parts[0] if len(self._parts) == 1 else Events.concatenate(self._parts)
-        self._parts.clear()
+        parts = self._parts
+        keep = None
         if self.begins or self.ends:
-            events = _pair_begin_end(events, self.begins, self.ends)
+            keep = _pair_begin_end(parts, self.begins, self.ends)
+        events = _sorted_by_kind_and_time(parts, keep)
         origin = self.origin_us or 0.0
         memory = [MemorySample(round((t - origin) * 1000.0), d, a, r) for t, d, a, r in self.memory]
         return events, memory
@@ -376,16 +377,48 @@ def _remap(table: Interner, local: list[Any]) -> npt.NDArray[np.int32]:
     return np.fromiter(map(table.__getitem__, local), np.int32, len(local))
 
 
-def _pair_begin_end(events: Events, begins: list[int], ends: list[int]) -> Events:
+def _column(parts: list[dict[str, npt.NDArray[Any]]], name: str) -> npt.NDArray[Any]:
+    return parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
+
+
+def _sorted_by_kind_and_time(
+    parts: list[dict[str, npt.NDArray[Any]]], keep: npt.NDArray[np.bool_] | None
+) -> Events:
+    """Stack the chunks' columns in (kind, start time) order, so that each kind is one
+    contiguous, time-sorted slice. Columns are stacked and reordered one at a time, each
+    chunk's copy dropped as soon as it is used: peak memory is the table plus two columns."""
+    kind = _column(parts, "kind")
+    ts = _column(parts, "ts")
+    rows = np.arange(kind.size) if keep is None else np.flatnonzero(keep)
+    # Stable sorts: by time (nearly sorted already within a kind), then by kind (radix sort).
+    by_time = rows[np.argsort(ts[rows], kind="stable")]
+    order = by_time[np.argsort(kind[by_time], kind="stable")]
+    columns: dict[str, npt.NDArray[Any]] = {"kind": kind[order], "ts": ts[order]}
+    del kind, ts
+    for name in [f.name for f in fields(Events)]:
+        if name in columns:
+            continue
+        columns[name] = _column(parts, name)[order]
+        for p in parts:
+            del p[name]
+    parts.clear()
+    return Events(**columns)
+
+
+def _pair_begin_end(
+    parts: list[dict[str, npt.NDArray[Any]]], begins: list[int], ends: list[int]
+) -> npt.NDArray[np.bool_]:
     """Turn Chrome-format B/E pairs into complete events: each B takes the time to its matching
-    E on the same thread (a stack per thread); the E rows are dropped. Unmatched B events keep
-    no duration."""
-    keep = np.ones(len(events), dtype=bool)
+    E on the same thread (a stack per thread; durations are written into the chunks' columns).
+    Returns which rows to keep: the E rows are dropped. Unmatched B events keep no duration."""
+    ts, pid, tid = (_column(parts, c) for c in ("ts", "pid", "tid"))
+    offsets = np.cumsum([0] + [p["ts"].size for p in parts])
+    keep = np.ones(ts.size, dtype=bool)
     is_begin = set(begins)
     rows = np.array(begins + ends, dtype=np.int64)
     stacks: dict[tuple[int, int], list[int]] = {}
-    for i in rows[np.argsort(events.ts[rows], kind="stable")].tolist():
-        key = (int(events.pid[i]), int(events.tid[i]))
+    for i in rows[np.argsort(ts[rows], kind="stable")].tolist():
+        key = (int(pid[i]), int(tid[i]))
         if i in is_begin:
             stacks.setdefault(key, []).append(i)
             continue
@@ -393,5 +426,6 @@ def _pair_begin_end(events: Events, begins: list[int], ends: list[int]) -> Event
         stack = stacks.get(key)
         if stack:
             start = stack.pop()
-            events.dur[start] = events.ts[i] - events.ts[start]
-    return events.take(np.flatnonzero(keep))
+            part = int(np.searchsorted(offsets, start, side="right")) - 1
+            parts[part]["dur"][start - offsets[part]] = ts[i] - ts[start]
+    return keep

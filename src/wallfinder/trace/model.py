@@ -108,8 +108,8 @@ class Events:
     def end(self) -> I64:
         return self.ts + self.dur
 
-    def take(self, index: npt.NDArray[Any]) -> Events:
-        """The rows at `index` (an index array or boolean mask), as a new table."""
+    def take(self, index: npt.NDArray[Any] | slice) -> Events:
+        """The rows at `index` (an index array, a boolean mask, or a slice: a view)."""
         return Events(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def sorted_by_time(self) -> Events:
@@ -137,9 +137,10 @@ class MemorySample:
 class Trace:
     """One profiler trace (one rank), loaded into columns.
 
-    `events` holds every event in file order; `of_kind` gives the rows of one kind, sorted by
-    start time. `strings[code]` is the text of a `name`/`cat` code, `ids[code]` the original
-    pid/tid value, `raw[code]` the raw JSON of an `input_dims`/`input_type` code.
+    `events` holds every event, sorted by kind and then by start time; `of_kind` gives the
+    rows of some kinds, sorted by start time. `strings[code]` is the text of a `name`/`cat`
+    code, `ids[code]` the original pid/tid value, `raw[code]` the raw JSON of an
+    `input_dims`/`input_type` code.
     """
 
     source: str
@@ -156,12 +157,20 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
 
     def of_kind(self, *kinds: Kind) -> Events:
-        """Rows of the given kinds, sorted by start time (cached per kind set)."""
-        key = tuple(sorted(kinds))
+        """Rows of the given kinds, sorted by start time. One kind is a zero-copy slice of
+        `events` (which is sorted by kind, then time); several are merged once and cached."""
+        key = tuple(sorted(set(kinds)))
         cache = self._kind_cache
         if key not in cache:
-            mask = np.isin(self.events.kind, np.array(key, dtype=np.int8))
-            cache[key] = self.events.take(np.flatnonzero(mask)).sorted_by_time()
+            wanted = np.array(key, np.int8)
+            lo = np.searchsorted(self.events.kind, wanted, "left")
+            hi = np.searchsorted(self.events.kind, wanted, "right")
+            slices = [slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
+            if len(slices) == 1:
+                cache[key] = self.events.take(slices[0])
+            else:
+                rows = np.concatenate([np.arange(s.start, s.stop) for s in slices])
+                cache[key] = self.events.take(rows).sorted_by_time()
         return cache[key]
 
     @cached_property
