@@ -12,6 +12,10 @@ from rich.text import Text
 
 from wallfinder.diagnosis import Diagnosis
 
+NAME_WIDTH = 52
+"""Kernel and op names are cut to this many characters so the figures beside them fit in 100
+columns; the JSON output has them whole."""
+
 _WALL_STYLE = {"compute": "bold green", "bandwidth": "bold yellow", "overhead": "bold red"}
 _IDLE_LABEL = {
     "data_loading": "data loading (DataLoader)",
@@ -128,7 +132,7 @@ def _breakdown(d: Diagnosis) -> Table:
             table.add_row(
                 f"  └ {labels[cause]}", _pct(share), f"{share * step_ms:.2f}", style="dim"
             )
-    table.add_row("step", "100.0%", f"{step_ms:.2f}", style="bold")
+    table.add_row("step (mean)", "100.0%", f"{step_ms:.2f}", style="bold")
     return table
 
 
@@ -145,7 +149,7 @@ def _classes(d: Diagnosis) -> Table:
 
 def _kernels(d: Diagnosis) -> Table:
     table = Table(title="Top kernels by GPU time", title_justify="left", show_edge=False)
-    table.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1)
+    table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=NAME_WIDTH)
     table.add_column("class", no_wrap=True, min_width=13)
     table.add_column("calls", justify="right", no_wrap=True, min_width=6)
     table.add_column("share", justify="right", no_wrap=True, min_width=6)
@@ -168,7 +172,7 @@ def _cpu_ops(d: Diagnosis) -> Group:
     for c in d.classes:
         classes.add_row(c.cls, _pct(c.share), f"{c.time_s * 1e3 / steps:.2f}")
     ops = Table(title="Top CPU ops (top-level)", title_justify="left", show_edge=False)
-    ops.add_column("op", overflow="ellipsis", no_wrap=True, ratio=1)
+    ops.add_column("op", overflow="ellipsis", no_wrap=True, max_width=NAME_WIDTH)
     ops.add_column("class", no_wrap=True, min_width=13)
     ops.add_column("calls", justify="right", no_wrap=True, min_width=6)
     ops.add_column("share", justify="right", no_wrap=True, min_width=6)
