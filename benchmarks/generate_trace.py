@@ -21,15 +21,16 @@ from __future__ import annotations
 import argparse
 import bisect
 import gzip
+import io
 import json
 import math
 import random
 import sys
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 MB = 1_000_000
 TARGET_STEPS = 30
@@ -40,6 +41,8 @@ NUM_GPUS = 8
 NUM_SMS = 132
 PEAK_FLOP_PER_NS = 989_000.0  # H100 SXM dense bf16
 HBM_BYTES_PER_NS = 3350.0
+WORLD_SIZE = 8
+RANK = 0
 COMPUTE_STREAM = 7
 COPY_STREAM = 24
 NCCL_STREAM = 28
@@ -62,6 +65,7 @@ PARAMS_PER_LAYER = 4 * HIDDEN * HIDDEN + 2 * HIDDEN * FFN + 9 * HIDDEN + FFN
 K_OP = 0  # cpu_op or user_annotation: External id, Ev Idx
 K_SEQ = 1  # cpu_op that carries an autograd Sequence number
 K_PY = 2  # python_function: Python parent id, Python id, Ev Idx
+K_ANNOTATION = 3  # user_annotation: like K_OP, but launches inside it link to the enclosing cpu_op
 
 # What an op does for autograd.
 AG_NONE = 0
@@ -69,6 +73,7 @@ AG_FWD = 1  # creates a backward node: fwdbwd flow start, backward queued
 AG_EVAL = 2  # autograd::engine::evaluate_function wrapper of a backward node
 AG_NODE = 3  # the backward node itself: fwdbwd flow end
 AG_MARK = 4  # emits nothing: queues per-block gradient work (AccumulateGrad, DDP all-reduce)
+AG_BACKWARD = 5  # emits nothing: runs the queued backward on the autograd thread, then resumes
 
 # Runtime call behaviours.
 C_GPU = 0  # launches a kernel, memcpy or memset
@@ -90,6 +95,7 @@ CBID = {
     "cudaLaunchKernel": 211,
     "cudaLaunchKernelExC": 430,
     "cuLaunchKernel": 307,
+    "cudaFuncSetAttribute": 273,
 }
 
 
@@ -126,6 +132,11 @@ def _s(value: object) -> Input:
 
 def _sl(values: list[int]) -> Input:
     return (str(values), "ScalarList", "[]", "[]")
+
+
+def _tl(count: int, *dims: int) -> Input:
+    """A TensorList of `count` same-shaped bf16 tensors."""
+    return ("", "TensorList", str([_strides(dims)] * count), str([list(dims)] * count))
 
 
 NONE_INPUT: Input = ("", "", "[]", "[]")
@@ -189,7 +200,9 @@ _DIRECT_COPY = (
     f"{_AT}direct_copy_kernel_cuda(at::TensorIteratorBase&)::{{lambda()#3}}::operator()() const"
     "::{lambda()#12}::operator()() const::{lambda(c10::BFloat16)#1}"
 )
-_NOCAST = f"{_AT}gpu_kernel_impl_nocast<{_DIRECT_COPY}>(at::TensorIteratorBase&, {_DIRECT_COPY} const&)"
+_NOCAST = (
+    f"{_AT}gpu_kernel_impl_nocast<{_DIRECT_COPY}>(at::TensorIteratorBase&, {_DIRECT_COPY} const&)"
+)
 _FLASH_BWD_TRAITS = (
     "Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, "
     "Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >"
@@ -262,12 +275,18 @@ K_COPY = _elementwise(
     f"(int, {_NOCAST}::{{lambda(int)#1}})",
     _ACT,
 )
-K_CAST = _elementwise(
-    f"void {_AT}unrolled_elementwise_kernel<{_AT}direct_copy_kernel_cuda(at::TensorIteratorBase&)"
-    "::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, "
-    "std::array<char*, 2ul>, 4, TrivialOffsetCalculator<1, unsigned int>, "
+_CAST = (
+    f"{_AT}direct_copy_kernel_cuda(at::TensorIteratorBase&)::{{lambda()#3}}::operator()() const"
+    "::{lambda()#7}::operator()() const::{lambda(float)#1}"
+)
+_CAST_ARGS = (
+    "std::array<char*, 2ul>, {}TrivialOffsetCalculator<1, unsigned int>, "
     f"TrivialOffsetCalculator<1, unsigned int>, {_AT}memory::LoadWithCast<1>, "
-    f"{_AT}memory::StoreWithCast<1> >(int, ...)",
+    f"{_AT}memory::StoreWithCast<1>"
+)
+K_CAST = _elementwise(
+    f"void {_AT}unrolled_elementwise_kernel<{_CAST}, {_CAST_ARGS.format('4, ')} >"
+    f"(int, {_CAST}, {_CAST_ARGS.format('')})",
     BATCH * 3 * 448 * 448,
 )
 K_LAYER_NORM = Kernel(
@@ -420,9 +439,7 @@ K_CONV_WGRAD = _gemm(
 )
 K_TRITON_FWD = Kernel("triton_poi_fused_add_mul_0", (_ACT // 1024, 1, 1), (256, 1, 1), 24, 0)
 K_TRITON_BWD_MUL = Kernel("triton_poi_fused_mul_1", (_ACT // 1024, 1, 1), (256, 1, 1), 22, 0)
-K_TRITON_BWD_SUM = Kernel(
-    "triton_red_fused_mul_sum_2", (HIDDEN // 64, 1, 1), (64, 8, 1), 40, 1_024
-)
+K_TRITON_BWD_SUM = Kernel("triton_red_fused_mul_sum_2", (HIDDEN // 64, 1, 1), (64, 8, 1), 40, 1_024)
 K_FOREACH_NORM = Kernel(
     f"void {_ANON}multi_tensor_apply_kernel<{_ANON}TensorListMetadata<1>, {_ANON}LpNormFunctor<"
     f"c10::BFloat16, ({_ANON}NormType)1, float, float>, float*, int>({_ANON}TensorListMetadata<1>"
@@ -442,10 +459,13 @@ K_FOREACH_MUL = Kernel(
     26,
     0,
 )
+_ADAMW_ARGS = (
+    f"{_ANON}FusedOptimizerTensorListMetadata<4>, {_ANON}FusedAdamMathFunctor<c10::BFloat16, 4, "
+    "(at::native::ADAM_MODE)1, false>, double, double, double, double, double, bool, "
+    "float const*, float const*"
+)
 K_FUSED_ADAMW = Kernel(
-    f"void {_ANON}multi_tensor_apply_kernel<{_ANON}FusedOptimizerTensorListMetadata<4>, {_ANON}"
-    "FusedAdamMathFunctor<c10::BFloat16, 4, (at::native::ADAM_MODE)1, false>, double, double, "
-    "double, double, double, bool, float const*, float const*>(...)",
+    f"void {_ANON}multi_tensor_apply_kernel<{_ADAMW_ARGS}>({_ADAMW_ARGS})",
     (320, 1, 1),
     (512, 1, 1),
     72,
@@ -469,7 +489,7 @@ def _mem_ns(nbytes: int, efficiency: float = 0.82) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# The op-tree the generator replays
+# The op tree the generator replays
 
 
 @dataclass(slots=True)
@@ -485,7 +505,7 @@ class Call:
     """A CUDA runtime/driver call made by an op, and the GPU activity it enqueues, if any."""
 
     mode: int
-    fmt: str  # runtime event (+ ac2g flow start), with External id
+    fmt: str  # the runtime event (and its ac2g flow start), with External id
     fmt_noext: str  # the same without External id, for calls made outside any cpu_op
     api_ns: int
     stream: int = COMPUTE_STREAM
@@ -499,18 +519,19 @@ class Call:
 
 @dataclass(slots=True)
 class Op:
+    """A CPU-side event with its nested ops, in call order; `site` None groups without emitting."""
+
     site: Site | None
-    pre_ns: int = 2000
-    post_ns: int = 800
+    pre_ns: int = 2500
+    post_ns: int = 900
     children: tuple[Op, ...] = ()
     calls: tuple[Call, ...] = ()
     autograd: int = AG_NONE
-    grad: Op | None = None  # backward tree queued by AG_FWD / AG_MARK ops
-    grad_acc: Op | None = None  # AG_MARK: backward tree for later micro-batches
-    grad_sync: Op | None = None  # AG_MARK: DDP all-reduce, last micro-batch only
-    alloc: int = 0  # bytes allocated (AG_FWD) or released (its backward) on the GPU
-    span: bool = False  # also emit a gpu_user_annotation over the GPU work it launched
-    span_name: str = ""
+    grad: Op | None = None  # backward tree queued by AG_FWD and AG_MARK ops
+    grad_acc: Op | None = None  # AG_MARK: backward tree for the later micro-batches
+    grad_sync: Op | None = None  # AG_MARK: the DDP all-reduce, last micro-batch only
+    alloc: int = 0  # GPU bytes allocated (AG_FWD) or released (by its backward)
+    span: str = ""  # name of the gpu_user_annotation covering the GPU work it launched
 
 
 class _Thread:
@@ -520,16 +541,17 @@ class _Thread:
         self.tid = tid
         self.now = now
         self.ext_stack: list[int] = []
-        self.py_stack: list[int] = []
+        # Top-level frames hang off a frame opened before profiling began, as in real traces.
+        self.py_stack: list[int] = [1]
 
 
 class _Builder:
-    """Builds Sites, Calls and Op trees with every static byte of their events precomputed."""
+    """Builds Sites, Calls and Ops with every static byte of their events precomputed."""
 
     def __init__(self, pid: int, main_tid: int, bwd_tid: int) -> None:
         self.pid = pid
-        self.main = main_tid
-        self.bwd = bwd_tid
+        self.main_tid = main_tid
+        self.bwd_tid = bwd_tid
         self._kernel_fmt: dict[tuple[str, int], str] = {}
 
     def _head(self, cat: str, name: str, tid: int) -> str:
@@ -538,15 +560,21 @@ class _Builder:
             f'"tid": {tid},\n    "ts": '
         )
 
-    def site(self, tid: int, name: str, inputs: tuple[Input, ...] = (), seq: bool = False) -> Site:
-        shapes = _esc(_shape_args(inputs))
+    def site(
+        self,
+        tid: int,
+        name: str,
+        inputs: tuple[Input, ...] = (),
+        seq: bool = False,
+        extra: str = "",
+    ) -> Site:
         body = '%d.%03d, "dur": %d.%03d,\n    "args": {\n      "External id": %d,'
         body += '"Record function id": 0, '
         if seq:
-            fwd_thread = 1 if tid == self.bwd else 0
-            body += '"Sequence number": %d, "Fwd thread id": ' + str(fwd_thread) + ", "
-        fmt = self._head("cpu_op", name, tid) + body + shapes + '"Ev Idx": %d\n    }\n  }'
-        return Site(K_SEQ if seq else K_OP, fmt)
+            fwd_thread = 1 if tid == self.bwd_tid else 0
+            body += f'"Sequence number": %d, "Fwd thread id": {fwd_thread}, '
+        fmt = self._head("cpu_op", name, tid) + body + _esc(_shape_args(inputs) + extra)
+        return Site(K_SEQ if seq else K_OP, fmt + '"Ev Idx": %d\n    }\n  }')
 
     def annotation_site(self, tid: int, name: str) -> Site:
         fmt = self._head("user_annotation", name, tid) + (
@@ -559,50 +587,50 @@ class _Builder:
         module = ' "Python module id": 0,' if name.startswith("nn.Module: ") else ""
         fmt = self._head("python_function", name, tid) + (
             '%d.%03d, "dur": %d.%03d,\n    "args": {\n      "Python parent id": %d, '
-            '"Python id": %d,' + module + ' "Ev Idx": %d\n    }\n  }'
+            f'"Python id": %d,{module} "Ev Idx": %d\n    }}\n  }}'
         )
         return Site(K_PY, fmt)
 
     # ---- calls
 
     def _runtime_fmt(self, tid: int, api: str, flow: bool) -> tuple[str, str]:
-        cat = "cuda_driver" if api.startswith("cu") and not api.startswith("cuda") else "cuda_runtime"
+        cat = "cuda_driver" if api.startswith("cuL") else "cuda_runtime"
         head = self._head(cat, api, tid) + '%d.%03d, "dur": %d.%03d,\n    "args": {\n      '
+        # Kineto strips the newlines CUPTI metadata starts with, leaving runs of spaces.
         tail = f'      "cbid": {CBID[api]}, "correlation": %d\n    }}\n  }}'
         with_ext = head + '"External id": %d,' + tail
-        without_ext = head + tail
         if flow:
             with_ext += (
-                ',\n  {\n    "ph": "s", "id": %d, "pid": '
-                + str(self.pid)
-                + ', "tid": '
-                + str(tid)
-                + ', "ts": %d.%03d,\n    "cat": "ac2g", "name": "ac2g"\n  }'
+                f',\n  {{\n    "ph": "s", "id": %d, "pid": {self.pid}, "tid": {tid}, '
+                '"ts": %d.%03d,\n    "cat": "ac2g", "name": "ac2g"\n  }'
             )
-        return with_ext, without_ext
+        return with_ext, head + tail
 
-    def _gpu_head(self, cat: str, name: str, stream: int) -> str:
-        return _esc(
-            f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": 0, "tid": {stream},\n'
-            '    "ts": '
-        ) + '%d.%03d, "dur": %d.%03d,\n    "args": {\n      "External id": %d,'
-
-    def _flow_end(self, stream: int) -> str:
+    @staticmethod
+    def _gpu_head(cat: str, name: str, stream: int) -> str:
         return (
-            ',\n  {\n    "ph": "f", "id": %d, "pid": 0, "tid": '
-            + str(stream)
-            + ', "ts": %d.%03d,\n    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }'
+            _esc(
+                f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": 0, "tid": {stream},\n'
+                '    "ts": '
+            )
+            + '%d.%03d, "dur": %d.%03d,\n    "args": {\n      "External id": %d,'
         )
 
-    def kernel_fmt(self, kernel: Kernel, stream: int, extra_args: str = "") -> str:
+    @staticmethod
+    def _flow_end(stream: int) -> str:
+        return (
+            f',\n  {{\n    "ph": "f", "id": %d, "pid": 0, "tid": {stream}, "ts": %d.%03d,\n'
+            '    "cat": "ac2g", "name": "ac2g", "bp": "e"\n  }'
+        )
+
+    def _kernel_template(self, kernel: Kernel, stream: int, extra_args: str) -> str:
         key = (kernel.name + extra_args, stream)
         cached = self._kernel_fmt.get(key)
         if cached is None:
             cached = (
                 self._gpu_head("kernel", kernel.name, stream)
-                + '      "queued": 0, "device": 0, "context": 1,      "stream": '
-                + str(stream)
-                + ', "correlation": %d,'
+                + f'      "queued": 0, "device": 0, "context": 1,      "stream": {stream}, '
+                + '"correlation": %d,'
                 + _esc(kernel.launch_args() + extra_args)
                 + "\n    }\n  }"
                 + self._flow_end(stream)
@@ -622,40 +650,34 @@ class _Builder:
     ) -> Call:
         fmt, noext = self._runtime_fmt(tid, api, flow=True)
         api_ns = {"cudaLaunchKernel": 3800, "cuLaunchKernel": 5200}.get(api, 6500)
-        return Call(
-            C_GPU,
-            fmt,
-            noext,
-            api_ns,
-            stream,
-            self.kernel_fmt(kernel, stream, extra_args),
-            gpu_ns,
-            skew_ns=skew_ns,
-        )
+        gpu_fmt = self._kernel_template(kernel, stream, extra_args)
+        return Call(C_GPU, fmt, noext, api_ns, stream, gpu_fmt, gpu_ns, skew_ns=skew_ns)
 
     def transfer(
         self, tid: int, name: str, nbytes: int, gbps: float, stream: int, blocking: bool = False
     ) -> Call:
         memset = name.startswith("Memset")
-        api = "cudaMemsetAsync" if memset else "cudaMemcpyAsync"
-        fmt, noext = self._runtime_fmt(tid, api, flow=True)
+        fmt, noext = self._runtime_fmt(
+            tid, "cudaMemsetAsync" if memset else "cudaMemcpyAsync", True
+        )
         gpu_fmt = (
             self._gpu_head("gpu_memset" if memset else "gpu_memcpy", name, stream)
-            + '      "device": 0, "context": 1,      "stream": '
-            + str(stream)
-            + ', "correlation": %d,      "bytes": '
-            + str(nbytes)
-            + ', "memory bandwidth (GB/s)": %s\n    }\n  }'
+            + f'      "device": 0, "context": 1,      "stream": {stream}, "correlation": %d,'
+            + f'      "bytes": {nbytes}, "memory bandwidth (GB/s)": %s\n    }}\n  }}'
             + self._flow_end(stream)
         )
-        gpu_ns = int(nbytes / gbps) + 1200
         api_ns = 4500 if memset else 9000
-        return Call(
-            C_GPU, fmt, noext, api_ns, stream, gpu_fmt, gpu_ns, nbytes, blocking=blocking
-        )
+        gpu_ns = int(nbytes / gbps) + 1200
+        return Call(C_GPU, fmt, noext, api_ns, stream, gpu_fmt, gpu_ns, nbytes, blocking=blocking)
 
     def runtime(
-        self, tid: int, api: str, mode: int, api_ns: int, stream: int = COMPUTE_STREAM, src: int = 0
+        self,
+        tid: int,
+        api: str,
+        mode: int,
+        api_ns: int,
+        stream: int = COMPUTE_STREAM,
+        src: int = COMPUTE_STREAM,
     ) -> Call:
         fmt, noext = self._runtime_fmt(tid, api, flow=False)
         return Call(mode, fmt, noext, api_ns, stream, src=src)
@@ -670,9 +692,17 @@ class _Builder:
         *children: Op,
         calls: tuple[Call, ...] = (),
         pre: int = 2500,
-        post: int = 900,
+        grad: Op | None = None,
+        alloc: int = 0,
     ) -> Op:
-        return Op(self.site(tid, name, inputs), pre, post, children, calls)
+        """A cpu_op; given `grad`, it creates an autograd node whose backward is `grad`."""
+        op = Op(self.site(tid, name, inputs, grad is not None), pre, 900, children, calls)
+        if grad is not None:
+            op.autograd = AG_FWD
+            op.grad = grad
+            op.alloc = alloc
+            grad.alloc = -alloc
+        return op
 
     def kop(
         self,
@@ -682,49 +712,1939 @@ class _Builder:
         kernel: Kernel,
         gpu_ns: int,
         *children: Op,
-        pre: int = 6000,
+        grad: Op | None = None,
+        alloc: int = 0,
     ) -> Op:
-        """An op whose only GPU work is one kernel launch on the compute stream."""
+        """A cpu_op that launches one kernel on the compute stream after its children."""
+        call = self.launch(tid, kernel, gpu_ns)
         return self.op(
-            tid, name, inputs, *children, calls=(self.launch(tid, kernel, gpu_ns),), pre=pre
+            tid, name, inputs, *children, calls=(call,), pre=6000, grad=grad, alloc=alloc
         )
 
-    def fwd(self, op: Op, grad: Op, alloc: int = 0) -> Op:
-        """Marks a forward op as the creator of an autograd node whose backward is `grad`."""
-        op.site = self.site(self.main, _site_name(op.site), _site_inputs.get(id(op.site), ()), True)
-        op.autograd = AG_FWD
-        op.grad = grad
-        op.alloc = alloc
-        if alloc:
-            grad.alloc = -alloc
-        return op
-
-    def bwd(self, node: str, inputs: tuple[Input, ...], *children: Op, calls: tuple[Call, ...] = ()) -> Op:
+    def bwd(
+        self, node: str, inputs: tuple[Input, ...], *children: Op, calls: tuple[Call, ...] = ()
+    ) -> Op:
         """A backward node as the autograd engine runs it, wrapped in evaluate_function."""
-        inner = Op(self.site(self.bwd, node, inputs, True), 3000, 900, children, calls, AG_NODE)
-        outer_site = self.site(self.bwd, "autograd::engine::evaluate_function: " + node, (), True)
-        return Op(outer_site, 1500, 1200, (inner,), autograd=AG_EVAL)
+        inner = Op(self.site(self.bwd_tid, node, inputs, True), 3000, 900, children, calls, AG_NODE)
+        outer = self.site(self.bwd_tid, "autograd::engine::evaluate_function: " + node, (), True)
+        return Op(outer, 1500, 1200, (inner,), autograd=AG_EVAL)
 
-    def py(self, tid: int, name: str, *children: Op, pre: int = 1500, calls: tuple[Call, ...] = ()) -> Op:
+    def py(
+        self, tid: int, name: str, *children: Op, pre: int = 1500, calls: tuple[Call, ...] = ()
+    ) -> Op:
         return Op(self.py_site(tid, name), pre, 700, children, calls)
 
-    def annotation(self, tid: int, name: str, *children: Op, span: bool = False, pre: int = 3000) -> Op:
-        return Op(self.annotation_site(tid, name), pre, 1500, children, span=span, span_name=name)
+    def annotation(
+        self, tid: int, name: str, *children: Op, span: bool = False, pre: int = 3000
+    ) -> Op:
+        return Op(self.annotation_site(tid, name), pre, 1500, children, span=name if span else "")
 
 
-# fwd() re-creates a site with a Sequence number; these remember what a site was built from.
-_site_names: dict[int, str] = {}
-_site_inputs: dict[int, tuple[Input, ...]] = {}
+# --------------------------------------------------------------------------------------------
+# The model: one micro-batch of a data-parallel ViT training step, as op trees
 
 
-def _site_name(site: Site | None) -> str:
-    assert site is not None
-    return _site_names[id(site)]
+@dataclass
+class Model:
+    zero_grad: Op
+    micro_batch: Op
+    ddp_finalize: Op
+    clip_and_step: Op
+    metrics: Op
+    device_sync: Op
+    empty_cache: Op
 
 
-class _RecordingBuilder(_Builder):
-    def site(self, tid: int, name: str, inputs: tuple[Input, ...] = (), seq: bool = False) -> Site:
-        s = super().site(tid, name, inputs, seq)
-        _site_names[id(s)] = name
-        _site_inputs[id(s)] = inputs
-        return s
+_X = (BATCH, PATCHES, HIDDEN)
+_X2 = (TOKENS, HIDDEN)
+_ACT_BYTES = _ACT * 2
+_FFN_BYTES = _ACT_FFN * 2
+
+
+def _build_model(b: _Builder, layers: int) -> Model:
+    m, w = b.main_tid, b.bwd_tid
+
+    def as_strided(tid: int, dims: tuple[int, ...]) -> Op:
+        return b.op(
+            tid,
+            "aten::as_strided",
+            (_t(*dims), _sl(list(dims)), _sl(_strides(dims)), NONE_INPUT),
+            pre=1500,
+        )
+
+    def transpose(tid: int, dims: tuple[int, ...], grad: Op | None = None) -> Op:
+        return b.op(
+            tid,
+            "aten::transpose",
+            (_t(*dims), _s(0), _s(1)),
+            as_strided(tid, dims),
+            pre=2000,
+            grad=grad,
+        )
+
+    def view(tid: int, dims: tuple[int, ...]) -> Op:
+        return b.op(tid, "aten::view", (_t(*dims), _sl(list(dims))), pre=1800)
+
+    def empty(tid: int, dims: tuple[int, ...], name: str = "aten::empty") -> Op:
+        return b.op(
+            tid,
+            name,
+            (_sl(list(dims)), _s(15), _s(0), NONE_INPUT, _s("False"), NONE_INPUT),
+            pre=3000,
+        )
+
+    def t_op(tid: int, out: int, inp: int, grad: Op | None = None) -> Op:
+        return b.op(
+            tid, "aten::t", (_t(out, inp),), transpose(tid, (out, inp)), pre=1500, grad=grad
+        )
+
+    # ---- backward trees (autograd thread)
+
+    def t_backward(out: int, inp: int) -> Op:
+        return b.bwd("TBackward0", (_t(inp, out, strides=(1, inp)),), t_op(w, inp, out))
+
+    def linear_backward(inp: int, out: int, bias_kernel: Kernel = K_REDUCE_SUM) -> Op:
+        flops = (TOKENS, out, inp)
+        return b.bwd(
+            "AddmmBackward0",
+            (_t(TOKENS, out),),
+            t_op(w, inp, out),
+            b.kop(w, "aten::mm", (_t(TOKENS, out), _t(out, inp)), K_GEMM_DGRAD, _gemm_ns(*flops)),
+            t_op(w, TOKENS, out),
+            b.kop(
+                w,
+                "aten::mm",
+                (_t(out, TOKENS, strides=(1, out)), _t(TOKENS, inp)),
+                K_GEMM_WGRAD,
+                _gemm_ns(*flops, 0.58),
+            ),
+            b.kop(
+                w,
+                "aten::sum",
+                (_t(TOKENS, out), _sl([0]), _s("True"), NONE_INPUT),
+                bias_kernel,
+                _mem_ns(TOKENS * out * 2),
+            ),
+            view(w, (1, out)),
+            t_op(w, out, inp),
+        )
+
+    def layer_norm_backward() -> Op:
+        return b.bwd(
+            "NativeLayerNormBackward0",
+            (_t(*_X),),
+            b.op(
+                w,
+                "aten::native_layer_norm_backward",
+                (
+                    _t(*_X),
+                    _t(*_X),
+                    _sl([HIDDEN]),
+                    _t(BATCH, PATCHES, 1, dtype="float"),
+                    _t(BATCH, PATCHES, 1, dtype="float"),
+                    _t(HIDDEN),
+                    _t(HIDDEN),
+                    NONE_INPUT,
+                ),
+                empty(w, _X, "aten::empty_like"),
+                empty(w, (HIDDEN,), "aten::empty_like"),
+                empty(w, (HIDDEN,), "aten::empty_like"),
+                calls=(
+                    b.launch(w, K_LAYER_NORM_BWD_INPUT, _mem_ns(4 * _ACT_BYTES)),
+                    b.launch(w, K_LAYER_NORM_BWD_GAMMA, _mem_ns(2 * _ACT_BYTES)),
+                ),
+                pre=5000,
+            ),
+        )
+
+    def accumulate(dims: tuple[int, ...], first: bool) -> Op:
+        numel = math.prod(dims)
+        if first:
+            inner = b.op(
+                w, "aten::detach", (_t(*dims),), b.op(w, "detach", (_t(*dims),), pre=1200), pre=1500
+            )
+        else:
+            add_kernel = Kernel(K_ADD.name, (max(1, numel // 2048), 1, 1), (128, 1, 1), 28, 0)
+            inner = b.kop(
+                w, "aten::add_", (_t(*dims), _t(*dims), _s(1)), add_kernel, _mem_ns(6 * numel)
+            )
+        node = b.op(w, "torch::autograd::AccumulateGrad", (_t(*dims),), inner, pre=2000)
+        return Op(
+            b.site(w, "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"),
+            1200,
+            800,
+            (node,),
+        )
+
+    def accumulate_all(params: list[tuple[int, ...]], first: bool) -> Op:
+        return Op(None, children=tuple(accumulate(p, first) for p in params))
+
+    group = (
+        f'"Process Group Name": "0", "Process Group Description": "default_pg", '
+        f'"Process Group Ranks": "{list(range(WORLD_SIZE))}"'
+    )
+    splits = '"In split size": "[]", "Out split size": "[]"'
+
+    def all_reduce(params: list[tuple[int, ...]]) -> Op:
+        """DDP's bucket all-reduce, run from the autograd thread once a bucket's grads are ready."""
+        numel = sum(math.prod(p) for p in params)
+        sizes = f'"In msg nelems": {numel}, "Out msg nelems": {numel}, "Group size": {WORLD_SIZE}'
+        collective = f'"Collective name": "allreduce", {sizes}, "dtype": "BFloat16"'
+        # Kineto copies the collective's metadata from record_param_comms onto the kernel.
+        kernel_args = f", {collective}, {splits}, {group}"
+        ranks = f'"Rank": {RANK}, "Global rank start": 0, "Global rank stride": 1'
+        comm_args = f"{collective}, {ranks}, {splits}, {group}, "
+        comm_site = b.site(w, "record_param_comms", (_t(numel),), extra=comm_args)
+        ring_ns = int(2 * (WORLD_SIZE - 1) / WORLD_SIZE * numel * 2 / 180.0) + 12_000
+        nccl = b.launch(
+            w, K_NCCL, ring_ns, NCCL_STREAM, "cudaLaunchKernelExC", kernel_args, skew_ns=300_000
+        )
+        annotation = b.annotation(w, "nccl:all_reduce", span=True, pre=8000)
+        annotation.calls = (
+            b.runtime(w, "cudaEventRecord", C_RECORD, 2000, COMPUTE_STREAM),
+            b.runtime(w, "cudaStreamWaitEvent", C_WAIT, 1800, NCCL_STREAM, COMPUTE_STREAM),
+            nccl,
+            b.runtime(w, "cudaEventRecord", C_RECORD, 2000, NCCL_STREAM),
+        )
+        comms = Op(comm_site, 12_000, 15_000, (annotation,))
+        return Op(
+            None,
+            children=(
+                b.op(
+                    w,
+                    "aten::copy_",
+                    (_t(numel), _t(numel), _s("False")),
+                    calls=(
+                        b.transfer(
+                            w, "Memcpy DtoD (Device -> Device)", numel * 2, 1300.0, COMPUTE_STREAM
+                        ),
+                    ),
+                    pre=5000,
+                ),
+                b.kop(
+                    w,
+                    "aten::div_",
+                    (_t(numel), _s(WORLD_SIZE)),
+                    _elementwise(K_DIV.name, numel),
+                    _mem_ns(4 * numel),
+                ),
+                b.op(w, "c10d::allreduce_", (), comms, pre=6000),
+            ),
+        )
+
+    # ---- forward trees (main thread)
+
+    def linear(index: int, inp: int, out: int, kernel: Kernel, alloc: int) -> Op:
+        return b.py(
+            m,
+            f"nn.Module: Linear_{index}",
+            b.py(
+                m,
+                "torch/nn/modules/linear.py(125): forward",
+                b.op(
+                    m,
+                    "aten::linear",
+                    (_t(*_X[:2], inp), _t(out, inp), _t(out)),
+                    t_op(m, out, inp, grad=t_backward(out, inp)),
+                    view(m, (BATCH, PATCHES, inp)),
+                    b.kop(
+                        m,
+                        "aten::addmm",
+                        (_t(out), _t(TOKENS, inp), _t(inp, out, strides=(1, inp)), _s(1), _s(1)),
+                        kernel,
+                        _gemm_ns(TOKENS, out, inp),
+                        grad=linear_backward(inp, out),
+                        alloc=alloc,
+                    ),
+                    view(m, (TOKENS, out)),
+                    pre=4000,
+                ),
+            ),
+        )
+
+    ln_grad = layer_norm_backward()
+
+    def layer_norm(index: int) -> Op:
+        ln = b.op(
+            m,
+            "aten::layer_norm",
+            (_t(*_X), _sl([HIDDEN]), _t(HIDDEN), _t(HIDDEN), _s(1e-06), _s("True")),
+            b.kop(
+                m,
+                "aten::native_layer_norm",
+                (_t(*_X), _sl([HIDDEN]), _t(HIDDEN), _t(HIDDEN), _s(1e-06)),
+                K_LAYER_NORM,
+                _mem_ns(2 * _ACT_BYTES),
+                empty(m, _X, "aten::empty_like"),
+                empty(m, (BATCH, PATCHES, 1)),
+                empty(m, (BATCH, PATCHES, 1)),
+                grad=ln_grad,
+                alloc=_ACT_BYTES,
+            ),
+        )
+        return b.py(
+            m,
+            f"nn.Module: LayerNorm_{index}",
+            b.py(m, "torch/nn/modules/normalization.py(217): forward", ln),
+        )
+
+    qkv_dims = (3, BATCH, HEADS, PATCHES, HEAD_DIM)
+    head_dims = (BATCH, HEADS, PATCHES, HEAD_DIM)
+    qkv_strides = (HIDDEN, 3 * HIDDEN * PATCHES, HEAD_DIM, 3 * HIDDEN, 1)
+    head_strides = qkv_strides[1:]
+    flash_fwd_ns = _gemm_ns(4 * BATCH * HEADS, PATCHES * PATCHES, HEAD_DIM, 0.5)
+    flash_grad = b.bwd(
+        "ScaledDotProductFlashAttentionBackward0",
+        (_t(*head_dims),),
+        b.op(
+            w,
+            "aten::_scaled_dot_product_flash_attention_backward",
+            tuple(_t(*head_dims, strides=head_strides) for _ in range(5)),
+            b.op(
+                w,
+                "aten::_flash_attention_backward",
+                tuple(_t(*head_dims) for _ in range(5)),
+                empty(w, head_dims, "aten::empty_like"),
+                empty(w, head_dims, "aten::empty_like"),
+                empty(w, head_dims, "aten::empty_like"),
+                b.op(
+                    w,
+                    "aten::zeros",
+                    (_sl([BATCH, HEADS, PATCHES, HEAD_DIM]), _s(6)),
+                    empty(w, head_dims),
+                    calls=(b.transfer(w, "Memset (Device)", _ACT * 4, 2600.0, COMPUTE_STREAM),),
+                ),
+                calls=(
+                    b.launch(w, K_FLASH_BWD_DOT, _mem_ns(2 * _ACT_BYTES)),
+                    # flash-attention raises the kernel's shared-memory limit before each launch.
+                    b.runtime(w, "cudaFuncSetAttribute", C_PLAIN, 2200),
+                    b.launch(w, K_FLASH_BWD, int(flash_fwd_ns * 2.6)),
+                    b.launch(w, K_FLASH_BWD_CONVERT, _mem_ns(3 * _ACT_BYTES)),
+                ),
+                pre=9000,
+            ),
+            pre=4000,
+        ),
+    )
+    sdpa = b.op(
+        m,
+        "aten::scaled_dot_product_attention",
+        (
+            _t(*head_dims, strides=head_strides),
+            _t(*head_dims, strides=head_strides),
+            _t(*head_dims, strides=head_strides),
+            NONE_INPUT,
+            _s(0.0),
+            _s("False"),
+            NONE_INPUT,
+            _s("False"),
+        ),
+        b.op(
+            m,
+            "aten::_scaled_dot_product_flash_attention",
+            (
+                _t(*head_dims, strides=head_strides),
+                _t(*head_dims, strides=head_strides),
+                _t(*head_dims, strides=head_strides),
+                _s(0.0),
+                _s("False"),
+                _s("False"),
+                NONE_INPUT,
+            ),
+            transpose(m, head_dims),
+            transpose(m, head_dims),
+            transpose(m, head_dims),
+            b.op(
+                m,
+                "aten::_flash_attention_forward",
+                (_t(BATCH, PATCHES, HEADS, HEAD_DIM),) * 3
+                + (
+                    NONE_INPUT,
+                    NONE_INPUT,
+                    _s(PATCHES),
+                    _s(PATCHES),
+                    _s(0.0),
+                    _s("False"),
+                    _s("False"),
+                ),
+                empty(m, (BATCH, PATCHES, HEADS, HEAD_DIM), "aten::empty_like"),
+                empty(m, (BATCH, HEADS, PATCHES)),
+                calls=(
+                    b.runtime(m, "cudaFuncSetAttribute", C_PLAIN, 2200),
+                    b.launch(m, K_FLASH_FWD, flash_fwd_ns),
+                ),
+                pre=7000,
+            ),
+            transpose(m, (BATCH, PATCHES, HEADS, HEAD_DIM)),
+            pre=5000,
+            grad=flash_grad,
+            alloc=_ACT_BYTES,
+        ),
+        pre=3500,
+    )
+    reshape_grad = b.bwd(
+        "UnsafeViewBackward0",
+        (_t(*_X),),
+        b.op(w, "aten::reshape", (_t(*_X), _sl(list(head_dims))), view(w, head_dims)),
+    )
+    merge_heads = b.op(
+        m,
+        "aten::reshape",
+        (
+            _t(
+                BATCH,
+                PATCHES,
+                HEADS,
+                HEAD_DIM,
+                strides=(HIDDEN * PATCHES, HEAD_DIM, HEAD_DIM * PATCHES, 1),
+            ),
+            _sl(list(_X)),
+        ),
+        b.op(
+            m,
+            "aten::clone",
+            (
+                _t(
+                    BATCH,
+                    PATCHES,
+                    HEADS,
+                    HEAD_DIM,
+                    strides=(HIDDEN * PATCHES, HEAD_DIM, HEAD_DIM * PATCHES, 1),
+                ),
+                _s(0),
+            ),
+            empty(m, (BATCH, PATCHES, HEADS, HEAD_DIM), "aten::empty_like"),
+            b.kop(
+                m, "aten::copy_", (_t(*_X), _t(*_X), _s("False")), K_COPY, _mem_ns(2 * _ACT_BYTES)
+            ),
+        ),
+        b.op(m, "aten::_unsafe_view", (_t(*_X), _sl(list(_X)))),
+        grad=reshape_grad,
+        alloc=_ACT_BYTES,
+    )
+    split_heads = (
+        view(m, (BATCH, PATCHES, 3, HEADS, HEAD_DIM)),
+        b.op(
+            m,
+            "aten::permute",
+            (_t(BATCH, PATCHES, 3, HEADS, HEAD_DIM), _sl([2, 0, 3, 1, 4])),
+            as_strided(m, qkv_dims),
+            grad=b.bwd(
+                "PermuteBackward0",
+                (_t(*qkv_dims),),
+                b.op(
+                    w,
+                    "aten::permute",
+                    (_t(*qkv_dims), _sl([1, 3, 0, 2, 4])),
+                    as_strided(w, qkv_dims),
+                ),
+            ),
+        ),
+        b.op(
+            m,
+            "aten::unbind",
+            (_t(*qkv_dims, strides=qkv_strides), _s(0)),
+            *(
+                b.op(
+                    m,
+                    "aten::select",
+                    (_t(*qkv_dims, strides=qkv_strides), _s(0), _s(i)),
+                    as_strided(m, head_dims),
+                )
+                for i in range(3)
+            ),
+            grad=b.bwd(
+                "UnbindBackward0",
+                (_t(*head_dims),),
+                b.op(
+                    w,
+                    "aten::stack",
+                    (_t(*head_dims), _s(0)),
+                    b.kop(w, "aten::cat", (_t(*head_dims), _s(0)), K_COPY, _mem_ns(6 * _ACT_BYTES)),
+                ),
+            ),
+        ),
+    )
+    relu_grad = b.bwd(
+        "ReluBackward0",
+        (_t(TOKENS, FFN),),
+        b.kop(
+            w,
+            "aten::threshold_backward",
+            (_t(TOKENS, FFN), _t(TOKENS, FFN), _s(0)),
+            K_THRESHOLD_BWD,
+            _mem_ns(3 * _FFN_BYTES),
+        ),
+    )
+    square_grad = b.bwd(
+        "MulBackward0",
+        (_t(TOKENS, FFN),),
+        b.kop(w, "aten::mul", (_t(TOKENS, FFN), _t(TOKENS, FFN)), K_MUL, _mem_ns(3 * _FFN_BYTES)),
+        b.kop(w, "aten::mul", (_t(TOKENS, FFN), _t(TOKENS, FFN)), K_MUL, _mem_ns(3 * _FFN_BYTES)),
+        b.kop(
+            w,
+            "aten::add",
+            (_t(TOKENS, FFN), _t(TOKENS, FFN), _s(1)),
+            K_ADD,
+            _mem_ns(3 * _FFN_BYTES),
+        ),
+    )
+    graph_id = "ckz7ozcd6sjxqdjxnlqfrw43ezfbokysewlj4ng4sq2zbizwj5fy"
+    compiled_grad = b.bwd(
+        "CompiledFunctionBackward",
+        (_t(*_X),),
+        b.annotation(w, f"## Call CompiledFxGraph {graph_id} ##", pre=9000),
+        calls=(
+            b.launch(w, K_TRITON_BWD_MUL, _mem_ns(3 * _ACT_BYTES), api="cuLaunchKernel"),
+            b.launch(w, K_TRITON_BWD_SUM, _mem_ns(2 * _ACT_BYTES), api="cuLaunchKernel"),
+        ),
+    )
+    residual_grad = b.bwd("AddBackward0", (_t(*_X),))
+    layer_params = [(HIDDEN,)] * 4 + [
+        (3 * HIDDEN, HIDDEN),
+        (3 * HIDDEN,),
+        (HIDDEN, HIDDEN),
+        (HIDDEN,),
+        (FFN, HIDDEN),
+        (FFN,),
+        (HIDDEN, FFN),
+        (HIDDEN,),
+        (HIDDEN,),
+    ]
+    block_sync = all_reduce(layer_params)
+    block_acc_first = accumulate_all(layer_params, True)
+    block_acc_later = accumulate_all(layer_params, False)
+
+    def block(i: int) -> Op:
+        attention = b.py(
+            m,
+            f"nn.Module: Attention_{i}",
+            b.py(
+                m,
+                "models/vit.py(74): forward",
+                linear(4 * i, HIDDEN, 3 * HIDDEN, K_GEMM_FWD, 3 * _ACT_BYTES),
+                *split_heads,
+                sdpa,
+                merge_heads,
+                linear(4 * i + 1, HIDDEN, HIDDEN, K_GEMM_FWD_NVJET, _ACT_BYTES),
+            ),
+        )
+        mlp = b.py(
+            m,
+            f"nn.Module: Mlp_{i}",
+            b.py(
+                m,
+                "models/vit.py(40): forward",
+                linear(4 * i + 2, HIDDEN, FFN, K_GEMM_FWD, _FFN_BYTES),
+                b.py(
+                    m,
+                    f"nn.Module: ReLU_{i}",
+                    b.op(
+                        m,
+                        "aten::relu",
+                        (_t(TOKENS, FFN),),
+                        b.kop(
+                            m,
+                            "aten::clamp_min",
+                            (_t(TOKENS, FFN), _s(0)),
+                            K_RELU,
+                            _mem_ns(2 * _FFN_BYTES),
+                        ),
+                        grad=relu_grad,
+                        alloc=_FFN_BYTES,
+                    ),
+                ),
+                b.kop(
+                    m,
+                    "aten::mul",
+                    (_t(TOKENS, FFN), _t(TOKENS, FFN)),
+                    K_MUL,
+                    _mem_ns(3 * _FFN_BYTES),
+                    grad=square_grad,
+                    alloc=_FFN_BYTES,
+                ),
+                linear(4 * i + 3, FFN, HIDDEN, K_GEMM_FWD_NVJET, _ACT_BYTES),
+            ),
+        )
+        compiled = b.annotation(
+            m,
+            "Torch-Compiled Region: 0/1",
+            b.op(
+                m,
+                "CompiledFunction",
+                (_t(*_X), _t(*_X), _t(HIDDEN)),
+                b.annotation(
+                    m,
+                    f"## Call CompiledFxGraph {graph_id} ##",
+                    b.py(m, "torch/_inductor/output_code.py(584): __call__"),
+                    pre=12_000,
+                ),
+                calls=(b.launch(m, K_TRITON_FWD, _mem_ns(3 * _ACT_BYTES), api="cuLaunchKernel"),),
+                pre=15_000,
+                grad=compiled_grad,
+                alloc=_ACT_BYTES,
+            ),
+            pre=9000,
+        )
+        marker = Op(
+            None,
+            autograd=AG_MARK,
+            grad=block_acc_first,
+            grad_acc=block_acc_later,
+            grad_sync=block_sync,
+        )
+        return b.py(
+            m,
+            f"nn.Module: Block_{i}",
+            marker,
+            b.py(
+                m,
+                "models/vit.py(121): forward",
+                layer_norm(2 * i),
+                attention,
+                b.kop(
+                    m,
+                    "aten::add",
+                    (_t(*_X), _t(*_X), _s(1)),
+                    K_ADD,
+                    _mem_ns(3 * _ACT_BYTES),
+                    grad=residual_grad,
+                    alloc=_ACT_BYTES,
+                ),
+                layer_norm(2 * i + 1),
+                mlp,
+                compiled,
+            ),
+        )
+
+    # ---- patch embedding, head and loss
+
+    image = (BATCH, 3, 448, 448)
+    embed_params = [
+        (HIDDEN, 3, 14, 14),
+        (HIDDEN,),
+        (1, PATCHES, HIDDEN),
+        (HIDDEN,),
+        (HIDDEN,),
+        (CLASSES, HIDDEN),
+        (CLASSES,),
+    ]
+    conv_grad = b.bwd(
+        "ConvolutionBackward0",
+        (_t(BATCH, HIDDEN, 32, 32),),
+        b.op(
+            w,
+            "aten::convolution_backward",
+            (
+                _t(BATCH, HIDDEN, 32, 32),
+                _t(*image),
+                _t(HIDDEN, 3, 14, 14),
+                _sl([HIDDEN]),
+                _sl([14, 14]),
+                _sl([0, 0]),
+                _sl([1, 1]),
+                _s("False"),
+                _sl([0, 0]),
+                _s(1),
+                _sl([0, 1, 1]),
+            ),
+            empty(w, (HIDDEN, 3, 14, 14), "aten::empty_like"),
+            calls=(
+                b.launch(w, K_CONV_WGRAD, _gemm_ns(TOKENS, HIDDEN, 588, 0.4)),
+                b.launch(w, K_REDUCE_SUM, _mem_ns(_ACT_BYTES)),
+            ),
+            pre=12_000,
+        ),
+    )
+    patch_embed = b.py(
+        m,
+        "nn.Module: PatchEmbed_0",
+        b.py(
+            m,
+            "timm/layers/patch_embed.py(131): forward",
+            b.py(
+                m,
+                "nn.Module: Conv2d_0",
+                b.op(
+                    m,
+                    "aten::conv2d",
+                    (
+                        _t(*image),
+                        _t(HIDDEN, 3, 14, 14),
+                        _t(HIDDEN),
+                        _sl([14, 14]),
+                        _sl([0, 0]),
+                        _sl([1, 1]),
+                        _s(1),
+                    ),
+                    b.op(
+                        m,
+                        "aten::convolution",
+                        (
+                            _t(*image),
+                            _t(HIDDEN, 3, 14, 14),
+                            _t(HIDDEN),
+                            _sl([14, 14]),
+                            _sl([0, 0]),
+                            _sl([1, 1]),
+                            _s("False"),
+                            _sl([0, 0]),
+                            _s(1),
+                        ),
+                        b.op(
+                            m,
+                            "aten::_convolution",
+                            (
+                                _t(*image),
+                                _t(HIDDEN, 3, 14, 14),
+                                _t(HIDDEN),
+                                _sl([14, 14]),
+                                _sl([0, 0]),
+                                _sl([1, 1]),
+                                _s("False"),
+                                _sl([0, 0]),
+                                _s(1),
+                                _s("False"),
+                                _s("False"),
+                                _s("True"),
+                                _s("True"),
+                            ),
+                            b.op(
+                                m,
+                                "aten::cudnn_convolution",
+                                (
+                                    _t(*image),
+                                    _t(HIDDEN, 3, 14, 14),
+                                    _sl([0, 0]),
+                                    _sl([14, 14]),
+                                    _sl([1, 1]),
+                                    _s(1),
+                                    _s("False"),
+                                    _s("True"),
+                                    _s("True"),
+                                ),
+                                empty(m, (BATCH, HIDDEN, 32, 32)),
+                                calls=(
+                                    b.launch(m, K_CONV_LAYOUT, _mem_ns(4 * BATCH * 3 * 448 * 448)),
+                                    b.launch(m, K_CONV_FPROP, _gemm_ns(TOKENS, HIDDEN, 588, 0.45)),
+                                ),
+                                pre=25_000,
+                            ),
+                            view(m, (1, HIDDEN, 1, 1)),
+                            b.kop(
+                                m,
+                                "aten::add_",
+                                (_t(BATCH, HIDDEN, 32, 32), _t(1, HIDDEN, 1, 1), _s(1)),
+                                K_ADD,
+                                _mem_ns(3 * _ACT_BYTES),
+                            ),
+                        ),
+                        grad=conv_grad,
+                        alloc=_ACT_BYTES,
+                    ),
+                ),
+            ),
+            b.op(
+                m,
+                "aten::flatten",
+                (_t(BATCH, HIDDEN, 32, 32), _s(2), _s(-1)),
+                view(m, (BATCH, HIDDEN, PATCHES)),
+            ),
+            transpose(
+                m,
+                (BATCH, HIDDEN, PATCHES),
+                grad=b.bwd("TransposeBackward0", (_t(*_X),), transpose(w, _X)),
+            ),
+        ),
+    )
+    pos_embed = b.kop(
+        m,
+        "aten::add",
+        (_t(*_X), _t(1, PATCHES, HIDDEN), _s(1)),
+        K_ADD,
+        _mem_ns(3 * _ACT_BYTES),
+        grad=residual_grad,
+        alloc=_ACT_BYTES,
+    )
+    head_ns = _gemm_ns(BATCH, CLASSES, HIDDEN, 0.05)
+    head_grad = b.bwd(
+        "AddmmBackward0",
+        (_t(BATCH, CLASSES),),
+        b.kop(w, "aten::mm", (_t(BATCH, CLASSES), _t(CLASSES, HIDDEN)), K_GEMM_SMALL, head_ns),
+        b.kop(
+            w,
+            "aten::mm",
+            (_t(CLASSES, BATCH, strides=(1, CLASSES)), _t(BATCH, HIDDEN)),
+            K_GEMM_SMALL,
+            head_ns,
+        ),
+        b.kop(
+            w,
+            "aten::sum",
+            (_t(BATCH, CLASSES), _sl([0]), _s("True"), NONE_INPUT),
+            K_REDUCE_SUM,
+            3000,
+        ),
+    )
+    head = (
+        layer_norm(2 * layers),
+        b.kop(
+            m,
+            "aten::mean",
+            (_t(*_X), _sl([1]), _s("False"), NONE_INPUT),
+            K_REDUCE_MEAN,
+            _mem_ns(_ACT_BYTES),
+            grad=b.bwd(
+                "MeanBackward1",
+                (_t(BATCH, HIDDEN),),
+                b.op(w, "aten::expand", (_t(BATCH, 1, HIDDEN), _sl(list(_X))), as_strided(w, _X)),
+                b.kop(w, "aten::div", (_t(*_X), _s(PATCHES)), K_ADD, _mem_ns(2 * _ACT_BYTES)),
+            ),
+            alloc=BATCH * HIDDEN * 2,
+        ),
+        b.py(
+            m,
+            f"nn.Module: Linear_{4 * layers}",
+            b.op(
+                m,
+                "aten::linear",
+                (_t(BATCH, HIDDEN), _t(CLASSES, HIDDEN), _t(CLASSES)),
+                t_op(m, CLASSES, HIDDEN),
+                b.kop(
+                    m,
+                    "aten::addmm",
+                    (
+                        _t(CLASSES),
+                        _t(BATCH, HIDDEN),
+                        _t(HIDDEN, CLASSES, strides=(1, HIDDEN)),
+                        _s(1),
+                        _s(1),
+                    ),
+                    K_GEMM_SMALL,
+                    head_ns,
+                    grad=head_grad,
+                    alloc=BATCH * CLASSES * 2,
+                ),
+            ),
+        ),
+    )
+    logits = (BATCH, CLASSES)
+    loss = b.py(
+        m,
+        "torch/nn/functional.py(3462): cross_entropy",
+        b.op(
+            m,
+            "aten::cross_entropy_loss",
+            (_t(*logits), _t(BATCH, dtype="long int"), NONE_INPUT, _s(1), _s(-100), _s(0.0)),
+            b.op(
+                m,
+                "aten::log_softmax",
+                (_t(*logits), _s(1), NONE_INPUT),
+                b.kop(
+                    m,
+                    "aten::_log_softmax",
+                    (_t(*logits), _s(1), _s("False")),
+                    K_LOG_SOFTMAX,
+                    4200,
+                    grad=b.bwd(
+                        "LogSoftmaxBackward0",
+                        (_t(*logits, dtype="float"),),
+                        b.kop(
+                            w,
+                            "aten::_log_softmax_backward_data",
+                            (_t(*logits, dtype="float"), _t(*logits, dtype="float"), _s(1), _s(15)),
+                            K_LOG_SOFTMAX_BWD,
+                            3800,
+                        ),
+                    ),
+                    alloc=BATCH * CLASSES * 4,
+                ),
+            ),
+            b.op(
+                m,
+                "aten::nll_loss_nd",
+                (
+                    _t(*logits, dtype="float"),
+                    _t(BATCH, dtype="long int"),
+                    NONE_INPUT,
+                    _s(1),
+                    _s(-100),
+                ),
+                b.op(
+                    m,
+                    "aten::nll_loss",
+                    (
+                        _t(*logits, dtype="float"),
+                        _t(BATCH, dtype="long int"),
+                        NONE_INPUT,
+                        _s(1),
+                        _s(-100),
+                    ),
+                    b.kop(
+                        m,
+                        "aten::nll_loss_forward",
+                        (
+                            _t(*logits, dtype="float"),
+                            _t(BATCH, dtype="long int"),
+                            NONE_INPUT,
+                            _s(1),
+                            _s(-100),
+                        ),
+                        K_NLL,
+                        3500,
+                        grad=b.bwd(
+                            "NllLossBackward0",
+                            (_t(dtype="float"),),
+                            b.op(
+                                w,
+                                "aten::nll_loss_backward",
+                                (
+                                    _t(dtype="float"),
+                                    _t(*logits, dtype="float"),
+                                    _t(BATCH, dtype="long int"),
+                                ),
+                                b.op(
+                                    w,
+                                    "aten::zero_",
+                                    (_t(*logits, dtype="float"),),
+                                    b.kop(
+                                        w,
+                                        "aten::fill_",
+                                        (_t(*logits, dtype="float"), _s(0)),
+                                        K_FILL,
+                                        2100,
+                                    ),
+                                ),
+                                calls=(b.launch(w, K_NLL_BWD, 2600),),
+                            ),
+                        ),
+                        alloc=512,
+                    ),
+                ),
+            ),
+        ),
+    )
+    scale = b.kop(
+        m,
+        "aten::div",
+        (_t(dtype="float"), _s(4)),
+        K_DIV,
+        1900,
+        grad=b.bwd(
+            "DivBackward0",
+            (_t(dtype="float"),),
+            b.kop(w, "aten::div", (_t(dtype="float"), _s(4)), K_DIV, 1900),
+        ),
+        alloc=512,
+    )
+    embed_marker = Op(
+        None,
+        autograd=AG_MARK,
+        grad=accumulate_all(embed_params, True),
+        grad_acc=accumulate_all(embed_params, False),
+        grad_sync=all_reduce(embed_params),
+    )
+    forward = b.annotation(
+        m,
+        "DistributedDataParallel.forward",
+        b.py(
+            m,
+            "nn.Module: DistributedDataParallel_0",
+            b.py(
+                m,
+                "torch/nn/parallel/distributed.py(1622): _run_ddp_forward",
+                embed_marker,
+                patch_embed,
+                pos_embed,
+                *(block(i) for i in range(layers)),
+                *head,
+            ),
+        ),
+        span=True,
+    )
+
+    # ---- data loading and host-to-device copies (a CPU-only stretch the GPU waits on)
+
+    sample = b.py(
+        m,
+        "data/imagenet.py(57): __getitem__",
+        b.py(m, "PIL/Image.py(3431): open", pre=120_000),
+        b.py(
+            m,
+            "torchvision/transforms/transforms.py(95): __call__",
+            b.op(m, "aten::empty", (_sl([448, 448, 3]), _s(0), _s(0)), pre=4000),
+            b.op(
+                m,
+                "aten::permute",
+                (_t(448, 448, 3, dtype="unsigned char"), _sl([2, 0, 1])),
+                as_strided(m, (3, 448, 448)),
+            ),
+            b.op(m, "aten::div", (_t(3, 448, 448, dtype="unsigned char"), _s(255)), pre=180_000),
+            b.op(
+                m,
+                "aten::sub",
+                (_t(3, 448, 448, dtype="float"), _t(3, 1, 1, dtype="float"), _s(1)),
+                pre=140_000,
+            ),
+            pre=250_000,
+        ),
+        pre=40_000,
+    )
+    loader = b.annotation(
+        m,
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        b.py(
+            m,
+            "torch/utils/data/dataloader.py(733): __next__",
+            b.py(
+                m,
+                "torch/utils/data/dataloader.py(789): _next_data",
+                b.py(m, "torch/utils/data/_utils/fetch.py(52): fetch", *(sample,) * BATCH),
+                b.py(
+                    m,
+                    "torch/utils/data/_utils/collate.py(398): default_collate",
+                    b.op(
+                        m,
+                        "aten::stack",
+                        (_t(3, 448, 448, dtype="float"), _s(0)),
+                        b.op(
+                            m, "aten::cat", (_t(3, 448, 448, dtype="float"), _s(0)), pre=1_400_000
+                        ),
+                    ),
+                ),
+                b.py(
+                    m,
+                    "torch/utils/data/_utils/pin_memory.py(71): pin_memory",
+                    b.op(
+                        m,
+                        "aten::pin_memory",
+                        (_t(*image, dtype="float"), NONE_INPUT),
+                        b.op(
+                            m,
+                            "aten::_pin_memory",
+                            (_t(*image, dtype="float"), NONE_INPUT),
+                            empty(m, image),
+                            b.op(
+                                m,
+                                "aten::copy_",
+                                (_t(*image, dtype="float"), _t(*image, dtype="float"), _s("False")),
+                                pre=900_000,
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+    def to_device(dims: tuple[int, ...], dtype: str, copy: Op) -> Op:
+        return b.op(
+            m,
+            "aten::to",
+            (
+                _t(*dims, dtype=dtype),
+                _s(6),
+                _s(0),
+                NONE_INPUT,
+                NONE_INPUT,
+                _s("True"),
+                _s("False"),
+                NONE_INPUT,
+            ),
+            b.op(
+                m,
+                "aten::_to_copy",
+                (
+                    _t(*dims, dtype=dtype),
+                    _s(6),
+                    _s(0),
+                    NONE_INPUT,
+                    NONE_INPUT,
+                    _s("True"),
+                    NONE_INPUT,
+                ),
+                empty(m, dims, "aten::empty_strided"),
+                copy,
+            ),
+        )
+
+    image_bytes = 4 * math.prod(image)
+    h2d = (
+        to_device(
+            image,
+            "float",
+            b.op(
+                m,
+                "aten::copy_",
+                (_t(*image), _t(*image, dtype="float"), _s("True")),
+                calls=(
+                    b.transfer(m, "Memcpy HtoD (Pinned -> Device)", image_bytes, 22.0, COPY_STREAM),
+                ),
+            ),
+        ),
+        b.py(
+            m,
+            "torch/cuda/streams.py(93): wait_stream",
+            calls=(
+                b.runtime(m, "cudaEventRecord", C_RECORD, 2200, COPY_STREAM),
+                b.runtime(m, "cudaStreamWaitEvent", C_WAIT, 1900, COMPUTE_STREAM, COPY_STREAM),
+            ),
+        ),
+        to_device(
+            (BATCH,),
+            "long int",
+            b.op(
+                m,
+                "aten::copy_",
+                (_t(BATCH, dtype="long int"), _t(BATCH, dtype="long int"), _s("False")),
+                calls=(
+                    b.transfer(
+                        m, "Memcpy HtoD (Pageable -> Device)", 8 * BATCH, 0.05, COMPUTE_STREAM
+                    ),
+                ),
+            ),
+        ),
+        b.op(
+            m,
+            "aten::to",
+            (_t(*image, dtype="float"), _s(15)),
+            b.op(
+                m,
+                "aten::_to_copy",
+                (_t(*image, dtype="float"), _s(15)),
+                empty(m, image, "aten::empty_strided"),
+                b.kop(
+                    m,
+                    "aten::copy_",
+                    (_t(*image), _t(*image, dtype="float"), _s("False")),
+                    K_CAST,
+                    _mem_ns(6 * math.prod(image)),
+                ),
+            ),
+        ),
+    )
+    backward = b.py(
+        m,
+        "torch/_tensor.py(648): backward",
+        b.py(
+            m,
+            "torch/autograd/__init__.py(353): backward",
+            b.py(
+                m,
+                "torch/autograd/graph.py(824): _engine_run_backward",
+                b.op(
+                    m,
+                    "aten::ones_like",
+                    (_t(dtype="float"), _s(6)),
+                    empty(m, (), "aten::empty_like"),
+                    b.kop(m, "aten::fill_", (_t(dtype="float"), _s(1)), K_FILL, 2000),
+                ),
+                Op(None, autograd=AG_BACKWARD),
+            ),
+        ),
+    )
+    micro_batch = b.py(m, "train.py(142): train_step", loader, *h2d, forward, loss, scale, backward)
+
+    # ---- once per step: gradient clipping, optimizer, metrics
+
+    n_tensors = layers * len(layer_params) + len(embed_params)
+    all_params = layers * PARAMS_PER_LAYER + sum(math.prod(p) for p in embed_params)
+    chunks = layers + 1
+    grads = _tl(4, HIDDEN)
+
+    def per_chunk(kernel: Kernel, bytes_per_param: int) -> tuple[Call, ...]:
+        return tuple(
+            b.launch(m, kernel, _mem_ns(all_params * bytes_per_param // chunks))
+            for _ in range(chunks)
+        )
+
+    clip = b.py(
+        m,
+        "torch/nn/utils/clip_grad.py(38): _no_grad_wrapper",
+        b.py(
+            m,
+            "torch/nn/utils/clip_grad.py(161): clip_grad_norm_",
+            b.op(
+                m,
+                "aten::_foreach_norm",
+                (grads, _s(2), NONE_INPUT),
+                calls=per_chunk(K_FOREACH_NORM, 2),
+                pre=40_000,
+            ),
+            b.op(
+                m,
+                "aten::stack",
+                ((_t(), _s(0))),
+                b.kop(m, "aten::cat", (_t(n_tensors), _s(0)), K_COPY, 2400),
+            ),
+            b.kop(
+                m,
+                "aten::linalg_vector_norm",
+                (_t(n_tensors, dtype="float"), _s(2), NONE_INPUT, _s("False"), NONE_INPUT),
+                K_ARGMAX,
+                2600,
+            ),
+            b.kop(m, "aten::add", (_t(dtype="float"), _s(1e-06), _s(1)), K_DIV, 1800),
+            b.kop(m, "aten::reciprocal", (_t(dtype="float"),), K_DIV, 1800),
+            b.kop(m, "aten::mul", (_t(dtype="float"), _s(1.0)), K_DIV, 1800),
+            b.kop(m, "aten::clamp", (_t(dtype="float"), NONE_INPUT, _s(1.0)), K_DIV, 1800),
+            b.op(
+                m,
+                "aten::_foreach_mul_",
+                (grads, _t(dtype="float")),
+                calls=per_chunk(K_FOREACH_MUL, 4),
+                pre=35_000,
+            ),
+        ),
+    )
+    step = b.annotation(
+        m,
+        "Optimizer.step#AdamW.step",
+        b.py(
+            m,
+            "torch/optim/optimizer.py(485): wrapper",
+            b.py(
+                m,
+                "torch/optim/adamw.py(209): step",
+                b.py(
+                    m,
+                    "torch/optim/adamw.py(752): adamw",
+                    b.op(m, "aten::_foreach_add_", (grads, _s(1)), pre=60_000),
+                    b.op(
+                        m,
+                        "aten::_fused_adamw_",
+                        (grads, grads, grads, grads),
+                        calls=per_chunk(K_FUSED_ADAMW, 22),
+                        pre=80_000,
+                    ),
+                    pre=30_000,
+                ),
+                pre=50_000,
+            ),
+        ),
+        span=True,
+    )
+    accuracy = b.op(
+        m,
+        "aten::item",
+        (_t(dtype="long int"),),
+        b.op(
+            m,
+            "aten::_local_scalar_dense",
+            (_t(dtype="long int"),),
+            calls=(
+                b.transfer(
+                    m, "Memcpy DtoH (Device -> Pageable)", 8, 0.004, COMPUTE_STREAM, blocking=True
+                ),
+                b.runtime(m, "cudaStreamSynchronize", C_SYNC_STREAM, 3500),
+            ),
+        ),
+    )
+    metrics = b.py(
+        m,
+        "train.py(188): log_metrics",
+        b.op(
+            m,
+            "aten::softmax",
+            (_t(*logits), _s(-1), NONE_INPUT),
+            b.kop(m, "aten::_softmax", (_t(*logits), _s(-1), _s("False")), K_SOFTMAX, 4100),
+        ),
+        b.kop(m, "aten::argmax", (_t(*logits), _s(-1), _s("False")), K_ARGMAX, 3900),
+        b.kop(
+            m, "aten::eq", (_t(BATCH, dtype="long int"), _t(BATCH, dtype="long int")), K_DIV, 1800
+        ),
+        b.kop(m, "aten::sum", (_t(BATCH, dtype="bool"), NONE_INPUT), K_REDUCE_SUM, 3000),
+        accuracy,
+        to_device(
+            (),
+            "float",
+            b.op(
+                m,
+                "aten::copy_",
+                (_t(dtype="float"), _t(dtype="float"), _s("True")),
+                calls=(b.transfer(m, "Memcpy DtoH (Device -> Pinned)", 4, 0.003, COMPUTE_STREAM),),
+            ),
+        ),
+    )
+    return Model(
+        zero_grad=b.annotation(
+            m,
+            "Optimizer.zero_grad#AdamW.zero_grad",
+            b.py(m, "torch/optim/optimizer.py(957): zero_grad", pre=250_000),
+        ),
+        micro_batch=micro_batch,
+        ddp_finalize=Op(
+            None,
+            calls=(
+                b.runtime(w, "cudaEventRecord", C_RECORD, 2000, NCCL_STREAM),
+                b.runtime(w, "cudaStreamWaitEvent", C_WAIT, 1800, COMPUTE_STREAM, NCCL_STREAM),
+            ),
+        ),
+        clip_and_step=Op(None, children=(clip, step)),
+        metrics=metrics,
+        device_sync=b.py(
+            m,
+            "torch/cuda/__init__.py(985): synchronize",
+            calls=(b.runtime(m, "cudaDeviceSynchronize", C_SYNC_DEVICE, 6000),),
+        ),
+        empty_cache=b.py(
+            m,
+            "torch/cuda/memory.py(192): empty_cache",
+            calls=tuple(b.runtime(m, "cudaFree", C_PLAIN, 120_000) for _ in range(4)),
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Replaying the model: a CPU-thread and GPU-stream timeline simulation
+
+_Frame = tuple[int, int, int, int, int, int, list[int] | None]
+
+
+class TraceGenerator:
+    """Emits one profiler step at a time, simulating two CPU threads and three GPU streams.
+
+    Time is kept in integer nanoseconds since the epoch and printed as microseconds with three
+    decimals, like Kineto.  A kernel starts once its launch call has been issued and its stream
+    has drained, so a slow CPU shows up as GPU idle time and a slow GPU lets the CPU run ahead
+    until the next synchronisation.
+    """
+
+    def __init__(self, seed: int, layers: int, micro_batches: int) -> None:
+        rng = random.Random(seed)
+        self._rand = rng.random
+        self.pid = 1000 + rng.randrange(4_000_000)
+        bwd_tid = self.pid + 37 + rng.randrange(9000)
+        self.start_ns = 1_712_000_000_000_000_000 + rng.randrange(10**15)
+        self.base_ns = (self.start_ns // 10**9 - 3) * 10**9
+        self.layers = layers
+        self.micro_batches = micro_batches
+        self.step_number = 3 + rng.randrange(40)
+
+        b = _Builder(self.pid, self.pid, bwd_tid)
+        self._builder = b
+        self._model = _build_model(b, layers)
+        self._main = _Thread(self.pid, self.start_ns + 1_000_000)
+        self._bwd = _Thread(bwd_tid, self.start_ns + 1_000_000)
+        self._free = [self.start_ns] * (max(STREAMS) + 1)  # when each stream drains
+        self._recorded = [self.start_ns] * (max(STREAMS) + 1)  # last cudaEventRecord per stream
+        self._malloc = b.runtime(self.pid, "cudaMalloc", C_PLAIN, 160_000)
+
+        self._ext = 1
+        self._corr = 1 + rng.randrange(500)
+        self._ev = 0
+        self._py_id = 2
+        self._seq = 1 + rng.randrange(100_000)
+        self._flow = 1
+        self._cur_seq = 0
+        self._cur_flow = 0
+        self._first = True
+        self._last = True
+        self._saved: list[tuple[int, int, Op | None]] = []
+        self._trackers: list[list[int]] = []
+        self._cpu: list[str] = []
+        self._gpu: list[str] = []
+
+        param_bytes = (layers * PARAMS_PER_LAYER + 30 * HIDDEN * HIDDEN) * 12
+        self._allocated = param_bytes
+        self._reserved = param_bytes + layers * 24 * _ACT_BYTES + (1 << 30)
+        self._addrs: list[int] = []
+        self._addr_cursor = 0
+
+        pid = self.pid
+        self._fwd_flow = (
+            f'  {{\n    "ph": "s", "id": %d, "pid": {pid}, "tid": {pid}, "ts": %d.%03d,\n'
+            '    "cat": "fwdbwd", "name": "fwdbwd"\n  }'
+        )
+        self._bwd_flow = (
+            f'  {{\n    "ph": "f", "id": %d, "pid": {pid}, "tid": {bwd_tid}, "ts": %d.%03d,\n'
+            '    "cat": "fwdbwd", "name": "fwdbwd", "bp": "e"\n  }'
+        )
+        # [memory] events keep integer timestamps, one of the quirks consumers must accept.
+        self._mem_fmt = (
+            '  {\n    "ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",\n'
+            f'    "pid": {pid}, "tid": {pid},\n    "ts": %d,\n    "args": {{\n'
+            '      "Total Reserved": %d, "Total Allocated": %d, "Bytes": %d, "Device Id": 0, '
+            '"Device Type": 1, "Addr": %d, "Ev Idx": %d\n    }\n  }'
+        )
+        self._gpu_annotation_fmt = (
+            '  {\n    "ph": "X", "cat": "gpu_user_annotation", "name": "%s", "pid": 0, '
+            '"tid": %d,\n    "ts": %d.%03d, "dur": %d.%03d,\n    "args": {\n'
+            '      "External id": %d\n    }\n  }'
+        )
+        self._overhead_fmt = (
+            '  {\n    "ph": "X", "cat": "overhead", "name": "Activity Buffer Request", '
+            '"pid": -1, "tid": 0,\n    "ts": %d.%03d, "dur": %d.%03d\n  }'
+        )
+
+    # ---- replay
+
+    def _enter(self, th: _Thread, op: Op, site: Site) -> _Frame:
+        rand = self._rand
+        start = th.now + 300 + int(900 * rand())
+        pre = op.pre_ns
+        th.now = start + pre - pre // 5 + int(pre * 0.6 * rand())
+        cpu = self._cpu
+        slot = len(cpu)
+        cpu.append("")
+        ev = self._ev
+        self._ev = ev + 1
+        kind = site.kind
+        seq = 0
+        if kind == K_PY:
+            ident = th.py_stack[-1]
+            py_id = self._py_id
+            self._py_id = py_id + 1
+            th.py_stack.append(py_id)
+        else:
+            ident = self._ext
+            self._ext = ident + 1
+            py_id = 0
+            if kind != K_ANNOTATION:
+                th.ext_stack.append(ident)
+            if kind == K_SEQ:
+                autograd = op.autograd
+                if autograd == AG_FWD:
+                    seq = self._seq
+                    self._seq = seq + 1
+                    flow = self._flow
+                    self._flow = flow + 1
+                    cpu.append(self._fwd_flow % (flow, start // 1000, start % 1000))
+                    self._saved.append((seq, flow, op.grad))
+                else:
+                    seq = self._cur_seq
+                    if autograd == AG_NODE:
+                        cpu.append(self._bwd_flow % (self._cur_flow, start // 1000, start % 1000))
+        if op.alloc:
+            self._memory(th, op.alloc)
+        tracker = None
+        if op.span:
+            tracker = [-1, 0, 0]
+            self._trackers.append(tracker)
+        return (slot, start, ident, py_id, ev, seq, tracker)
+
+    def _exit(self, th: _Thread, op: Op, site: Site, frame: _Frame) -> None:
+        slot, start, ident, py_id, ev, seq, tracker = frame
+        kind = site.kind
+        if kind == K_PY:
+            th.py_stack.pop()
+        elif kind != K_ANNOTATION:
+            th.ext_stack.pop()
+        post = op.post_ns
+        th.now += post - post // 5 + int(post * 0.6 * self._rand())
+        dur = th.now - start
+        if tracker is not None:
+            self._trackers.pop()
+            if tracker[0] >= 0:
+                # Kineto widens GPU annotations by 1 ns on each side.
+                lo = tracker[0] - 1
+                width = tracker[1] - lo + 1
+                self._gpu.append(
+                    self._gpu_annotation_fmt
+                    % (
+                        op.span,
+                        tracker[2],
+                        lo // 1000,
+                        lo % 1000,
+                        width // 1000,
+                        width % 1000,
+                        ident,
+                    )
+                )
+        times = (start // 1000, start % 1000, dur // 1000, dur % 1000)
+        if kind == K_PY:
+            self._cpu[slot] = site.fmt % (*times, ident, py_id, ev)
+        elif kind == K_SEQ:
+            self._cpu[slot] = site.fmt % (*times, ident, seq, ev)
+        else:
+            self._cpu[slot] = site.fmt % (*times, ident, ev)
+
+    def _run(self, th: _Thread, op: Op) -> None:
+        site = op.site
+        if site is None:
+            if op.autograd == AG_MARK:
+                self._queue_block_grads(op)
+            elif op.autograd == AG_BACKWARD:
+                self._backward(th)
+            for child in op.children:
+                self._run(th, child)
+            for call in op.calls:
+                self._call(th, call)
+            return
+        frame = self._enter(th, op, site)
+        for child in op.children:
+            self._run(th, child)
+        for call in op.calls:
+            self._call(th, call)
+        self._exit(th, op, site, frame)
+
+    def _queue_block_grads(self, op: Op) -> None:
+        # Queued before the block's own nodes, so the backward pass reaches them last.
+        if self._last:
+            self._saved.append((0, 0, op.grad_sync))
+        self._saved.append((0, 0, op.grad if self._first else op.grad_acc))
+
+    def _backward(self, th: _Thread) -> None:
+        """Runs the queued backward nodes on the autograd thread while `th` waits for them."""
+        bwd = self._bwd
+        bwd.now = max(bwd.now, th.now) + 18_000 + int(15_000 * self._rand())
+        saved = self._saved
+        while saved:
+            self._cur_seq, self._cur_flow, grad = saved.pop()
+            if grad is not None:
+                self._run(bwd, grad)
+        if self._last:
+            self._run(bwd, self._model.ddp_finalize)
+        th.now = bwd.now + 12_000 + int(10_000 * self._rand())
+
+    def _call(self, th: _Thread, call: Call) -> None:
+        rand = self._rand
+        ts = th.now + 400 + int(600 * rand())
+        api = call.api_ns + int(call.api_ns * 0.5 * rand())
+        corr = self._corr
+        # CUPTI also numbers the calls Kineto filters out, so correlation ids have gaps.
+        self._corr = corr + 1 + (rand() < 0.08)
+        ext = th.ext_stack[-1] if th.ext_stack else 0
+        mode = call.mode
+        free = self._free
+        stream = call.stream
+        if mode == C_GPU:
+            ready = ts + 2000 + int(2500 * rand())
+            begin = max(ready, free[stream] + 700 + int(1100 * rand()))
+            gpu_ns = call.gpu_ns
+            dur = gpu_ns - gpu_ns // 20 + int(gpu_ns * 0.15 * rand())
+            if call.skew_ns:
+                dur += int(call.skew_ns * rand() * rand())
+            end = begin + dur
+            free[stream] = end
+            if call.blocking:
+                api = max(api, end - ts + 2500)
+            for tracker in self._trackers:
+                if tracker[0] < 0:
+                    tracker[0] = begin
+                    tracker[2] = stream
+                tracker[1] = end
+            start_us, start_frac = begin // 1000, begin % 1000
+            if call.nbytes:
+                bandwidth = repr(call.nbytes / dur)
+                gpu = call.gpu_fmt % (
+                    start_us,
+                    start_frac,
+                    dur // 1000,
+                    dur % 1000,
+                    ext,
+                    corr,
+                    bandwidth,
+                    corr,
+                    start_us,
+                    start_frac,
+                )
+            else:
+                gpu = call.gpu_fmt % (
+                    start_us,
+                    start_frac,
+                    dur // 1000,
+                    dur % 1000,
+                    ext,
+                    corr,
+                    corr,
+                    start_us,
+                    start_frac,
+                )
+            self._gpu.append(gpu)
+            self._gpu.append(
+                call.fmt
+                % (
+                    ts // 1000,
+                    ts % 1000,
+                    api // 1000,
+                    api % 1000,
+                    ext,
+                    corr,
+                    corr,
+                    ts // 1000,
+                    ts % 1000,
+                )
+            )
+        else:
+            if mode == C_SYNC_STREAM:
+                api = max(api, free[stream] - ts + 3000)
+            elif mode == C_SYNC_DEVICE:
+                api = max(api, max(free) - ts + 4000)
+            elif mode == C_RECORD:
+                self._recorded[stream] = free[stream]
+            elif mode == C_WAIT:
+                free[stream] = max(free[stream], self._recorded[call.src])
+            times = (ts // 1000, ts % 1000, api // 1000, api % 1000)
+            if ext:
+                self._gpu.append(call.fmt % (*times, ext, corr))
+            else:
+                self._gpu.append(call.fmt_noext % (*times, corr))
+        th.now = ts + api
+
+    def _memory(self, th: _Thread, nbytes: int) -> None:
+        if nbytes > 0:
+            # Block addresses from the caching allocator: 512-byte aligned, reused cyclically.
+            self._addr_cursor = (self._addr_cursor + nbytes + 511) // 512 * 512 % (1 << 36)
+            addr = 0x7F2A_0000_0000 + self._addr_cursor
+            self._addrs.append(addr)
+            self._allocated += nbytes
+            if self._allocated > self._reserved:
+                segment = 20 << 20
+                self._reserved += (self._allocated - self._reserved) // segment * segment + segment
+                self._call(th, self._malloc)
+        else:
+            addr = self._addrs.pop()
+            self._allocated += nbytes
+        ev = self._ev
+        self._ev = ev + 1
+        self._cpu.append(
+            self._mem_fmt % (th.now // 1000, self._reserved, self._allocated, nbytes, addr, ev)
+        )
+
+    def step(self) -> list[str]:
+        """Generates one ProfilerStep and returns its events, CPU side first as Kineto orders them."""
+        self._cpu = []
+        self._gpu = []
+        main = self._main
+        model = self._model
+        rand = self._rand
+        main.now += 60_000 + int(120_000 * rand())
+        name = f"ProfilerStep#{self.step_number}"
+        step_op = Op(self._builder.annotation_site(main.tid, name), 4000, 3000, span=name)
+        assert step_op.site is not None
+        frame = self._enter(main, step_op, step_op.site)
+        self._run(main, model.zero_grad)
+        for micro_batch in range(self.micro_batches):
+            self._first = micro_batch == 0
+            self._last = micro_batch == self.micro_batches - 1
+            self._run(main, model.micro_batch)
+        self._run(main, model.clip_and_step)
+        self._run(main, model.metrics)
+        if self.step_number % 5 == 4:
+            self._run(main, model.device_sync)
+        if self.step_number % 12 == 11:
+            self._run(main, model.empty_cache)
+            self._reserved = ((self._allocated >> 21) + 1) << 21
+        self._exit(main, step_op, step_op.site, frame)
+        if rand() < 0.25:
+            ts = self._free[COMPUTE_STREAM] - int(2_000_000 * rand())
+            dur = 400_000 + int(1_500_000 * rand())
+            self._gpu.append(self._overhead_fmt % (ts // 1000, ts % 1000, dur // 1000, dur % 1000))
+        self.step_number += 1
+        return self._cpu + self._gpu
+
+    # ---- the parts of the file around the events
+
+    def header(self, trace_id: str) -> str:
+        device = (
+            '    {{\n      "id": {i}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072,\n'
+            '      "computeMajor": 9, "computeMinor": 0,\n'
+            '      "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,\n'
+            '      "regsPerBlock": 65536, "warpSize": 32,\n'
+            f'      "sharedMemPerBlock": 49152, "numSms": {NUM_SMS}\n'
+            '    , "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232448, '
+            '"sharedMemPerMultiprocessor": 233472\n    }}'
+        )
+        devices = ",\n".join(device.format(i=i) for i in range(NUM_GPUS))
+        ranks = list(range(WORLD_SIZE))
+        dist = (
+            f'{{"backend": "nccl", "rank": {RANK}, "world_size": {WORLD_SIZE}, "pg_count": 1, '
+            f'"pg_config": [{{"pg_name": "0", "pg_desc": "default_pg", "backend_config": '
+            f'"cuda:nccl", "pg_size": {WORLD_SIZE}, "ranks": {ranks}}}], "nccl_version": "2.21.5"}}'
+        )
+        return (
+            '\n{\n  "schemaVersion": 1,\n  "deviceProperties": [\n'
+            + devices
+            + '\n  ],\n  "cupti_version": 24,\n  "cuda_runtime_version": 12040,\n'
+            + '  "cuda_driver_version": 12040,\n'
+            + f'  "distributedInfo": {dist},\n'
+            + '  "record_shapes": 1,\n  "profile_memory": 1,\n  "with_stack": 1,\n'
+            + f'  "trace_id": "{trace_id}",\n  "traceEvents": [\n'
+        )
+
+    def trailer(self) -> list[str]:
+        """Kineto's closing events: process/thread metadata, the trace span and its markers."""
+        at = self.start_ns // 1000
+        meta = (
+            '  {{\n    "name": "{name}", "ph": "M", "ts": {ts}, "pid": {pid}, "tid": {tid},\n'
+            '    "args": {{\n      "{key}": {value}\n    }}\n  }}'
+        )
+        out = []
+        cpu_processes = [(self.pid, '"python3.11"', '"CPU"', self.pid)]
+        gpu_processes = [(i, '"python3.11"', f'"GPU {i}"', 16777216 + i) for i in range(NUM_GPUS)]
+        for pid, name, label, order in cpu_processes + gpu_processes:
+            out.append(
+                meta.format(name="process_name", ts=at, pid=pid, tid=0, key="name", value=name)
+            )
+            out.append(
+                meta.format(name="process_labels", ts=at, pid=pid, tid=0, key="labels", value=label)
+            )
+            out.append(
+                meta.format(
+                    name="process_sort_index", ts=at, pid=pid, tid=0, key="sort_index", value=order
+                )
+            )
+        threads = [(0, s, f'"stream {s} "', s) for s in STREAMS] + [
+            (self.pid, self._main.tid, f'"thread {self._main.tid} (python)"', self._main.tid),
+            (self.pid, self._bwd.tid, f'"thread {self._bwd.tid} (pt_autograd_0)"', self._bwd.tid),
+        ]
+        for pid, tid, name, order in threads:
+            out.append(
+                meta.format(name="thread_name", ts=at, pid=pid, tid=tid, key="name", value=name)
+            )
+            out.append(
+                meta.format(
+                    name="thread_sort_index", ts=at, pid=pid, tid=tid, key="sort_index", value=order
+                )
+            )
+        end = max(self._main.now, self._bwd.now, *self._free) + 1_000_000
+        span = end - self.start_ns
+        out.append(
+            '  {\n    "ph": "X", "cat": "Trace", "ts": %s, "dur": %s,\n'
+            '    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
+            '    "args": {\n      "Op count": 0\n    }\n  }' % (_ts(self.start_ns), _ts(span))
+        )
+        out.append(
+            '  {\n    "name": "process_sort_index", "ph": "M", "ts": %s,\n'
+            '    "pid": "Spans", "tid": 0,\n    "args": {\n      "sort_index": 536870912\n'
+            "    }\n  }" % _ts(self.start_ns)
+        )
+        out.append(
+            '  {\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
+            '    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": %s\n  }'
+            % _ts(self.start_ns)
+        )
+        out.append(
+            '  {\n    "name": "Record Window End", "ph": "i", "s": "g",\n'
+            '    "pid": "", "tid": "", "ts": %s\n  }' % _ts(end)
+        )
+        return out
+
+    def footer(self, trace_name: str) -> str:
+        return (
+            f'\n  ],\n  "traceName": "{trace_name}",\n  "displayTimeUnit": "ms",\n'
+            f'  "baseTimeNanoseconds": {self.base_ns}\n}}\n'
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+class _Writer:
+    """Encodes and writes whole steps at once and counts what it wrote."""
+
+    def __init__(self, raw: io.BufferedIOBase) -> None:
+        self._raw = raw
+        self.bytes = 0
+        self.events = 0
+        self._first = True
+
+    def text(self, text: str) -> None:
+        data = text.encode("ascii")
+        self._raw.write(data)
+        self.bytes += len(data)
+
+    def events_of(self, items: list[str]) -> None:
+        if not items:
+            return
+        body = ",\n".join(items)
+        self.text(body if self._first else ",\n" + body)
+        self._first = False
+        # Every event, and nothing else, ends with a newline and a two-space-indented brace.
+        self.events += body.count("\n  }")
+
+
+def _step_bytes(seed: int, layers: int, micro_batches: int) -> int:
+    events = TraceGenerator(seed, layers, micro_batches).step()
+    return sum(map(len, events)) + 2 * len(events)
+
+
+def plan(target_bytes: int, seed: int) -> tuple[int, int]:
+    """Picks (layers, micro-batches per step) so that about TARGET_STEPS steps fill the target."""
+    one = _step_bytes(seed, LAYERS, 1)
+    per_micro_batch = _step_bytes(seed, LAYERS, 2) - one
+    per_step_overhead = one - per_micro_batch
+    wanted = target_bytes / TARGET_STEPS
+    if wanted >= one:
+        return LAYERS, max(1, round((wanted - per_step_overhead) / per_micro_batch))
+    # Too small for the full model at TARGET_STEPS: keep the steps, shrink the model.
+    per_layer = per_micro_batch / LAYERS
+    return max(1, min(LAYERS, int((wanted - per_step_overhead) / per_layer))), 1
+
+
+@dataclass
+class Result:
+    path: Path
+    bytes: int
+    events: int
+    steps: int
+    layers: int
+    micro_batches: int
+    seconds: float
+
+
+def generate(path: Path, target_bytes: int, seed: int, compress: bool) -> Result:
+    began = time.perf_counter()
+    layers, micro_batches = plan(target_bytes, seed)
+    gen = TraceGenerator(seed, layers, micro_batches)
+    closing = len(",\n".join(gen.trailer())) + len(gen.footer(path.name)) + 2
+    steps = 0
+    raw: io.BufferedIOBase
+    # gzip's default level is slow on a gigabyte; 6 is what the gzip tool uses.
+    with gzip.open(path, "wb", compresslevel=6) if compress else open(path, "wb") as raw:
+        writer = _Writer(raw)
+        writer.text(gen.header(f"{seed}-{target_bytes}"))
+        opening = writer.bytes
+        while True:
+            writer.events_of(gen.step())
+            steps += 1
+            per_step = (writer.bytes - opening) / steps
+            # Stop where the final size lands nearest the target.
+            if writer.bytes + closing + per_step / 2 >= target_bytes:
+                break
+        writer.events_of(gen.trailer())
+        writer.text(gen.footer(path.name))
+    return Result(
+        path, writer.bytes, writer.events, steps, layers, micro_batches, time.perf_counter() - began
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Self-check
+
+
+def check(path: Path, target_bytes: int | None = None) -> bool:
+    """Re-reads a generated trace with json and checks its structure; prints what it found.
+
+    Loads the whole file, so it is meant for traces of tens of megabytes.
+    """
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    doc = json.loads(raw)
+    problems: list[str] = []
+    required = (
+        "schemaVersion",
+        "deviceProperties",
+        "distributedInfo",
+        "traceEvents",
+        "traceName",
+        "displayTimeUnit",
+        "baseTimeNanoseconds",
+    )
+    problems += [f"top-level key {key!r} missing" for key in required if key not in doc]
+    events: list[dict[str, Any]] = doc.get("traceEvents", [])
+
+    counts = Counter((e.get("ph", ""), e.get("cat", "")) for e in events)
+    print(
+        f"{len(events):,} events, {len(raw) / MB:.1f} MB, {len(raw) / max(1, len(events)):.0f} B/event"
+    )
+    for (ph, cat), n in counts.most_common():
+        print(f"  {ph:2} {cat or '(none)':22} {n:>10,}")
+
+    launches: dict[int, dict[str, Any]] = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            launches[e["args"]["correlation"]] = e
+    unmatched = early = wrong_ext = 0
+    by_stream: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for e in events:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        by_stream[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+        launch = launches.get(e["args"]["correlation"])
+        if launch is None:
+            unmatched += 1
+        elif e["ts"] < launch["ts"]:
+            early += 1
+        elif launch["args"].get("External id") != e["args"]["External id"]:
+            wrong_ext += 1
+    if unmatched:
+        problems.append(f"{unmatched} GPU activities have no runtime call with their correlation")
+    if early:
+        problems.append(f"{early} GPU activities start before their launch call")
+    if wrong_ext:
+        problems.append(f"{wrong_ext} GPU activities disagree with their launch on External id")
+    overlaps = 0
+    for spans in by_stream.values():
+        spans.sort()
+        # Doubles near 1.7e15 us are exact to 0.25 us only.
+        overlaps += sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1] - 0.5)
+    if overlaps:
+        problems.append(f"{overlaps} GPU activities overlap the previous one on their stream")
+
+    for cat in ("ac2g", "fwdbwd"):
+        starts = {e["id"] for e in events if e.get("cat") == cat and e["ph"] == "s"}
+        ends = [e["id"] for e in events if e.get("cat") == cat and e["ph"] == "f"]
+        if not ends or any(i not in starts for i in ends):
+            problems.append(f"{cat}: flow ends without a start, or no flows at all")
+
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    )
+    print(f"{len(steps)} ProfilerSteps")
+    if len(steps) < MIN_STEPS:
+        problems.append(f"only {len(steps)} ProfilerSteps, expected at least {MIN_STEPS}")
+    starts_at = [s for s, _ in steps]
+    outside = 0
+    for e in events:
+        if e.get("cat") not in ("cpu_op", "python_function", "cuda_runtime", "cuda_driver"):
+            continue
+        i = bisect.bisect_right(starts_at, e["ts"] + 0.5) - 1
+        if i < 0 or e["ts"] + e["dur"] > steps[i][1] + 0.5:
+            outside += 1
+    if outside:
+        problems.append(f"{outside} CPU events lie outside every ProfilerStep")
+    if any(e["args"]["Total Allocated"] < 0 for e in events if e.get("name") == "[memory]"):
+        problems.append("[memory] Total Allocated goes negative")
+
+    if target_bytes is not None and abs(len(raw) - target_bytes) > TOLERANCE * target_bytes:
+        problems.append(f"size {len(raw):,} B is not within 5% of {target_bytes:,} B")
+    for problem in problems:
+        print("PROBLEM:", problem)
+    print("check passed" if not problems else "check FAILED")
+    return not problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Write a large, realistic PyTorch profiler (Kineto) JSON trace."
+    )
+    parser.add_argument("-o", "--output", type=Path, required=True, help="trace file to write")
+    parser.add_argument(
+        "--size-mb",
+        type=float,
+        default=1000.0,
+        help="uncompressed size to aim for, in MB of 10^6 bytes (hit within 5%%; default 1000)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--gzip", action="store_true", help="write gzip-compressed JSON; adds .gz if missing"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="re-read the written trace with json and validate it (loads it whole)",
+    )
+    args = parser.parse_args(argv)
+    path: Path = args.output
+    if args.gzip and path.suffix != ".gz":
+        path = path.with_name(path.name + ".gz")
+    target = int(args.size_mb * MB)
+    result = generate(path, target, args.seed, args.gzip)
+    print(
+        f"wrote {result.path}: {result.bytes / MB:.1f} MB uncompressed, {result.events:,} events, "
+        f"{result.steps} steps of {result.micro_batches} micro-batch(es) x {result.layers} layers, "
+        f"in {result.seconds:.1f} s ({result.bytes / MB / result.seconds:.0f} MB/s)"
+    )
+    if args.check:
+        return 0 if check(path, target) else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

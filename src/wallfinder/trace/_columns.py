@@ -71,13 +71,15 @@ def _as_int(value: Scalar) -> int:
     return NONE
 
 
-def _ints(values: list[Scalar]) -> npt.NDArray[np.int64]:
-    """Integers of a column; absent or non-numeric values become NONE. The common case (all
-    ints) takes one C-level pass; anything else takes the per-value path."""
+def _ints(rows: Any, path: str) -> npt.NDArray[np.int64]:
+    """Integers of the field at `path` of each event in `rows`; absent or non-numeric values
+    become NONE. The common case (all ints) takes one C-level pass; anything else is read
+    again on the per-value path."""
+    get = attrgetter(path)
     try:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
+        return np.fromiter(map(get, rows), dtype=np.int64, count=len(rows))
     except (TypeError, ValueError, OverflowError):
-        return np.fromiter(map(_as_int, values), dtype=np.int64, count=len(values))
+        return np.fromiter(map(_as_int, map(get, rows)), dtype=np.int64, count=len(rows))
 
 
 def _pick(events: list[Event], rows: npt.NDArray[np.intp]) -> Any:
@@ -218,7 +220,7 @@ def _sparse_ints(
     out = np.full(len(events), NONE, dtype=np.int64)
     rows = _rows(kind, kinds)
     if rows.size:
-        out[rows] = _ints(list(map(attrgetter(path), _pick(events, rows))))
+        out[rows] = _ints(_pick(events, rows), path)
     return out
 
 
