@@ -22,6 +22,7 @@ import argparse
 import bisect
 import gzip
 import io
+import itertools
 import json
 import math
 import random
@@ -100,7 +101,7 @@ CBID = {
 
 
 def _ts(ns: int) -> str:
-    return "%d.%03d" % (ns // 1000, ns % 1000)
+    return f"{ns // 1000}.{ns % 1000:03d}"
 
 
 def _esc(text: str) -> str:
@@ -145,8 +146,8 @@ NONE_INPUT: Input = ("", "", "[]", "[]")
 def _shape_args(inputs: tuple[Input, ...]) -> str:
     if not inputs:
         return ""
-    concrete = ", ".join('"%s"' % i[0] for i in inputs)
-    types = ", ".join('"%s"' % i[1] for i in inputs)
+    concrete = ", ".join(f'"{i[0]}"' for i in inputs)
+    types = ", ".join(f'"{i[1]}"' for i in inputs)
     strides = ", ".join(i[2] for i in inputs)
     dims = ", ".join(i[3] for i in inputs)
     return (
@@ -209,7 +210,8 @@ _FLASH_BWD_TRAITS = (
 )
 _SUM_OP = (
     f"{_AT}ReduceOp<c10::BFloat16, {_AT}func_wrapper_t<c10::BFloat16, {_AT}sum_functor<"
-    "c10::BFloat16, float, c10::BFloat16>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>"
+    "c10::BFloat16, float, c10::BFloat16>::operator()(at::TensorIterator&)::"
+    "{lambda(float, float)#1}>"
     ", unsigned int, c10::BFloat16, 4, 4>"
 )
 
@@ -221,7 +223,10 @@ def _binary(functor: str, arity: int = 3) -> str:
     )
 
 
-_MUL = f"{_AT}BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, {_AT}binary_internal::MulFunctor<float> >"
+_MUL = (
+    f"{_AT}BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, "
+    f"{_AT}binary_internal::MulFunctor<float> >"
+)
 _RELU = (
     f"{_ANON}launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, "
     f"{_AT}detail::ClampLimits)::{{lambda()#1}}::operator()() const::{{lambda()#7}}::operator()() "
@@ -610,7 +615,8 @@ class _Builder:
     def _gpu_head(cat: str, name: str, stream: int) -> str:
         return (
             _esc(
-                f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": 0, "tid": {stream},\n'
+                f'  {{\n    "ph": "X", "cat": "{cat}", "name": "{name}", "pid": 0, '
+                f'"tid": {stream},\n'
                 '    "ts": '
             )
             + '%d.%03d, "dur": %d.%03d,\n    "args": {\n      "External id": %d,'
@@ -2303,7 +2309,7 @@ class TraceGenerator:
         )
 
     def step(self) -> list[str]:
-        """Generates one ProfilerStep and returns its events, CPU side first as Kineto orders them."""
+        """Generates one ProfilerStep; returns its events, CPU side first as Kineto orders them."""
         self._cpu = []
         self._gpu = []
         main = self._main
@@ -2338,7 +2344,8 @@ class TraceGenerator:
 
     def header(self, trace_id: str) -> str:
         device = (
-            '    {{\n      "id": {i}, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85045379072,\n'
+            '    {{\n      "id": {i}, "name": "NVIDIA H100 80GB HBM3", '
+            '"totalGlobalMem": 85045379072,\n'
             '      "computeMajor": 9, "computeMinor": 0,\n'
             '      "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,\n'
             '      "regsPerBlock": 65536, "warpSize": 32,\n'
@@ -2538,9 +2545,8 @@ def check(path: Path, target_bytes: int | None = None) -> bool:
     events: list[dict[str, Any]] = doc.get("traceEvents", [])
 
     counts = Counter((e.get("ph", ""), e.get("cat", "")) for e in events)
-    print(
-        f"{len(events):,} events, {len(raw) / MB:.1f} MB, {len(raw) / max(1, len(events)):.0f} B/event"
-    )
+    per_event = len(raw) / max(1, len(events))
+    print(f"{len(events):,} events, {len(raw) / MB:.1f} MB, {per_event:.0f} B/event")
     for (ph, cat), n in counts.most_common():
         print(f"  {ph:2} {cat or '(none)':22} {n:>10,}")
 
@@ -2571,7 +2577,7 @@ def check(path: Path, target_bytes: int | None = None) -> bool:
     for spans in by_stream.values():
         spans.sort()
         # Doubles near 1.7e15 us are exact to 0.25 us only.
-        overlaps += sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1] - 0.5)
+        overlaps += sum(1 for a, b in itertools.pairwise(spans) if b[0] < a[1] - 0.5)
     if overlaps:
         problems.append(f"{overlaps} GPU activities overlap the previous one on their stream")
 

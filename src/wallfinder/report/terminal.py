@@ -197,7 +197,7 @@ def _ranks(d: Diagnosis) -> Table:
             _pct(r.compute),
             _pct(r.idle),
             r.wall,
-            r.cause,
+            CAUSE_LABEL.get(r.cause, r.cause),
         )
     return table
 
