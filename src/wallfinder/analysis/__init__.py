@@ -30,6 +30,7 @@ from wallfinder.diagnosis import (
     StepBreakdown,
     Steps,
 )
+from wallfinder.errors import WallfinderError
 from wallfinder.trace import Events, Kind, Trace
 
 __all__ = ["Thresholds", "diagnose"]
@@ -57,7 +58,7 @@ def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
     dropped = warmup_steps(durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
-    steps = _step_stats(spans, durations, kept, dropped)
+    steps = _step_stats(spans, durations, kept, dropped, thresholds)
     bd = _gpu_breakdown(spans, wb, kept)
     kernels, classes = _kernel_tables(trace, dev, start[kept], end[kept])
     unlaunched = int((dev.launch_ts < 0).sum())
@@ -102,6 +103,7 @@ def _step_stats(
     durations: npt.NDArray[np.float64],
     kept: npt.NDArray[np.bool_],
     dropped: list[tuple[int, str]],
+    thresholds: Thresholds,
 ) -> Steps:
     d = durations[kept]
     mean = float(d.mean())
@@ -115,7 +117,7 @@ def _step_stats(
         min_s=float(d.min()),
         max_s=float(d.max()),
         cv=cv,
-        stable=cv <= Thresholds().max_cv,
+        stable=cv <= thresholds.max_cv,
         dropped=[
             DroppedStep(step=spans.labels[i], duration_s=float(durations[i]), reason=r)
             for i, r in dropped
@@ -214,7 +216,11 @@ def _diagnose_cpu(
 ) -> Diagnosis:
     """No device kernels: the CPU is the device. Breakdown of the main thread's time."""
     host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
-    thread = _main_thread(trace, host, spans)
+    if len(host) == 0:
+        host = trace.of_kind(Kind.RUNTIME, Kind.OTHER)
+    if len(host) == 0:
+        raise WallfinderError(f"{trace.source}: no device kernels and no CPU activity to analyse")
+    thread = _main_thread(trace, host)
     mine = host.take(np.flatnonzero((host.pid.astype(np.int64) << 32 | host.tid) == thread))
     category = _cpu_categories(trace, mine)
     cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(4)]
@@ -229,7 +235,7 @@ def _diagnose_cpu(
     dropped = warmup_steps(durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
-    steps = _step_stats(spans, durations, kept, dropped)
+    steps = _step_stats(spans, durations, kept, dropped, thresholds)
     zeros = np.zeros(length.size, dtype=np.int64)
     causes = {k: np.zeros(length.size) for k in IDLE_CAUSES}
     causes["data_loading"] = data.astype(np.float64)
@@ -261,13 +267,12 @@ def _diagnose_cpu(
     )
 
 
-def _main_thread(trace: Trace, host: Events, spans: StepSpans) -> int:
+def _main_thread(trace: Trace, host: Events) -> int:
     keys = host.pid.astype(np.int64) << 32 | host.tid
     step_rows = np.isin(host.name, trace.names_matching(lambda s: s.startswith("ProfilerStep#")))
     pool = keys[step_rows] if step_rows.any() else keys
     weights = None if step_rows.any() else host.dur.astype(np.float64)
     uniq, inverse = np.unique(pool, return_inverse=True)
-    del spans
     return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
 
 

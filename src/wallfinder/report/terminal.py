@@ -31,6 +31,18 @@ CAUSE_LABEL = {
     "comm_exposed": "exposed communication",
     "copy_exposed": "exposed memory copies",
 }
+
+
+def cause_label(wall: str, cause: str) -> str:
+    """A verdict's cause in words: an idle cause for the overhead wall, a kernel class for
+    the bandwidth wall (the two vocabularies share words such as "other")."""
+    if wall == "overhead":
+        return CAUSE_LABEL.get(cause, cause)
+    if wall == "bandwidth":
+        return f"{cause} kernels (memory-bound)"
+    return cause
+
+
 _CPU_IDLE_LABEL = {
     "data_loading": "data loading (DataLoader)",
     "host_overhead": "Python / annotations outside ops",
@@ -81,7 +93,7 @@ def _verdict(d: Diagnosis) -> Panel:
     v = d.verdict
     body = Text()
     body.append(f"{v.wall.upper()} wall", style=_WALL_STYLE[v.wall])
-    body.append(f" — {CAUSE_LABEL.get(v.cause, v.cause)}\n", style="bold")
+    body.append(f" — {cause_label(v.wall, v.cause)}\n", style="bold")
     body.append(v.reason + "\n")
     for i, q in enumerate(v.questions, 1):
         mark = {"yes": "yes", "no": "NO", "unknown": "?"}[q.answer]
@@ -197,7 +209,7 @@ def _ranks(d: Diagnosis) -> Table:
             _pct(r.compute),
             _pct(r.idle),
             r.wall,
-            CAUSE_LABEL.get(r.cause, r.cause),
+            cause_label(r.wall, r.cause),
         )
     return table
 

@@ -90,7 +90,7 @@ def load_trace(
         if was_enabled:
             gc.enable()
     header = reader.document.header
-    if tail is not None:
+    if tail is not None and not reader.document.bare:
         header = merge_tail(header, tail, p.name)
     return _build(p.name, events, memory, assembler, header)
 
@@ -117,7 +117,9 @@ def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes 
         for piece, chunk in decode_all(reader.chunks()):
             if isinstance(piece, Remainder):
                 text = pending.join(piece.text) if pending else piece.text
-                final, tail = split_remainder(Remainder(text, piece.bare), decode_chunk)
+                final, tail = split_remainder(
+                    Remainder(text, piece.bare), decode_chunk, assembler.source
+                )
                 pending = None
                 if final is not None:
                     assembler.add(final)

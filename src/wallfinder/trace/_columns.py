@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -56,18 +57,22 @@ def _text(value: Scalar) -> str:
     return value if isinstance(value, str) else ("" if value is None else str(value))
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
 def _as_int(value: Scalar) -> int:
+    """An id or a byte count as an int64; NONE for anything that is not one."""
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return int(value)
-    if isinstance(value, str):
+    if isinstance(value, float):
+        value = int(value) if math.isfinite(value) else NONE
+    elif isinstance(value, str):
         try:
-            return int(value)
+            value = int(value)
         except ValueError:
             return NONE
+    if isinstance(value, int):
+        return value if value in _INT64 else NONE
     return NONE
 
 
@@ -82,7 +87,7 @@ def _ints(rows: Any, path: str) -> npt.NDArray[np.int64]:
         return np.fromiter(map(_as_int, map(get, rows)), dtype=np.int64, count=len(rows))
 
 
-def _pick(events: list[Event], rows: npt.NDArray[np.intp]) -> Any:
+def _pick(events: Sequence[Event], rows: npt.NDArray[np.intp]) -> Any:
     """The events at `rows`, gathered in C."""
     if rows.size == len(events):
         return events
@@ -106,6 +111,7 @@ def _rows(kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...]) -> npt.NDArray[np
 class Chunk:
     """The columns of one chunk of events, with chunk-local string tables.
 
+    `count` rows were kept of the `seen` events decoded (`flows` flow events are dropped).
     `ts_us`/`dur_us` stay float microseconds until the assembler knows the trace's origin.
     `problem` is set instead of columns when the chunk's text did not decode: ("json", message)
     for text that is not JSON (or a false cut), ("event", local index, message) for an event of
@@ -113,6 +119,8 @@ class Chunk:
     """
 
     count: int = 0
+    seen: int = 0
+    flows: int = 0
     kind: npt.NDArray[np.int8] = field(default_factory=lambda: np.empty(0, np.int8))
     name: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     cat: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
@@ -142,21 +150,36 @@ def decode_chunk(framed: bytes) -> Chunk:
         return Chunk(problem=("event", str(exc)))
     except msgspec.DecodeError as exc:
         return Chunk(problem=("json", str(exc)))
+    except UnicodeDecodeError as exc:  # msgspec lets invalid UTF-8 in a string through
+        return Chunk(problem=("json", f"invalid UTF-8 in a string ({exc.reason})"))
     return columns_of(events)
 
 
-def columns_of(events: list[Event]) -> Chunk:
-    """Build the columns of decoded events."""
-    n = len(events)
+def columns_of(decoded: list[Event]) -> Chunk:
+    """Build the columns of decoded events.
+
+    Flow events (`ph` s/t/f) are counted and dropped here: they repeat the correlation and
+    sequence ids that runtime calls, kernels and ops carry in their args, and they are a
+    quarter of a typical trace's events.
+    """
+    seen = len(decoded)
     strings = Interner({"": 0})
     ids = Interner()
     raw = Interner({b"": 0})
     pair_codes = Interner()
     pair = np.fromiter(
-        map(pair_codes.__getitem__, map(attrgetter("ph", "cat"), events)), np.int32, n
+        map(pair_codes.__getitem__, map(attrgetter("ph", "cat"), decoded)), np.int32, seen
     )
     kind_table = np.array([kind_of(p, _text(c), "") for p, c in pair_codes], dtype=np.int8)
-    kind = kind_table[pair] if n else np.empty(0, np.int8)
+    kind = kind_table[pair] if seen else np.empty(0, np.int8)
+    original: npt.NDArray[np.intp] | None = None
+    events: Any = decoded
+    flows = kind == Kind.FLOW
+    if flows.any():
+        original = np.flatnonzero(~flows)
+        events = _pick(decoded, original) if original.size else ()
+        pair, kind = pair[original], kind[original]
+    n = len(events)
     # A non-string name (a number, null) is interned as is and made text by the assembler.
     name = np.fromiter(map(strings.__getitem__, map(attrgetter("name"), events)), np.int32, n)
     cat_of_pair = np.array([strings[c] for _, c in pair_codes], dtype=np.int32)
@@ -165,11 +188,13 @@ def columns_of(events: list[Event]) -> Chunk:
     if memory_name is not None:
         kind[(kind == Kind.INSTANT) & (name == memory_name)] = Kind.MEMORY
 
-    chunk = Chunk(count=n, kind=kind, name=name, cat=cat)
+    chunk = Chunk(count=n, seen=seen, flows=seen - n, kind=kind, name=name, cat=cat)
     chunk.ts_us = np.fromiter(map(attrgetter("ts"), events), np.float64, n)
     chunk.dur_us = np.fromiter(map(attrgetter("dur"), events), np.float64, n)
     problem = _check_times(events, kind, pair, pair_codes, chunk)
     if problem is not None:
+        if original is not None:  # report the event's index in the file
+            problem = (problem[0], int(original[problem[1]]), *problem[2:])
         return Chunk(problem=problem)
     chunk.pid = np.fromiter(map(ids.__getitem__, map(attrgetter("pid"), events)), np.int32, n)
     chunk.tid = np.fromiter(map(ids.__getitem__, map(attrgetter("tid"), events)), np.int32, n)
@@ -195,7 +220,7 @@ def columns_of(events: list[Event]) -> Chunk:
 
 
 def _check_times(
-    events: list[Event],
+    events: Any,
     kind: npt.NDArray[np.int8],
     pair: npt.NDArray[np.int32],
     pair_codes: Interner,
@@ -215,7 +240,7 @@ def _check_times(
 
 
 def _sparse_ints(
-    events: list[Event], kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...], path: str
+    events: Sequence[Event], kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...], path: str
 ) -> npt.NDArray[np.int64]:
     out = np.full(len(events), NONE, dtype=np.int64)
     rows = _rows(kind, kinds)
@@ -225,7 +250,7 @@ def _sparse_ints(
 
 
 def _sparse_raw(
-    events: list[Event], kind: npt.NDArray[np.int8], raw: Interner, path: str
+    events: Sequence[Event], kind: npt.NDArray[np.int8], raw: Interner, path: str
 ) -> npt.NDArray[np.int32]:
     out = np.zeros(len(events), dtype=np.int32)
     rows = _rows(kind, _SHAPED)
@@ -235,7 +260,7 @@ def _sparse_raw(
     return out
 
 
-def _bytes(events: list[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
+def _bytes(events: Sequence[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
     # Kineto wrote "bytes" for memcpy/memset; some versions and tools write "Bytes".
     out = np.full(len(events), NONE, dtype=np.int64)
     for i in _rows(kind, _SIZED).tolist():
@@ -245,7 +270,7 @@ def _bytes(events: list[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[np.in
 
 
 def _labels(
-    events: list[Event],
+    events: Sequence[Event],
     kind: npt.NDArray[np.int8],
     name: npt.NDArray[np.int32],
     pid: npt.NDArray[np.int32],
@@ -265,7 +290,7 @@ def _labels(
 
 
 def _memory(
-    events: list[Event], kind: npt.NDArray[np.int8], ts_us: npt.NDArray[np.float64]
+    events: Sequence[Event], kind: npt.NDArray[np.int8], ts_us: npt.NDArray[np.float64]
 ) -> list[tuple[float, int, int, int]]:
     samples = []
     for i in np.flatnonzero(kind == Kind.MEMORY).tolist():
@@ -279,6 +304,10 @@ def _memory(
             )
         )
     return samples
+
+
+_MAX_NS = 100 * 365 * 86400 * 1e9
+"""Times this far from the trace's origin cannot be a profile: refused, not wrapped around."""
 
 
 class Assembler:
@@ -295,12 +324,16 @@ class Assembler:
         self.begins: list[int] = []
         self.ends: list[int] = []
         self.count = 0
+        self.seen = 0
+        self.flows = 0
         self._parts: list[dict[str, npt.NDArray[Any]]] = []
 
     def add(self, chunk: Chunk) -> None:
         if chunk.problem is not None:
             raise self.error(chunk.problem)
         if chunk.count == 0:
+            self.seen += chunk.seen
+            self.flows += chunk.flows
             return
         if self.origin_us is None:
             # The first timestamp in file order: the same however the file is chunked.
@@ -314,8 +347,14 @@ class Assembler:
         strings = _remap(self.strings, chunk.strings)
         ids = _remap(self.ids, chunk.ids)
         raw = _remap(self.raw, chunk.raw)
-        ts = np.rint((np.nan_to_num(chunk.ts_us) - origin) * 1000.0).astype(np.int64)
-        dur = np.rint(np.nan_to_num(chunk.dur_us) * 1000.0).astype(np.int64)
+        ts_ns = (np.nan_to_num(chunk.ts_us) - origin) * 1000.0
+        dur_ns = np.nan_to_num(chunk.dur_us) * 1000.0
+        if max(np.abs(ts_ns).max(), np.abs(dur_ns).max()) > _MAX_NS:
+            raise WallfinderError(
+                f"{self.source}: timestamps or durations out of range (over 100 years apart)"
+            )
+        ts = np.rint(ts_ns).astype(np.int64)
+        dur = np.rint(dur_ns).astype(np.int64)
         np.maximum(dur, 0, out=dur)
         pid = ids[chunk.pid]
         self._parts.append(
@@ -338,18 +377,20 @@ class Assembler:
         self.begins.extend(i + self.count for i in chunk.begins)
         self.ends.extend(i + self.count for i in chunk.ends)
         self.count += chunk.count
+        self.seen += chunk.seen
+        self.flows += chunk.flows
 
     def error(self, problem: tuple[Any, ...]) -> WallfinderError:
         if problem[0] == "missing":
             _, first, detail, count = problem
             return WallfinderError(
-                f"{self.source}: event #{self.count + first} {detail}"
+                f"{self.source}: event #{self.seen + first} {detail}"
                 + (f" (and {count - 1} more events)" if count > 1 else "")
             )
         if problem[0] == "event":
             message = re.sub(
                 r"\$\[(\d+)\]",
-                lambda m: f"event #{self.count + int(m.group(1))}",
+                lambda m: f"event #{self.seen + int(m.group(1))}",
                 problem[1],
                 count=1,
             )
@@ -417,7 +458,9 @@ def _pair_begin_end(
     offsets = np.cumsum([0] + [p["ts"].size for p in parts])
     keep = np.ones(ts.size, dtype=bool)
     is_begin = set(begins)
-    rows = np.array(begins + ends, dtype=np.int64)
+    # File order breaks ties: back to back, an E and the next B share a timestamp, and the E
+    # must close the event that is open, not the one beginning at that instant.
+    rows = np.sort(np.array(begins + ends, dtype=np.int64))
     stacks: dict[tuple[int, int], list[int]] = {}
     for i in rows[np.argsort(ts[rows], kind="stable")].tolist():
         key = (int(pid[i]), int(tid[i]))

@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import msgspec
 
@@ -27,8 +27,13 @@ from wallfinder.errors import WallfinderError
 from wallfinder.trace._schema import Header
 
 _fast_gzip: Any
+_GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, zlib.error, ValueError)
 try:  # python-isal decompresses gzip several times faster than zlib.
     from isal import igzip as _fast_gzip
+    from isal import isal_zlib
+
+    # isal's IsalError (corrupt deflate data) derives from Exception alone.
+    _GZIP_ERRORS = (*_GZIP_ERRORS, cast("type[Exception]", isal_zlib.error))
 except ImportError:  # pragma: no cover - depends on the environment
     _fast_gzip = None
 
@@ -74,6 +79,8 @@ class Document:
     """What the reader found besides the events."""
 
     header: Header
+    bare: bool = False
+    """The bare-array form: there are no keys after the events."""
     whole: bytes | None = None
     """The events, framed as one JSON array, of a document that could not be streamed."""
 
@@ -115,7 +122,7 @@ def _read(stream: BinaryIO, path: Path, size: int) -> bytes:
         raise WallfinderError(
             f"{path.name}: the gzip stream ends early (truncated or incomplete download)"
         ) from None
-    except (OSError, zlib.error) as exc:
+    except _GZIP_ERRORS as exc:
         raise WallfinderError(f"{path.name}: not a readable gzip file ({exc})") from None
 
 
@@ -166,6 +173,7 @@ class ChunkReader:
             raise WallfinderError(f"{self.path.name}: the file is empty")
         first = buf[start : start + 1]
         if first == b"[":
+            self.document = Document(Header(), bare=True)
             yield from self._array(start + 1, more, bare=True)
             return
         if first != b"{":
@@ -191,10 +199,15 @@ class ChunkReader:
     def _whole(self, text: bytes) -> Document:
         try:
             doc = _decode_any(text)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             raise json_error(self.path.name, str(exc)) from None
         if not isinstance(doc, dict) or "traceEvents" not in doc:
-            keys = ", ".join(list(doc)[:5]) if isinstance(doc, dict) else type(doc).__name__
+            # Keys come from the file: quoted (repr) and cut, so the message stays one line.
+            keys = (
+                ", ".join(repr(k)[:40] for k in list(doc)[:5])
+                if isinstance(doc, dict)
+                else type(doc).__name__
+            )
             raise WallfinderError(
                 f"{self.path.name}: JSON but not a profiler trace (no 'traceEvents'; has {keys})"
             )
@@ -206,7 +219,7 @@ class ChunkReader:
         except msgspec.ValidationError as exc:
             raise WallfinderError(f"{self.path.name}: malformed header ({exc})") from None
         # Re-encoded so that the events go through the same typed decoder as streamed ones.
-        return Document(header, msgspec.json.encode(events))
+        return Document(header, whole=msgspec.json.encode(events))
 
     def _array(
         self, pos: int, more: Callable[[], None], *, bare: bool
@@ -247,7 +260,7 @@ def _try_header(text: bytes) -> Header | None:
     body = text.rstrip().rstrip(b",")
     try:
         return _decode_header(body + b"}")
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
 
 
@@ -257,7 +270,9 @@ def json_error(source: str, text: str) -> WallfinderError:
     return WallfinderError(f"{source}: not valid JSON ({text})")
 
 
-def split_remainder(remainder: Remainder, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+def split_remainder(
+    remainder: Remainder, decode: Callable[[bytes], Any], source: str
+) -> tuple[Any, bytes]:
     """Find where the event array ends in the last piece of text: the first `}` `]` at which
     the events before it decode. Returns (decoded chunk or None, text after the array)."""
     text = remainder.text
@@ -267,7 +282,7 @@ def split_remainder(remainder: Remainder, decode: Callable[[bytes], Any]) -> tup
     if pos >= len(text):
         if remainder.bare:
             return None, b""
-        raise WallfinderError("the JSON ends early (truncated file?)")
+        raise WallfinderError(f"{source}: the JSON ends early (truncated file?)")
     last_error = ""
     for match in _ARRAY_END.finditer(text, pos):
         chunk = decode(b"[" + text[pos : match.start() + 1] + b"]")
@@ -281,11 +296,7 @@ def split_remainder(remainder: Remainder, decode: Callable[[bytes], Any]) -> tup
         if chunk.problem is None or chunk.problem[0] != "json":
             return chunk, b""
         last_error = str(chunk.problem[1])
-    raise WallfinderError(
-        "the JSON ends early (truncated file?)"
-        if not last_error or "truncated" in last_error.lower()
-        else f"not valid JSON ({last_error})"
-    )
+    raise json_error(source, last_error or "truncated")
 
 
 def merge_tail(header: Header, tail: bytes, source: str) -> Header:
@@ -299,7 +310,7 @@ def merge_tail(header: Header, tail: bytes, source: str) -> Header:
         raise WallfinderError(f"{source}: malformed JSON after the event array")
     try:
         rest = _decode_header(b"{" + text[1:])
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         raise WallfinderError(f"{source}: the JSON ends early (truncated file?)") from None
     merged = {
         name: getattr(rest, name) if getattr(rest, name) is not None else getattr(header, name)
