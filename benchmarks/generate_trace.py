@@ -63,7 +63,7 @@ BF16 = "c10::BFloat16"
 PARAMS_PER_LAYER = 4 * HIDDEN * HIDDEN + 2 * HIDDEN * FFN + 9 * HIDDEN + FFN
 
 # Event kinds: how a site's template is filled in.
-K_OP = 0  # cpu_op or user_annotation: External id, Ev Idx
+K_OP = 0  # cpu_op: External id, Ev Idx
 K_SEQ = 1  # cpu_op that carries an autograd Sequence number
 K_PY = 2  # python_function: Python parent id, Python id, Ev Idx
 K_ANNOTATION = 3  # user_annotation: like K_OP, but launches inside it link to the enclosing cpu_op
@@ -112,7 +112,13 @@ def _esc(text: str) -> str:
 # --------------------------------------------------------------------------------------------
 # Shapes: each op input is (concrete value, type, strides, dims) as record_shapes prints them.
 
-Input = tuple[str, str, str, str]
+
+@dataclass(frozen=True)
+class Input:
+    concrete: str
+    dtype: str
+    strides: str
+    dims: str
 
 
 def _strides(dims: tuple[int, ...]) -> list[int]:
@@ -124,32 +130,42 @@ def _strides(dims: tuple[int, ...]) -> list[int]:
 
 def _t(*dims: int, dtype: str = BF16, strides: tuple[int, ...] | None = None) -> Input:
     s = list(strides) if strides is not None else _strides(dims)
-    return ("", dtype, str(s), str(list(dims)))
-
-
-def _s(value: object) -> Input:
-    return (str(value), "Scalar", "[]", "[]")
-
-
-def _sl(values: list[int]) -> Input:
-    return (str(values), "ScalarList", "[]", "[]")
+    return Input("", dtype, str(s), str(list(dims)))
 
 
 def _tl(count: int, *dims: int) -> Input:
-    """A TensorList of `count` same-shaped bf16 tensors."""
-    return ("", "TensorList", str([_strides(dims)] * count), str([list(dims)] * count))
+    """A TensorList of `count` same-shaped tensors."""
+    return Input("", "TensorList", str([_strides(dims)] * count), str([list(dims)] * count))
 
 
-NONE_INPUT: Input = ("", "", "[]", "[]")
+NONE_INPUT = Input("", "", "[]", "[]")
+
+
+def _in(*args: object) -> tuple[Input, ...]:
+    """Op inputs from shorthand: a tuple of ints is a bf16 tensor of that shape, a list a
+    ScalarList, None an omitted optional argument, anything else but an Input a Scalar."""
+    out = []
+    for arg in args:
+        if isinstance(arg, Input):
+            out.append(arg)
+        elif isinstance(arg, tuple):
+            out.append(_t(*arg))
+        elif isinstance(arg, list):
+            out.append(Input(str(arg), "ScalarList", "[]", "[]"))
+        elif arg is None:
+            out.append(NONE_INPUT)
+        else:
+            out.append(Input(str(arg), "Scalar", "[]", "[]"))
+    return tuple(out)
 
 
 def _shape_args(inputs: tuple[Input, ...]) -> str:
     if not inputs:
         return ""
-    concrete = ", ".join(f'"{i[0]}"' for i in inputs)
-    types = ", ".join(f'"{i[1]}"' for i in inputs)
-    strides = ", ".join(i[2] for i in inputs)
-    dims = ", ".join(i[3] for i in inputs)
+    concrete = ", ".join(f'"{i.concrete}"' for i in inputs)
+    types = ", ".join(f'"{i.dtype}"' for i in inputs)
+    strides = ", ".join(i.strides for i in inputs)
+    dims = ", ".join(i.dims for i in inputs)
     return (
         f'"Concrete Inputs": [{concrete}], "Input type": [{types}], '
         f'"Input Strides": [{strides}], "Input Dims": [{dims}], '
@@ -186,8 +202,9 @@ class Kernel:
         )
 
 
-def _elementwise(name: str, numel: int, vec: int = 4) -> Kernel:
-    return Kernel(name, (max(1, numel // (128 * vec * 4)), 1, 1), (128, 1, 1), 28, 0)
+def _elementwise(name: str, numel: int) -> Kernel:
+    # 128 threads, each handling 4 vectors of 4 elements.
+    return Kernel(name, (max(1, numel // (128 * 16)), 1, 1), (128, 1, 1), 28, 0)
 
 
 def _gemm(name: str, regs: int = 168, smem: int = 213_248, threads: int = 384) -> Kernel:
@@ -586,7 +603,7 @@ class _Builder:
             '%d.%03d, "dur": %d.%03d,\n    "args": {\n      "External id": %d,'
             '"Record function id": 0, "Ev Idx": %d\n    }\n  }'
         )
-        return Site(K_OP, fmt)
+        return Site(K_ANNOTATION, fmt)
 
     def py_site(self, tid: int, name: str) -> Site:
         module = ' "Python module id": 0,' if name.startswith("nn.Module: ") else ""
@@ -741,9 +758,16 @@ class _Builder:
         return Op(self.py_site(tid, name), pre, 700, children, calls)
 
     def annotation(
-        self, tid: int, name: str, *children: Op, span: bool = False, pre: int = 3000
+        self,
+        tid: int,
+        name: str,
+        *children: Op,
+        calls: tuple[Call, ...] = (),
+        span: bool = False,
+        pre: int = 3000,
     ) -> Op:
-        return Op(self.annotation_site(tid, name), pre, 1500, children, span=name if span else "")
+        site = self.annotation_site(tid, name)
+        return Op(site, pre, 1500, children, calls, span=name if span else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -762,128 +786,67 @@ class Model:
 
 
 _X = (BATCH, PATCHES, HIDDEN)
-_X2 = (TOKENS, HIDDEN)
+_FFN = (TOKENS, FFN)
+_HEADS = (BATCH, HEADS, PATCHES, HEAD_DIM)
+_QKV = (3, BATCH, HEADS, PATCHES, HEAD_DIM)
+_IMAGE = (BATCH, 3, 448, 448)
+_CONV_W = (HIDDEN, 3, 14, 14)
+_CONV_OUT = (BATCH, HIDDEN, 32, 32)
+_LOGITS = (BATCH, CLASSES)
 _ACT_BYTES = _ACT * 2
 _FFN_BYTES = _ACT_FFN * 2
+_LAYER_PARAMS = [(HIDDEN,)] * 4 + [
+    (3 * HIDDEN, HIDDEN), (3 * HIDDEN,), (HIDDEN, HIDDEN), (HIDDEN,),
+    (FFN, HIDDEN), (FFN,), (HIDDEN, FFN), (HIDDEN,), (HIDDEN,),
+]  # fmt: skip
+# Patch embedding, position embedding, final norm and classifier head.
+_OTHER_PARAMS = [
+    _CONV_W, (HIDDEN,), (1, PATCHES, HIDDEN), (HIDDEN,), (HIDDEN,), (CLASSES, HIDDEN), (CLASSES,),
+]  # fmt: skip
+
+
+def _f32(*dims: int) -> Input:
+    return _t(*dims, dtype="float")
+
+
+def _i64(*dims: int) -> Input:
+    return _t(*dims, dtype="long int")
 
 
 def _build_model(b: _Builder, layers: int) -> Model:
+    # The op trees are laid out by hand, like the call stacks they describe.
+    # fmt: off
     m, w = b.main_tid, b.bwd_tid
 
+    # ---- ops that only touch metadata
+
     def as_strided(tid: int, dims: tuple[int, ...]) -> Op:
-        return b.op(
-            tid,
-            "aten::as_strided",
-            (_t(*dims), _sl(list(dims)), _sl(_strides(dims)), NONE_INPUT),
-            pre=1500,
-        )
+        return b.op(tid, "aten::as_strided", _in(dims, list(dims), _strides(dims), None), pre=1500)
 
     def transpose(tid: int, dims: tuple[int, ...], grad: Op | None = None) -> Op:
-        return b.op(
-            tid,
-            "aten::transpose",
-            (_t(*dims), _s(0), _s(1)),
-            as_strided(tid, dims),
-            pre=2000,
-            grad=grad,
-        )
+        return b.op(tid, "aten::transpose", _in(dims, 0, 1), as_strided(tid, dims), grad=grad)
 
     def view(tid: int, dims: tuple[int, ...]) -> Op:
-        return b.op(tid, "aten::view", (_t(*dims), _sl(list(dims))), pre=1800)
+        return b.op(tid, "aten::view", _in(dims, list(dims)), pre=1800)
 
     def empty(tid: int, dims: tuple[int, ...], name: str = "aten::empty") -> Op:
-        return b.op(
-            tid,
-            name,
-            (_sl(list(dims)), _s(15), _s(0), NONE_INPUT, _s("False"), NONE_INPUT),
-            pre=3000,
-        )
+        return b.op(tid, name, _in(list(dims), 15, 0, None, False, None), pre=3000)
 
     def t_op(tid: int, out: int, inp: int, grad: Op | None = None) -> Op:
-        return b.op(
-            tid, "aten::t", (_t(out, inp),), transpose(tid, (out, inp)), pre=1500, grad=grad
-        )
+        return b.op(tid, "aten::t", _in((out, inp)), transpose(tid, (out, inp)), grad=grad)
 
-    # ---- backward trees (autograd thread)
-
-    def t_backward(out: int, inp: int) -> Op:
-        return b.bwd("TBackward0", (_t(inp, out, strides=(1, inp)),), t_op(w, inp, out))
-
-    def linear_backward(inp: int, out: int, bias_kernel: Kernel = K_REDUCE_SUM) -> Op:
-        flops = (TOKENS, out, inp)
-        return b.bwd(
-            "AddmmBackward0",
-            (_t(TOKENS, out),),
-            t_op(w, inp, out),
-            b.kop(w, "aten::mm", (_t(TOKENS, out), _t(out, inp)), K_GEMM_DGRAD, _gemm_ns(*flops)),
-            t_op(w, TOKENS, out),
-            b.kop(
-                w,
-                "aten::mm",
-                (_t(out, TOKENS, strides=(1, out)), _t(TOKENS, inp)),
-                K_GEMM_WGRAD,
-                _gemm_ns(*flops, 0.58),
-            ),
-            b.kop(
-                w,
-                "aten::sum",
-                (_t(TOKENS, out), _sl([0]), _s("True"), NONE_INPUT),
-                bias_kernel,
-                _mem_ns(TOKENS * out * 2),
-            ),
-            view(w, (1, out)),
-            t_op(w, out, inp),
-        )
-
-    def layer_norm_backward() -> Op:
-        return b.bwd(
-            "NativeLayerNormBackward0",
-            (_t(*_X),),
-            b.op(
-                w,
-                "aten::native_layer_norm_backward",
-                (
-                    _t(*_X),
-                    _t(*_X),
-                    _sl([HIDDEN]),
-                    _t(BATCH, PATCHES, 1, dtype="float"),
-                    _t(BATCH, PATCHES, 1, dtype="float"),
-                    _t(HIDDEN),
-                    _t(HIDDEN),
-                    NONE_INPUT,
-                ),
-                empty(w, _X, "aten::empty_like"),
-                empty(w, (HIDDEN,), "aten::empty_like"),
-                empty(w, (HIDDEN,), "aten::empty_like"),
-                calls=(
-                    b.launch(w, K_LAYER_NORM_BWD_INPUT, _mem_ns(4 * _ACT_BYTES)),
-                    b.launch(w, K_LAYER_NORM_BWD_GAMMA, _mem_ns(2 * _ACT_BYTES)),
-                ),
-                pre=5000,
-            ),
-        )
+    # ---- gradient bookkeeping on the autograd thread
 
     def accumulate(dims: tuple[int, ...], first: bool) -> Op:
-        numel = math.prod(dims)
-        if first:
-            inner = b.op(
-                w, "aten::detach", (_t(*dims),), b.op(w, "detach", (_t(*dims),), pre=1200), pre=1500
-            )
+        if first:  # the first gradient is stolen, not added
+            inner = b.op(w, "aten::detach", _in(dims), b.op(w, "detach", _in(dims), pre=1200))
         else:
-            add_kernel = Kernel(K_ADD.name, (max(1, numel // 2048), 1, 1), (128, 1, 1), 28, 0)
-            inner = b.kop(
-                w, "aten::add_", (_t(*dims), _t(*dims), _s(1)), add_kernel, _mem_ns(6 * numel)
-            )
-        node = b.op(w, "torch::autograd::AccumulateGrad", (_t(*dims),), inner, pre=2000)
-        return Op(
-            b.site(w, "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"),
-            1200,
-            800,
-            (node,),
-        )
-
-    def accumulate_all(params: list[tuple[int, ...]], first: bool) -> Op:
-        return Op(None, children=tuple(accumulate(p, first) for p in params))
+            numel = math.prod(dims)
+            add = _elementwise(K_ADD.name, numel)
+            inner = b.kop(w, "aten::add_", _in(dims, dims, 1), add, _mem_ns(6 * numel))
+        node = b.op(w, "torch::autograd::AccumulateGrad", _in(dims), inner, pre=2000)
+        name = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+        return Op(b.site(w, name), 1200, 800, (node,))
 
     group = (
         f'"Process Group Name": "0", "Process Group Description": "default_pg", '
@@ -900,47 +863,63 @@ def _build_model(b: _Builder, layers: int) -> Model:
         kernel_args = f", {collective}, {splits}, {group}"
         ranks = f'"Rank": {RANK}, "Global rank start": 0, "Global rank stride": 1'
         comm_args = f"{collective}, {ranks}, {splits}, {group}, "
-        comm_site = b.site(w, "record_param_comms", (_t(numel),), extra=comm_args)
+        comm_site = b.site(w, "record_param_comms", _in((numel,)), extra=comm_args)
         ring_ns = int(2 * (WORLD_SIZE - 1) / WORLD_SIZE * numel * 2 / 180.0) + 12_000
         nccl = b.launch(
             w, K_NCCL, ring_ns, NCCL_STREAM, "cudaLaunchKernelExC", kernel_args, skew_ns=300_000
         )
-        annotation = b.annotation(w, "nccl:all_reduce", span=True, pre=8000)
-        annotation.calls = (
+        # The kernel waits on the compute stream, which has the bucket's gradients.
+        enqueue = (
             b.runtime(w, "cudaEventRecord", C_RECORD, 2000, COMPUTE_STREAM),
             b.runtime(w, "cudaStreamWaitEvent", C_WAIT, 1800, NCCL_STREAM, COMPUTE_STREAM),
             nccl,
             b.runtime(w, "cudaEventRecord", C_RECORD, 2000, NCCL_STREAM),
         )
-        comms = Op(comm_site, 12_000, 15_000, (annotation,))
+        annotation = b.annotation(w, "nccl:all_reduce", calls=enqueue, span=True, pre=8000)
+        flatten = b.transfer(w, "Memcpy DtoD (Device -> Device)", numel * 2, 1300.0, COMPUTE_STREAM)
+        divide = _elementwise(K_DIV.name, numel)
         return Op(
             None,
             children=(
-                b.op(
-                    w,
-                    "aten::copy_",
-                    (_t(numel), _t(numel), _s("False")),
-                    calls=(
-                        b.transfer(
-                            w, "Memcpy DtoD (Device -> Device)", numel * 2, 1300.0, COMPUTE_STREAM
-                        ),
-                    ),
-                    pre=5000,
-                ),
-                b.kop(
-                    w,
-                    "aten::div_",
-                    (_t(numel), _s(WORLD_SIZE)),
-                    _elementwise(K_DIV.name, numel),
-                    _mem_ns(4 * numel),
-                ),
-                b.op(w, "c10d::allreduce_", (), comms, pre=6000),
+                b.op(w, "aten::copy_", _in((numel,), (numel,), False), calls=(flatten,), pre=5000),
+                b.kop(w, "aten::div_", _in((numel,), WORLD_SIZE), divide, _mem_ns(4 * numel)),
+                b.op(w, "c10d::allreduce_", (), Op(comm_site, 12_000, 15_000, (annotation,))),
             ),
         )
 
-    # ---- forward trees (main thread)
+    def gradient_work(params: list[tuple[int, ...]]) -> Op:
+        """Marks where a group of parameters' gradients become ready in the backward pass."""
+        return Op(
+            None,
+            autograd=AG_MARK,
+            grad=Op(None, children=tuple(accumulate(p, True) for p in params)),
+            grad_acc=Op(None, children=tuple(accumulate(p, False) for p in params)),
+            grad_sync=all_reduce(params),
+        )
+
+    # ---- transformer block
 
     def linear(index: int, inp: int, out: int, kernel: Kernel, alloc: int) -> Op:
+        flops = (TOKENS, out, inp)
+        wgrad_in = (_t(out, TOKENS, strides=(1, out)), _t(TOKENS, inp))
+        grad = b.bwd(
+            "AddmmBackward0",
+            _in((TOKENS, out)),
+            t_op(w, inp, out),
+            b.kop(w, "aten::mm", _in((TOKENS, out), (out, inp)), K_GEMM_DGRAD, _gemm_ns(*flops)),
+            t_op(w, TOKENS, out),
+            b.kop(w, "aten::mm", wgrad_in, K_GEMM_WGRAD, _gemm_ns(*flops, 0.58)),
+            b.kop(w, "aten::sum", _in((TOKENS, out), [0], True, None), K_REDUCE_SUM,
+                  _mem_ns(2 * TOKENS * out)),
+            view(w, (1, out)),
+            t_op(w, out, inp),
+        )
+        weight_t = _t(inp, out, strides=(1, inp))
+        addmm = b.kop(
+            m, "aten::addmm", _in((out,), (TOKENS, inp), weight_t, 1, 1), kernel,
+            _gemm_ns(*flops), grad=grad, alloc=alloc,
+        )
+        t_grad = b.bwd("TBackward0", _in(weight_t), t_op(w, inp, out))
         return b.py(
             m,
             f"nn.Module: Linear_{index}",
@@ -948,82 +927,72 @@ def _build_model(b: _Builder, layers: int) -> Model:
                 m,
                 "torch/nn/modules/linear.py(125): forward",
                 b.op(
-                    m,
-                    "aten::linear",
-                    (_t(*_X[:2], inp), _t(out, inp), _t(out)),
-                    t_op(m, out, inp, grad=t_backward(out, inp)),
-                    view(m, (BATCH, PATCHES, inp)),
-                    b.kop(
-                        m,
-                        "aten::addmm",
-                        (_t(out), _t(TOKENS, inp), _t(inp, out, strides=(1, inp)), _s(1), _s(1)),
-                        kernel,
-                        _gemm_ns(TOKENS, out, inp),
-                        grad=linear_backward(inp, out),
-                        alloc=alloc,
-                    ),
-                    view(m, (TOKENS, out)),
-                    pre=4000,
+                    m, "aten::linear", _in((BATCH, PATCHES, inp), (out, inp), (out,)),
+                    t_op(m, out, inp, grad=t_grad), view(m, (BATCH, PATCHES, inp)), addmm,
+                    view(m, (TOKENS, out)), pre=4000,
                 ),
             ),
         )
 
-    ln_grad = layer_norm_backward()
+    ln_grad = b.bwd(
+        "NativeLayerNormBackward0",
+        _in(_X),
+        b.op(
+            w, "aten::native_layer_norm_backward",
+            _in(_X, _X, [HIDDEN], _f32(BATCH, PATCHES, 1), _f32(BATCH, PATCHES, 1), (HIDDEN,),
+                (HIDDEN,), None),
+            empty(w, _X, "aten::empty_like"), empty(w, (HIDDEN,), "aten::empty_like"),
+            empty(w, (HIDDEN,), "aten::empty_like"),
+            calls=(
+                b.launch(w, K_LAYER_NORM_BWD_INPUT, _mem_ns(4 * _ACT_BYTES)),
+                b.launch(w, K_LAYER_NORM_BWD_GAMMA, _mem_ns(2 * _ACT_BYTES)),
+            ),
+            pre=5000,
+        ),
+    )
 
     def layer_norm(index: int) -> Op:
-        ln = b.op(
-            m,
-            "aten::layer_norm",
-            (_t(*_X), _sl([HIDDEN]), _t(HIDDEN), _t(HIDDEN), _s(1e-06), _s("True")),
-            b.kop(
-                m,
-                "aten::native_layer_norm",
-                (_t(*_X), _sl([HIDDEN]), _t(HIDDEN), _t(HIDDEN), _s(1e-06)),
-                K_LAYER_NORM,
-                _mem_ns(2 * _ACT_BYTES),
-                empty(m, _X, "aten::empty_like"),
-                empty(m, (BATCH, PATCHES, 1)),
-                empty(m, (BATCH, PATCHES, 1)),
-                grad=ln_grad,
-                alloc=_ACT_BYTES,
-            ),
+        native = b.kop(
+            m, "aten::native_layer_norm", _in(_X, [HIDDEN], (HIDDEN,), (HIDDEN,), 1e-06),
+            K_LAYER_NORM, _mem_ns(2 * _ACT_BYTES), empty(m, _X, "aten::empty_like"),
+            empty(m, (BATCH, PATCHES, 1)), empty(m, (BATCH, PATCHES, 1)),
+            grad=ln_grad, alloc=_ACT_BYTES,
         )
+        inputs = _in(_X, [HIDDEN], (HIDDEN,), (HIDDEN,), 1e-06, True)
         return b.py(
             m,
             f"nn.Module: LayerNorm_{index}",
-            b.py(m, "torch/nn/modules/normalization.py(217): forward", ln),
+            b.py(
+                m,
+                "torch/nn/modules/normalization.py(217): forward",
+                b.op(m, "aten::layer_norm", inputs, native),
+            ),
         )
 
-    qkv_dims = (3, BATCH, HEADS, PATCHES, HEAD_DIM)
-    head_dims = (BATCH, HEADS, PATCHES, HEAD_DIM)
     qkv_strides = (HIDDEN, 3 * HIDDEN * PATCHES, HEAD_DIM, 3 * HIDDEN, 1)
-    head_strides = qkv_strides[1:]
+    q = _t(*_HEADS, strides=qkv_strides[1:])  # a head-major view into the fused qkv output
+    heads_last_strides = (HIDDEN * PATCHES, HEAD_DIM, HEAD_DIM * PATCHES, 1)
+    heads_last = _t(BATCH, PATCHES, HEADS, HEAD_DIM, strides=heads_last_strides)
     flash_fwd_ns = _gemm_ns(4 * BATCH * HEADS, PATCHES * PATCHES, HEAD_DIM, 0.5)
+    # flash-attention raises its kernels' shared-memory limit before every launch.
+    smem_limit = (b.runtime(m, "cudaFuncSetAttribute", C_PLAIN, 2200),)
+    smem_limit_bwd = (b.runtime(w, "cudaFuncSetAttribute", C_PLAIN, 2200),)
     flash_grad = b.bwd(
         "ScaledDotProductFlashAttentionBackward0",
-        (_t(*head_dims),),
+        _in(_HEADS),
         b.op(
-            w,
-            "aten::_scaled_dot_product_flash_attention_backward",
-            tuple(_t(*head_dims, strides=head_strides) for _ in range(5)),
+            w, "aten::_scaled_dot_product_flash_attention_backward", (q,) * 5,
             b.op(
-                w,
-                "aten::_flash_attention_backward",
-                tuple(_t(*head_dims) for _ in range(5)),
-                empty(w, head_dims, "aten::empty_like"),
-                empty(w, head_dims, "aten::empty_like"),
-                empty(w, head_dims, "aten::empty_like"),
+                w, "aten::_flash_attention_backward", _in(*[_HEADS] * 5),
+                empty(w, _HEADS, "aten::empty_like"), empty(w, _HEADS, "aten::empty_like"),
+                empty(w, _HEADS, "aten::empty_like"),
                 b.op(
-                    w,
-                    "aten::zeros",
-                    (_sl([BATCH, HEADS, PATCHES, HEAD_DIM]), _s(6)),
-                    empty(w, head_dims),
+                    w, "aten::zeros", _in(list(_HEADS), 6), empty(w, _HEADS),
                     calls=(b.transfer(w, "Memset (Device)", _ACT * 4, 2600.0, COMPUTE_STREAM),),
                 ),
                 calls=(
                     b.launch(w, K_FLASH_BWD_DOT, _mem_ns(2 * _ACT_BYTES)),
-                    # flash-attention raises the kernel's shared-memory limit before each launch.
-                    b.runtime(w, "cudaFuncSetAttribute", C_PLAIN, 2200),
+                    *smem_limit_bwd,
                     b.launch(w, K_FLASH_BWD, int(flash_fwd_ns * 2.6)),
                     b.launch(w, K_FLASH_BWD_CONVERT, _mem_ns(3 * _ACT_BYTES)),
                 ),
@@ -1032,710 +1001,328 @@ def _build_model(b: _Builder, layers: int) -> Model:
             pre=4000,
         ),
     )
+    heads_in = (BATCH, PATCHES, HEADS, HEAD_DIM)
+    flash = b.op(
+        m, "aten::_flash_attention_forward",
+        _in(heads_in, heads_in, heads_in, None, None, PATCHES, PATCHES, 0.0, False, False),
+        empty(m, heads_in, "aten::empty_like"), empty(m, (BATCH, HEADS, PATCHES)),
+        calls=(*smem_limit, b.launch(m, K_FLASH_FWD, flash_fwd_ns)), pre=7000,
+    )
     sdpa = b.op(
-        m,
-        "aten::scaled_dot_product_attention",
-        (
-            _t(*head_dims, strides=head_strides),
-            _t(*head_dims, strides=head_strides),
-            _t(*head_dims, strides=head_strides),
-            NONE_INPUT,
-            _s(0.0),
-            _s("False"),
-            NONE_INPUT,
-            _s("False"),
-        ),
+        m, "aten::scaled_dot_product_attention", _in(q, q, q, None, 0.0, False, None, False),
         b.op(
-            m,
-            "aten::_scaled_dot_product_flash_attention",
-            (
-                _t(*head_dims, strides=head_strides),
-                _t(*head_dims, strides=head_strides),
-                _t(*head_dims, strides=head_strides),
-                _s(0.0),
-                _s("False"),
-                _s("False"),
-                NONE_INPUT,
-            ),
-            transpose(m, head_dims),
-            transpose(m, head_dims),
-            transpose(m, head_dims),
-            b.op(
-                m,
-                "aten::_flash_attention_forward",
-                (_t(BATCH, PATCHES, HEADS, HEAD_DIM),) * 3
-                + (
-                    NONE_INPUT,
-                    NONE_INPUT,
-                    _s(PATCHES),
-                    _s(PATCHES),
-                    _s(0.0),
-                    _s("False"),
-                    _s("False"),
-                ),
-                empty(m, (BATCH, PATCHES, HEADS, HEAD_DIM), "aten::empty_like"),
-                empty(m, (BATCH, HEADS, PATCHES)),
-                calls=(
-                    b.runtime(m, "cudaFuncSetAttribute", C_PLAIN, 2200),
-                    b.launch(m, K_FLASH_FWD, flash_fwd_ns),
-                ),
-                pre=7000,
-            ),
-            transpose(m, (BATCH, PATCHES, HEADS, HEAD_DIM)),
-            pre=5000,
-            grad=flash_grad,
-            alloc=_ACT_BYTES,
+            m, "aten::_scaled_dot_product_flash_attention", _in(q, q, q, 0.0, False, False, None),
+            transpose(m, _HEADS), transpose(m, _HEADS), transpose(m, _HEADS), flash,
+            transpose(m, heads_in), pre=5000, grad=flash_grad, alloc=_ACT_BYTES,
         ),
         pre=3500,
     )
-    reshape_grad = b.bwd(
-        "UnsafeViewBackward0",
-        (_t(*_X),),
-        b.op(w, "aten::reshape", (_t(*_X), _sl(list(head_dims))), view(w, head_dims)),
-    )
     merge_heads = b.op(
-        m,
-        "aten::reshape",
-        (
-            _t(
-                BATCH,
-                PATCHES,
-                HEADS,
-                HEAD_DIM,
-                strides=(HIDDEN * PATCHES, HEAD_DIM, HEAD_DIM * PATCHES, 1),
-            ),
-            _sl(list(_X)),
-        ),
+        m, "aten::reshape", _in(heads_last, list(_X)),
         b.op(
-            m,
-            "aten::clone",
-            (
-                _t(
-                    BATCH,
-                    PATCHES,
-                    HEADS,
-                    HEAD_DIM,
-                    strides=(HIDDEN * PATCHES, HEAD_DIM, HEAD_DIM * PATCHES, 1),
-                ),
-                _s(0),
-            ),
-            empty(m, (BATCH, PATCHES, HEADS, HEAD_DIM), "aten::empty_like"),
-            b.kop(
-                m, "aten::copy_", (_t(*_X), _t(*_X), _s("False")), K_COPY, _mem_ns(2 * _ACT_BYTES)
-            ),
+            m, "aten::clone", _in(heads_last, 0), empty(m, heads_in, "aten::empty_like"),
+            b.kop(m, "aten::copy_", _in(_X, _X, False), K_COPY, _mem_ns(2 * _ACT_BYTES)),
         ),
-        b.op(m, "aten::_unsafe_view", (_t(*_X), _sl(list(_X)))),
-        grad=reshape_grad,
+        b.op(m, "aten::_unsafe_view", _in(_X, list(_X))),
+        grad=b.bwd(
+            "UnsafeViewBackward0", _in(_X),
+            b.op(w, "aten::reshape", _in(_X, list(_HEADS)), view(w, _HEADS)),
+        ),
         alloc=_ACT_BYTES,
     )
+    split = (BATCH, PATCHES, 3, HEADS, HEAD_DIM)
+    qkv = _t(*_QKV, strides=qkv_strides)
+    selects = [b.op(m, "aten::select", _in(qkv, 0, i), as_strided(m, _HEADS)) for i in range(3)]
     split_heads = (
-        view(m, (BATCH, PATCHES, 3, HEADS, HEAD_DIM)),
+        view(m, split),
         b.op(
-            m,
-            "aten::permute",
-            (_t(BATCH, PATCHES, 3, HEADS, HEAD_DIM), _sl([2, 0, 3, 1, 4])),
-            as_strided(m, qkv_dims),
+            m, "aten::permute", _in(split, [2, 0, 3, 1, 4]), as_strided(m, _QKV),
             grad=b.bwd(
-                "PermuteBackward0",
-                (_t(*qkv_dims),),
-                b.op(
-                    w,
-                    "aten::permute",
-                    (_t(*qkv_dims), _sl([1, 3, 0, 2, 4])),
-                    as_strided(w, qkv_dims),
-                ),
+                "PermuteBackward0", _in(_QKV),
+                b.op(w, "aten::permute", _in(_QKV, [1, 3, 0, 2, 4]), as_strided(w, _QKV)),
             ),
         ),
         b.op(
-            m,
-            "aten::unbind",
-            (_t(*qkv_dims, strides=qkv_strides), _s(0)),
-            *(
-                b.op(
-                    m,
-                    "aten::select",
-                    (_t(*qkv_dims, strides=qkv_strides), _s(0), _s(i)),
-                    as_strided(m, head_dims),
-                )
-                for i in range(3)
-            ),
+            m, "aten::unbind", _in(qkv, 0), *selects,
             grad=b.bwd(
-                "UnbindBackward0",
-                (_t(*head_dims),),
+                "UnbindBackward0", _in(_HEADS),
                 b.op(
-                    w,
-                    "aten::stack",
-                    (_t(*head_dims), _s(0)),
-                    b.kop(w, "aten::cat", (_t(*head_dims), _s(0)), K_COPY, _mem_ns(6 * _ACT_BYTES)),
+                    w, "aten::stack", _in(_HEADS, 0),
+                    b.kop(w, "aten::cat", _in(_HEADS, 0), K_COPY, _mem_ns(6 * _ACT_BYTES)),
                 ),
             ),
         ),
     )
-    relu_grad = b.bwd(
-        "ReluBackward0",
-        (_t(TOKENS, FFN),),
-        b.kop(
-            w,
-            "aten::threshold_backward",
-            (_t(TOKENS, FFN), _t(TOKENS, FFN), _s(0)),
-            K_THRESHOLD_BWD,
-            _mem_ns(3 * _FFN_BYTES),
+    ffn_3 = _mem_ns(3 * _FFN_BYTES)
+    relu = b.op(
+        m, "aten::relu", _in(_FFN),
+        b.kop(m, "aten::clamp_min", _in(_FFN, 0), K_RELU, _mem_ns(2 * _FFN_BYTES)),
+        grad=b.bwd(
+            "ReluBackward0", _in(_FFN),
+            b.kop(w, "aten::threshold_backward", _in(_FFN, _FFN, 0), K_THRESHOLD_BWD, ffn_3),
         ),
+        alloc=_FFN_BYTES,
     )
-    square_grad = b.bwd(
-        "MulBackward0",
-        (_t(TOKENS, FFN),),
-        b.kop(w, "aten::mul", (_t(TOKENS, FFN), _t(TOKENS, FFN)), K_MUL, _mem_ns(3 * _FFN_BYTES)),
-        b.kop(w, "aten::mul", (_t(TOKENS, FFN), _t(TOKENS, FFN)), K_MUL, _mem_ns(3 * _FFN_BYTES)),
-        b.kop(
-            w,
-            "aten::add",
-            (_t(TOKENS, FFN), _t(TOKENS, FFN), _s(1)),
-            K_ADD,
-            _mem_ns(3 * _FFN_BYTES),
+    square = b.kop(
+        m, "aten::mul", _in(_FFN, _FFN), K_MUL, ffn_3,
+        grad=b.bwd(
+            "MulBackward0", _in(_FFN),
+            b.kop(w, "aten::mul", _in(_FFN, _FFN), K_MUL, ffn_3),
+            b.kop(w, "aten::mul", _in(_FFN, _FFN), K_MUL, ffn_3),
+            b.kop(w, "aten::add", _in(_FFN, _FFN, 1), K_ADD, ffn_3),
         ),
+        alloc=_FFN_BYTES,
     )
-    graph_id = "ckz7ozcd6sjxqdjxnlqfrw43ezfbokysewlj4ng4sq2zbizwj5fy"
-    compiled_grad = b.bwd(
-        "CompiledFunctionBackward",
-        (_t(*_X),),
-        b.annotation(w, f"## Call CompiledFxGraph {graph_id} ##", pre=9000),
-        calls=(
-            b.launch(w, K_TRITON_BWD_MUL, _mem_ns(3 * _ACT_BYTES), api="cuLaunchKernel"),
-            b.launch(w, K_TRITON_BWD_SUM, _mem_ns(2 * _ACT_BYTES), api="cuLaunchKernel"),
+    graph = "## Call CompiledFxGraph ckz7ozcd6sjxqdjxnlqfrw43ezfbokysewlj4ng4sq2zbizwj5fy ##"
+    act_2, act_3 = _mem_ns(2 * _ACT_BYTES), _mem_ns(3 * _ACT_BYTES)
+    compiled = b.annotation(
+        m, "Torch-Compiled Region: 0/1",
+        b.op(
+            m, "CompiledFunction", _in(_X, _X, (HIDDEN,)),
+            b.annotation(
+                m, graph,
+                b.py(
+                    m, "torch/_inductor/output_code.py(584): __call__",
+                    calls=(b.launch(m, K_TRITON_FWD, act_3, api="cuLaunchKernel"),),
+                ),
+                pre=12_000,
+            ),
+            pre=15_000,
+            grad=b.bwd(
+                "CompiledFunctionBackward", _in(_X),
+                b.annotation(
+                    w, graph,
+                    calls=(
+                        b.launch(w, K_TRITON_BWD_MUL, act_3, api="cuLaunchKernel"),
+                        b.launch(w, K_TRITON_BWD_SUM, act_2, api="cuLaunchKernel"),
+                    ),
+                    pre=9000,
+                ),
+            ),
+            alloc=_ACT_BYTES,
         ),
+        pre=9000,
     )
-    residual_grad = b.bwd("AddBackward0", (_t(*_X),))
-    layer_params = [(HIDDEN,)] * 4 + [
-        (3 * HIDDEN, HIDDEN),
-        (3 * HIDDEN,),
-        (HIDDEN, HIDDEN),
-        (HIDDEN,),
-        (FFN, HIDDEN),
-        (FFN,),
-        (HIDDEN, FFN),
-        (HIDDEN,),
-        (HIDDEN,),
-    ]
-    block_sync = all_reduce(layer_params)
-    block_acc_first = accumulate_all(layer_params, True)
-    block_acc_later = accumulate_all(layer_params, False)
+    residual_grad = b.bwd("AddBackward0", _in(_X))
+    residual = b.kop(
+        m, "aten::add", _in(_X, _X, 1), K_ADD, act_3, grad=residual_grad, alloc=_ACT_BYTES
+    )
+    block_gradients = gradient_work(_LAYER_PARAMS)
 
     def block(i: int) -> Op:
         attention = b.py(
-            m,
-            f"nn.Module: Attention_{i}",
+            m, f"nn.Module: Attention_{i}",
             b.py(
-                m,
-                "models/vit.py(74): forward",
-                linear(4 * i, HIDDEN, 3 * HIDDEN, K_GEMM_FWD, 3 * _ACT_BYTES),
-                *split_heads,
-                sdpa,
-                merge_heads,
-                linear(4 * i + 1, HIDDEN, HIDDEN, K_GEMM_FWD_NVJET, _ACT_BYTES),
+                m, "models/vit.py(74): forward",
+                linear(4 * i, HIDDEN, 3 * HIDDEN, K_GEMM_FWD, 3 * _ACT_BYTES), *split_heads, sdpa,
+                merge_heads, linear(4 * i + 1, HIDDEN, HIDDEN, K_GEMM_FWD_NVJET, _ACT_BYTES),
             ),
         )
         mlp = b.py(
-            m,
-            f"nn.Module: Mlp_{i}",
+            m, f"nn.Module: Mlp_{i}",
             b.py(
-                m,
-                "models/vit.py(40): forward",
+                m, "models/vit.py(40): forward",
                 linear(4 * i + 2, HIDDEN, FFN, K_GEMM_FWD, _FFN_BYTES),
-                b.py(
-                    m,
-                    f"nn.Module: ReLU_{i}",
-                    b.op(
-                        m,
-                        "aten::relu",
-                        (_t(TOKENS, FFN),),
-                        b.kop(
-                            m,
-                            "aten::clamp_min",
-                            (_t(TOKENS, FFN), _s(0)),
-                            K_RELU,
-                            _mem_ns(2 * _FFN_BYTES),
-                        ),
-                        grad=relu_grad,
-                        alloc=_FFN_BYTES,
-                    ),
-                ),
-                b.kop(
-                    m,
-                    "aten::mul",
-                    (_t(TOKENS, FFN), _t(TOKENS, FFN)),
-                    K_MUL,
-                    _mem_ns(3 * _FFN_BYTES),
-                    grad=square_grad,
-                    alloc=_FFN_BYTES,
-                ),
+                b.py(m, f"nn.Module: ReLU_{i}", relu), square,
                 linear(4 * i + 3, FFN, HIDDEN, K_GEMM_FWD_NVJET, _ACT_BYTES),
             ),
         )
-        compiled = b.annotation(
-            m,
-            "Torch-Compiled Region: 0/1",
-            b.op(
-                m,
-                "CompiledFunction",
-                (_t(*_X), _t(*_X), _t(HIDDEN)),
-                b.annotation(
-                    m,
-                    f"## Call CompiledFxGraph {graph_id} ##",
-                    b.py(m, "torch/_inductor/output_code.py(584): __call__"),
-                    pre=12_000,
-                ),
-                calls=(b.launch(m, K_TRITON_FWD, _mem_ns(3 * _ACT_BYTES), api="cuLaunchKernel"),),
-                pre=15_000,
-                grad=compiled_grad,
-                alloc=_ACT_BYTES,
-            ),
-            pre=9000,
-        )
-        marker = Op(
-            None,
-            autograd=AG_MARK,
-            grad=block_acc_first,
-            grad_acc=block_acc_later,
-            grad_sync=block_sync,
-        )
         return b.py(
-            m,
-            f"nn.Module: Block_{i}",
-            marker,
+            m, f"nn.Module: Block_{i}", block_gradients,
             b.py(
-                m,
-                "models/vit.py(121): forward",
-                layer_norm(2 * i),
-                attention,
-                b.kop(
-                    m,
-                    "aten::add",
-                    (_t(*_X), _t(*_X), _s(1)),
-                    K_ADD,
-                    _mem_ns(3 * _ACT_BYTES),
-                    grad=residual_grad,
-                    alloc=_ACT_BYTES,
-                ),
-                layer_norm(2 * i + 1),
-                mlp,
-                compiled,
+                m, "models/vit.py(121): forward",
+                layer_norm(2 * i), attention, residual, layer_norm(2 * i + 1), mlp, compiled,
             ),
         )
 
     # ---- patch embedding, head and loss
 
-    image = (BATCH, 3, 448, 448)
-    embed_params = [
-        (HIDDEN, 3, 14, 14),
-        (HIDDEN,),
-        (1, PATCHES, HIDDEN),
-        (HIDDEN,),
-        (HIDDEN,),
-        (CLASSES, HIDDEN),
-        (CLASSES,),
-    ]
-    conv_grad = b.bwd(
-        "ConvolutionBackward0",
-        (_t(BATCH, HIDDEN, 32, 32),),
+    conv_args = ([14, 14], [0, 0], [1, 1], False, [0, 0], 1)
+    conv = b.op(
+        m, "aten::convolution", _in(_IMAGE, _CONV_W, (HIDDEN,), *conv_args),
         b.op(
-            w,
-            "aten::convolution_backward",
-            (
-                _t(BATCH, HIDDEN, 32, 32),
-                _t(*image),
-                _t(HIDDEN, 3, 14, 14),
-                _sl([HIDDEN]),
-                _sl([14, 14]),
-                _sl([0, 0]),
-                _sl([1, 1]),
-                _s("False"),
-                _sl([0, 0]),
-                _s(1),
-                _sl([0, 1, 1]),
+            m, "aten::_convolution", _in(_IMAGE, _CONV_W, (HIDDEN,), *conv_args, False, False,
+                                         True, True),
+            b.op(
+                m, "aten::cudnn_convolution",
+                _in(_IMAGE, _CONV_W, [0, 0], [14, 14], [1, 1], 1, False, True, True),
+                empty(m, _CONV_OUT),
+                calls=(
+                    b.launch(m, K_CONV_LAYOUT, _mem_ns(4 * math.prod(_IMAGE))),
+                    b.launch(m, K_CONV_FPROP, _gemm_ns(TOKENS, HIDDEN, 588, 0.45)),
+                ),
+                pre=25_000,
             ),
-            empty(w, (HIDDEN, 3, 14, 14), "aten::empty_like"),
-            calls=(
-                b.launch(w, K_CONV_WGRAD, _gemm_ns(TOKENS, HIDDEN, 588, 0.4)),
-                b.launch(w, K_REDUCE_SUM, _mem_ns(_ACT_BYTES)),
-            ),
-            pre=12_000,
+            view(m, (1, HIDDEN, 1, 1)),
+            b.kop(m, "aten::add_", _in(_CONV_OUT, (1, HIDDEN, 1, 1), 1), K_ADD, act_3),
         ),
+        grad=b.bwd(
+            "ConvolutionBackward0", _in(_CONV_OUT),
+            b.op(
+                w, "aten::convolution_backward",
+                _in(_CONV_OUT, _IMAGE, _CONV_W, [HIDDEN], *conv_args, [0, 1, 1]),
+                empty(w, _CONV_W, "aten::empty_like"),
+                calls=(
+                    b.launch(w, K_CONV_WGRAD, _gemm_ns(TOKENS, HIDDEN, 588, 0.4)),
+                    b.launch(w, K_REDUCE_SUM, _mem_ns(_ACT_BYTES)),
+                ),
+                pre=12_000,
+            ),
+        ),
+        alloc=_ACT_BYTES,
     )
     patch_embed = b.py(
-        m,
-        "nn.Module: PatchEmbed_0",
+        m, "nn.Module: PatchEmbed_0",
         b.py(
-            m,
-            "timm/layers/patch_embed.py(131): forward",
+            m, "timm/layers/patch_embed.py(131): forward",
             b.py(
-                m,
-                "nn.Module: Conv2d_0",
-                b.op(
-                    m,
-                    "aten::conv2d",
-                    (
-                        _t(*image),
-                        _t(HIDDEN, 3, 14, 14),
-                        _t(HIDDEN),
-                        _sl([14, 14]),
-                        _sl([0, 0]),
-                        _sl([1, 1]),
-                        _s(1),
-                    ),
-                    b.op(
-                        m,
-                        "aten::convolution",
-                        (
-                            _t(*image),
-                            _t(HIDDEN, 3, 14, 14),
-                            _t(HIDDEN),
-                            _sl([14, 14]),
-                            _sl([0, 0]),
-                            _sl([1, 1]),
-                            _s("False"),
-                            _sl([0, 0]),
-                            _s(1),
-                        ),
-                        b.op(
-                            m,
-                            "aten::_convolution",
-                            (
-                                _t(*image),
-                                _t(HIDDEN, 3, 14, 14),
-                                _t(HIDDEN),
-                                _sl([14, 14]),
-                                _sl([0, 0]),
-                                _sl([1, 1]),
-                                _s("False"),
-                                _sl([0, 0]),
-                                _s(1),
-                                _s("False"),
-                                _s("False"),
-                                _s("True"),
-                                _s("True"),
-                            ),
-                            b.op(
-                                m,
-                                "aten::cudnn_convolution",
-                                (
-                                    _t(*image),
-                                    _t(HIDDEN, 3, 14, 14),
-                                    _sl([0, 0]),
-                                    _sl([14, 14]),
-                                    _sl([1, 1]),
-                                    _s(1),
-                                    _s("False"),
-                                    _s("True"),
-                                    _s("True"),
-                                ),
-                                empty(m, (BATCH, HIDDEN, 32, 32)),
-                                calls=(
-                                    b.launch(m, K_CONV_LAYOUT, _mem_ns(4 * BATCH * 3 * 448 * 448)),
-                                    b.launch(m, K_CONV_FPROP, _gemm_ns(TOKENS, HIDDEN, 588, 0.45)),
-                                ),
-                                pre=25_000,
-                            ),
-                            view(m, (1, HIDDEN, 1, 1)),
-                            b.kop(
-                                m,
-                                "aten::add_",
-                                (_t(BATCH, HIDDEN, 32, 32), _t(1, HIDDEN, 1, 1), _s(1)),
-                                K_ADD,
-                                _mem_ns(3 * _ACT_BYTES),
-                            ),
-                        ),
-                        grad=conv_grad,
-                        alloc=_ACT_BYTES,
-                    ),
-                ),
+                m, "nn.Module: Conv2d_0",
+                b.op(m, "aten::conv2d", _in(_IMAGE, _CONV_W, (HIDDEN,), *conv_args[:3], 1), conv),
             ),
-            b.op(
-                m,
-                "aten::flatten",
-                (_t(BATCH, HIDDEN, 32, 32), _s(2), _s(-1)),
-                view(m, (BATCH, HIDDEN, PATCHES)),
-            ),
+            b.op(m, "aten::flatten", _in(_CONV_OUT, 2, -1), view(m, (BATCH, HIDDEN, PATCHES))),
             transpose(
-                m,
-                (BATCH, HIDDEN, PATCHES),
-                grad=b.bwd("TransposeBackward0", (_t(*_X),), transpose(w, _X)),
+                m, (BATCH, HIDDEN, PATCHES),
+                grad=b.bwd("TransposeBackward0", _in(_X), transpose(w, _X)),
             ),
         ),
     )
     pos_embed = b.kop(
-        m,
-        "aten::add",
-        (_t(*_X), _t(1, PATCHES, HIDDEN), _s(1)),
-        K_ADD,
-        _mem_ns(3 * _ACT_BYTES),
-        grad=residual_grad,
+        m, "aten::add", _in(_X, (1, PATCHES, HIDDEN), 1), K_ADD, act_3, grad=residual_grad,
         alloc=_ACT_BYTES,
     )
     head_ns = _gemm_ns(BATCH, CLASSES, HIDDEN, 0.05)
-    head_grad = b.bwd(
-        "AddmmBackward0",
-        (_t(BATCH, CLASSES),),
-        b.kop(w, "aten::mm", (_t(BATCH, CLASSES), _t(CLASSES, HIDDEN)), K_GEMM_SMALL, head_ns),
-        b.kop(
-            w,
-            "aten::mm",
-            (_t(CLASSES, BATCH, strides=(1, CLASSES)), _t(BATCH, HIDDEN)),
-            K_GEMM_SMALL,
-            head_ns,
-        ),
-        b.kop(
-            w,
-            "aten::sum",
-            (_t(BATCH, CLASSES), _sl([0]), _s("True"), NONE_INPUT),
-            K_REDUCE_SUM,
-            3000,
-        ),
-    )
+    head_weight_t = _t(HIDDEN, CLASSES, strides=(1, HIDDEN))
     head = (
         layer_norm(2 * layers),
         b.kop(
-            m,
-            "aten::mean",
-            (_t(*_X), _sl([1]), _s("False"), NONE_INPUT),
-            K_REDUCE_MEAN,
-            _mem_ns(_ACT_BYTES),
+            m, "aten::mean", _in(_X, [1], False, None), K_REDUCE_MEAN, _mem_ns(_ACT_BYTES),
             grad=b.bwd(
-                "MeanBackward1",
-                (_t(BATCH, HIDDEN),),
-                b.op(w, "aten::expand", (_t(BATCH, 1, HIDDEN), _sl(list(_X))), as_strided(w, _X)),
-                b.kop(w, "aten::div", (_t(*_X), _s(PATCHES)), K_ADD, _mem_ns(2 * _ACT_BYTES)),
+                "MeanBackward1", _in((BATCH, HIDDEN)),
+                b.op(w, "aten::expand", _in((BATCH, 1, HIDDEN), list(_X)), as_strided(w, _X)),
+                b.kop(w, "aten::div", _in(_X, PATCHES), K_ADD, _mem_ns(2 * _ACT_BYTES)),
             ),
             alloc=BATCH * HIDDEN * 2,
         ),
         b.py(
-            m,
-            f"nn.Module: Linear_{4 * layers}",
+            m, f"nn.Module: Linear_{4 * layers}",
             b.op(
-                m,
-                "aten::linear",
-                (_t(BATCH, HIDDEN), _t(CLASSES, HIDDEN), _t(CLASSES)),
+                m, "aten::linear", _in((BATCH, HIDDEN), (CLASSES, HIDDEN), (CLASSES,)),
                 t_op(m, CLASSES, HIDDEN),
                 b.kop(
-                    m,
-                    "aten::addmm",
-                    (
-                        _t(CLASSES),
-                        _t(BATCH, HIDDEN),
-                        _t(HIDDEN, CLASSES, strides=(1, HIDDEN)),
-                        _s(1),
-                        _s(1),
+                    m, "aten::addmm", _in((CLASSES,), (BATCH, HIDDEN), head_weight_t, 1, 1),
+                    K_GEMM_SMALL, head_ns,
+                    grad=b.bwd(
+                        "AddmmBackward0", _in(_LOGITS),
+                        b.kop(w, "aten::mm", _in(_LOGITS, (CLASSES, HIDDEN)), K_GEMM_SMALL,
+                              head_ns),
+                        b.kop(w, "aten::mm", _in(_t(CLASSES, BATCH, strides=(1, CLASSES)),
+                                                 (BATCH, HIDDEN)), K_GEMM_SMALL, head_ns),
+                        b.kop(w, "aten::sum", _in(_LOGITS, [0], True, None), K_REDUCE_SUM, 3000),
                     ),
-                    K_GEMM_SMALL,
-                    head_ns,
-                    grad=head_grad,
                     alloc=BATCH * CLASSES * 2,
                 ),
             ),
         ),
     )
-    logits = (BATCH, CLASSES)
-    loss = b.py(
-        m,
-        "torch/nn/functional.py(3462): cross_entropy",
+    nll_in = _in(_f32(*_LOGITS), _i64(BATCH), None, 1, -100)
+    nll_grad = b.bwd(
+        "NllLossBackward0", _in(_f32()),
         b.op(
-            m,
-            "aten::cross_entropy_loss",
-            (_t(*logits), _t(BATCH, dtype="long int"), NONE_INPUT, _s(1), _s(-100), _s(0.0)),
+            w, "aten::nll_loss_backward", _in(_f32(), _f32(*_LOGITS), _i64(BATCH)),
             b.op(
-                m,
-                "aten::log_softmax",
-                (_t(*logits), _s(1), NONE_INPUT),
+                w, "aten::zero_", _in(_f32(*_LOGITS)),
+                b.kop(w, "aten::fill_", _in(_f32(*_LOGITS), 0), K_FILL, 2100),
+            ),
+            calls=(b.launch(w, K_NLL_BWD, 2600),),
+        ),
+    )
+    log_softmax_grad = b.bwd(
+        "LogSoftmaxBackward0", _in(_f32(*_LOGITS)),
+        b.kop(
+            w, "aten::_log_softmax_backward_data", _in(_f32(*_LOGITS), _f32(*_LOGITS), 1, 15),
+            K_LOG_SOFTMAX_BWD, 3800,
+        ),
+    )
+    loss = b.py(
+        m, "torch/nn/functional.py(3462): cross_entropy",
+        b.op(
+            m, "aten::cross_entropy_loss", _in(_LOGITS, _i64(BATCH), None, 1, -100, 0.0),
+            b.op(
+                m, "aten::log_softmax", _in(_LOGITS, 1, None),
                 b.kop(
-                    m,
-                    "aten::_log_softmax",
-                    (_t(*logits), _s(1), _s("False")),
-                    K_LOG_SOFTMAX,
-                    4200,
-                    grad=b.bwd(
-                        "LogSoftmaxBackward0",
-                        (_t(*logits, dtype="float"),),
-                        b.kop(
-                            w,
-                            "aten::_log_softmax_backward_data",
-                            (_t(*logits, dtype="float"), _t(*logits, dtype="float"), _s(1), _s(15)),
-                            K_LOG_SOFTMAX_BWD,
-                            3800,
-                        ),
-                    ),
-                    alloc=BATCH * CLASSES * 4,
+                    m, "aten::_log_softmax", _in(_LOGITS, 1, False), K_LOG_SOFTMAX, 4200,
+                    grad=log_softmax_grad, alloc=BATCH * CLASSES * 4,
                 ),
             ),
             b.op(
-                m,
-                "aten::nll_loss_nd",
-                (
-                    _t(*logits, dtype="float"),
-                    _t(BATCH, dtype="long int"),
-                    NONE_INPUT,
-                    _s(1),
-                    _s(-100),
-                ),
+                m, "aten::nll_loss_nd", nll_in,
                 b.op(
-                    m,
-                    "aten::nll_loss",
-                    (
-                        _t(*logits, dtype="float"),
-                        _t(BATCH, dtype="long int"),
-                        NONE_INPUT,
-                        _s(1),
-                        _s(-100),
-                    ),
-                    b.kop(
-                        m,
-                        "aten::nll_loss_forward",
-                        (
-                            _t(*logits, dtype="float"),
-                            _t(BATCH, dtype="long int"),
-                            NONE_INPUT,
-                            _s(1),
-                            _s(-100),
-                        ),
-                        K_NLL,
-                        3500,
-                        grad=b.bwd(
-                            "NllLossBackward0",
-                            (_t(dtype="float"),),
-                            b.op(
-                                w,
-                                "aten::nll_loss_backward",
-                                (
-                                    _t(dtype="float"),
-                                    _t(*logits, dtype="float"),
-                                    _t(BATCH, dtype="long int"),
-                                ),
-                                b.op(
-                                    w,
-                                    "aten::zero_",
-                                    (_t(*logits, dtype="float"),),
-                                    b.kop(
-                                        w,
-                                        "aten::fill_",
-                                        (_t(*logits, dtype="float"), _s(0)),
-                                        K_FILL,
-                                        2100,
-                                    ),
-                                ),
-                                calls=(b.launch(w, K_NLL_BWD, 2600),),
-                            ),
-                        ),
-                        alloc=512,
-                    ),
+                    m, "aten::nll_loss", nll_in,
+                    b.kop(m, "aten::nll_loss_forward", nll_in, K_NLL, 3500, grad=nll_grad,
+                          alloc=512),
                 ),
             ),
         ),
     )
+    # Gradient accumulation divides the loss by the number of micro-batches.
     scale = b.kop(
-        m,
-        "aten::div",
-        (_t(dtype="float"), _s(4)),
-        K_DIV,
-        1900,
-        grad=b.bwd(
-            "DivBackward0",
-            (_t(dtype="float"),),
-            b.kop(w, "aten::div", (_t(dtype="float"), _s(4)), K_DIV, 1900),
-        ),
+        m, "aten::div", _in(_f32(), 4), K_DIV, 1900,
+        grad=b.bwd("DivBackward0", _in(_f32()), b.kop(w, "aten::div", _in(_f32(), 4), K_DIV, 1900)),
         alloc=512,
     )
-    embed_marker = Op(
-        None,
-        autograd=AG_MARK,
-        grad=accumulate_all(embed_params, True),
-        grad_acc=accumulate_all(embed_params, False),
-        grad_sync=all_reduce(embed_params),
-    )
     forward = b.annotation(
-        m,
-        "DistributedDataParallel.forward",
+        m, "DistributedDataParallel.forward",
         b.py(
-            m,
-            "nn.Module: DistributedDataParallel_0",
+            m, "nn.Module: DistributedDataParallel_0",
             b.py(
-                m,
-                "torch/nn/parallel/distributed.py(1622): _run_ddp_forward",
-                embed_marker,
-                patch_embed,
-                pos_embed,
-                *(block(i) for i in range(layers)),
-                *head,
+                m, "torch/nn/parallel/distributed.py(1622): _run_ddp_forward",
+                gradient_work(_OTHER_PARAMS), patch_embed, pos_embed,
+                *(block(i) for i in range(layers)), *head,
             ),
         ),
         span=True,
     )
 
-    # ---- data loading and host-to-device copies (a CPU-only stretch the GPU waits on)
+    # ---- data loading and host-to-device copies: a CPU-only stretch the GPU waits on
 
     sample = b.py(
-        m,
-        "data/imagenet.py(57): __getitem__",
+        m, "data/imagenet.py(57): __getitem__",
         b.py(m, "PIL/Image.py(3431): open", pre=120_000),
         b.py(
-            m,
-            "torchvision/transforms/transforms.py(95): __call__",
-            b.op(m, "aten::empty", (_sl([448, 448, 3]), _s(0), _s(0)), pre=4000),
+            m, "torchvision/transforms/transforms.py(95): __call__",
+            b.op(m, "aten::empty", _in([448, 448, 3], 0, 0), pre=4000),
             b.op(
-                m,
-                "aten::permute",
-                (_t(448, 448, 3, dtype="unsigned char"), _sl([2, 0, 1])),
+                m, "aten::permute", _in(_t(448, 448, 3, dtype="unsigned char"), [2, 0, 1]),
                 as_strided(m, (3, 448, 448)),
             ),
-            b.op(m, "aten::div", (_t(3, 448, 448, dtype="unsigned char"), _s(255)), pre=180_000),
-            b.op(
-                m,
-                "aten::sub",
-                (_t(3, 448, 448, dtype="float"), _t(3, 1, 1, dtype="float"), _s(1)),
-                pre=140_000,
-            ),
+            b.op(m, "aten::div", _in(_t(3, 448, 448, dtype="unsigned char"), 255), pre=180_000),
+            b.op(m, "aten::sub", _in(_f32(3, 448, 448), _f32(3, 1, 1), 1), pre=140_000),
             pre=250_000,
         ),
         pre=40_000,
     )
+    images = _f32(*_IMAGE)
     loader = b.annotation(
-        m,
-        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+        m, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
         b.py(
-            m,
-            "torch/utils/data/dataloader.py(733): __next__",
+            m, "torch/utils/data/dataloader.py(733): __next__",
             b.py(
-                m,
-                "torch/utils/data/dataloader.py(789): _next_data",
+                m, "torch/utils/data/dataloader.py(789): _next_data",
                 b.py(m, "torch/utils/data/_utils/fetch.py(52): fetch", *(sample,) * BATCH),
                 b.py(
-                    m,
-                    "torch/utils/data/_utils/collate.py(398): default_collate",
+                    m, "torch/utils/data/_utils/collate.py(398): default_collate",
                     b.op(
-                        m,
-                        "aten::stack",
-                        (_t(3, 448, 448, dtype="float"), _s(0)),
-                        b.op(
-                            m, "aten::cat", (_t(3, 448, 448, dtype="float"), _s(0)), pre=1_400_000
-                        ),
+                        m, "aten::stack", _in(_tl(BATCH, 3, 448, 448), 0),
+                        b.op(m, "aten::cat", _in(_tl(BATCH, 3, 448, 448), 0), pre=1_400_000),
                     ),
                 ),
                 b.py(
-                    m,
-                    "torch/utils/data/_utils/pin_memory.py(71): pin_memory",
+                    m, "torch/utils/data/_utils/pin_memory.py(71): pin_memory",
                     b.op(
-                        m,
-                        "aten::pin_memory",
-                        (_t(*image, dtype="float"), NONE_INPUT),
+                        m, "aten::pin_memory", _in(images, None),
                         b.op(
-                            m,
-                            "aten::_pin_memory",
-                            (_t(*image, dtype="float"), NONE_INPUT),
-                            empty(m, image),
-                            b.op(
-                                m,
-                                "aten::copy_",
-                                (_t(*image, dtype="float"), _t(*image, dtype="float"), _s("False")),
-                                pre=900_000,
-                            ),
+                            m, "aten::_pin_memory", _in(images, None), empty(m, _IMAGE),
+                            b.op(m, "aten::copy_", _in(images, images, False), pre=900_000),
                         ),
                     ),
                 ),
@@ -1743,107 +1330,45 @@ def _build_model(b: _Builder, layers: int) -> Model:
         ),
     )
 
-    def to_device(dims: tuple[int, ...], dtype: str, copy: Op) -> Op:
+    def to(dims: tuple[int, ...], dtype: str, copy: Op, *args: object) -> Op:
+        """Tensor.to(): a new tensor, filled by `copy`."""
+        src = _t(*dims, dtype=dtype)
         return b.op(
-            m,
-            "aten::to",
-            (
-                _t(*dims, dtype=dtype),
-                _s(6),
-                _s(0),
-                NONE_INPUT,
-                NONE_INPUT,
-                _s("True"),
-                _s("False"),
-                NONE_INPUT,
-            ),
-            b.op(
-                m,
-                "aten::_to_copy",
-                (
-                    _t(*dims, dtype=dtype),
-                    _s(6),
-                    _s(0),
-                    NONE_INPUT,
-                    NONE_INPUT,
-                    _s("True"),
-                    NONE_INPUT,
-                ),
-                empty(m, dims, "aten::empty_strided"),
-                copy,
-            ),
+            m, "aten::to", _in(src, *args),
+            b.op(m, "aten::_to_copy", _in(src, *args), empty(m, dims, "aten::empty_strided"), copy),
         )
 
-    image_bytes = 4 * math.prod(image)
+    to_cuda = (6, 0, None, None, True, False, None)
+    pinned_copy = b.transfer(
+        m, "Memcpy HtoD (Pinned -> Device)", 4 * math.prod(_IMAGE), 22.0, COPY_STREAM
+    )
+    label_copy = b.transfer(m, "Memcpy HtoD (Pageable -> Device)", 8 * BATCH, 0.05, COMPUTE_STREAM)
+    cast = b.kop(
+        m, "aten::copy_", _in(_IMAGE, images, False), K_CAST, _mem_ns(6 * math.prod(_IMAGE))
+    )
     h2d = (
-        to_device(
-            image,
-            "float",
-            b.op(
-                m,
-                "aten::copy_",
-                (_t(*image), _t(*image, dtype="float"), _s("True")),
-                calls=(
-                    b.transfer(m, "Memcpy HtoD (Pinned -> Device)", image_bytes, 22.0, COPY_STREAM),
-                ),
-            ),
-        ),
+        to(_IMAGE, "float", b.op(m, "aten::copy_", _in(_IMAGE, images, True),
+                                 calls=(pinned_copy,)), *to_cuda),
         b.py(
-            m,
-            "torch/cuda/streams.py(93): wait_stream",
+            m, "torch/cuda/streams.py(93): wait_stream",
             calls=(
                 b.runtime(m, "cudaEventRecord", C_RECORD, 2200, COPY_STREAM),
                 b.runtime(m, "cudaStreamWaitEvent", C_WAIT, 1900, COMPUTE_STREAM, COPY_STREAM),
             ),
         ),
-        to_device(
-            (BATCH,),
-            "long int",
-            b.op(
-                m,
-                "aten::copy_",
-                (_t(BATCH, dtype="long int"), _t(BATCH, dtype="long int"), _s("False")),
-                calls=(
-                    b.transfer(
-                        m, "Memcpy HtoD (Pageable -> Device)", 8 * BATCH, 0.05, COMPUTE_STREAM
-                    ),
-                ),
-            ),
-        ),
-        b.op(
-            m,
-            "aten::to",
-            (_t(*image, dtype="float"), _s(15)),
-            b.op(
-                m,
-                "aten::_to_copy",
-                (_t(*image, dtype="float"), _s(15)),
-                empty(m, image, "aten::empty_strided"),
-                b.kop(
-                    m,
-                    "aten::copy_",
-                    (_t(*image), _t(*image, dtype="float"), _s("False")),
-                    K_CAST,
-                    _mem_ns(6 * math.prod(image)),
-                ),
-            ),
-        ),
+        to((BATCH,), "long int", b.op(m, "aten::copy_", _in(_i64(BATCH), _i64(BATCH), False),
+                                      calls=(label_copy,)), *to_cuda),
+        to(_IMAGE, "float", cast, 15),
     )
     backward = b.py(
-        m,
-        "torch/_tensor.py(648): backward",
+        m, "torch/_tensor.py(648): backward",
         b.py(
-            m,
-            "torch/autograd/__init__.py(353): backward",
+            m, "torch/autograd/__init__.py(353): backward",
             b.py(
-                m,
-                "torch/autograd/graph.py(824): _engine_run_backward",
+                m, "torch/autograd/graph.py(824): _engine_run_backward",
                 b.op(
-                    m,
-                    "aten::ones_like",
-                    (_t(dtype="float"), _s(6)),
-                    empty(m, (), "aten::empty_like"),
-                    b.kop(m, "aten::fill_", (_t(dtype="float"), _s(1)), K_FILL, 2000),
+                    m, "aten::ones_like", _in(_f32(), 6), empty(m, (), "aten::empty_like"),
+                    b.kop(m, "aten::fill_", _in(_f32(), 1), K_FILL, 2000),
                 ),
                 Op(None, autograd=AG_BACKWARD),
             ),
@@ -1853,76 +1378,48 @@ def _build_model(b: _Builder, layers: int) -> Model:
 
     # ---- once per step: gradient clipping, optimizer, metrics
 
-    n_tensors = layers * len(layer_params) + len(embed_params)
-    all_params = layers * PARAMS_PER_LAYER + sum(math.prod(p) for p in embed_params)
+    n_tensors = layers * len(_LAYER_PARAMS) + len(_OTHER_PARAMS)
+    all_params = layers * PARAMS_PER_LAYER + sum(math.prod(p) for p in _OTHER_PARAMS)
     chunks = layers + 1
     grads = _tl(4, HIDDEN)
 
     def per_chunk(kernel: Kernel, bytes_per_param: int) -> tuple[Call, ...]:
-        return tuple(
-            b.launch(m, kernel, _mem_ns(all_params * bytes_per_param // chunks))
-            for _ in range(chunks)
-        )
+        """One multi_tensor_apply launch per chunk of the parameters."""
+        ns = _mem_ns(all_params * bytes_per_param // chunks)
+        return tuple(b.launch(m, kernel, ns) for _ in range(chunks))
 
+    scalar = _f32()
     clip = b.py(
-        m,
-        "torch/nn/utils/clip_grad.py(38): _no_grad_wrapper",
+        m, "torch/nn/utils/clip_grad.py(38): _no_grad_wrapper",
         b.py(
-            m,
-            "torch/nn/utils/clip_grad.py(161): clip_grad_norm_",
+            m, "torch/nn/utils/clip_grad.py(161): clip_grad_norm_",
+            b.op(m, "aten::_foreach_norm", _in(grads, 2, None), calls=per_chunk(K_FOREACH_NORM, 2),
+                 pre=40_000),
             b.op(
-                m,
-                "aten::_foreach_norm",
-                (grads, _s(2), NONE_INPUT),
-                calls=per_chunk(K_FOREACH_NORM, 2),
-                pre=40_000,
+                m, "aten::stack", _in(_tl(n_tensors), 0),
+                b.kop(m, "aten::cat", _in(_tl(n_tensors), 0), K_COPY, 2400),
             ),
-            b.op(
-                m,
-                "aten::stack",
-                ((_t(), _s(0))),
-                b.kop(m, "aten::cat", (_t(n_tensors), _s(0)), K_COPY, 2400),
-            ),
-            b.kop(
-                m,
-                "aten::linalg_vector_norm",
-                (_t(n_tensors, dtype="float"), _s(2), NONE_INPUT, _s("False"), NONE_INPUT),
-                K_ARGMAX,
-                2600,
-            ),
-            b.kop(m, "aten::add", (_t(dtype="float"), _s(1e-06), _s(1)), K_DIV, 1800),
-            b.kop(m, "aten::reciprocal", (_t(dtype="float"),), K_DIV, 1800),
-            b.kop(m, "aten::mul", (_t(dtype="float"), _s(1.0)), K_DIV, 1800),
-            b.kop(m, "aten::clamp", (_t(dtype="float"), NONE_INPUT, _s(1.0)), K_DIV, 1800),
-            b.op(
-                m,
-                "aten::_foreach_mul_",
-                (grads, _t(dtype="float")),
-                calls=per_chunk(K_FOREACH_MUL, 4),
-                pre=35_000,
-            ),
+            b.kop(m, "aten::linalg_vector_norm", _in(_f32(n_tensors), 2, None, False, None),
+                  K_ARGMAX, 2600),
+            b.kop(m, "aten::add", _in(scalar, 1e-06, 1), K_DIV, 1800),
+            b.kop(m, "aten::reciprocal", _in(scalar), K_DIV, 1800),
+            b.kop(m, "aten::mul", _in(scalar, 1.0), K_DIV, 1800),
+            b.kop(m, "aten::clamp", _in(scalar, None, 1.0), K_DIV, 1800),
+            b.op(m, "aten::_foreach_mul_", _in(grads, scalar), calls=per_chunk(K_FOREACH_MUL, 4),
+                 pre=35_000),
         ),
     )
     step = b.annotation(
-        m,
-        "Optimizer.step#AdamW.step",
+        m, "Optimizer.step#AdamW.step",
         b.py(
-            m,
-            "torch/optim/optimizer.py(485): wrapper",
+            m, "torch/optim/optimizer.py(485): wrapper",
             b.py(
-                m,
-                "torch/optim/adamw.py(209): step",
+                m, "torch/optim/adamw.py(209): step",
                 b.py(
-                    m,
-                    "torch/optim/adamw.py(752): adamw",
-                    b.op(m, "aten::_foreach_add_", (grads, _s(1)), pre=60_000),
-                    b.op(
-                        m,
-                        "aten::_fused_adamw_",
-                        (grads, grads, grads, grads),
-                        calls=per_chunk(K_FUSED_ADAMW, 22),
-                        pre=80_000,
-                    ),
+                    m, "torch/optim/adamw.py(752): adamw",
+                    b.op(m, "aten::_foreach_add_", _in(grads, 1), pre=60_000),
+                    b.op(m, "aten::_fused_adamw_", _in(grads, grads, grads, grads),
+                         calls=per_chunk(K_FUSED_ADAMW, 22), pre=80_000),
                     pre=30_000,
                 ),
                 pre=50_000,
@@ -1930,48 +1427,31 @@ def _build_model(b: _Builder, layers: int) -> Model:
         ),
         span=True,
     )
-    accuracy = b.op(
-        m,
-        "aten::item",
-        (_t(dtype="long int"),),
-        b.op(
-            m,
-            "aten::_local_scalar_dense",
-            (_t(dtype="long int"),),
-            calls=(
-                b.transfer(
-                    m, "Memcpy DtoH (Device -> Pageable)", 8, 0.004, COMPUTE_STREAM, blocking=True
-                ),
-                b.runtime(m, "cudaStreamSynchronize", C_SYNC_STREAM, 3500),
-            ),
-        ),
+    # .item() copies to pageable memory, so cudaMemcpyAsync blocks until the GPU catches up.
+    item_copy = b.transfer(
+        m, "Memcpy DtoH (Device -> Pageable)", 8, 0.004, COMPUTE_STREAM, blocking=True
     )
+    loss_copy = b.transfer(m, "Memcpy DtoH (Device -> Pinned)", 4, 0.003, COMPUTE_STREAM)
     metrics = b.py(
-        m,
-        "train.py(188): log_metrics",
+        m, "train.py(188): log_metrics",
         b.op(
-            m,
-            "aten::softmax",
-            (_t(*logits), _s(-1), NONE_INPUT),
-            b.kop(m, "aten::_softmax", (_t(*logits), _s(-1), _s("False")), K_SOFTMAX, 4100),
+            m, "aten::softmax", _in(_LOGITS, -1, None),
+            b.kop(m, "aten::_softmax", _in(_LOGITS, -1, False), K_SOFTMAX, 4100),
         ),
-        b.kop(m, "aten::argmax", (_t(*logits), _s(-1), _s("False")), K_ARGMAX, 3900),
-        b.kop(
-            m, "aten::eq", (_t(BATCH, dtype="long int"), _t(BATCH, dtype="long int")), K_DIV, 1800
-        ),
-        b.kop(m, "aten::sum", (_t(BATCH, dtype="bool"), NONE_INPUT), K_REDUCE_SUM, 3000),
-        accuracy,
-        to_device(
-            (),
-            "float",
+        b.kop(m, "aten::argmax", _in(_LOGITS, -1, False), K_ARGMAX, 3900),
+        b.kop(m, "aten::eq", _in(_i64(BATCH), _i64(BATCH)), K_DIV, 1800),
+        b.kop(m, "aten::sum", _in(_t(BATCH, dtype="bool"), None), K_REDUCE_SUM, 3000),
+        b.op(
+            m, "aten::item", _in(_i64()),
             b.op(
-                m,
-                "aten::copy_",
-                (_t(dtype="float"), _t(dtype="float"), _s("True")),
-                calls=(b.transfer(m, "Memcpy DtoH (Device -> Pinned)", 4, 0.003, COMPUTE_STREAM),),
+                m, "aten::_local_scalar_dense", _in(_i64()),
+                calls=(item_copy, b.runtime(m, "cudaStreamSynchronize", C_SYNC_STREAM, 3500)),
             ),
         ),
+        to((), "float", b.op(m, "aten::copy_", _in(scalar, scalar, True), calls=(loss_copy,)),
+           *to_cuda),
     )
+    # fmt: on
     return Model(
         zero_grad=b.annotation(
             m,
@@ -2023,7 +1503,6 @@ class TraceGenerator:
         bwd_tid = self.pid + 37 + rng.randrange(9000)
         self.start_ns = 1_712_000_000_000_000_000 + rng.randrange(10**15)
         self.base_ns = (self.start_ns // 10**9 - 3) * 10**9
-        self.layers = layers
         self.micro_batches = micro_batches
         self.step_number = 3 + rng.randrange(40)
 
@@ -2051,8 +1530,11 @@ class TraceGenerator:
         self._cpu: list[str] = []
         self._gpu: list[str] = []
 
+        # bf16 weights and gradients plus AdamW's two fp32 moments: 12 bytes per parameter.
         param_bytes = (layers * PARAMS_PER_LAYER + 30 * HIDDEN * HIDDEN) * 12
         self._allocated = param_bytes
+        # Profiling starts after warm-up: the caching allocator already holds enough for the
+        # activations, so only the steps after an empty_cache() call cudaMalloc again.
         self._reserved = param_bytes + layers * 24 * _ACT_BYTES + (1 << 30)
         self._addrs: list[int] = []
         self._addr_cursor = 0
@@ -2230,48 +1712,15 @@ class TraceGenerator:
                     tracker[0] = begin
                     tracker[2] = stream
                 tracker[1] = end
-            start_us, start_frac = begin // 1000, begin % 1000
+            times = (begin // 1000, begin % 1000, dur // 1000, dur % 1000)
             if call.nbytes:
-                bandwidth = repr(call.nbytes / dur)
-                gpu = call.gpu_fmt % (
-                    start_us,
-                    start_frac,
-                    dur // 1000,
-                    dur % 1000,
-                    ext,
-                    corr,
-                    bandwidth,
-                    corr,
-                    start_us,
-                    start_frac,
-                )
+                bandwidth = repr(call.nbytes / dur)  # bytes per ns is GB/s
+                gpu = call.gpu_fmt % (*times, ext, corr, bandwidth, corr, *times[:2])
             else:
-                gpu = call.gpu_fmt % (
-                    start_us,
-                    start_frac,
-                    dur // 1000,
-                    dur % 1000,
-                    ext,
-                    corr,
-                    corr,
-                    start_us,
-                    start_frac,
-                )
+                gpu = call.gpu_fmt % (*times, ext, corr, corr, *times[:2])
             self._gpu.append(gpu)
-            self._gpu.append(
-                call.fmt
-                % (
-                    ts // 1000,
-                    ts % 1000,
-                    api // 1000,
-                    api % 1000,
-                    ext,
-                    corr,
-                    corr,
-                    ts // 1000,
-                    ts % 1000,
-                )
-            )
+            api_times = (ts // 1000, ts % 1000, api // 1000, api % 1000)
+            self._gpu.append(call.fmt % (*api_times, ext, corr, corr, *api_times[:2]))
         else:
             if mode == C_SYNC_STREAM:
                 api = max(api, free[stream] - ts + 3000)
@@ -2372,61 +1821,43 @@ class TraceGenerator:
 
     def trailer(self) -> list[str]:
         """Kineto's closing events: process/thread metadata, the trace span and its markers."""
-        at = self.start_ns // 1000
-        meta = (
-            '  {{\n    "name": "{name}", "ph": "M", "ts": {ts}, "pid": {pid}, "tid": {tid},\n'
-            '    "args": {{\n      "{key}": {value}\n    }}\n  }}'
-        )
+
+        def meta(name: str, pid: int, tid: int, key: str, value: object) -> str:
+            return (
+                f'  {{\n    "name": "{name}", "ph": "M", "ts": {self.start_ns // 1000}, '
+                f'"pid": {pid}, "tid": {tid},\n    "args": {{\n      "{key}": {value}\n    }}\n  }}'
+            )
+
         out = []
-        cpu_processes = [(self.pid, '"python3.11"', '"CPU"', self.pid)]
-        gpu_processes = [(i, '"python3.11"', f'"GPU {i}"', 16777216 + i) for i in range(NUM_GPUS)]
-        for pid, name, label, order in cpu_processes + gpu_processes:
-            out.append(
-                meta.format(name="process_name", ts=at, pid=pid, tid=0, key="name", value=name)
-            )
-            out.append(
-                meta.format(name="process_labels", ts=at, pid=pid, tid=0, key="labels", value=label)
-            )
-            out.append(
-                meta.format(
-                    name="process_sort_index", ts=at, pid=pid, tid=0, key="sort_index", value=order
-                )
-            )
-        threads = [(0, s, f'"stream {s} "', s) for s in STREAMS] + [
-            (self.pid, self._main.tid, f'"thread {self._main.tid} (python)"', self._main.tid),
-            (self.pid, self._bwd.tid, f'"thread {self._bwd.tid} (pt_autograd_0)"', self._bwd.tid),
+        processes = [(self.pid, '"CPU"', self.pid)]
+        processes += [(i, f'"GPU {i}"', 16777216 + i) for i in range(NUM_GPUS)]
+        for pid, label, order in processes:
+            out.append(meta("process_name", pid, 0, "name", '"python3.11"'))
+            out.append(meta("process_labels", pid, 0, "labels", label))
+            out.append(meta("process_sort_index", pid, 0, "sort_index", order))
+        threads = [(0, s, f'"stream {s} "') for s in STREAMS] + [
+            (self.pid, self._main.tid, f'"thread {self._main.tid} (python)"'),
+            (self.pid, self._bwd.tid, f'"thread {self._bwd.tid} (pt_autograd_0)"'),
         ]
-        for pid, tid, name, order in threads:
-            out.append(
-                meta.format(name="thread_name", ts=at, pid=pid, tid=tid, key="name", value=name)
-            )
-            out.append(
-                meta.format(
-                    name="thread_sort_index", ts=at, pid=pid, tid=tid, key="sort_index", value=order
-                )
-            )
+        for pid, tid, name in threads:
+            out.append(meta("thread_name", pid, tid, "name", name))
+            out.append(meta("thread_sort_index", pid, tid, "sort_index", tid))
         end = max(self._main.now, self._bwd.now, *self._free) + 1_000_000
-        span = end - self.start_ns
-        out.append(
-            '  {\n    "ph": "X", "cat": "Trace", "ts": %s, "dur": %s,\n'
+        begin = _ts(self.start_ns)
+        return [
+            *out,
+            f'  {{\n    "ph": "X", "cat": "Trace", "ts": {begin}, '
+            f'"dur": {_ts(end - self.start_ns)},\n'
             '    "pid": "Spans", "tid": "PyTorch Profiler",\n    "name": "PyTorch Profiler (0)",\n'
-            '    "args": {\n      "Op count": 0\n    }\n  }' % (_ts(self.start_ns), _ts(span))
-        )
-        out.append(
-            '  {\n    "name": "process_sort_index", "ph": "M", "ts": %s,\n'
+            '    "args": {\n      "Op count": 0\n    }\n  }',
+            f'  {{\n    "name": "process_sort_index", "ph": "M", "ts": {begin},\n'
             '    "pid": "Spans", "tid": 0,\n    "args": {\n      "sort_index": 536870912\n'
-            "    }\n  }" % _ts(self.start_ns)
-        )
-        out.append(
+            "    }\n  }",
             '  {\n    "name": "Iteration Start: PyTorch Profiler", "ph": "i", "s": "g",\n'
-            '    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": %s\n  }'
-            % _ts(self.start_ns)
-        )
-        out.append(
+            f'    "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": {begin}\n  }}',
             '  {\n    "name": "Record Window End", "ph": "i", "s": "g",\n'
-            '    "pid": "", "tid": "", "ts": %s\n  }' % _ts(end)
-        )
-        return out
+            f'    "pid": "", "tid": "", "ts": {_ts(end)}\n  }}',
+        ]
 
     def footer(self, trace_name: str) -> str:
         return (
@@ -2496,7 +1927,9 @@ def generate(path: Path, target_bytes: int, seed: int, compress: bool) -> Result
     began = time.perf_counter()
     layers, micro_batches = plan(target_bytes, seed)
     gen = TraceGenerator(seed, layers, micro_batches)
-    closing = len(",\n".join(gen.trailer())) + len(gen.footer(path.name)) + 2
+    # Named from the inputs rather than the output path, so that only they decide the bytes.
+    name = f"rank{RANK}.seed{seed}.pt.trace.json"
+    closing = len(",\n".join(gen.trailer())) + len(gen.footer(name)) + 2
     steps = 0
     raw: io.BufferedIOBase
     # gzip's default level is slow on a gigabyte; 6 is what the gzip tool uses.
@@ -2512,7 +1945,7 @@ def generate(path: Path, target_bytes: int, seed: int, compress: bool) -> Result
             if writer.bytes + closing + per_step / 2 >= target_bytes:
                 break
         writer.events_of(gen.trailer())
-        writer.text(gen.footer(path.name))
+        writer.text(gen.footer(name))
     return Result(
         path, writer.bytes, writer.events, steps, layers, micro_batches, time.perf_counter() - began
     )

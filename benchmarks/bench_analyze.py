@@ -1,0 +1,437 @@
+"""Time `wallfinder analyze` against HolisticTraceAnalysis on the same traces, side by side.
+
+For every trace and tool this prints the wall time, the throughput in MB/s of uncompressed trace
+and the peak resident memory.  Each run happens in a fresh measuring process (this script
+re-invoked with --measure), which starts the tool, waits for it and reads
+getrusage(RUSAGE_CHILDREN), so no figure includes another run's memory or warm caches inside the
+interpreter.
+
+    python benchmarks/generate_trace.py -o /tmp/big.json --size-mb 1000
+    /tmp/wfenv/bin/python benchmarks/bench_analyze.py --big /tmp/big.json \\
+        --hta-python /tmp/htaenv/bin/python
+
+wallfinder runs under the interpreter running this script; HTA under --hta-python, a separate
+virtual env, so the two never share dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+MB = 1_000_000
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_TRACES = REPO_ROOT.parent / "shared" / "traces"
+RESULT_MARKER = "BENCH-RESULT "
+
+# Runs under --hta-python.  TraceAnalysis loads every rank file in the folder; the idle-time
+# breakdown defaults to rank 0 alone, so it is given the ranks actually loaded.
+HTA_SCRIPT = """
+import json, sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+t1 = time.perf_counter()
+analysis = TraceAnalysis(trace_dir=sys.argv[1])
+t2 = time.perf_counter()
+ranks = analysis.t.get_ranks()
+temporal = analysis.get_temporal_breakdown(visualize=False)
+idle, _ = analysis.get_idle_time_breakdown(ranks=ranks, visualize=False)
+t3 = time.perf_counter()
+row = temporal.iloc[0]
+print(sys.argv[2] + json.dumps({
+    "ranks": ranks,
+    "import_s": round(t1 - t0, 3),
+    "load_s": round(t2 - t1, 3),
+    "analysis_s": round(t3 - t2, 3),
+    "idle_pct": float(row["idle_time_pctg"]),
+    "compute_pct": float(row["compute_time_pctg"]),
+    "non_compute_pct": float(row["non_compute_time_pctg"]),
+    "idle_rows": len(idle),
+}))
+"""
+
+WALLFINDER_VERSION_SCRIPT = (
+    "import importlib.metadata as m, wallfinder; print(m.version('wallfinder'))"
+)
+HTA_VERSION_SCRIPT = (
+    "import importlib.metadata as m, hta.trace_analysis; print(m.version('HolisticTraceAnalysis'))"
+)
+
+
+def redact(text: str) -> str:
+    """Reduces every absolute path in `text` to its file name."""
+    return re.sub(r"(?<![\w.])(?:/[\w.+@~-]+)+/?", lambda m: Path(m.group(0)).name or "/", text)
+
+
+def uncompressed_size(path: Path) -> int:
+    if not path.name.endswith(".gz"):
+        return path.stat().st_size
+    size = 0
+    with gzip.open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            size += len(chunk)
+    return size
+
+
+def largest_shared_trace() -> Path | None:
+    if not SHARED_TRACES.is_dir():
+        return None
+    traces = [p for p in SHARED_TRACES.rglob("*") if p.name.endswith((".json", ".json.gz"))]
+    return max(traces, key=uncompressed_size, default=None)
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring one run (inside the fresh measuring process)
+
+
+def _tree_rss_bytes(root: int) -> int:
+    """Sums VmRSS over `root` and its descendants; shared pages count once per process."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # The command name may contain spaces and parentheses; the ppid follows the last ')'.
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    tree = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    total = 0
+    for pid in tree:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+        if match:
+            total += int(match.group(1)) * 1024
+    return total
+
+
+def measure(command: list[str], timeout: float) -> dict[str, Any]:
+    """Runs `command` once; reports wall time, peak RSS and the tail of its output."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # so a timeout can kill the tool's worker processes too
+    )
+    peak_tree = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak_tree
+        while not done.wait(0.2):
+            peak_tree = max(peak_tree, _tree_rss_bytes(proc.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    if Path("/proc").is_dir():
+        sampler.start()
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    # ru_maxrss is the largest single process among the waited-for descendants, in KiB on Linux.
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    stdout = out.decode(errors="replace")
+    summary = next(
+        (
+            line[len(RESULT_MARKER) :]
+            for line in stdout.splitlines()
+            if line.startswith(RESULT_MARKER)
+        ),
+        None,
+    )
+    return {
+        "returncode": proc.returncode,
+        "timed_out": timed_out,
+        "wall_s": wall,
+        "peak_rss_bytes": peak,
+        "peak_tree_rss_bytes": max(peak_tree, peak),
+        "summary": json.loads(summary) if summary else None,
+        "stderr_tail": err.decode(errors="replace")[-3000:],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark
+
+
+@dataclass
+class Run:
+    tool: str
+    status: str  # "ok", "timeout", "failed" or "skipped"
+    wall_s: float | None = None
+    mb_per_s: float | None = None
+    peak_rss_mb: float | None = None
+    peak_tree_rss_mb: float | None = None
+    note: str = ""
+    details: dict[str, Any] | None = None
+
+
+def run_measured(command: list[str], timeout: float) -> dict[str, Any]:
+    """Measures `command` from a fresh process, so RUSAGE_CHILDREN sees this run alone."""
+    spec = json.dumps({"command": command, "timeout": timeout})
+    child = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--measure", spec],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(child.stdout)
+    return result
+
+
+def best_of(tool: str, command: list[str], size: int, repeat: int, timeout: float) -> Run:
+    best: Run | None = None
+    for _ in range(repeat):
+        m = run_measured(command, timeout)
+        if m["timed_out"]:
+            return Run(tool, "timeout", note=f"did not finish in {timeout:g} s")
+        if m["returncode"] != 0:
+            lines = [line for line in m["stderr_tail"].splitlines() if line.strip()]
+            reason = redact(lines[-1]) if lines else f"exit status {m['returncode']}"
+            return Run(tool, "failed", note=reason[:200])
+        run = Run(
+            tool,
+            "ok",
+            wall_s=m["wall_s"],
+            mb_per_s=size / MB / m["wall_s"],
+            peak_rss_mb=m["peak_rss_bytes"] / MB,
+            peak_tree_rss_mb=m["peak_tree_rss_bytes"] / MB,
+            details=m["summary"],
+        )
+        if best is None or (run.wall_s or 0) < (best.wall_s or 0):
+            best = run
+    assert best is not None
+    return best
+
+
+def probe(python: str, code: str) -> tuple[str | None, str]:
+    """Runs `code` under `python`; returns (its output, '') or (None, why it failed)."""
+    try:
+        done = subprocess.run(
+            [python, "-c", code], capture_output=True, text=True, timeout=300, check=False
+        )
+    except OSError as exc:
+        return None, f"cannot run the interpreter ({exc.strerror})"
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return None, redact(lines[-1]) if lines else f"exit status {done.returncode}"
+    return done.stdout.strip(), ""
+
+
+def hta_folder(trace: Path, parent: Path) -> Path:
+    """A folder holding only `trace`, named so HTA picks it up.
+
+    HTA loads every *.json and *.gz file of a folder and takes each one's rank from the first
+    `"rank": N` in its text, defaulting to 0; the file name does not matter beyond its suffix.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="hta-", dir=parent))
+    link = folder / ("trace.json.gz" if trace.name.endswith(".gz") else "trace.json")
+    try:
+        link.symlink_to(trace.resolve())
+    except OSError:
+        shutil.copyfile(trace, link)
+    return folder
+
+
+def benchmark_file(
+    trace: Path,
+    hta_python: str | None,
+    run_wallfinder: bool,
+    repeat: int,
+    timeout: float,
+    scratch: Path,
+) -> dict[str, Any]:
+    size = uncompressed_size(trace)
+    print(f"\n{trace.name}: {size / MB:.1f} MB uncompressed", flush=True)
+    runs: list[Run] = []
+    if run_wallfinder:
+        command = [
+            sys.executable,
+            "-m",
+            "wallfinder",
+            "analyze",
+            str(trace),
+            "--format",
+            "json",
+            "-o",
+            os.devnull,
+        ]
+        runs.append(best_of("wallfinder", command, size, repeat, timeout))
+        print(f"  wallfinder: {describe(runs[-1])}", flush=True)
+    if hta_python:
+        folder = hta_folder(trace, scratch)
+        command = [hta_python, "-c", HTA_SCRIPT, str(folder), RESULT_MARKER]
+        runs.append(best_of("HTA", command, size, repeat, timeout))
+        print(f"  HTA:        {describe(runs[-1])}", flush=True)
+    speeds = {r.tool: r.mb_per_s for r in runs if r.mb_per_s}
+    ratio = (
+        speeds["wallfinder"] / speeds["HTA"] if "wallfinder" in speeds and "HTA" in speeds else None
+    )
+    return {
+        "file": trace.name,
+        "uncompressed_mb": size / MB,
+        "runs": [asdict(r) for r in runs],
+        "throughput_ratio_wallfinder_over_hta": ratio,
+    }
+
+
+def describe(run: Run) -> str:
+    if run.status != "ok":
+        return f"{run.status}: {run.note}"
+    text = (
+        f"{run.wall_s:.2f} s, {run.mb_per_s:.1f} MB/s, peak RSS {run.peak_rss_mb:.0f} MB "
+        f"(process tree {run.peak_tree_rss_mb:.0f} MB)"
+    )
+    if run.details:  # HTA's own account of where its time went, and what it found
+        d = run.details
+        text += (
+            f"\n              import {d['import_s']:.1f} s, load {d['load_s']:.1f} s, "
+            f"analyses {d['analysis_s']:.1f} s; GPU idle {d['idle_pct']:.1f}%, "
+            f"compute {d['compute_pct']:.1f}%, non-compute {d['non_compute_pct']:.1f}%"
+        )
+    return text
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    header = (
+        f"{'file':34} {'MB':>8}  {'tool':10} {'wall s':>8} {'MB/s':>8} "
+        f"{'peak RSS MB':>12} {'tree RSS MB':>12}"
+    )
+    print("\n" + header)
+    print("-" * len(header))
+    for result in results:
+        for run in result["runs"]:
+            prefix = f"{result['file'][:34]:34} {result['uncompressed_mb']:8.1f}  {run['tool']:10}"
+            if run["status"] == "ok":
+                print(
+                    f"{prefix} {run['wall_s']:8.2f} {run['mb_per_s']:8.1f} "
+                    f"{run['peak_rss_mb']:12.0f} {run['peak_tree_rss_mb']:12.0f}"
+                )
+            else:
+                print(f"{prefix} {run['status']}: {run['note']}")
+        ratio = result["throughput_ratio_wallfinder_over_hta"]
+        if ratio is not None:
+            print(f"{'':34} {'':8}  wallfinder throughput = {ratio:.1f} x HTA's")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Time wallfinder analyze and HolisticTraceAnalysis on the same traces."
+    )
+    parser.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        help="traces to time (default: --big and the largest trace in ../shared/traces)",
+    )
+    parser.add_argument("--big", type=Path, help="a large generated trace to include by default")
+    parser.add_argument("--hta-python", help="python of a virtual env with HTA installed")
+    parser.add_argument(
+        "--timeout", type=float, default=1800.0, help="seconds allowed per run (default 1800)"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="take the best of N runs")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.measure:
+        spec = json.loads(args.measure)
+        print(json.dumps(measure(spec["command"], spec["timeout"])))
+        return 0
+
+    files: list[Path] = list(args.files)
+    if not files:
+        if args.big:
+            files.append(args.big)
+        shared = largest_shared_trace()
+        if shared is None:
+            print("no ../shared/traces folder next to the repository: no real trace to time")
+        else:
+            files.append(shared)
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        print(f"not found: {', '.join(missing)}")
+        return 2
+    if not files:
+        print("nothing to time: give trace files or --big")
+        return 2
+
+    wallfinder_version, why_not = probe(sys.executable, WALLFINDER_VERSION_SCRIPT)
+    if wallfinder_version is None:
+        print(f"wallfinder skipped: not importable by this interpreter: {why_not}")
+    else:
+        print(f"wallfinder {wallfinder_version}")
+    hta_version: str | None = None
+    if not args.hta_python:
+        print("HTA skipped: no --hta-python given")
+    else:
+        hta_version, why_not = probe(args.hta_python, HTA_VERSION_SCRIPT)
+        if hta_version is None:
+            print(f"HTA skipped: not importable by --hta-python: {why_not}")
+        else:
+            print(f"HolisticTraceAnalysis {hta_version}")
+    print(f"{os.cpu_count()} CPUs, Python {platform.python_version()}, timeout {args.timeout:g} s")
+    if wallfinder_version is None and hta_version is None:
+        print("neither tool can run: nothing to time")
+        return 1
+
+    with tempfile.TemporaryDirectory(prefix="bench-analyze-") as scratch:
+        results = [
+            benchmark_file(
+                trace,
+                args.hta_python if hta_version else None,
+                wallfinder_version is not None,
+                args.repeat,
+                args.timeout,
+                Path(scratch),
+            )
+            for trace in files
+        ]
+    print_table(results)
+    if args.json:
+        report = {
+            "wallfinder_version": wallfinder_version,
+            "hta_version": hta_version,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "repeat": args.repeat,
+            "timeout_s": args.timeout,
+            "results": results,
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Real profiler traces from other projects (see ../shared/traces/MANIFEST.md): every one
+loads and gives a diagnosis that keeps the invariants, and a few facts of them hold.
+
+The traces are not part of the repository; without them these tests are skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import wallfinder.trace._reader as reader_module
+from tracegen import assert_same_trace
+from wallfinder import Diagnosis, analyze
+from wallfinder.analysis import diagnose
+from wallfinder.analysis.classify import KernelClass
+from wallfinder.trace import Kind, Trace, load_trace
+
+TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+MISSING = f"real traces not found at {TRACES}"
+CLASSES = {c.value for c in KernelClass}
+
+
+def real_traces() -> list[object]:
+    files = sorted(TRACES.rglob("*.json.gz")) if TRACES.is_dir() else []
+    if not files:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=MISSING), id="no-traces")]
+    return [pytest.param(f, id=str(f.relative_to(TRACES))) for f in files]
+
+
+def trace_at(relative: str) -> Path:
+    path = TRACES / relative
+    if not path.exists():
+        pytest.skip(f"{MISSING} ({relative})")
+    return path
+
+
+_loaded: dict[Path, tuple[Trace, Diagnosis]] = {}
+
+
+def loaded(path: Path) -> tuple[Trace, Diagnosis]:
+    """Each real trace is loaded and diagnosed once per session."""
+    if path not in _loaded:
+        trace = load_trace(path)
+        _loaded[path] = (trace, diagnose(trace))
+    return _loaded[path]
+
+
+@pytest.mark.parametrize("path", real_traces())
+def test_real_trace_diagnosis_keeps_the_invariants(path: Path) -> None:
+    trace, d = loaded(path)
+    assert len(trace.events) > 0
+    b = d.breakdown
+    parts = [b.compute, b.comm_exposed, b.copy_exposed, b.idle]
+    assert all(0.0 <= x <= 1.0 for x in parts), parts
+    assert sum(parts) == pytest.approx(1.0, abs=1e-6)
+    assert all(0.0 <= x <= 1.0 for x in b.idle_causes.values())
+    assert sum(b.idle_causes.values()) == pytest.approx(b.idle, abs=1e-6)
+    assert d.steps.count >= 1
+    assert d.steps.total >= d.steps.count
+    assert d.steps.median_s > 0
+    for step in b.steps:
+        total = step.compute_s + step.comm_exposed_s + step.copy_exposed_s + step.idle_s
+        assert total == pytest.approx(step.duration_s, abs=2e-9)
+        assert sum(step.idle_causes_s.values()) == pytest.approx(step.idle_s, abs=2e-9)
+    for row in d.kernels:
+        assert row.cls in CLASSES
+        assert row.time_s >= 0
+        assert 0.0 <= row.share <= 1.0
+    if d.classes:
+        assert {c.cls for c in d.classes} <= CLASSES
+        assert sum(c.share for c in d.classes) == pytest.approx(1.0, abs=1e-6)
+    assert d.verdict.wall in ("compute", "bandwidth", "overhead")
+    assert len(d.verdict.questions) == 4
+    assert Diagnosis.from_json(d.to_json()) == d
+
+
+@pytest.mark.parametrize("path", real_traces())
+def test_real_trace_has_device_or_cpu_work_of_its_basis(path: Path) -> None:
+    trace, d = loaded(path)
+    device_work = len(trace.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    if d.breakdown.basis == "gpu":
+        assert device_work > 0
+        assert d.kernels
+    else:
+        assert device_work == 0
+        assert d.device.kind == "cpu"
+
+
+# Facts of particular traces ---------------------------------------------------------------------
+
+
+def test_v100_two_rank_trace_is_rank_1_of_2_with_6_steps() -> None:
+    trace, d = loaded(trace_at("hta/v100_2rank_test_rank0.json.gz"))
+    assert d.device.name == "Tesla V100-SXM2-16GB"
+    assert (d.rank, d.world_size) == (1, 2)
+    assert d.steps.total == 6
+    assert d.steps.source == "ProfilerStep"
+    assert trace.of_kind(Kind.KERNEL).name.size > 0
+
+
+def test_cpu_only_trace_is_analysed_on_the_cpu_as_rank_34_of_300() -> None:
+    _, d = loaded(trace_at("hta/cpu_only_rank34.json.gz"))
+    assert d.breakdown.basis == "cpu"
+    assert d.device.kind == "cpu"
+    assert (d.rank, d.world_size) == (34, 300)
+
+
+def test_mi210_gpu_only_trace_loads_with_hip_names_and_kernels() -> None:
+    trace, d = loaded(trace_at("tracelens/mi210_gpu_only.json.gz"))
+    runtime = {trace.strings[c] for c in set(trace.of_kind(Kind.RUNTIME).name.tolist())}
+    assert any(name.startswith("hip") for name in runtime)
+    assert len(trace.of_kind(Kind.KERNEL)) > 0
+    assert d.device.name == "AMD Instinct MI210"
+    assert d.breakdown.basis == "gpu"
+    assert d.kernels
+
+
+def test_mi250_trace_joins_hip_launches_to_kernels() -> None:
+    _, d = loaded(trace_at("hta/mi250_minitoy_train.json.gz"))
+    assert d.breakdown.basis == "gpu"
+    assert not any("no launch records" in w for w in d.warnings)
+
+
+def test_sampled_job_folder_gives_two_ranks() -> None:
+    folder = trace_at("hta/sampled_128rank_job")
+    d = analyze(folder)
+    assert [r.rank for r in d.ranks] == [0, 1]
+    assert (d.rank, d.world_size) == (0, 128)
+    assert d.device.name is None
+
+
+def test_trace_without_profiler_steps_is_one_window() -> None:
+    _, d = loaded(trace_at("hta/a100_alexnet.json.gz"))
+    assert d.steps.total == 1
+    assert d.steps.source.startswith("whole trace")
+
+
+# Chunked and parallel parsing of real files -----------------------------------------------------
+
+
+def test_real_trace_parsed_in_small_chunks_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = trace_at("hta/a100_nccl_data.json.gz")
+    whole, _ = loaded(path)
+    monkeypatch.setattr(reader_module, "BLOCK", 256 << 10)
+    assert_same_trace(load_trace(path), whole)
+
+
+def test_real_trace_parsed_by_two_workers_matches(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = trace_at("hta/v100_2rank_test_rank0.json.gz")
+    whole, d = loaded(path)
+    monkeypatch.setattr(reader_module, "BLOCK", 1 << 20)
+    parallel = load_trace(path, workers=2)
+    assert_same_trace(parallel, whole)
+    assert diagnose(parallel) == d

@@ -1,0 +1,462 @@
+"""Build synthetic PyTorch profiler (Kineto) traces for tests.
+
+A `TraceBuilder` collects events with times in microseconds relative to the start of the
+trace; `write` (or `to_bytes`) lays them out the way Kineto's ChromeTraceLogger does, with one
+keyword per format quirk real traces carry, so each quirk can be switched on alone:
+
+    b = TraceBuilder(rank=0, world_size=2)
+    b.step(1, 0.0, 100.0)
+    b.kernel("volta_sgemm_128x64_nn", 20.0, 50.0, launch_at=10.0)
+    path = b.write(tmp_path / "trace.json.gz", kernel_cat="Kernel", string_ids=True)
+
+Kernels, memcpys and memsets are joined to their runtime call by a correlation id and carry
+`device`, `stream`, `correlation` and `External id` in `args`, as Kineto writes them. A trace
+without ProfilerStep annotations, or a CPU-only trace, is one where none were added.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from wallfinder.trace import Trace
+
+DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+"""The annotation torch.profiler records around each DataLoader `__next__`."""
+
+NASTY_NAME = 'void evil<"}, {", }, {>(<script>alert(1)</script>) [bold]x[/bold] \\ ü'
+"""A name with an event-boundary pattern, HTML, rich markup, a backslash and non-ASCII text."""
+
+_HIP_NAMES = {
+    "cudaLaunchKernel": "hipLaunchKernel",
+    "cudaMemcpyAsync": "hipMemcpyAsync",
+    "cudaMemsetAsync": "hipMemsetAsync",
+    "cudaStreamSynchronize": "hipStreamSynchronize",
+    "cudaDeviceSynchronize": "hipDeviceSynchronize",
+}
+_HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "python_function")
+
+
+@dataclass
+class TraceBuilder:
+    """Collects events of one rank's trace; times are µs from the start of the trace."""
+
+    device_name: str | None = "NVIDIA H100 80GB HBM3"
+    device: int = 0
+    rank: int | None = None
+    world_size: int | None = None
+    pid: int = 4242
+    tid: int = 4242
+    base_us: int = 1_700_000_000
+    events: list[dict[str, Any]] = field(default_factory=list)
+    _next_id: int = 1
+
+    def new_id(self) -> int:
+        """A fresh correlation / External id."""
+        value = self._next_id
+        self._next_id += 1
+        return value
+
+    # Host side -------------------------------------------------------------------------------
+
+    def host(
+        self,
+        name: str,
+        start: float,
+        dur: float,
+        *,
+        cat: str = "cpu_op",
+        tid: int | None = None,
+        args: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Any complete event on a host thread."""
+        event = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": self.pid,
+            "tid": self.tid if tid is None else tid,
+            "ts": start,
+            "dur": dur,
+            "args": {"External id": self.new_id(), **(args or {})},
+        }
+        self.events.append(event)
+        return event
+
+    def step(self, number: int, start: float, dur: float) -> None:
+        """A `ProfilerStep#N` annotation on the main thread."""
+        self.host(f"ProfilerStep#{number}", start, dur, cat="user_annotation")
+
+    def cpu_op(self, name: str, start: float, dur: float, *, tid: int | None = None) -> None:
+        self.host(name, start, dur, cat="cpu_op", tid=tid)
+
+    def annotation(self, name: str, start: float, dur: float, *, tid: int | None = None) -> None:
+        self.host(name, start, dur, cat="user_annotation", tid=tid)
+
+    def dataloader(self, start: float, dur: float, *, tid: int | None = None) -> None:
+        """The host waiting for the next batch of a single-process DataLoader."""
+        self.host(DATALOADER, start, dur, cat="user_annotation", tid=tid)
+
+    def runtime(
+        self,
+        name: str,
+        start: float,
+        dur: float,
+        *,
+        correlation: int | None = None,
+        tid: int | None = None,
+    ) -> None:
+        """A CUDA runtime call (renamed to its HIP twin by `write(hip=True)`)."""
+        args = {"cbid": 211}
+        if correlation is not None:
+            args["correlation"] = correlation
+        self.host(name, start, dur, cat="cuda_runtime", tid=tid, args=args)
+
+    def sync(self, start: float, dur: float, *, name: str = "cudaStreamSynchronize") -> None:
+        """The host blocked until the GPU drains its stream."""
+        self.runtime(name, start, dur, correlation=self.new_id())
+
+    # Device side -----------------------------------------------------------------------------
+
+    def _device_event(
+        self,
+        cat: str,
+        name: str,
+        start: float,
+        dur: float,
+        *,
+        stream: int,
+        launch_at: float | None,
+        launcher: str,
+        launch_dur: float,
+        extra: dict[str, Any] | None = None,
+    ) -> int:
+        correlation = self.new_id()
+        external = self.new_id()
+        if launch_at is not None:
+            self.runtime(launcher, launch_at, launch_dur, correlation=correlation)
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.device,
+                "tid": stream,
+                "ts": start,
+                "dur": dur,
+                "args": {
+                    "External id": external,
+                    "device": self.device,
+                    "context": 1,
+                    "stream": stream,
+                    "correlation": correlation,
+                    **(extra or {}),
+                },
+            }
+        )
+        return correlation
+
+    def kernel(
+        self,
+        name: str,
+        start: float,
+        dur: float,
+        *,
+        launch_at: float | None = None,
+        launch_dur: float = 4.0,
+        stream: int = 7,
+    ) -> int:
+        """A kernel; with `launch_at`, also its `cudaLaunchKernel` call. Returns the
+        correlation id."""
+        return self._device_event(
+            "kernel",
+            name,
+            start,
+            dur,
+            stream=stream,
+            launch_at=launch_at,
+            launcher="cudaLaunchKernel",
+            launch_dur=launch_dur,
+            extra={"grid": [128, 1, 1], "block": [256, 1, 1]},
+        )
+
+    def nccl(
+        self,
+        start: float,
+        dur: float,
+        *,
+        name: str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)",
+        launch_at: float | None = None,
+        stream: int = 28,
+    ) -> int:
+        """An NCCL collective kernel on its own stream."""
+        return self.kernel(name, start, dur, launch_at=launch_at, stream=stream)
+
+    def memcpy(
+        self,
+        start: float,
+        dur: float,
+        nbytes: int,
+        *,
+        direction: str = "HtoD",
+        launch_at: float | None = None,
+        stream: int = 7,
+    ) -> int:
+        label = {"HtoD": "Pageable -> Device", "DtoH": "Device -> Pageable"}.get(
+            direction, "Device -> Device"
+        )
+        return self._device_event(
+            "gpu_memcpy",
+            f"Memcpy {direction} ({label})",
+            start,
+            dur,
+            stream=stream,
+            launch_at=launch_at,
+            launcher="cudaMemcpyAsync",
+            launch_dur=4.0,
+            extra={"bytes": nbytes, "memory bandwidth (GB/s)": 1.0},
+        )
+
+    def memset(
+        self, start: float, dur: float, nbytes: int, *, launch_at: float | None = None
+    ) -> int:
+        return self._device_event(
+            "gpu_memset",
+            "Memset (Device)",
+            start,
+            dur,
+            stream=7,
+            launch_at=launch_at,
+            launcher="cudaMemsetAsync",
+            launch_dur=3.0,
+            extra={"bytes": nbytes},
+        )
+
+    # Output ----------------------------------------------------------------------------------
+
+    def header(self, *, device_properties: bool = True) -> dict[str, Any]:
+        head: dict[str, Any] = {"schemaVersion": 1}
+        if device_properties:
+            props = [{"id": self.device, "name": self.device_name, "totalGlobalMem": 85 << 30}]
+            head["deviceProperties"] = props if self.device_name is not None else []
+        if self.rank is not None:
+            head["distributedInfo"] = {
+                "backend": "nccl",
+                "rank": self.rank,
+                "world_size": self.world_size,
+            }
+        return head
+
+    def trace_events(
+        self,
+        *,
+        string_ids: bool = False,
+        bytes_key: str = "bytes",
+        kernel_cat: str = "kernel",
+        hip: bool = False,
+        begin_end: bool = False,
+        integer_ts: bool = False,
+        metadata: bool = True,
+    ) -> list[dict[str, Any]]:
+        """The events as written, with the chosen quirks applied:
+
+        - `string_ids`: pids and tids as strings ("4242") instead of integers;
+        - `bytes_key`: the memcpy/memset size under "bytes" (Kineto) or "Bytes";
+        - `kernel_cat`: the kernel category, "kernel" or "Kernel" (old PyTorch);
+        - `hip`: HIP runtime names (`hipLaunchKernel`, ...) instead of CUDA ones;
+        - `begin_end`: host events as B/E pairs in time order instead of X events;
+        - `integer_ts`: whole-µs integer times instead of floats;
+        - `metadata`: append process/thread name and label metadata events.
+        """
+        out: list[dict[str, Any]] = []
+        paired: list[tuple[tuple[float, int, float], dict[str, Any]]] = []
+        for source in self.events:
+            event = copy.deepcopy(source)
+            if event["cat"] == "kernel":
+                event["cat"] = kernel_cat
+            if hip and event["cat"] == "cuda_runtime":
+                event["name"] = _HIP_NAMES.get(event["name"], event["name"])
+            args = event["args"]
+            if "bytes" in args and bytes_key != "bytes":
+                args[bytes_key] = args.pop("bytes")
+            event["ts"] = self._time(self.base_us + event["ts"], integer_ts)
+            if "dur" in event:
+                event["dur"] = self._time(event["dur"], integer_ts)
+            if begin_end and event["cat"] in _HOST_CATS:
+                # Written in time order, as a tracer emits them: at equal times an `E` comes
+                # before a `B`, inner events close first and outer events open first.
+                begin_ts, dur = event["ts"], event.pop("dur")
+                end_ts = self._time(begin_ts + dur, integer_ts)
+                event["ph"] = "B"
+                end = {
+                    "ph": "E",
+                    "name": event["name"],
+                    "cat": event["cat"],
+                    "pid": event["pid"],
+                    "tid": event["tid"],
+                    "ts": end_ts,
+                }
+                paired.append(((begin_ts, 1, -dur), event))
+                paired.append(((end_ts, 0, -begin_ts), end))
+                continue
+            out.append(event)
+        out[:0] = [event for _, event in sorted(paired, key=lambda item: item[0])]
+        if metadata:
+            out.extend(self._metadata(integer_ts))
+        if string_ids:
+            for event in out:
+                event["pid"] = str(event["pid"])
+                event["tid"] = str(event["tid"])
+        return out
+
+    @staticmethod
+    def _time(value: float, integer: bool) -> float | int:
+        return round(value) if integer else float(value)
+
+    def _metadata(self, integer_ts: bool) -> list[dict[str, Any]]:
+        ts = self._time(self.base_us, integer_ts)
+        return [
+            {
+                "name": "process_name",
+                "ph": "M",
+                "ts": ts,
+                "pid": self.pid,
+                "tid": 0,
+                "args": {"name": "python3"},
+            },
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "ts": ts,
+                "pid": self.pid,
+                "tid": self.tid,
+                "args": {"name": "thread 1 (python3)"},
+            },
+            {
+                "name": "process_name",
+                "ph": "M",
+                "ts": ts,
+                "pid": self.device,
+                "tid": 0,
+                "args": {"name": f"GPU {self.device}"},
+            },
+            {
+                "name": "process_labels",
+                "ph": "M",
+                "ts": ts,
+                "pid": self.device,
+                "tid": 0,
+                "args": {"labels": f"GPU {self.device}"},
+            },
+        ]
+
+    def to_bytes(
+        self,
+        *,
+        form: str = "object",
+        closed: bool = True,
+        tail_keys: bool = False,
+        device_properties: bool = True,
+        indent: int | None = None,
+        **quirks: Any,
+    ) -> bytes:
+        """The trace's JSON text. `form` is "object" (Kineto's) or "array" (a bare array of
+        events, without its closing bracket when `closed` is false); `tail_keys` writes
+        `displayTimeUnit` and `baseTimeNanoseconds` after `traceEvents`, as Kineto does;
+        other keywords are the quirks of `trace_events`."""
+        events = self.trace_events(**quirks)
+        separators = (", ", ": ") if indent is None else None
+        if form == "array":
+            text = json.dumps(events, indent=indent, separators=separators)
+            if not closed:
+                text = text.rstrip()[:-1]
+            return text.encode()
+        doc = self.header(device_properties=device_properties)
+        doc["traceEvents"] = events
+        if tail_keys:
+            doc["traceName"] = "/tmp/libkineto_activities_4242.json"
+            doc["displayTimeUnit"] = "ms"
+            doc["baseTimeNanoseconds"] = 1_700_000_000_000_000_000
+        return json.dumps(doc, indent=indent, separators=separators).encode()
+
+    def write(self, path: Path, **options: Any) -> Path:
+        """Write the trace to `path` (gzip-compressed when the name ends in `.gz`)."""
+        data = self.to_bytes(**options)
+        write_bytes(path, data)
+        return path
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` to `path`, gzip-compressed when the name ends in `.gz`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data, mtime=0) if path.name.endswith(".gz") else data)
+    return path
+
+
+def training_trace(
+    steps: int = 4,
+    *,
+    loader_us: float = 100.0,
+    kernels: tuple[str, ...] = ("volta_sgemm_128x64_nn", "vectorized_elementwise_kernel"),
+    kernel_us: float = 150.0,
+    builder: TraceBuilder | None = None,
+) -> TraceBuilder:
+    """A small, regular training trace whose breakdown is known exactly.
+
+    Each step lasts `loader_us + n * (kernel_us + 10)` µs (n kernels): the host waits for the
+    DataLoader for `loader_us`, then for each kernel runs an 8 µs op that calls
+    `cudaLaunchKernel` 2 µs in; the kernel starts 10 µs after the op. Per step the GPU
+    computes `n * kernel_us` and is idle `loader_us + 10 n`: `loader_us` data loading, `2 n`
+    host overhead and `8 n` launch latency.
+    """
+    b = builder or TraceBuilder()
+    period = loader_us + len(kernels) * (kernel_us + 10.0)
+    for s in range(steps):
+        t0 = s * period
+        b.step(s + 1, t0, period)
+        b.dataloader(t0, loader_us)
+        t = t0 + loader_us
+        for name in kernels:
+            b.cpu_op("aten::mm" if "gemm" in name else "aten::add", t, 8.0)
+            b.kernel(name, t + 10.0, kernel_us, launch_at=t + 2.0)
+            t += kernel_us + 10.0
+    return b
+
+
+def decoded_columns(t: Trace) -> dict[str, list[Any]]:
+    """Every column of the trace's events, with codes replaced by what they stand for
+    (codes are an encoding: two loads of one file may number the same strings differently)."""
+    tables: dict[str, list[Any]] = {
+        "name": list(t.strings),
+        "cat": list(t.strings),
+        "pid": list(t.ids),
+        "tid": list(t.ids),
+        "input_dims": list(t.raw),
+        "input_type": list(t.raw),
+    }
+    out: dict[str, list[Any]] = {}
+    for f in fields(t.events):
+        column = getattr(t.events, f.name).tolist()
+        table = tables.get(f.name)
+        out[f.name] = column if table is None else [table[c] for c in column]
+    return out
+
+
+def assert_same_trace(a: Trace, b: Trace) -> None:
+    """Two loads of the same trace agree on every column (decoded), and on the metadata."""
+    left, right = decoded_columns(a), decoded_columns(b)
+    for name, column in left.items():
+        assert column == right[name], f"column {name!r} differs"
+    assert sorted(a.strings) == sorted(b.strings)
+    assert a.origin_us == b.origin_us
+    assert a.device_properties == b.device_properties
+    assert a.distributed == b.distributed
+    assert a.base_time_ns == b.base_time_ns
+    assert {a.ids[k]: v for k, v in a.process_labels.items()} == {
+        b.ids[k]: v for k, v in b.process_labels.items()
+    }
+    assert a.memory == b.memory

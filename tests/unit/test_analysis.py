@@ -1,0 +1,525 @@
+"""The analyses on built traces whose answers are known exactly: step windows, the breakdown,
+idle causes, warm-up, the verdict, CPU-only traces and folders of ranks."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracegen import TraceBuilder, training_trace
+from wallfinder import Diagnosis, Thresholds, WallfinderError, analyze
+from wallfinder.analysis import diagnose
+from wallfinder.analysis.gpu import IDLE_CAUSES, WindowBreakdown, breakdown, device_ops
+from wallfinder.analysis.steps import cpu_steps, gpu_windows
+from wallfinder.trace import load_trace
+
+US = 1000  # ns per µs
+GEMM = "volta_sgemm_128x64_nn"
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+
+
+def load(b: TraceBuilder, tmp_path: Path, name: str = "t.json") -> Diagnosis:
+    return diagnose(load_trace(b.write(tmp_path / name)))
+
+
+def windows(b: TraceBuilder, tmp_path: Path) -> WindowBreakdown:
+    """The breakdown per step window, in integer nanoseconds."""
+    trace = load_trace(b.write(tmp_path / "t.json"))
+    spans = cpu_steps(trace)
+    dev = device_ops(trace)
+    assert dev is not None
+    start, end = gpu_windows(spans, dev.ops, dev.launch_ts)
+    return breakdown(trace, dev, start, end)
+
+
+def causes_ns(wb: WindowBreakdown, step: int = 0) -> dict[str, int]:
+    """The non-zero idle causes of one step, in ns."""
+    found = {k: float(v[step]) for k, v in wb.idle_causes.items()}
+    assert all(v == int(v) for v in found.values())
+    return {k: int(v) for k, v in found.items() if v}
+
+
+def assert_consistent(d: Diagnosis) -> None:
+    """The invariants every diagnosis keeps."""
+    b = d.breakdown
+    parts = [b.compute, b.comm_exposed, b.copy_exposed, b.idle]
+    assert all(0.0 <= x <= 1.0 for x in parts)
+    assert sum(parts) == pytest.approx(1.0, abs=1e-9)
+    assert set(b.idle_causes) == set(IDLE_CAUSES)
+    assert all(0.0 <= x <= 1.0 for x in b.idle_causes.values())
+    assert sum(b.idle_causes.values()) == pytest.approx(b.idle, abs=1e-9)
+    for step in b.steps:
+        total = step.compute_s + step.comm_exposed_s + step.copy_exposed_s + step.idle_s
+        assert total == pytest.approx(step.duration_s, abs=1e-12)
+        assert sum(step.idle_causes_s.values()) == pytest.approx(step.idle_s, abs=1e-12)
+        assert min(step.compute_s, step.comm_exposed_s, step.copy_exposed_s, step.idle_s) >= 0
+    assert sum(c.share for c in d.classes) == pytest.approx(1.0, abs=1e-9)
+    assert len(d.verdict.questions) == 4
+
+
+# (a) data loading before each step's kernel ------------------------------------------------------
+
+
+def loader_bound(steps: int = 3) -> TraceBuilder:
+    """Each 356 µs step: 100 µs in the DataLoader, the launch, 6 µs launch latency, then a
+    250 µs GEMM."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 356.0
+        b.step(s + 1, t0, 356.0)
+        b.dataloader(t0, 100.0)
+        b.kernel(GEMM, t0 + 106.0, 250.0, launch_at=t0 + 100.0)
+    return b
+
+
+def test_step_windows_tile_the_timeline_from_the_first_step_start(tmp_path: Path) -> None:
+    wb = windows(loader_bound(), tmp_path)
+    assert wb.start.tolist() == [0, 356 * US, 712 * US]
+    assert wb.end.tolist() == [356 * US, 712 * US, 1068 * US]
+
+
+def test_gap_while_host_is_in_the_dataloader_is_data_loading_exactly(tmp_path: Path) -> None:
+    wb = windows(loader_bound(), tmp_path)
+    assert wb.compute.tolist() == [250 * US] * 3
+    assert wb.idle.tolist() == [106 * US] * 3
+    assert wb.comm_exposed.tolist() == [0, 0, 0]
+    assert wb.copy_exposed.tolist() == [0, 0, 0]
+    for step in range(3):
+        assert causes_ns(wb, step) == {"data_loading": 100 * US, "launch_latency": 6 * US}
+
+
+def test_diagnosis_reports_the_data_loading_breakdown_in_fractions(tmp_path: Path) -> None:
+    d = load(loader_bound(), tmp_path)
+    assert d.steps.count == 3
+    assert d.steps.median_s == pytest.approx(356e-6, rel=1e-12)
+    assert d.steps.cv == 0.0
+    assert d.steps.stable
+    assert d.breakdown.compute == pytest.approx(250 / 356, rel=1e-12)
+    assert d.breakdown.idle == pytest.approx(106 / 356, rel=1e-12)
+    assert d.breakdown.idle_causes["data_loading"] == pytest.approx(100 / 356, rel=1e-12)
+    assert d.breakdown.per_step_ms["step"] == pytest.approx(0.356, rel=1e-12)
+    assert d.breakdown.per_step_ms["compute"] == pytest.approx(0.250, rel=1e-12)
+    assert [s.step for s in d.breakdown.steps] == ["step 1", "step 2", "step 3"]
+    assert_consistent(d)
+
+
+# (b) synchronisation ----------------------------------------------------------------------------
+
+
+def synchronising(sync_end: float) -> TraceBuilder:
+    """A GEMM [10, 110), the host in cudaStreamSynchronize [5, sync_end), CPU work until the
+    next launch at 150, and the next GEMM [156, 256)."""
+    b = TraceBuilder()
+    b.step(1, 0.0, 256.0)
+    b.kernel(GEMM, 10.0, 100.0, launch_at=0.0)
+    b.sync(5.0, sync_end - 5.0)
+    b.cpu_op("aten::add", 112.0, 38.0)
+    b.kernel(GEMM, 156.0, 100.0, launch_at=150.0)
+    return b
+
+
+def test_gap_after_a_sync_that_drained_the_queue_is_synchronization(tmp_path: Path) -> None:
+    wb = windows(synchronising(sync_end=112.0), tmp_path)
+    assert wb.idle.tolist() == [56 * US]
+    assert causes_ns(wb) == {"synchronization": 40 * US, "launch_latency": 16 * US}
+
+
+def test_sync_that_ended_long_before_the_gap_is_not_synchronization(tmp_path: Path) -> None:
+    # The sync ended 30 µs before the GPU went idle (more than the 20 µs drain slack).
+    wb = windows(synchronising(sync_end=80.0), tmp_path)
+    assert causes_ns(wb) == {"host_overhead": 38 * US, "other": 2 * US, "launch_latency": 16 * US}
+
+
+# (c) launch latency -----------------------------------------------------------------------------
+
+
+def test_work_launched_during_a_gap_splits_it_into_host_time_and_launch_latency(
+    tmp_path: Path,
+) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 300.0)
+    b.kernel(GEMM, 5.0, 95.0, launch_at=0.0)
+    b.cpu_op("aten::add", 100.0, 70.0)
+    b.kernel(GEMM, 200.0, 100.0, launch_at=170.0)
+    wb = windows(b, tmp_path)
+    assert wb.idle.tolist() == [105 * US]
+    assert causes_ns(wb) == {"host_overhead": 70 * US, "launch_latency": 35 * US}
+
+
+# (d) dependency wait ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("launch_at", "expected"),
+    [
+        (10.0, {"dependency_wait": 150 * US}),  # queued 90 µs before the gap: waiting
+        (49.0, {"dependency_wait": 150 * US}),  # 51 µs before
+        (50.0, {"launch_latency": 150 * US}),  # exactly 50 µs before: not yet "queued"
+    ],
+)
+def test_work_queued_well_before_the_gap_is_a_dependency_wait(
+    tmp_path: Path, launch_at: float, expected: dict[str, int]
+) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 300.0)
+    b.kernel(GEMM, 0.0, 100.0, launch_at=0.0)
+    b.kernel(GEMM, 250.0, 50.0, launch_at=launch_at, stream=8)
+    wb = windows(b, tmp_path)
+    assert wb.idle.tolist() == [150 * US]
+    assert causes_ns(wb) == expected
+
+
+def test_gap_before_work_with_no_launch_record_is_unexplained(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 300.0)
+    b.kernel(GEMM, 0.0, 100.0, launch_at=0.0)
+    b.kernel(GEMM, 250.0, 50.0)  # no runtime call
+    assert causes_ns(windows(b, tmp_path)) == {"other": 150 * US}
+
+
+# (e) exposed communication and copies -----------------------------------------------------------
+
+
+def test_only_the_part_of_a_collective_outside_compute_is_exposed(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 200.0)
+    b.kernel(GEMM, 10.0, 100.0, launch_at=0.0)
+    b.nccl(60.0, 100.0, launch_at=1.0)
+    b.memcpy(20.0, 50.0, 1 << 20, launch_at=2.0, stream=9)
+    wb = windows(b, tmp_path)
+    assert wb.end.tolist() == [160 * US]  # the window ends with the last launched work
+    assert wb.compute.tolist() == [100 * US]
+    assert wb.comm_exposed.tolist() == [50 * US]
+    assert wb.copy_exposed.tolist() == [0]
+    assert wb.idle.tolist() == [10 * US]
+
+
+def test_a_copy_outside_compute_and_communication_is_exposed(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 200.0)
+    b.kernel(GEMM, 0.0, 100.0, launch_at=0.0)
+    b.nccl(50.0, 70.0, launch_at=1.0)  # [50, 120): 20 µs exposed
+    b.memcpy(110.0, 30.0, 1 << 20, launch_at=2.0, stream=9)  # [110, 140): 20 µs exposed
+    wb = windows(b, tmp_path)
+    assert (wb.compute.tolist(), wb.comm_exposed.tolist()) == ([100 * US], [20 * US])
+    assert (wb.copy_exposed.tolist(), wb.idle.tolist()) == ([20 * US], [0])
+
+
+def test_memset_counts_as_a_copy(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 100.0)
+    b.memset(0.0, 40.0, 4096, launch_at=0.0)
+    b.kernel(GEMM, 40.0, 60.0, launch_at=1.0)
+    wb = windows(b, tmp_path)
+    assert (wb.copy_exposed.tolist(), wb.compute.tolist()) == ([40 * US], [60 * US])
+
+
+# (f) warm-up -------------------------------------------------------------------------------------
+
+
+def with_warmup() -> TraceBuilder:
+    """Four back-to-back steps of 930, 300, 310 and 320 µs; the first idles 600 µs, the
+    others are fully busy."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for s, length in enumerate([930.0, 300.0, 310.0, 320.0]):
+        b.step(s + 1, t0, length)
+        busy_from = t0 + (600.0 if s == 0 else 0.0)
+        b.kernel(GEMM, busy_from, t0 + length - busy_from, launch_at=busy_from)
+        t0 += length
+    return b
+
+
+def test_a_first_step_three_times_longer_is_dropped_as_warmup(tmp_path: Path) -> None:
+    d = load(with_warmup(), tmp_path)
+    assert d.steps.total == 4
+    assert d.steps.count == 3
+    assert [drop.step for drop in d.steps.dropped] == ["step 1"]
+    assert d.steps.dropped[0].duration_s == pytest.approx(930e-6, rel=1e-12)
+    assert "3.0x" in d.steps.dropped[0].reason
+    assert "warm-up" in d.steps.dropped[0].reason
+    assert [s.warmup for s in d.breakdown.steps] == [True, False, False, False]
+
+
+def test_step_statistics_leave_the_warmup_step_out(tmp_path: Path) -> None:
+    d = load(with_warmup(), tmp_path)
+    rest = np.array([300.0, 310.0, 320.0]) * 1e-6
+    assert d.steps.median_s == pytest.approx(310e-6, rel=1e-12)
+    assert d.steps.mean_s == pytest.approx(310e-6, rel=1e-12)
+    assert (d.steps.min_s, d.steps.max_s) == pytest.approx((300e-6, 320e-6), rel=1e-12)
+    assert d.steps.cv == pytest.approx(float(rest.std() / rest.mean()), rel=1e-9)
+    assert d.steps.stable
+    # The idle warm-up step is not in the breakdown either.
+    assert d.breakdown.compute == pytest.approx(1.0, abs=1e-12)
+    assert d.breakdown.idle == pytest.approx(0.0, abs=1e-12)
+
+
+def test_steps_of_similar_length_are_all_kept(tmp_path: Path) -> None:
+    d = load(training_trace(5), tmp_path)
+    assert (d.steps.total, d.steps.count, d.steps.dropped) == (5, 5, [])
+
+
+def test_two_steps_are_never_dropped_as_warmup(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 900.0)
+    b.kernel(GEMM, 0.0, 900.0, launch_at=0.0)
+    b.step(2, 900.0, 100.0)
+    b.kernel(GEMM, 900.0, 100.0, launch_at=900.0)
+    assert load(b, tmp_path).steps.dropped == []
+
+
+# (g) invariants ---------------------------------------------------------------------------------
+
+
+def busy_mix() -> TraceBuilder:
+    """Every cause at once: DataLoader waits, launches, a sync, NCCL, copies, memsets."""
+    b = training_trace(4, kernels=(GEMM, ELEMENTWISE, "triton_red_fused_sum_1"))
+    period = 100.0 + 3 * 160.0
+    for s in range(4):
+        t0 = s * period
+        b.nccl(t0 + 150.0, 200.0, launch_at=t0 + 105.0)
+        b.memcpy(t0 + 120.0, 30.0, 1 << 16, launch_at=t0 + 101.0, stream=9)
+        b.memset(t0 + 300.0, 5.0, 256, launch_at=t0 + 103.0)
+        b.sync(t0 + 420.0, 150.0)
+    return b
+
+
+@pytest.mark.parametrize(
+    "make",
+    [loader_bound, with_warmup, busy_mix, lambda: training_trace(6)],
+    ids=["loader-bound", "warmup", "busy-mix", "training"],
+)
+def test_breakdown_invariants_hold(tmp_path: Path, make: Callable[[], TraceBuilder]) -> None:
+    assert_consistent(load(make(), tmp_path))
+
+
+def test_per_step_parts_sum_to_each_step_exactly_in_ns(tmp_path: Path) -> None:
+    wb = windows(busy_mix(), tmp_path)
+    parts = wb.compute + wb.comm_exposed + wb.copy_exposed + wb.idle
+    np.testing.assert_array_equal(parts, wb.end - wb.start)
+    causes = np.sum(list(wb.idle_causes.values()), axis=0)
+    np.testing.assert_array_equal(causes, wb.idle.astype(np.float64))
+
+
+def test_kernel_rows_cover_the_steady_state_kernels(tmp_path: Path) -> None:
+    d = load(training_trace(4), tmp_path)
+    rows = {k.name: k for k in d.kernels}
+    assert set(rows) == {"volta_sgemm_128x64_nn", "vectorized_elementwise_kernel"}
+    assert rows["volta_sgemm_128x64_nn"].cls == "gemm"
+    assert rows["vectorized_elementwise_kernel"].cls == "elementwise"
+    assert rows["volta_sgemm_128x64_nn"].count == 4
+    assert rows["volta_sgemm_128x64_nn"].time_s == pytest.approx(600e-6, rel=1e-12)
+    assert sum(k.share for k in d.kernels) == pytest.approx(1.0)
+
+
+# (h) verdicts ------------------------------------------------------------------------------------
+
+
+def busy_with(name: str, steps: int = 3) -> TraceBuilder:
+    """Steps fully covered by back-to-back 100 µs kernels, launched well ahead."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 400.0
+        b.step(s + 1, t0, 400.0)
+        for k in range(4):
+            b.kernel(name, t0 + 100.0 * k, 100.0, launch_at=t0)
+    return b
+
+
+def test_idle_heavy_steps_hit_the_overhead_wall_with_their_largest_cause(tmp_path: Path) -> None:
+    v = load(loader_bound(), tmp_path).verdict
+    assert (v.wall, v.cause) == ("overhead", "data_loading")
+    assert [q.answer for q in v.questions] == ["yes", "no", "yes", "unknown"]
+    assert v.questions[1].value == pytest.approx(250 / 356)
+
+
+def test_exposed_communication_can_be_the_overhead_cause(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 300.0
+        b.step(s + 1, t0, 300.0)
+        b.kernel(GEMM, t0, 100.0, launch_at=t0)
+        b.nccl(t0 + 100.0, 200.0, launch_at=t0)
+    v = load(b, tmp_path).verdict
+    assert (v.wall, v.cause) == ("overhead", "comm_exposed")
+
+
+def test_busy_steps_in_elementwise_kernels_hit_the_bandwidth_wall(tmp_path: Path) -> None:
+    d = load(busy_with(ELEMENTWISE), tmp_path)
+    assert d.breakdown.compute == pytest.approx(1.0)
+    assert (d.verdict.wall, d.verdict.cause) == ("bandwidth", "elementwise")
+    assert [q.answer for q in d.verdict.questions] == ["yes", "yes", "no", "unknown"]
+
+
+def test_busy_steps_in_gemm_kernels_hit_the_compute_wall(tmp_path: Path) -> None:
+    d = load(busy_with("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"), tmp_path)
+    assert d.verdict.wall == "compute"
+    assert [q.answer for q in d.verdict.questions] == ["yes", "yes", "yes", "unknown"]
+    assert d.classes[0].cls == "gemm"
+
+
+def test_thresholds_change_the_verdict(tmp_path: Path) -> None:
+    path = loader_bound().write(tmp_path / "t.json")
+    assert analyze(path).verdict.wall == "overhead"
+    assert analyze(path, thresholds=Thresholds(min_busy=0.5)).verdict.wall == "compute"
+
+
+def unstable() -> TraceBuilder:
+    """Fully busy steps of 300, 400 and 500 µs: a CV of 20%."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for s, length in enumerate([300.0, 400.0, 500.0]):
+        b.step(s + 1, t0, length)
+        b.kernel(GEMM, t0, length, launch_at=t0)
+        t0 += length
+    return b
+
+
+def test_unstable_steps_say_so_in_the_verdict(tmp_path: Path) -> None:
+    d = load(unstable(), tmp_path)
+    assert d.steps.cv == pytest.approx(np.std([3, 4, 5]) / 4)
+    assert not d.steps.stable
+    assert d.verdict.questions[0].answer == "no"
+    assert "unstable" in d.verdict.reason
+
+
+def test_steps_stable_follows_the_given_thresholds(tmp_path: Path) -> None:
+    d = analyze(unstable().write(tmp_path / "t.json"), thresholds=Thresholds(max_cv=0.5))
+    assert d.verdict.questions[0].answer == "yes"
+    assert d.steps.stable
+
+
+# (i) CPU-only traces -----------------------------------------------------------------------------
+
+
+def cpu_loader_bound() -> TraceBuilder:
+    """1 ms steps on the CPU: 700 µs in the DataLoader, a 200 µs op, 100 µs untraced."""
+    b = TraceBuilder(device_name=None)
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.dataloader(t0, 700.0)
+        b.cpu_op("aten::mm", t0 + 700.0, 200.0)
+    return b
+
+
+def test_cpu_only_trace_is_analysed_on_the_cpu(tmp_path: Path) -> None:
+    d = load(cpu_loader_bound(), tmp_path)
+    assert d.breakdown.basis == "cpu"
+    assert d.device.kind == "cpu"
+    assert d.kernels == []
+    assert d.steps.count == 3
+    assert d.breakdown.compute == pytest.approx(0.2)
+    assert d.breakdown.idle == pytest.approx(0.8)
+    assert d.breakdown.idle_causes["data_loading"] == pytest.approx(0.7)
+    assert d.breakdown.idle_causes["other"] == pytest.approx(0.1)
+    assert d.cpu is not None
+    assert (d.cpu.data_loading, d.cpu.ops, d.cpu.untraced) == pytest.approx((0.7, 0.2, 0.1))
+    assert [o.name for o in d.cpu.top_ops] == ["aten::mm"]
+    assert_consistent(d)
+
+
+def test_dataloader_dominated_cpu_steps_hit_the_overhead_wall(tmp_path: Path) -> None:
+    v = load(cpu_loader_bound(), tmp_path).verdict
+    assert (v.wall, v.cause) == ("overhead", "data_loading")
+    assert v.questions[1].question == "Is the CPU busy?"
+
+
+def test_cpu_collective_counts_as_communication(tmp_path: Path) -> None:
+    b = TraceBuilder(device_name=None)
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.annotation("gloo:all_reduce", t0, 600.0)
+        b.cpu_op("aten::add", t0 + 600.0, 400.0)
+    d = load(b, tmp_path)
+    assert d.breakdown.comm_exposed == pytest.approx(0.6)
+    assert d.breakdown.compute == pytest.approx(0.4)
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "comm_exposed")
+
+
+def test_trace_with_only_runtime_calls_gives_a_diagnosis_or_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    b = TraceBuilder()
+    b.runtime("cudaMemcpyAsync", 0.0, 5.0, correlation=1)
+    path = b.write(tmp_path / "t.json")
+    with contextlib.suppress(WallfinderError):
+        analyze(path)
+
+
+# (j) folders of ranks ---------------------------------------------------------------------------
+
+
+def rank(r: int, steps: int) -> TraceBuilder:
+    return training_trace(steps, builder=TraceBuilder(rank=r, world_size=2))
+
+
+def test_folder_of_ranks_gives_rank_0_with_a_row_per_rank(tmp_path: Path) -> None:
+    rank(1, 3).write(tmp_path / "a_rank1.json")
+    rank(0, 4).write(tmp_path / "b_rank0.json.gz")
+    d = analyze(tmp_path)
+    assert (d.rank, d.world_size, d.source) == (0, 2, "b_rank0.json.gz")
+    assert d.steps.total == 4
+    assert [(r.rank, r.source, r.steps) for r in d.ranks] == [
+        (0, "b_rank0.json.gz", 4),
+        (1, "a_rank1.json", 3),
+    ]
+    assert all(r.wall in ("compute", "bandwidth", "overhead") for r in d.ranks)
+    assert not any("skipped" in w for w in d.warnings)
+
+
+def test_corrupt_rank_file_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    rank(0, 3).write(tmp_path / "rank-0.json")
+    rank(1, 3).write(tmp_path / "rank-1.json")
+    (tmp_path / "rank-2.json").write_bytes(b"hello")
+    d = analyze(tmp_path)
+    assert d.rank == 0
+    assert [r.rank for r in d.ranks] == [0, 1]
+    skipped = [w for w in d.warnings if "skipped" in w]
+    assert len(skipped) == 1
+    assert "rank-2.json" in skipped[0]
+
+
+def test_truncated_rank_file_is_named_in_the_skip_warning(tmp_path: Path) -> None:
+    rank(0, 3).write(tmp_path / "rank-0.json")
+    (tmp_path / "rank-1.json").write_bytes(rank(1, 3).to_bytes()[:500])
+    d = analyze(tmp_path)
+    assert [r.rank for r in d.ranks] == [0]
+    skipped = [w for w in d.warnings if "skipped" in w]
+    assert len(skipped) == 1
+    assert "rank-1.json" in skipped[0]
+
+
+def test_analyze_of_one_file_has_no_rank_rows(tmp_path: Path) -> None:
+    d = analyze(rank(0, 3).write(tmp_path / "t.json"))
+    assert d.ranks == []
+    assert (d.rank, d.world_size) == (0, 2)
+
+
+def test_repeated_step_markers_count_once(tmp_path: Path) -> None:
+    b = loader_bound()
+    for s in range(3):  # some runners record each step twice, as an op and an annotation
+        b.cpu_op(f"ProfilerStep#{s + 1}", s * 356.0, 356.0)
+    d = load(b, tmp_path)
+    assert d.steps.total == 3
+    assert d.breakdown.compute == pytest.approx(250 / 356, rel=1e-12)
+
+
+def test_missing_launch_records_are_warned_about(tmp_path: Path) -> None:
+    some = TraceBuilder()
+    some.step(1, 0.0, 300.0)
+    some.kernel(GEMM, 0.0, 100.0, launch_at=0.0)
+    some.kernel(GEMM, 250.0, 50.0)
+    assert any(
+        "1 of 2 device ops have no launch record" in w for w in load(some, tmp_path).warnings
+    )
+    none = TraceBuilder()
+    none.step(1, 0.0, 300.0)
+    none.kernel(GEMM, 0.0, 100.0)
+    warnings = load(none, tmp_path, "none.json").warnings
+    assert any("no launch records" in w for w in warnings)
