@@ -24,6 +24,7 @@ from wallfinder.trace._reader import (
     ChunkReader,
     Cut,
     Progress,
+    Region,
     Remainder,
     iter_trace_files,
     merge_tail,
@@ -77,7 +78,7 @@ def load_trace(
         raise WallfinderError(f"{p}: no such file")
     if workers is None:
         workers = _available_cores() if text_size(p) > PARALLEL_FROM_BYTES else 1
-    reader = ChunkReader(p, progress)
+    reader = ChunkReader(p, progress, regions=workers > 1)
     assembler = Assembler(p.name)
     # Decoding creates millions of short-lived objects with no cycles: the cyclic collector
     # would only rescan them over and over, so it is paused while parsing.
@@ -103,15 +104,15 @@ def _available_cores() -> int:
 
 
 def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes | None:
-    """Decode the reader's chunks (in worker processes when `workers` > 1) in file order and
+    """Decode the reader's pieces (in worker processes when `workers` > 1) in file order and
     add them to `assembler`; returns the text after the event array (None for a document that
     was decoded whole).
 
-    A chunk whose text is not JSON was cut at a false boundary (a `},{` inside a string or a
-    nested object): it is joined with the next chunk and decoded again, so a wrong cut can cost
+    A piece whose text is not JSON was cut at a false boundary (a `},{` inside a string or a
+    nested object): it is joined with the next piece and decoded again, so a wrong cut can cost
     time but never change the result.
     """
-    pending: Cut | None = None
+    pending: Cut | Region | None = None
     tail: bytes | None = None
     with _decoder(workers) as decode_all:
         for piece, chunk in decode_all(reader.chunks()):
@@ -125,8 +126,8 @@ def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes 
                     assembler.add(final)
                 continue
             if pending is not None:
-                piece = Cut(b"[" + pending.join(piece.framed[1:-1]) + b"]", piece.separator)
-                chunk = decode_chunk(piece.framed)
+                piece = pending.merge(piece)  # type: ignore[arg-type]
+                chunk = piece.decode()
             if chunk.problem is not None and chunk.problem[0] == "json":
                 pending = piece
                 continue
@@ -142,17 +143,17 @@ def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes 
     return tail
 
 
-Piece = Cut | Remainder
+Piece = Cut | Region | Remainder
 Decoded = Iterator[tuple[Piece, Chunk]]
 
 
 @contextmanager
 def _decoder(workers: int) -> Iterator[Callable[[Iterator[Piece]], Decoded]]:
     """A function from pieces of the event array to (piece, decoded chunk) pairs in input
-    order, decoding in a process pool with a bounded number of chunks in flight (so memory
-    stays flat). A `Remainder` passes through undecoded: it needs the chunks before it."""
+    order, decoding in a process pool with a bounded number of pieces in flight (so memory
+    stays flat). A `Remainder` passes through undecoded: it needs the pieces before it."""
     if workers <= 1:
-        yield lambda pieces: ((p, _decode_cut(p)) for p in pieces)
+        yield lambda pieces: ((p, _decode(p)) for p in pieces)
         return
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
@@ -160,7 +161,7 @@ def _decoder(workers: int) -> Iterator[Callable[[Iterator[Piece]], Decoded]]:
         def run(pieces: Iterator[Piece]) -> Decoded:
             window: deque[tuple[Piece, Future[Chunk] | None]] = deque()
             for piece in pieces:
-                future = pool.submit(decode_chunk, piece.framed) if isinstance(piece, Cut) else None
+                future = None if isinstance(piece, Remainder) else pool.submit(piece.decode)
                 window.append((piece, future))
                 while len(window) > 2 * workers:
                     yield _resolved(window.popleft())
@@ -175,8 +176,8 @@ def _resolved(item: tuple[Piece, Future[Chunk] | None]) -> tuple[Piece, Chunk]:
     return piece, (future.result() if future is not None else Chunk())
 
 
-def _decode_cut(piece: Piece) -> Chunk:
-    return decode_chunk(piece.framed) if isinstance(piece, Cut) else Chunk()
+def _decode(piece: Piece) -> Chunk:
+    return Chunk() if isinstance(piece, Remainder) else piece.decode()
 
 
 def _build(

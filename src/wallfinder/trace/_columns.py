@@ -141,7 +141,7 @@ class Chunk:
     problem: tuple[Any, ...] | None = None
 
 
-def decode_chunk(framed: bytes) -> Chunk:
+def decode_chunk(framed: bytes | bytearray | memoryview) -> Chunk:
     """Decode `framed`, a JSON array of events (`[` + events text + `]`), into a `Chunk`.
     Never raises for bad input: problems are returned in the chunk."""
     try:
@@ -265,7 +265,7 @@ def _bytes(events: Sequence[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[n
     out = np.full(len(events), NONE, dtype=np.int64)
     for i in _rows(kind, _SIZED).tolist():
         args = events[i].args
-        out[i] = _as_int(args.bytes_lower if args.bytes_lower is not None else args.bytes_upper)
+        out[i] = _as_int(args.bytes_lower if args.bytes_lower != NONE else args.bytes_upper)
     return out
 
 

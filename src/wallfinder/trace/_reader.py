@@ -14,6 +14,7 @@ without its closing bracket, and objects whose `traceEvents` key does not come f
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from typing import Any, BinaryIO, cast
 import msgspec
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace._columns import Chunk, decode_chunk
 from wallfinder.trace._schema import Header
 
 _fast_gzip: Any
@@ -42,6 +44,9 @@ BLOCK = 8 << 20
 
 HEADER_LIMIT = 256 << 20
 """How far into the file the `traceEvents` key is looked for before decoding it whole."""
+
+REGION = 8 << 20
+"""Bytes of a plain file decoded by one worker task."""
 
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
@@ -63,6 +68,47 @@ class Cut:
     def join(self, following: bytes) -> bytes:
         """This cut's text, its separator and `following` text: the file's original bytes."""
         return self.framed[1:-1] + self.separator + following
+
+    def merge(self, following: Cut) -> Cut:
+        """This cut and the next one as one piece (to undo a false cut between them)."""
+        return Cut(b"[" + self.join(following.framed[1:-1]) + b"]", following.separator)
+
+    def decode(self) -> Chunk:
+        return decode_chunk(self.framed)
+
+
+@dataclass
+class Region:
+    """Bytes [start, end) of a plain trace file: whole events, from the `{` of the first to
+    just before the `{` of the event after the last. A worker reads and decodes the region
+    itself, so the text never passes through the parent process."""
+
+    path: str
+    start: int
+    end: int
+
+    def join(self, following: bytes) -> bytes:
+        """This region's bytes followed by `following`: the file's original bytes."""
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            return f.read(self.end - self.start) + following
+
+    def merge(self, following: Region) -> Region:
+        return Region(self.path, self.start, following.end)
+
+    def decode(self) -> Chunk:
+        size = self.end - self.start
+        # Read into the middle of a buffer with room for the brackets: no copy of the text.
+        buf = bytearray(size + 2)
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            got = f.readinto(memoryview(buf)[1 : size + 1])
+        last = buf.rfind(b"}", 0, got + 1)
+        if got != size or last < 0:
+            return Chunk(problem=("json", "the file changed or ends early"))
+        buf[0] = 0x5B
+        buf[last + 1] = 0x5D
+        return decode_chunk(memoryview(buf)[: last + 2])
 
 
 @dataclass
@@ -126,6 +172,9 @@ def _read(stream: BinaryIO, path: Path, size: int) -> bytes:
         raise WallfinderError(f"{path.name}: not a readable gzip file ({exc})") from None
 
 
+Piece = Cut | Region | Remainder
+
+
 class ChunkReader:
     """Walks the text once and yields the event array as chunks of text cut at (candidate)
     event boundaries, then a `Remainder`. `buf` is a sliding window over the stream: consumed
@@ -135,19 +184,22 @@ class ChunkReader:
     streamed, all events).
     """
 
-    def __init__(self, path: Path, progress: Progress | None = None) -> None:
+    def __init__(
+        self, path: Path, progress: Progress | None = None, *, regions: bool = False
+    ) -> None:
         self.path = path
         self.progress = progress
+        self.regions = regions
         self.eof = False
         self.buf = bytearray()
         self.document = Document(Header())
         self._header_text = b""
 
-    def chunks(self) -> Iterator[Cut | Remainder]:
+    def chunks(self) -> Iterator[Piece]:
         stream, raw = _open(self.path)
         total = max(self.path.stat().st_size, 1)
         with raw, stream:
-            yield from self._walk(stream, lambda: self._tick(raw, total))
+            yield from self._walk(stream, raw, lambda: self._tick(raw, total))
 
     def _tick(self, raw: BinaryIO, total: int) -> None:
         if self.progress is not None:
@@ -160,7 +212,7 @@ class ChunkReader:
         self.buf += block
         tick()
 
-    def _walk(self, stream: BinaryIO, tick: Callable[[], None]) -> Iterator[Cut | Remainder]:
+    def _walk(self, stream: BinaryIO, raw: BinaryIO, tick: Callable[[], None]) -> Iterator[Piece]:
         def more() -> None:
             self._more(stream, tick)
 
@@ -194,7 +246,30 @@ class ChunkReader:
             self.document = self._whole(bytes(self.buf))
             return
         self.document = Document(header)
+        if self.regions and stream is raw:
+            # `buf` holds the file from offset 0, so positions in it are file offsets.
+            yield from self._regions(raw, match.end(), tick)
+            return
         yield from self._array(match.end(), more, bare=False)
+
+    def _regions(
+        self, raw: BinaryIO, start: int, tick: Callable[[], None]
+    ) -> Iterator[Region | Remainder]:
+        """Split a plain file's event array into regions of about REGION bytes, reading only
+        a small window at each cut, then yield the rest of the file as a `Remainder`."""
+        size = os.fstat(raw.fileno()).st_size
+        pos = _skip_ws(self.buf, start) if start < len(self.buf) else start
+        while size - pos > REGION + REGION // 4:
+            cut = _next_boundary(raw, pos + REGION)
+            if cut is None:
+                break
+            yield Region(str(self.path), pos, cut)
+            pos = cut
+            raw.seek(pos)
+            tick()
+        raw.seek(pos)
+        yield Remainder(raw.read(), False)
+        tick()
 
     def _whole(self, text: bytes) -> Document:
         try:
@@ -221,9 +296,7 @@ class ChunkReader:
         # Re-encoded so that the events go through the same typed decoder as streamed ones.
         return Document(header, whole=msgspec.json.encode(events))
 
-    def _array(
-        self, pos: int, more: Callable[[], None], *, bare: bool
-    ) -> Iterator[Cut | Remainder]:
+    def _array(self, pos: int, more: Callable[[], None], *, bare: bool) -> Iterator[Piece]:
         """Yield the array's text from `pos` in cuts of at least BLOCK/2 bytes, each ending
         just before the `{` of the next event, then the rest of the file."""
         buf = self.buf
@@ -246,6 +319,21 @@ class ChunkReader:
                 separator = bytes(view[match.start() + 1 : match.end() - 1])
             yield Cut(framed, separator)
             pos = match.end() - 1
+
+
+def _next_boundary(raw: BinaryIO, target: int) -> int | None:
+    """File offset of the `{` of the first event boundary at or after `target`, or None."""
+    window = 1 << 20
+    while True:
+        raw.seek(target)
+        data = raw.read(window)
+        match = _BOUNDARY.search(data)
+        if match is not None:
+            return target + match.end() - 1
+        if len(data) < window:
+            return None
+        # Overlap the windows so that a boundary across two of them is still found.
+        target += window - 4096
 
 
 def _skip_ws(buf: bytes | bytearray, pos: int) -> int:

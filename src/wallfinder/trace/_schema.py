@@ -14,18 +14,21 @@ import math
 import msgspec
 
 Scalar = int | float | str | None
+NO_ID = -1
+"""Default of the integer fields: absent reads as -1 (the columns' NONE) with no None to
+check, so a column of ids is read in one C-level pass."""
 _NO_RAW = msgspec.Raw(b"")
 
 
 class Args(msgspec.Struct, frozen=True, gc=False):
     """The `args` object of an event (the keys wallfinder uses)."""
 
-    external_id: Scalar = msgspec.field(default=None, name="External id")
-    correlation: Scalar = None
-    device: Scalar = None
-    stream: Scalar = None
-    bytes_lower: Scalar = msgspec.field(default=None, name="bytes")
-    bytes_upper: Scalar = msgspec.field(default=None, name="Bytes")
+    external_id: Scalar = msgspec.field(default=NO_ID, name="External id")
+    correlation: Scalar = NO_ID
+    device: Scalar = NO_ID
+    stream: Scalar = NO_ID
+    bytes_lower: Scalar = msgspec.field(default=NO_ID, name="bytes")
+    bytes_upper: Scalar = msgspec.field(default=NO_ID, name="Bytes")
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
@@ -33,9 +36,9 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     name: Scalar = None
     labels: Scalar = None
     # Memory events ("[memory]" instants).
-    total_allocated: Scalar = msgspec.field(default=None, name="Total Allocated")
-    total_reserved: Scalar = msgspec.field(default=None, name="Total Reserved")
-    device_id: Scalar = msgspec.field(default=None, name="Device Id")
+    total_allocated: Scalar = msgspec.field(default=NO_ID, name="Total Allocated")
+    total_reserved: Scalar = msgspec.field(default=NO_ID, name="Total Reserved")
+    device_id: Scalar = msgspec.field(default=NO_ID, name="Device Id")
 
 
 EMPTY_ARGS = Args()
