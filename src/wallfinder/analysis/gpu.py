@@ -94,7 +94,7 @@ def device_ops(trace: Trace) -> DeviceOps | None:
     device = np.where(gpu.device >= 0, gpu.device, pid_values[gpu.pid])
     busy = {int(d): int(gpu.dur[device == d].sum()) for d in np.unique(device)}
     main = max(busy, key=lambda d: busy[d])
-    ops = gpu.take(np.flatnonzero(device == main))
+    ops = gpu if len(busy) == 1 else gpu.take(np.flatnonzero(device == main))
 
     runtime = trace.of_kind(Kind.RUNTIME)
     launch_ts = np.full(len(ops), NONE, dtype=np.int64)
@@ -224,20 +224,20 @@ def _attribute_host_waits(
     out: dict[str, npt.NDArray[np.float64]],
 ) -> None:
     """Split each host wait [a, b) by what the launching thread was doing."""
-    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
-    host_thread = _thread_key(host)
-    category = _host_categories(trace, host)
+    kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+    ts, dur, name, pid, tid = trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
+    host_thread = (pid.astype(np.int64) << 32) | tid.astype(np.int64)
+    category = _host_categories(trace, name)
+    end = ts + dur
     for t in np.unique(thread).tolist():
         mine = thread == t
         on_thread = host_thread == t
         cov = [
-            Coverage.of(host.ts[on_thread & (category <= k)], host.end[on_thread & (category <= k)])
+            Coverage.of(ts[on_thread & (category <= k)], end[on_thread & (category <= k)])
             for k in range(4)
         ]
         pa, pb, pw = a[mine], b[mine], window[mine]
-        sync_cov = Coverage.of(
-            host.ts[on_thread & (category == 1)], host.end[on_thread & (category == 1)]
-        )
+        sync_cov = Coverage.of(ts[on_thread & (category == 1)], end[on_thread & (category == 1)])
         drained = sync_cov.contains(g0[mine], DRAIN_SLACK_NS)
         previous = np.zeros(pa.size, dtype=np.int64)
         for k, cause in enumerate(IDLE_CAUSES[:4]):
@@ -249,11 +249,11 @@ def _attribute_host_waits(
         np.add.at(out["other"], pw, np.where(drained, 0, (pb - pa) - previous))
 
 
-def _host_categories(trace: Trace, host: Events) -> npt.NDArray[np.int8]:
+def _host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:
     """0 data loading, 1 synchronisation, 2 communication wait, 3 other host work, 9 ignored
     (step markers, which span everything)."""
     table = np.full(len(trace.strings), 3, dtype=np.int8)
-    for code in np.unique(host.name).tolist():
+    for code in np.unique(names).tolist():
         name = trace.strings[code]
         if name.startswith("ProfilerStep#"):
             table[code] = 9
@@ -263,4 +263,4 @@ def _host_categories(trace: Trace, host: Events) -> npt.NDArray[np.int8]:
             table[code] = 1
         elif classify_op(name) is KernelClass.COMMUNICATION:
             table[code] = 2
-    return table[host.name]
+    return table[names]

@@ -39,9 +39,9 @@ class StepSpans:
 
 def cpu_steps(trace: Trace) -> StepSpans:
     """Steps from `ProfilerStep#N` annotations; with none, one window over the whole trace."""
-    annotations = trace.of_kind(Kind.ANNOTATION, Kind.CPU_OP)
     codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None)
-    rows = np.flatnonzero(np.isin(annotations.name, codes))
+    annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+    rows = np.arange(len(annotations))
     if rows.size:
         # Nested or repeated markers (some runners record the step twice): keep the outermost.
         starts, ends = annotations.ts[rows], annotations.end[rows]

@@ -162,16 +162,38 @@ class Trace:
         key = tuple(sorted(set(kinds)))
         cache = self._kind_cache
         if key not in cache:
-            wanted = np.array(key, np.int8)
-            lo = np.searchsorted(self.events.kind, wanted, "left")
-            hi = np.searchsorted(self.events.kind, wanted, "right")
-            slices = [slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
+            slices = self._slices(key)
             if len(slices) == 1:
                 cache[key] = self.events.take(slices[0])
             else:
                 rows = np.concatenate([np.arange(s.start, s.stop) for s in slices])
-                cache[key] = self.events.take(rows).sorted_by_time()
+                rows = rows[np.argsort(self.events.ts[rows], kind="stable")]
+                cache[key] = self.events.take(rows)
         return cache[key]
+
+    def named(self, kinds: tuple[Kind, ...], codes: I32) -> Events:
+        """Rows of the given kinds whose name is one of `codes`, sorted by start time. Only
+        the matching rows are copied."""
+        ev = self.events
+        parts = [s.start + np.flatnonzero(np.isin(ev.name[s], codes)) for s in self._slices(kinds)]
+        rows = np.concatenate(parts) if parts else np.empty(0, np.intp)
+        return ev.take(rows[np.argsort(ev.ts[rows], kind="stable")])
+
+    def _slices(self, kinds: tuple[int, ...]) -> list[slice]:
+        wanted = np.array(sorted(set(kinds)), np.int8)
+        lo = np.searchsorted(self.events.kind, wanted, "left")
+        hi = np.searchsorted(self.events.kind, wanted, "right")
+        return [slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
+
+    def columns_of_kinds(self, kinds: tuple[Kind, ...], *names: str) -> list[npt.NDArray[Any]]:
+        """Some columns of the rows of some kinds, stacked (not sorted): for analyses that
+        need a few columns of many rows, without copying the whole table."""
+        slices = self._slices(kinds)
+        out = []
+        for name in names:
+            column = getattr(self.events, name)
+            out.append(np.concatenate([column[s] for s in slices]))
+        return out
 
     @cached_property
     def _kind_cache(self) -> dict[tuple[int, ...], Events]:
