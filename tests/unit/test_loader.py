@@ -47,8 +47,9 @@ SMALL_COUNTS = {
     Kind.KERNEL: 1,
     Kind.MEMCPY: 1,
     Kind.MEMSET: 1,
-    Kind.METADATA: 4,
 }
+"""Rows per kind of `small_trace()`. Its 4 metadata events and its flows are not rows: the
+loader reads the process labels from the metadata and drops both (see `columns_of`)."""
 
 
 # The object form and its contents ---------------------------------------------------------------
@@ -58,6 +59,13 @@ def test_object_form_loads_every_event_with_its_kind(tmp_path: Path) -> None:
     t = load_trace(small_trace().write(tmp_path / "t.json"))
     assert counts(t) == SMALL_COUNTS
     assert t.source == "t.json"
+
+
+def test_metadata_events_give_process_labels_not_rows(tmp_path: Path) -> None:
+    t = load_trace(small_trace().write(tmp_path / "t.json"))
+    assert Kind.METADATA not in counts(t)
+    labels = {t.ids[pid]: label for pid, label in t.process_labels.items()}
+    assert "GPU 0" in labels.values()
 
 
 def test_times_are_integer_ns_from_the_origin(tmp_path: Path) -> None:
@@ -228,7 +236,7 @@ def test_cpu_only_trace_loads_with_no_device_events(tmp_path: Path) -> None:
     b.step(1, 0.0, 100.0)
     b.cpu_op("aten::add", 10.0, 50.0)
     t = load_trace(b.write(tmp_path / "t.json"))
-    assert counts(t) == {Kind.CPU_OP: 1, Kind.ANNOTATION: 1, Kind.METADATA: 4}
+    assert counts(t) == {Kind.CPU_OP: 1, Kind.ANNOTATION: 1}
 
 
 def test_begin_end_pairs_become_complete_events(tmp_path: Path) -> None:
@@ -243,7 +251,6 @@ def test_begin_end_pairs_become_complete_events(tmp_path: Path) -> None:
         Kind.CPU_OP: 2,
         Kind.RUNTIME: 1,
         Kind.KERNEL: 1,
-        Kind.METADATA: 4,
     }
     by_name = {
         t.strings[n]: (ts, dur)

@@ -185,8 +185,6 @@ def _build(
 ) -> Trace:
     if len(events) == 0:
         raise WallfinderError(f"{source}: the trace has no events")
-    if not (events.kind != Kind.METADATA).any():
-        raise WallfinderError(f"{source}: the trace has only metadata, no timed events")
     base = header.baseTimeNanoseconds
     trace = Trace(
         source=source,

@@ -111,7 +111,8 @@ def _rows(kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...]) -> npt.NDArray[np
 class Chunk:
     """The columns of one chunk of events, with chunk-local string tables.
 
-    `count` rows were kept of the `seen` events decoded (`flows` flow events are dropped).
+    `count` rows were kept of the `seen` events decoded: flow and metadata events are
+    dropped (metadata after its process labels are read).
     `ts_us`/`dur_us` stay float microseconds until the assembler knows the trace's origin.
     `problem` is set instead of columns when the chunk's text did not decode: ("json", message)
     for text that is not JSON (or a false cut), ("event", local index, message) for an event of
@@ -121,6 +122,7 @@ class Chunk:
     count: int = 0
     seen: int = 0
     flows: int = 0
+    metadata: int = 0
     kind: npt.NDArray[np.int8] = field(default_factory=lambda: np.empty(0, np.int8))
     name: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     cat: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
@@ -160,7 +162,8 @@ def columns_of(decoded: list[Event]) -> Chunk:
 
     Flow events (`ph` s/t/f) are counted and dropped here: they repeat the correlation and
     sequence ids that runtime calls, kernels and ops carry in their args, and they are a
-    quarter of a typical trace's events.
+    quarter of a typical trace's events. Metadata events (`ph` M) are dropped too once the
+    process labels are read from them (some traces carry hundreds of thousands).
     """
     seen = len(decoded)
     strings = Interner({"": 0})
@@ -175,8 +178,11 @@ def columns_of(decoded: list[Event]) -> Chunk:
     original: npt.NDArray[np.intp] | None = None
     events: Any = decoded
     flows = kind == Kind.FLOW
-    if flows.any():
-        original = np.flatnonzero(~flows)
+    metadata = kind == Kind.METADATA
+    labels = _labels(_pick(decoded, np.flatnonzero(metadata))) if metadata.any() else {}
+    dropped = flows | metadata
+    if dropped.any():
+        original = np.flatnonzero(~dropped)
         events = _pick(decoded, original) if original.size else ()
         pair, kind = pair[original], kind[original]
     n = len(events)
@@ -188,7 +194,15 @@ def columns_of(decoded: list[Event]) -> Chunk:
     if memory_name is not None:
         kind[(kind == Kind.INSTANT) & (name == memory_name)] = Kind.MEMORY
 
-    chunk = Chunk(count=n, seen=seen, flows=seen - n, kind=kind, name=name, cat=cat)
+    chunk = Chunk(
+        count=n,
+        seen=seen,
+        flows=int(flows.sum()),
+        metadata=int(metadata.sum()),
+        kind=kind,
+        name=name,
+        cat=cat,
+    )
     chunk.ts_us = np.fromiter(map(attrgetter("ts"), events), np.float64, n)
     chunk.dur_us = np.fromiter(map(attrgetter("dur"), events), np.float64, n)
     problem = _check_times(events, kind, pair, pair_codes, chunk)
@@ -207,7 +221,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
     }
     chunk.input_dims = _sparse_raw(events, kind, raw, "args.input_dims")
     chunk.input_type = _sparse_raw(events, kind, raw, "args.input_type")
-    chunk.labels = _labels(events, kind, name, chunk.pid, strings)
+    chunk.labels = {ids[pid]: label for pid, label in labels.items()}
     chunk.memory = _memory(events, kind, chunk.ts_us)
     for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
         codes = [i for i, (p, _) in enumerate(pair_codes) if p == phase]
@@ -269,23 +283,20 @@ def _bytes(events: Sequence[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[n
     return out
 
 
-def _labels(
-    events: Sequence[Event],
-    kind: npt.NDArray[np.int8],
-    name: npt.NDArray[np.int32],
-    pid: npt.NDArray[np.int32],
-    strings: Interner,
-) -> dict[int, str]:
-    """Process labels ("GPU 0", "CPU") from metadata events, keyed by chunk-local pid code."""
-    labels_code = strings.get("process_labels", -2)
-    pname_code = strings.get("process_name", -2)
-    found: dict[int, str] = {}
-    rows = np.flatnonzero((kind == Kind.METADATA) & ((name == labels_code) | (name == pname_code)))
-    for i in rows.tolist():
-        args = events[i].args
-        value = args.labels if name[i] == labels_code else args.name
-        if isinstance(value, str) and (name[i] == labels_code or value.startswith("GPU")):
-            found[int(pid[i])] = value
+def _labels(metadata: Sequence[Event]) -> dict[Scalar, str]:
+    """Process labels ("GPU 0", "CPU") from metadata events, keyed by pid value."""
+    found: dict[Scalar, str] = {}
+    for event in metadata:
+        if event.name == "process_labels":
+            value = event.args.labels
+        elif event.name == "process_name":
+            value = event.args.name
+            if not (isinstance(value, str) and value.startswith("GPU")):
+                continue
+        else:
+            continue
+        if isinstance(value, str):
+            found[event.pid] = value
     return found
 
 
@@ -326,14 +337,20 @@ class Assembler:
         self.count = 0
         self.seen = 0
         self.flows = 0
+        self.metadata = 0
         self._parts: list[dict[str, npt.NDArray[Any]]] = []
 
     def add(self, chunk: Chunk) -> None:
         if chunk.problem is not None:
             raise self.error(chunk.problem)
+        ids = _remap(self.ids, chunk.ids)
+        # Labels first: a chunk may hold metadata events alone.
+        for local, label in chunk.labels.items():
+            self.process_labels[int(ids[local])] = label
+        self.seen += chunk.seen
+        self.flows += chunk.flows
+        self.metadata += chunk.metadata
         if chunk.count == 0:
-            self.seen += chunk.seen
-            self.flows += chunk.flows
             return
         if self.origin_us is None:
             # The first timestamp in file order: the same however the file is chunked.
@@ -345,7 +362,6 @@ class Assembler:
             self.origin_us = float(math.floor(finite[0]))
         origin = self.origin_us
         strings = _remap(self.strings, chunk.strings)
-        ids = _remap(self.ids, chunk.ids)
         raw = _remap(self.raw, chunk.raw)
         ts_ns = (np.nan_to_num(chunk.ts_us) - origin) * 1000.0
         dur_ns = np.nan_to_num(chunk.dur_us) * 1000.0
@@ -371,14 +387,10 @@ class Assembler:
                 **chunk.ints,
             )
         )
-        for local, label in chunk.labels.items():
-            self.process_labels[int(ids[local])] = label
         self.memory.extend(chunk.memory)
         self.begins.extend(i + self.count for i in chunk.begins)
         self.ends.extend(i + self.count for i in chunk.ends)
         self.count += chunk.count
-        self.seen += chunk.seen
-        self.flows += chunk.flows
 
     def error(self, problem: tuple[Any, ...]) -> WallfinderError:
         if problem[0] == "missing":
@@ -402,6 +414,10 @@ class Assembler:
 
     def finish(self) -> tuple[Events, list[MemorySample]]:
         if not self._parts:
+            if self.metadata:
+                raise WallfinderError(
+                    f"{self.source}: the trace has only metadata, no timed events"
+                )
             raise WallfinderError(f"{self.source}: the trace has no events")
         parts = self._parts
         keep = None
