@@ -10,7 +10,7 @@ from pathlib import Path
 from wallfinder.analysis import Thresholds, diagnose
 from wallfinder.diagnosis import Diagnosis, RankSummary
 from wallfinder.errors import WallfinderError
-from wallfinder.trace import Progress, find_trace_files, load_trace
+from wallfinder.trace import Progress, find_trace_files, load_trace, process_context
 
 RankProgress = Callable[[int, int], None]
 
@@ -53,8 +53,7 @@ def _analyze_ranks(
     done = 0
     n = workers if workers is not None else min(len(files), multiprocessing.cpu_count() or 1)
     if n > 1 and total > 16 << 20:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=n, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=n, mp_context=process_context()) as pool:
             futures = [pool.submit(_one, f, thresholds) for f in files]
             for f, future in zip(files, futures, strict=True):
                 results.append(future.result())

@@ -12,7 +12,8 @@ import wallfinder
 from tracegen import NASTY_NAME, TraceBuilder, training_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.cli import main
-from wallfinder.report import render, render_text
+from wallfinder.report import render
+from wallfinder.report.terminal import render_text
 
 MARKUP_NAME = "k[bold]x[/bold]"
 HTML_NAME = "k<script>alert(1)</script>"

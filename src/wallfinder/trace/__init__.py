@@ -10,6 +10,8 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -43,6 +45,7 @@ __all__ = [
     "Trace",
     "find_trace_files",
     "load_trace",
+    "process_context",
 ]
 
 
@@ -155,8 +158,7 @@ def _decoder(workers: int) -> Iterator[Callable[[Iterator[Piece]], Decoded]]:
     if workers <= 1:
         yield lambda pieces: ((p, _decode(p)) for p in pieces)
         return
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=process_context()) as pool:
 
         def run(pieces: Iterator[Piece]) -> Decoded:
             window: deque[tuple[Piece, Future[Chunk] | None]] = deque()
@@ -169,6 +171,15 @@ def _decoder(workers: int) -> Iterator[Callable[[Iterator[Piece]], Decoded]]:
                 yield _resolved(window.popleft())
 
         yield run
+
+
+def process_context() -> multiprocessing.context.BaseContext:
+    """How to start worker processes: by fork when this process runs a single thread (workers
+    start in milliseconds, with every module already imported), else by spawn: forking a
+    process whose other threads hold locks (a progress bar's refresh thread) is unsafe."""
+    if sys.platform == "linux" and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def _resolved(item: tuple[Piece, Future[Chunk] | None]) -> tuple[Piece, Chunk]:

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -283,10 +284,16 @@ def _bytes(events: Sequence[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[n
     return out
 
 
+_LABEL_EVENTS = frozenset({"process_labels", "process_name"})
+
+
 def _labels(metadata: Sequence[Event]) -> dict[Scalar, str]:
     """Process labels ("GPU 0", "CPU") from metadata events, keyed by pid value."""
     found: dict[Scalar, str] = {}
-    for event in metadata:
+    # Traces can carry hundreds of thousands of metadata events: select the few label events
+    # in C before looking at any of them in Python.
+    wanted = compress(metadata, map(_LABEL_EVENTS.__contains__, map(attrgetter("name"), metadata)))
+    for event in wanted:
         if event.name == "process_labels":
             value = event.args.labels
         elif event.name == "process_name":
