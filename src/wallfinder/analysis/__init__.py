@@ -69,16 +69,34 @@ def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
         )
     elif unlaunched > 0.05 * len(dev.ops):
         warnings.append(f"{unlaunched} of {len(dev.ops)} device ops have no launch record")
+    return _result(
+        trace, _device(trace, dev), steps, bd, classes, thresholds, warnings, kernels=kernels
+    )
+
+
+def _result(
+    trace: Trace,
+    device: Device,
+    steps: Steps,
+    bd: Breakdown,
+    classes: list[ClassShare],
+    thresholds: Thresholds,
+    warnings: list[str],
+    *,
+    kernels: list[KernelRow] | None = None,
+    cpu: CpuActivity | None = None,
+) -> Diagnosis:
     return Diagnosis(
         source=trace.source,
         rank=trace.rank,
         world_size=trace.world_size,
-        device=_device(trace, dev),
+        device=device,
         steps=steps,
         breakdown=bd,
         verdict=decide(steps, bd, classes, thresholds),
-        kernels=kernels,
+        kernels=kernels or [],
         classes=classes,
+        cpu=cpu,
         warnings=warnings,
     )
 
@@ -253,18 +271,8 @@ def _diagnose_cpu(
         )
     else:
         warnings.append("no device activity in the trace: the CPU is analysed as the device")
-    return Diagnosis(
-        source=trace.source,
-        rank=trace.rank,
-        world_size=trace.world_size,
-        device=Device(name="CPU", kind="cpu", note="CPU-only trace: CPU-side breakdown"),
-        steps=steps,
-        breakdown=bd,
-        verdict=decide(steps, bd, classes, thresholds),
-        classes=classes,
-        cpu=cpu,
-        warnings=warnings,
-    )
+    device = Device(name="CPU", kind="cpu", note="CPU-only trace: CPU-side breakdown")
+    return _result(trace, device, steps, bd, classes, thresholds, warnings, cpu=cpu)
 
 
 def _main_thread(trace: Trace, host: Events) -> int:

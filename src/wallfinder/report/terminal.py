@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.diagnosis import Diagnosis, KernelRow, OpRow
 
 NAME_WIDTH = 52
 """Kernel and op names are cut to this many characters so the figures beside them fit in 100
@@ -149,9 +149,25 @@ def _breakdown(d: Diagnosis) -> Table:
 
 
 def _classes(d: Diagnosis) -> Table:
-    table = Table(title="GPU time by kernel class", title_justify="left", show_edge=False)
+    return _class_table("GPU time by kernel class", "share of GPU time", d)
+
+
+def _kernels(d: Diagnosis) -> Table:
+    return _name_table("Top kernels by GPU time", "kernel", d.kernels, d)
+
+
+def _cpu_ops(d: Diagnosis) -> Group:
+    assert d.cpu is not None
+    return Group(
+        _class_table("CPU op time by class", "share of op time", d),
+        _name_table("Top CPU ops (top-level)", "op", d.cpu.top_ops, d),
+    )
+
+
+def _class_table(title: str, share_label: str, d: Diagnosis) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False)
     table.add_column("class")
-    table.add_column("share of GPU time", justify="right")
+    table.add_column(share_label, justify="right")
     table.add_column("ms/step", justify="right")
     steps = max(d.steps.count, 1)
     for c in d.classes:
@@ -159,41 +175,20 @@ def _classes(d: Diagnosis) -> Table:
     return table
 
 
-def _kernels(d: Diagnosis) -> Table:
-    table = Table(title="Top kernels by GPU time", title_justify="left", show_edge=False)
-    table.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=NAME_WIDTH)
+def _name_table(title: str, what: str, rows: Sequence[KernelRow | OpRow], d: Diagnosis) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False)
+    table.add_column(what, overflow="ellipsis", no_wrap=True, max_width=NAME_WIDTH)
     table.add_column("class", no_wrap=True, min_width=13)
     table.add_column("calls", justify="right", no_wrap=True, min_width=6)
     table.add_column("share", justify="right", no_wrap=True, min_width=6)
     table.add_column("ms/step", justify="right", no_wrap=True, min_width=8)
     steps = max(d.steps.count, 1)
-    for k in d.kernels:
+    for r in rows:
+        # Names come from the trace: Text() keeps rich from reading them as markup.
         table.add_row(
-            Text(k.name), k.cls, str(k.count), _pct(k.share), f"{k.time_s * 1e3 / steps:.2f}"
+            Text(r.name), r.cls, str(r.count), _pct(r.share), f"{r.time_s * 1e3 / steps:.2f}"
         )
     return table
-
-
-def _cpu_ops(d: Diagnosis) -> Group:
-    assert d.cpu is not None
-    steps = max(d.steps.count, 1)
-    classes = Table(title="CPU op time by class", title_justify="left", show_edge=False)
-    classes.add_column("class")
-    classes.add_column("share of op time", justify="right")
-    classes.add_column("ms/step", justify="right")
-    for c in d.classes:
-        classes.add_row(c.cls, _pct(c.share), f"{c.time_s * 1e3 / steps:.2f}")
-    ops = Table(title="Top CPU ops (top-level)", title_justify="left", show_edge=False)
-    ops.add_column("op", overflow="ellipsis", no_wrap=True, max_width=NAME_WIDTH)
-    ops.add_column("class", no_wrap=True, min_width=13)
-    ops.add_column("calls", justify="right", no_wrap=True, min_width=6)
-    ops.add_column("share", justify="right", no_wrap=True, min_width=6)
-    ops.add_column("ms/step", justify="right", no_wrap=True, min_width=8)
-    for o in d.cpu.top_ops:
-        ops.add_row(
-            Text(o.name), o.cls, str(o.count), _pct(o.share), f"{o.time_s * 1e3 / steps:.2f}"
-        )
-    return Group(classes, ops)
 
 
 def _ranks(d: Diagnosis) -> Table:
