@@ -348,8 +348,10 @@ class Assembler:
     def add(self, chunk: Chunk) -> None:
         if chunk.problem is not None:
             raise self.error(chunk.problem)
+        # Tables and labels first, so that they do not depend on where chunks end: a chunk may
+        # hold metadata events alone.
         ids = _remap(self.ids, chunk.ids)
-        # Labels first: a chunk may hold metadata events alone.
+        strings = _remap(self.strings, chunk.strings)
         for local, label in chunk.labels.items():
             self.process_labels[int(ids[local])] = label
         self.seen += chunk.seen
@@ -366,7 +368,6 @@ class Assembler:
                 )
             self.origin_us = float(math.floor(finite[0]))
         origin = self.origin_us
-        strings = _remap(self.strings, chunk.strings)
         raw = _remap(self.raw, chunk.raw)
         ts_ns = (np.nan_to_num(chunk.ts_us) - origin) * 1000.0
         dur_ns = np.nan_to_num(chunk.dur_us) * 1000.0
