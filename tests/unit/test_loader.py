@@ -409,6 +409,23 @@ def test_chunked_parse_of_a_file_not_in_time_order_gives_the_same_trace(
     assert diagnose(chunked) == diagnose(whole)
 
 
+def test_a_file_not_in_time_order_gives_the_diagnosis_of_the_ordered_file(
+    tmp_path: Path,
+) -> None:
+    # Regression: with the origin at the first timestamp in file order, events earlier than
+    # it got negative times, their launch times read as "no launch record", and the idle time
+    # they explain was reported as unexplained. Compared with the ordered file, not with
+    # another parse of the same file (which is wrong the same way).
+    ordered = training_trace(6)
+    shuffled = training_trace(6)
+    shuffled.events.reverse()
+    d_ordered = diagnose(load_trace(ordered.write(tmp_path / "ordered.json")))
+    d_shuffled = diagnose(load_trace(shuffled.write(tmp_path / "reversed.json")))
+    assert d_shuffled.breakdown == d_ordered.breakdown
+    assert d_shuffled.breakdown.idle_causes["other"] == 0.0
+    assert d_shuffled.breakdown.idle_causes["data_loading"] > 0.0
+
+
 def test_parallel_parse_with_two_workers_gives_the_serial_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

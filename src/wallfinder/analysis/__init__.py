@@ -16,7 +16,7 @@ from wallfinder.analysis.gpu import (
     is_data_loading,
 )
 from wallfinder.analysis.intervals import Coverage
-from wallfinder.analysis.steps import StepSpans, cpu_steps, gpu_windows, warmup_steps
+from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, cpu_steps, gpu_windows, warmup_steps
 from wallfinder.analysis.verdict import Thresholds, decide
 from wallfinder.diagnosis import (
     Breakdown,
@@ -61,7 +61,7 @@ def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
     steps = _step_stats(spans, durations, kept, dropped, thresholds)
     bd = _gpu_breakdown(spans, wb, kept)
     kernels, classes = _kernel_tables(trace, dev, start[kept], end[kept])
-    unlaunched = int((dev.launch_ts < 0).sum())
+    unlaunched = int((dev.launch_ts == NO_LAUNCH).sum())
     if unlaunched and unlaunched == len(dev.ops):
         warnings.append(
             "no launch records (runtime calls) for the device's work: idle time cannot be "

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
 from wallfinder.analysis.intervals import Coverage, split_at
+from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.trace import NONE, Events, Kind, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -97,7 +98,7 @@ def device_ops(trace: Trace) -> DeviceOps | None:
     ops = gpu if len(busy) == 1 else gpu.take(np.flatnonzero(device == main))
 
     runtime = trace.of_kind(Kind.RUNTIME)
-    launch_ts = np.full(len(ops), NONE, dtype=np.int64)
+    launch_ts = np.full(len(ops), NO_LAUNCH, dtype=np.int64)
     launch_thread = np.full(len(ops), NONE, dtype=np.int64)
     has_corr = runtime.correlation >= 0
     if has_corr.any():
@@ -184,14 +185,14 @@ def _idle_causes(
     next_op = np.searchsorted(op_starts, gap_end, side="left")
     has_next = next_op < op_starts.size
     nxt = np.minimum(next_op, op_starts.size - 1)
-    launch = np.where(has_next, dev.launch_ts[nxt], NONE)
+    launch = np.where(has_next, dev.launch_ts[nxt], NO_LAUNCH)
     thread = np.where(has_next, dev.launch_thread[nxt], NONE)
 
     piece_start, piece_end, owner = split_at(gap_start, gap_end, start[1:])
     window = np.searchsorted(start, piece_start, side="right") - 1
     g0 = gap_start[owner]
     lt = launch[owner]
-    known = lt >= 0
+    known = lt != NO_LAUNCH
     queued = known & (lt < g0 - QUEUED_SLACK_NS)
     host_end = np.where(known, np.clip(lt, piece_start, piece_end), piece_start)
     latency = np.where(known & ~queued, piece_end - host_end, 0)

@@ -18,6 +18,10 @@ from wallfinder.trace import Events, Kind, Trace
 
 I64 = npt.NDArray[np.int64]
 
+NO_LAUNCH = np.iinfo(np.int64).min
+"""Launch time of a device op with no launch record. Not NONE (-1): a sentinel that a real
+time could equal is never safe."""
+
 WARMUP_FACTOR = 1.5
 """A leading step is warm-up when it takes this many times the median of the later steps."""
 
@@ -75,9 +79,9 @@ def cpu_steps(trace: Trace) -> StepSpans:
 
 def gpu_windows(spans: StepSpans, gpu: Events, launch_ts: I64) -> tuple[I64, I64]:
     """Window [start, end) of each step on the device. `launch_ts` is each GPU op's launch
-    time (NONE where unknown: such ops are placed by their own start)."""
+    time (NO_LAUNCH where unknown: such ops are placed by their own start)."""
     n = len(spans.labels)
-    when = np.where(launch_ts >= 0, launch_ts, gpu.ts)
+    when = np.where(launch_ts != NO_LAUNCH, launch_ts, gpu.ts)
     step_of = np.searchsorted(spans.cpu_start, when, side="right") - 1
     inside = (step_of >= 0) & (when < spans.cpu_end[np.maximum(step_of, 0)])
     last_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)

@@ -113,7 +113,8 @@ class Chunk:
 
     `count` rows were kept of the `seen` events decoded: flow and metadata events are
     dropped (metadata after its process labels are read).
-    `ts_us`/`dur_us` stay float microseconds until the assembler knows the trace's origin.
+    `ts_us`/`dur_us` stay float microseconds until the assembler knows the trace's origin
+    (its earliest timestamp, known once every chunk is in).
     `problem` is set instead of columns when the chunk's text did not decode: ("json", message)
     for text that is not JSON (or a false cut), ("event", local index, message) for an event of
     the wrong shape.
@@ -334,7 +335,9 @@ class Assembler:
         self.strings = Interner({"": 0})
         self.ids = Interner()
         self.raw = Interner({b"": 0})
-        self.origin_us: float | None = None
+        self.first_us: float | None = None
+        self.last_us: float | None = None
+        self.origin_us = 0.0
         self.process_labels: dict[int, str] = {}
         self.memory: list[tuple[float, int, int, int]] = []
         self.begins: list[int] = []
@@ -359,23 +362,18 @@ class Assembler:
         self.metadata += chunk.metadata
         if chunk.count == 0:
             return
-        if self.origin_us is None:
-            # The first timestamp in file order: the same however the file is chunked.
-            finite = chunk.ts_us[np.isfinite(chunk.ts_us)]
-            if finite.size == 0:
-                raise WallfinderError(
-                    f"{self.source}: the first {chunk.count} events have no timestamps"
-                )
-            self.origin_us = float(math.floor(finite[0]))
-        origin = self.origin_us
+        # Times stay float microseconds until every chunk is in: the origin is the earliest
+        # timestamp, which only then is known (times must not go negative: they are compared
+        # with 0 and NONE, and must not depend on where chunks end).
+        ts_us = np.nan_to_num(chunk.ts_us)
+        if ts_us.size:
+            low, high = float(ts_us.min()), float(ts_us.max())
+            self.first_us = low if self.first_us is None else min(self.first_us, low)
+            self.last_us = high if self.last_us is None else max(self.last_us, high)
         raw = _remap(self.raw, chunk.raw)
-        ts_ns = (np.nan_to_num(chunk.ts_us) - origin) * 1000.0
         dur_ns = np.nan_to_num(chunk.dur_us) * 1000.0
-        if max(np.abs(ts_ns).max(), np.abs(dur_ns).max()) > _MAX_NS:
-            raise WallfinderError(
-                f"{self.source}: timestamps or durations out of range (over 100 years apart)"
-            )
-        ts = np.rint(ts_ns).astype(np.int64)
+        if np.abs(dur_ns).max(initial=0.0) > _MAX_NS:
+            raise WallfinderError(f"{self.source}: durations out of range (over 100 years)")
         dur = np.rint(dur_ns).astype(np.int64)
         np.maximum(dur, 0, out=dur)
         pid = ids[chunk.pid]
@@ -384,7 +382,7 @@ class Assembler:
                 kind=chunk.kind,
                 name=strings[chunk.name],
                 cat=strings[chunk.cat],
-                ts=ts,
+                ts=ts_us,
                 dur=dur,
                 pid=pid,
                 tid=ids[chunk.tid],
@@ -426,11 +424,16 @@ class Assembler:
                 )
             raise WallfinderError(f"{self.source}: the trace has no events")
         parts = self._parts
+        first, last = self.first_us or 0.0, self.last_us or 0.0
+        if (last - first) * 1000.0 > _MAX_NS:
+            raise WallfinderError(f"{self.source}: timestamps out of range (over 100 years apart)")
+        self.origin_us = origin = float(math.floor(first))
+        for p in parts:
+            p["ts"] = np.rint((p["ts"] - origin) * 1000.0).astype(np.int64)
         keep = None
         if self.begins or self.ends:
             keep = _pair_begin_end(parts, self.begins, self.ends)
         events = _sorted_by_kind_and_time(parts, keep)
-        origin = self.origin_us or 0.0
         memory = [MemorySample(round((t - origin) * 1000.0), d, a, r) for t, d, a, r in self.memory]
         return events, memory
 
