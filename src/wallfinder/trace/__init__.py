@@ -8,15 +8,14 @@ runtime names, missing `deviceProperties`.
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import os
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +34,10 @@ from wallfinder.trace._reader import (
 )
 from wallfinder.trace._schema import Header
 from wallfinder.trace.model import NONE, Events, Kind, MemorySample, Trace
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+    from multiprocessing.context import BaseContext
 
 __all__ = [
     "NONE",
@@ -158,6 +161,9 @@ def _decoder(workers: int) -> Iterator[Callable[[Iterator[Piece]], Decoded]]:
     if workers <= 1:
         yield lambda pieces: ((p, _decode(p)) for p in pieces)
         return
+    # Imported here: most traces are decoded in this process, and startup counts.
+    from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(max_workers=workers, mp_context=process_context()) as pool:
 
         def run(pieces: Iterator[Piece]) -> Decoded:
@@ -173,10 +179,12 @@ def _decoder(workers: int) -> Iterator[Callable[[Iterator[Piece]], Decoded]]:
         yield run
 
 
-def process_context() -> multiprocessing.context.BaseContext:
+def process_context() -> BaseContext:
     """How to start worker processes: by fork when this process runs a single thread (workers
     start in milliseconds, with every module already imported), else by spawn: forking a
     process whose other threads hold locks (a progress bar's refresh thread) is unsafe."""
+    import multiprocessing
+
     if sys.platform == "linux" and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context("spawn")

@@ -13,9 +13,12 @@ without its closing bracket, and objects whose `traceEvents` key does not come f
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -161,7 +164,45 @@ def text_size(path: Path) -> int:
     return max(recorded, size * 4) if size * 4 > 1 << 32 else recorded
 
 
-def _read(stream: BinaryIO, path: Path, size: int) -> bytes:
+class _ReadAhead:
+    """Reads BLOCK-sized blocks of a stream in a background thread, one block ahead. Errors
+    are raised from `read` in the caller's thread, where `_read` turns them into one line."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._blocks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=1)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="wallfinder-read", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                block: bytes | BaseException = self._stream.read(BLOCK)
+            except BaseException as exc:
+                block = exc
+            self._blocks.put(block)  # waits while the reader is a block behind
+            if not isinstance(block, bytes) or not block:
+                return
+
+    def read(self, size: int) -> bytes:
+        del size  # blocks come in BLOCK-sized pieces
+        item = self._blocks.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def stop(self) -> None:
+        """End the thread, also when the reader stopped early (an error, a consumer that
+        gave up): a block waiting in the queue is dropped so that the thread's put returns."""
+        self._stopped.set()
+        while self._thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                self._blocks.get_nowait()
+            self._thread.join(timeout=0.01)
+
+
+def _read(stream: BinaryIO | _ReadAhead, path: Path, size: int) -> bytes:
     try:
         return stream.read(size)
     except EOFError:
@@ -199,20 +240,32 @@ class ChunkReader:
         stream, raw = _open(self.path)
         total = max(self.path.stat().st_size, 1)
         with raw, stream:
-            yield from self._walk(stream, raw, lambda: self._tick(raw, total))
+            source: BinaryIO | _ReadAhead = stream
+            if stream is not raw and not self.regions:
+                # Inflate the next block in a thread while this one is decoded: gzip
+                # decompression releases the GIL. (Not beside worker processes, which may be
+                # forked: a fork must not happen while another thread runs.)
+                source = _ReadAhead(stream)
+            try:
+                yield from self._walk(source, raw, lambda: self._tick(raw, total))
+            finally:
+                if isinstance(source, _ReadAhead):
+                    source.stop()
 
     def _tick(self, raw: BinaryIO, total: int) -> None:
         if self.progress is not None:
             self.progress(raw.tell(), total)
 
-    def _more(self, stream: BinaryIO, tick: Callable[[], None]) -> None:
+    def _more(self, stream: BinaryIO | _ReadAhead, tick: Callable[[], None]) -> None:
         block = _read(stream, self.path, BLOCK)
         if not block:
             self.eof = True
         self.buf += block
         tick()
 
-    def _walk(self, stream: BinaryIO, raw: BinaryIO, tick: Callable[[], None]) -> Iterator[Piece]:
+    def _walk(
+        self, stream: BinaryIO | _ReadAhead, raw: BinaryIO, tick: Callable[[], None]
+    ) -> Iterator[Piece]:
         def more() -> None:
             self._more(stream, tick)
 
