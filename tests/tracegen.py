@@ -437,6 +437,7 @@ def decoded_columns(t: Trace) -> dict[str, list[Any]]:
         "tid": list(t.ids),
         "input_dims": list(t.raw),
         "input_type": list(t.raw),
+        "concrete_inputs": list(t.raw),
     }
     out: dict[str, list[Any]] = {}
     for f in fields(t.events):

@@ -134,6 +134,9 @@ class Chunk:
     ints: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     input_dims: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     input_type: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    concrete_inputs: npt.NDArray[np.int32] = field(
+        default_factory=lambda: np.empty(0, np.int32)
+    )
     strings: list[Scalar] = field(default_factory=list)
     ids: list[Scalar] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
@@ -222,6 +225,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
     }
     chunk.input_dims = _sparse_raw(events, kind, raw, "args.input_dims")
     chunk.input_type = _sparse_raw(events, kind, raw, "args.input_type")
+    chunk.concrete_inputs = _sparse_raw(events, kind, raw, "args.concrete_inputs")
     chunk.labels = {ids[pid]: label for pid, label in labels.items()}
     chunk.memory = _memory(events, kind, chunk.ts_us)
     for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
@@ -388,6 +392,7 @@ class Assembler:
                 tid=ids[chunk.tid],
                 input_dims=raw[chunk.input_dims],
                 input_type=raw[chunk.input_type],
+                concrete_inputs=raw[chunk.concrete_inputs],
                 **chunk.ints,
             )
         )

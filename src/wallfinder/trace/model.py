@@ -100,6 +100,7 @@ class Events:
     nbytes: I64
     input_dims: I32
     input_type: I32
+    concrete_inputs: I32
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
@@ -140,7 +141,7 @@ class Trace:
     `events` holds every event, sorted by kind and then by start time; `of_kind` gives the
     rows of some kinds, sorted by start time. `strings[code]` is the text of a `name`/`cat`
     code, `ids[code]` the original pid/tid value, `raw[code]` the raw JSON of an
-    `input_dims`/`input_type` code.
+    `input_dims`/`input_type`/`concrete_inputs` code.
     """
 
     source: str
