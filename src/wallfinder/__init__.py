@@ -6,11 +6,19 @@ communication/overhead — from its profiler traces.
     >>> diagnosis.verdict.wall
 """
 
-from wallfinder.analysis import Thresholds
-from wallfinder.api import analyze
+from wallfinder.analysis import ModelFlops, Thresholds
+from wallfinder.api import Options, analyze
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
 
-__all__ = ["Diagnosis", "Thresholds", "WallfinderError", "__version__", "analyze"]
+__all__ = [
+    "Diagnosis",
+    "ModelFlops",
+    "Options",
+    "Thresholds",
+    "WallfinderError",
+    "__version__",
+    "analyze",
+]
 
 __version__ = "0.1.0"

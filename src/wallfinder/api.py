@@ -2,25 +2,45 @@
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from wallfinder.analysis import Thresholds, diagnose
+from wallfinder.analysis import ModelFlops, Thresholds, diagnose
 from wallfinder.diagnosis import Diagnosis, RankSummary
 from wallfinder.errors import WallfinderError
-from wallfinder.trace import Progress, find_trace_files, load_trace, process_context
+from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
+from wallfinder.trace import Progress, Trace, find_trace_files, load_trace, process_context
 
-RankProgress = Callable[[int, int], None]
+
+@dataclass(frozen=True)
+class Options:
+    """What the user can say about an analysis; the CLI builds one from its flags.
+
+    `device` names the device (a spec key or a `deviceProperties` name) when the trace's is
+    unknown or wrong; `spec_file` gives the device's figures in a TOML file (it wins over
+    both); `model` describes the model for true MFU."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    device: str | None = None
+    spec_file: Path | None = None
+    model: ModelFlops = field(default_factory=ModelFlops)
+
+    def spec_for(self, trace: Trace) -> DeviceSpec | None:
+        """The device spec to analyse `trace` against, or None when it is unknown."""
+        if self.spec_file is not None:
+            return load_spec_file(self.spec_file)
+        if self.device is not None:
+            return get_spec(self.device)
+        return match_device(trace.device_name or "")
 
 
 def analyze(
     path: str | Path,
+    options: Options | None = None,
     *,
     progress: Progress | None = None,
     workers: int | None = None,
-    thresholds: Thresholds | None = None,
 ) -> Diagnosis:
     """Analyse a Kineto/PyTorch profiler trace (`.json` or `.json.gz`) or a folder of them
     (one per rank) and return the `Diagnosis`.
@@ -29,15 +49,21 @@ def analyze(
     a rank file that cannot be read is skipped and named in `warnings`.
     Raises `WallfinderError` for input that cannot be analysed.
     """
+    options = options or Options()
     files = find_trace_files(path)
     if len(files) == 1:
-        return diagnose(load_trace(files[0], progress, workers=workers), thresholds)
-    return _analyze_ranks(files, progress, workers, thresholds)
+        return _diagnose(load_trace(files[0], progress, workers=workers), options)
+    return _analyze_ranks(files, progress, workers, options)
 
 
-def _one(path: Path, thresholds: Thresholds | None) -> Diagnosis | str:
+def _diagnose(trace: Trace, options: Options) -> Diagnosis:
+    spec = options.spec_for(trace)
+    return diagnose(trace, options.thresholds, spec=spec, model=options.model)
+
+
+def _one(path: Path, options: Options) -> Diagnosis | str:
     try:
-        return diagnose(load_trace(path, workers=1), thresholds)
+        return _diagnose(load_trace(path, workers=1), options)
     except WallfinderError as exc:
         return str(exc)
 
@@ -46,15 +72,17 @@ def _analyze_ranks(
     files: list[Path],
     progress: Progress | None,
     workers: int | None,
-    thresholds: Thresholds | None,
+    options: Options,
 ) -> Diagnosis:
     results: list[Diagnosis | str] = []
     total = sum(f.stat().st_size for f in files)
     done = 0
-    n = workers if workers is not None else min(len(files), multiprocessing.cpu_count() or 1)
+    n = workers if workers is not None else min(len(files), os.cpu_count() or 1)
     if n > 1 and total > 16 << 20:
+        from concurrent.futures import ProcessPoolExecutor
+
         with ProcessPoolExecutor(max_workers=n, mp_context=process_context()) as pool:
-            futures = [pool.submit(_one, f, thresholds) for f in files]
+            futures = [pool.submit(_one, f, options) for f in files]
             for f, future in zip(files, futures, strict=True):
                 results.append(future.result())
                 done += f.stat().st_size
@@ -62,7 +90,7 @@ def _analyze_ranks(
                     progress(done, total)
     else:
         for f in files:
-            results.append(_one(f, thresholds))
+            results.append(_one(f, options))
             done += f.stat().st_size
             if progress is not None:
                 progress(done, total)

@@ -29,6 +29,7 @@ class Device(_Base, frozen=True):
     kind: Literal["gpu", "cpu"]
     index: int | None = None
     matched_spec: str | None = None
+    spec_source: str | None = None
     peak_flops: dict[str, float] | None = None
     mem_bandwidth: float | None = None
     note: str | None = None
@@ -117,6 +118,9 @@ class KernelRow(_Base, frozen=True):
     ai: float | None = None
     bound: str | None = None
     pct_of_roof: float | None = None
+    bound_basis: str | None = None
+    """"cost model" when the bound comes from FLOPs and bytes, "class" when from the kernel's
+    class alone (no shapes or no cost model for its op)."""
 
 
 class ClassShare(_Base, frozen=True):
@@ -150,8 +154,53 @@ class Finding(_Base, frozen=True):
 
 
 class Mfu(_Base, frozen=True):
+    """Model FLOPs utilisation: `flops_per_step` / step time / the device's peak for `dtype`.
+    `basis` says where the FLOPs come from (counted from the trace's matmul ops, or given)."""
+
     value: float | None
     basis: str
+    flops_per_step: float | None = None
+    achieved_flops: float | None = None
+    peak_flops: float | None = None
+    dtype: str | None = None
+
+
+class OpRoofRow(_Base, frozen=True):
+    """An op signature (name, input shapes, dtype) over the steady-state steps: its kernels'
+    GPU time (union), its cost-model FLOPs and bytes, and where it sits on the roofline."""
+
+    name: str
+    shapes: str
+    dtype: str
+    calls: int
+    time_s: float
+    flops: float
+    bytes: float
+    ai: float | None
+    achieved_flops: float
+    achieved_bandwidth: float
+    ridge: float | None
+    bound: str | None
+    pct_of_roof: float | None
+
+
+class Roofline(_Base, frozen=True):
+    """Where the device's busy (kernel) time sits on the roofline. Shares are of kernel time;
+    kernels whose op has no cost model take the bound of their class. `pct_of_roof_*` are
+    time-weighted over the costed kernels of that kind (1 = at the roof)."""
+
+    device: str | None
+    ridge: dict[str, float]
+    compute_bound_share: float
+    bandwidth_bound_share: float
+    unknown_bound_share: float
+    costed_share: float
+    pct_of_roof_compute: float | None
+    pct_of_roof_bandwidth: float | None
+    pct_of_roof_matmul: float | None
+    fp32_matmul_without_tensor_cores_s: float
+    fp32_matmul_without_tensor_cores_share: float
+    ops: list[OpRoofRow] = []
 
 
 class RankSummary(_Base, frozen=True):
@@ -163,6 +212,48 @@ class RankSummary(_Base, frozen=True):
     idle: float
     wall: Wall
     cause: str
+
+
+class FusionCandidate(_Base, frozen=True):
+    """A repeated run of consecutive memory-bound kernels on one stream (per step). Fused, it
+    moves at least `bytes_fused_at_least`; `max_saving_s` is an upper bound on the time saved
+    (all the run's traffic but its largest kernel's, at the run's achieved bandwidth)."""
+
+    kernels: list[str]
+    ops: list[str]
+    occurrences_per_step: float
+    time_s: float
+    bytes_unfused: float | None
+    bytes_fused_at_least: float | None
+    max_saving_s: float
+    basis: str
+
+
+class Calculation(_Base, frozen=True, kw_only=True):
+    """A roofline calculation (`wallfinder roofline`): one op or FLOP/byte count on a device.
+    With a fusion chain, `bytes` is unfused traffic and `fused_bytes` the fused one."""
+
+    schema: str = "wallfinder.roofline/1"
+    what: str
+    device: str
+    source: str
+    dtype: str
+    flops: float
+    bytes: float
+    ai: float | None
+    ridge: float
+    bound: str
+    peak_flops: float
+    mem_bandwidth: float
+    attainable_flops: float
+    time_floor_s: float
+    utilisation_of_peak: float
+    fused_bytes: float | None = None
+    fused_time_floor_s: float | None = None
+    time_saved_s: float | None = None
+
+    def to_json(self, *, indent: int = 2) -> str:
+        return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
 
 
 class Diagnosis(_Base, frozen=True, kw_only=True):
@@ -181,7 +272,9 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     kernels: list[KernelRow] = []
     classes: list[ClassShare] = []
     cpu: CpuActivity | None = None
-    mfu: Mfu = Mfu(value=None, basis="not computed yet: needs FLOP counts and device peaks")
+    mfu: Mfu = Mfu(value=None, basis="not computed")
+    roofline: Roofline | None = None
+    fusion: list[FusionCandidate] = []
     ranks: list[RankSummary] = []
     warnings: list[str] = []
 

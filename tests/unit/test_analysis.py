@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tracegen import TraceBuilder, training_trace
-from wallfinder import Diagnosis, Thresholds, WallfinderError, analyze
+from wallfinder import Diagnosis, Options, Thresholds, WallfinderError, analyze
 from wallfinder.analysis import diagnose
 from wallfinder.analysis.gpu import IDLE_CAUSES, WindowBreakdown, breakdown, device_ops
 from wallfinder.analysis.steps import cpu_steps, gpu_windows
@@ -365,7 +365,7 @@ def test_busy_steps_in_gemm_kernels_hit_the_compute_wall(tmp_path: Path) -> None
 def test_thresholds_change_the_verdict(tmp_path: Path) -> None:
     path = loader_bound().write(tmp_path / "t.json")
     assert analyze(path).verdict.wall == "overhead"
-    assert analyze(path, thresholds=Thresholds(min_busy=0.5)).verdict.wall == "compute"
+    assert analyze(path, Options(thresholds=Thresholds(min_busy=0.5))).verdict.wall == "compute"
 
 
 def unstable() -> TraceBuilder:
@@ -388,7 +388,7 @@ def test_unstable_steps_say_so_in_the_verdict(tmp_path: Path) -> None:
 
 
 def test_steps_stable_follows_the_given_thresholds(tmp_path: Path) -> None:
-    d = analyze(unstable().write(tmp_path / "t.json"), thresholds=Thresholds(max_cv=0.5))
+    d = analyze(unstable().write(tmp_path / "t.json"), Options(thresholds=Thresholds(max_cv=0.5)))
     assert d.verdict.questions[0].answer == "yes"
     assert d.steps.stable
 

@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
     CLASSES,
     IDLE_CAUSES,
@@ -16,6 +17,16 @@ from wallfinder.analysis.gpu import (
     is_data_loading,
 )
 from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.roofline import (
+    KernelCost,
+    ModelFlops,
+    cost_device_ops,
+    kernel_costs,
+    kernel_roof,
+    launching_ops,
+    mfu,
+    roofline,
+)
 from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, cpu_steps, gpu_windows, warmup_steps
 from wallfinder.analysis.verdict import Thresholds, decide
 from wallfinder.diagnosis import (
@@ -25,23 +36,36 @@ from wallfinder.diagnosis import (
     Device,
     Diagnosis,
     DroppedStep,
+    FusionCandidate,
     KernelRow,
+    Mfu,
     OpRow,
+    Roofline,
     StepBreakdown,
     Steps,
 )
 from wallfinder.errors import WallfinderError
+from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import Events, Kind, Trace
 
-__all__ = ["Thresholds", "diagnose"]
+__all__ = ["ModelFlops", "Thresholds", "diagnose"]
 
 NS = 1e-9
 TOP_ROWS = 15
 
 
-def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
-    """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, verdict."""
+def diagnose(
+    trace: Trace,
+    thresholds: Thresholds | None = None,
+    *,
+    spec: DeviceSpec | None = None,
+    model: ModelFlops | None = None,
+) -> Diagnosis:
+    """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, roofline and
+    MFU against `spec` (None: the device is unknown, and figures that need it are null),
+    verdict."""
     thresholds = thresholds or Thresholds()
+    model = model or ModelFlops()
     spans = cpu_steps(trace)
     dev = device_ops(trace)
     warnings: list[str] = []
@@ -60,7 +84,19 @@ def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
     kept[[i for i, _ in dropped]] = False
     steps = _step_stats(spans, durations, kept, dropped, thresholds)
     bd = _gpu_breakdown(spans, wb, kept)
-    kernels, classes = _kernel_tables(trace, dev, start[kept], end[kept])
+    inside = _in_windows(dev.ops.ts, start[kept], end[kept])
+    launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
+    costed = cost_device_ops(trace, dev, launcher, spec)
+    roof = roofline(trace, dev, inside, costed, spec, steps.count)
+    kernels, classes = _kernel_tables(trace, dev, inside, kernel_costs(dev, costed, inside), spec)
+    step_time = float((end - start)[kept].sum()) * NS / max(steps.count, 1)
+    mfu_ = mfu(costed, dev, inside, step_time, steps.count, spec, model)
+    fusion = fusion_candidates(trace, dev, inside, costed, steps.count)
+    if spec is None:
+        warnings.append(
+            "unknown device: no peaks, so roofline bounds, % of roof and MFU are null "
+            "(name it with --device, or give a spec file with --spec)"
+        )
     unlaunched = int((dev.launch_ts == NO_LAUNCH).sum())
     if unlaunched and unlaunched == len(dev.ops):
         warnings.append(
@@ -70,7 +106,17 @@ def diagnose(trace: Trace, thresholds: Thresholds | None = None) -> Diagnosis:
     elif unlaunched > 0.05 * len(dev.ops):
         warnings.append(f"{unlaunched} of {len(dev.ops)} device ops have no launch record")
     return _result(
-        trace, _device(trace, dev), steps, bd, classes, thresholds, warnings, kernels=kernels
+        trace,
+        _device(trace, dev, spec),
+        steps,
+        bd,
+        classes,
+        thresholds,
+        warnings,
+        kernels=kernels,
+        roofline=roof,
+        mfu=mfu_,
+        fusion=fusion,
     )
 
 
@@ -85,6 +131,9 @@ def _result(
     *,
     kernels: list[KernelRow] | None = None,
     cpu: CpuActivity | None = None,
+    roofline: Roofline | None = None,
+    mfu: Mfu | None = None,
+    fusion: list[FusionCandidate] | None = None,
 ) -> Diagnosis:
     return Diagnosis(
         source=trace.source,
@@ -93,26 +142,39 @@ def _result(
         device=device,
         steps=steps,
         breakdown=bd,
-        verdict=decide(steps, bd, classes, thresholds),
+        verdict=decide(steps, bd, classes, thresholds, roofline),
         kernels=kernels or [],
         classes=classes,
         cpu=cpu,
+        roofline=roofline,
+        mfu=mfu or Mfu(value=None, basis="not computed"),
+        fusion=fusion or [],
         warnings=warnings,
     )
 
 
-def _device(trace: Trace, dev: DeviceOps) -> Device:
+def _device(trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> Device:
     name = None
     for props in trace.device_properties:
         if props.get("id") == dev.device and isinstance(props.get("name"), str):
             name = str(props["name"]).strip() or None
             break
     name = name or trace.device_name
+    if spec is not None:
+        note = f"peaks: {spec.name} ({spec.source.split(':', 1)[0]})"
+    elif name:
+        note = f"{name!r} matches no known device: figures that need its peaks are null"
+    else:
+        note = "the trace has no deviceProperties: device unknown"
     return Device(
         name=name,
         kind="gpu",
         index=dev.device,
-        note=None if name else "the trace has no deviceProperties: device unknown",
+        matched_spec=spec.name if spec else None,
+        spec_source=spec.source if spec else None,
+        peak_flops=dict(spec.peak_flops) if spec else None,
+        mem_bandwidth=spec.mem_bandwidth if spec else None,
+        note=note,
     )
 
 
@@ -194,12 +256,13 @@ def _in_windows(
 def _kernel_tables(
     trace: Trace,
     dev: DeviceOps,
-    start: npt.NDArray[np.int64],
-    end: npt.NDArray[np.int64],
+    inside: npt.NDArray[np.bool_],
+    costs: dict[int, KernelCost],
+    spec: DeviceSpec | None,
 ) -> tuple[list[KernelRow], list[ClassShare]]:
-    """Top kernels by GPU time and time per class, over the steady-state steps."""
+    """Top kernels by GPU time and time per class, over the steady-state steps; kernels whose
+    ops have a cost model get FLOPs, bytes and their place on the roofline."""
     ops = dev.ops
-    inside = _in_windows(ops.ts, start, end)
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
     total = float(dur.sum()) or 1.0
     class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
@@ -216,16 +279,26 @@ def _kernel_tables(
     count = np.bincount(inverse)
     first_cls = np.zeros(uniq.size, dtype=np.int8)
     first_cls[inverse] = cls
-    rows = [
-        KernelRow(
-            name=trace.strings[int(uniq[i])],
-            cls=CLASSES[int(first_cls[i])].value,
-            count=int(count[i]),
-            time_s=float(time[i]) * NS,
-            share=float(time[i]) / total,
+    rows = []
+    for i in np.argsort(-time)[:TOP_ROWS].tolist():
+        code = int(uniq[i])
+        kc = CLASSES[int(first_cls[i])]
+        roof = kernel_roof(trace.strings[code], kc, costs.get(code), spec)
+        rows.append(
+            KernelRow(
+                name=trace.strings[code],
+                cls=kc.value,
+                count=int(count[i]),
+                time_s=float(time[i]) * NS,
+                share=float(time[i]) / total,
+                flops=roof.flops,
+                bytes=roof.bytes,
+                ai=roof.ai,
+                bound=roof.bound,
+                pct_of_roof=roof.pct_of_roof,
+                bound_basis=roof.bound_basis,
+            )
         )
-        for i in np.argsort(-time)[:TOP_ROWS].tolist()
-    ]
     return rows, classes
 
 

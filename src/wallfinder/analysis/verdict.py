@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wallfinder.diagnosis import Breakdown, ClassShare, Question, Steps, Verdict
+from wallfinder.diagnosis import Breakdown, ClassShare, Question, Roofline, Steps, Verdict
 
 _CAUSE_TEXT = {
     "data_loading": "data loading (the GPU waits for the DataLoader)",
@@ -35,6 +35,8 @@ class Thresholds:
     min_matmul: float = 0.50
     """The busy time is in matmuls when GEMM, attention and convolution take at least this
     share of it; below it, the bandwidth wall decides."""
+    near_peak: float = 0.60
+    """The matmuls are near peak when their time-weighted % of roof is at least this."""
 
 
 def decide(
@@ -42,6 +44,7 @@ def decide(
     breakdown: Breakdown,
     classes: list[ClassShare],
     thresholds: Thresholds = Thresholds(),
+    roofline: Roofline | None = None,
 ) -> Verdict:
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
@@ -67,12 +70,7 @@ def decide(
             f"(matmul-bound at ≥ {thresholds.min_matmul:.0%})"
         ),
     )
-    q4 = Question(
-        question="Are the matmuls near peak?",
-        answer="unknown",
-        value=None,
-        detail="needs FLOP counts and the device's peak (not computed yet)",
-    )
+    q4 = _near_peak(roofline, thresholds)
     questions = [q1, q2, q3, q4]
     unstable = "" if q1.answer == "yes" else f"; step time is unstable (CV {steps.cv:.0%})"
     if q2.answer == "no":
@@ -104,12 +102,45 @@ def decide(
             ),
             questions=questions,
         )
+    if q4.answer == "yes":
+        cause = "at peak"
+    elif q4.answer == "no":
+        cause = "below peak: precision/shape/kernel"
+    else:
+        cause = "matmul-bound (how near peak: unknown)"
     return Verdict(
         wall="compute",
-        cause="matmul-bound (how near peak: not computed yet)",
+        cause=cause,
         reason=(
             f"the {device} is busy ({busy:.0%}) and {matmul:.0%} of busy time is in "
             f"matmuls{unstable}"
         ),
         questions=questions,
+    )
+
+
+def _near_peak(roofline: Roofline | None, thresholds: Thresholds) -> Question:
+    question = "Are the matmuls near peak?"
+    value = roofline.pct_of_roof_matmul if roofline else None
+    if value is None:
+        why = (
+            "the device is unknown"
+            if roofline is None or roofline.device is None
+            else "no matmul op with recorded shapes"
+        )
+        return Question(question=question, answer="unknown", value=None, detail=f"not known: {why}")
+    detail = (
+        f"matmul kernels run at {value:.0%} of their roof, time-weighted "
+        f"(near peak at ≥ {thresholds.near_peak:.0%})"
+    )
+    if roofline is not None and roofline.fp32_matmul_without_tensor_cores_share > 0.01:
+        detail += (
+            f"; {roofline.fp32_matmul_without_tensor_cores_share:.0%} of busy time is fp32 "
+            "matmul without tensor cores"
+        )
+    return Question(
+        question=question,
+        answer="yes" if value >= thresholds.near_peak else "no",
+        value=value,
+        detail=detail,
     )

@@ -7,16 +7,26 @@ import argparse
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import NoReturn
 
 from wallfinder import __version__
 from wallfinder.cli.commands import analyze as analyze_command
+from wallfinder.cli.commands import roofline as roofline_command
 from wallfinder.errors import WallfinderError
 
-COMMANDS = {"analyze": analyze_command}
+COMMANDS = {"analyze": analyze_command, "roofline": roofline_command}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors (a bad flag, a missing value) get one line and exit code 2, like every
+    other error; `--help` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"wallfinder: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="wallfinder",
         description="Find the wall a slow PyTorch job is hitting: compute, memory bandwidth, "
         "or communication/overhead.",
@@ -31,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else 0
     try:
         return int(COMMANDS[args.command].run(args))
     except WallfinderError as exc:

@@ -68,6 +68,11 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
     elif d.kernels:
         yield _classes(d)
         yield _kernels(d)
+    if d.roofline is not None:
+        yield _roofline(d)
+    if d.fusion:
+        yield _fusion(d)
+    yield _mfu(d)
     if d.ranks:
         yield _ranks(d)
     if d.warnings:
@@ -189,6 +194,105 @@ def _name_table(title: str, what: str, rows: Sequence[KernelRow | OpRow], d: Dia
             Text(r.name), r.cls, str(r.count), _pct(r.share), f"{r.time_s * 1e3 / steps:.2f}"
         )
     return table
+
+
+def _rate(value: float | None, unit: str) -> str:
+    if value is None:
+        return "?"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.1f} {prefix}{unit}"
+    return f"{value:.1f} {unit}"
+
+
+def _roofline(d: Diagnosis) -> Group:
+    r = d.roofline
+    assert r is not None
+    text = Text()
+    text.append("Roofline ", style="bold")
+    text.append(f"({r.device or 'unknown device: no roofs'}) ")
+    text.append(
+        f"busy time {_pct(r.compute_bound_share)} compute-bound, "
+        f"{_pct(r.bandwidth_bound_share)} bandwidth-bound, {_pct(r.unknown_bound_share)} "
+        f"neither (communication, other); {_pct(r.costed_share)} of it has a cost model"
+    )
+    for label, value in (
+        ("compute-bound kernels", r.pct_of_roof_compute),
+        ("bandwidth-bound kernels", r.pct_of_roof_bandwidth),
+    ):
+        if value is not None:
+            text.append(f"\n  {label} run at {_pct(value)} of their roof (time-weighted)")
+    if r.fp32_matmul_without_tensor_cores_share > 0:
+        text.append(
+            f"\n  {_pct(r.fp32_matmul_without_tensor_cores_share)} of busy time "
+            f"({r.fp32_matmul_without_tensor_cores_s * 1e3:.2f} ms/step) is fp32 matmul on "
+            "kernels without tensor cores: enable TF32 or use bf16 autocast",
+            style="bold",
+        )
+    table = Table(title="Top ops on the roofline", title_justify="left", show_edge=False)
+    table.add_column("op", overflow="ellipsis", no_wrap=True, max_width=28)
+    table.add_column("shapes", overflow="ellipsis", no_wrap=True, max_width=22)
+    table.add_column("dtype", no_wrap=True)
+    table.add_column("ms/step", justify="right", no_wrap=True)
+    table.add_column("AI", justify="right", no_wrap=True)
+    table.add_column("achieved", justify="right", no_wrap=True)
+    table.add_column("bound", no_wrap=True)
+    table.add_column("of roof", justify="right", no_wrap=True)
+    steps = max(d.steps.count, 1)
+    for o in r.ops:
+        table.add_row(
+            Text(o.name),
+            Text(o.shapes),
+            o.dtype,
+            f"{o.time_s * 1e3 / steps:.2f}",
+            "?" if o.ai is None else f"{o.ai:.1f}",
+            _rate(o.achieved_flops, "FLOP/s") if o.flops else _rate(o.achieved_bandwidth, "B/s"),
+            o.bound or "?",
+            "?" if o.pct_of_roof is None else _pct(o.pct_of_roof),
+        )
+    return Group(text, table)
+
+
+def _fusion(d: Diagnosis) -> Table:
+    table = Table(
+        title="Fusion candidates (repeated runs of memory-bound kernels; saving is an upper bound)",
+        title_justify="left",
+        show_edge=False,
+    )
+    table.add_column("kernels", overflow="ellipsis", no_wrap=True, max_width=44)
+    table.add_column("ops", overflow="ellipsis", no_wrap=True, max_width=24)
+    table.add_column("runs/step", justify="right", no_wrap=True)
+    table.add_column("ms/step", justify="right", no_wrap=True)
+    table.add_column("saves ≤ ms/step", justify="right", no_wrap=True)
+    for c in d.fusion:
+        table.add_row(
+            Text(" → ".join(_short(k) for k in c.kernels)),
+            Text(", ".join(c.ops) or "?"),
+            f"{c.occurrences_per_step:.0f}",
+            f"{c.time_s * 1e3:.2f}",
+            f"{c.max_saving_s * 1e3:.2f}",
+        )
+    return table
+
+
+def _short(kernel: str) -> str:
+    """A kernel name without its return type and parameter list (the JSON has it whole)."""
+    name = kernel.removeprefix("void ")
+    return name.split("(", 1)[0] if "(" in name else name
+
+
+def _mfu(d: Diagnosis) -> Text:
+    m = d.mfu
+    text = Text()
+    text.append("MFU ", style="bold")
+    if m.value is None:
+        text.append(f"unknown — {m.basis}")
+    else:
+        text.append(
+            f"{_pct(m.value)} ({_rate(m.achieved_flops, 'FLOP/s')} of "
+            f"{_rate(m.peak_flops, 'FLOP/s')} {m.dtype} peak) — {m.basis}"
+        )
+    return text
 
 
 def _ranks(d: Diagnosis) -> Table:

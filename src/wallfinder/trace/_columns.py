@@ -134,9 +134,7 @@ class Chunk:
     ints: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     input_dims: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     input_type: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
-    concrete_inputs: npt.NDArray[np.int32] = field(
-        default_factory=lambda: np.empty(0, np.int32)
-    )
+    concrete_inputs: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     strings: list[Scalar] = field(default_factory=list)
     ids: list[Scalar] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wallfinder.api import analyze
+from wallfinder.analysis import ModelFlops
+from wallfinder.api import Options, analyze
 from wallfinder.errors import WallfinderError
 from wallfinder.report import FORMATS, render
 from wallfinder.trace import Progress
@@ -27,11 +28,54 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="processes for parsing (default: one per core)"
     )
+    add_device_options(parser)
+    model = parser.add_argument_group(
+        "model (for true MFU; without these, MFU counts the trace's matmul FLOPs)"
+    )
+    model.add_argument("--model-flops", type=_positive, help="model FLOPs per training step")
+    model.add_argument("--params", type=_positive, help="parameter count N (MFU from 6·N·T)")
+    model.add_argument("--tokens-per-step", type=_positive, help="tokens per step T")
+    model.add_argument("--seq-len", type=_positive, help="sequence length (attention FLOPs)")
+    model.add_argument("--layers", type=_positive, help="number of layers (attention FLOPs)")
+    model.add_argument("--hidden", type=_positive, help="hidden size (attention FLOPs)")
+
+
+def add_device_options(parser: argparse.ArgumentParser) -> None:
+    device = parser.add_argument_group("device")
+    device.add_argument(
+        "--device", help="the device's name or spec key, when the trace's is unknown or wrong"
+    )
+    device.add_argument(
+        "--spec", type=Path, help="a TOML file with the device's peaks and bandwidth"
+    )
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """The analysis options the flags describe."""
+    model = ModelFlops(
+        flops_per_step=args.model_flops,
+        params=args.params,
+        tokens_per_step=args.tokens_per_step,
+        seq_len=args.seq_len,
+        layers=args.layers,
+        hidden=args.hidden,
+    )
+    return Options(device=args.device, spec_file=args.spec, model=model)
 
 
 def run(args: argparse.Namespace) -> int:
     with _progress(args.path) as progress:
-        diagnosis = analyze(args.path, progress=progress, workers=args.workers)
+        diagnosis = analyze(args.path, options_from(args), progress=progress, workers=args.workers)
     text = render(diagnosis, args.format)
     if args.output:
         try:

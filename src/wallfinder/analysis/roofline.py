@@ -1,0 +1,508 @@
+"""Roofline: each costed op's kernels against the device's roofs, and MFU.
+
+An op's kernels are found by External id (a kernel carries the id of the innermost CPU op that
+launched it). Ops are grouped by signature (name, input shapes, dtypes, scalar inputs): a group's
+GPU time is the union of its kernels' intervals, its FLOPs and bytes are the cost model's per
+call times the calls. Kernels take their op's cost in proportion to their duration when an op
+launches several. Nothing is invented: an op with no cost model, or no shapes, has unknown
+FLOPs, and its kernels get the bound of their class, said so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
+from wallfinder.analysis.gpu import CLASSES, DeviceOps
+from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.steps import NO_LAUNCH
+from wallfinder.cost import Cost, op_cost
+from wallfinder.diagnosis import Mfu, OpRoofRow, Roofline
+from wallfinder.hardware import DeviceSpec
+from wallfinder.trace import NONE, Events, Kind, Trace
+
+NS = 1e-9
+TOP_OPS = 15
+_MATMUL = np.array([c in MATMUL_CLASSES for c in CLASSES])
+_BANDWIDTH_CLASSES = np.array(
+    [
+        c not in MATMUL_CLASSES and c not in (KernelClass.COMMUNICATION, KernelClass.OTHER)
+        for c in CLASSES
+    ]
+)
+
+# Kernel names that show tensor-core (matrix unit) use for fp32 inputs, i.e. TF32 or a
+# lower-precision path: Ampere+ "tensorop"/"xmma" kernels, cuBLASLt nvjet, the s1688/s16816
+# TF32 tiles, hipBLASLt/Tensile xf32, CUTLASS tf32.
+_TENSOR_CORE_HINTS = ("tf32", "tensorop", "xmma", "nvjet", "s1688", "s16816", "xf32", "wmma", "mma")
+
+
+@dataclass(frozen=True)
+class Costed:
+    """Per device op (row of `DeviceOps.ops`): its share of its launching op's cost."""
+
+    flops: npt.NDArray[np.float64]  # NaN where unknown
+    bytes: npt.NDArray[np.float64]
+    group: npt.NDArray[np.int64]  # op signature group, NONE where unknown
+    dtype: list[str]  # per group: the dtype whose peak applies (TF32 on tensor cores)
+    costs: list[Cost]  # per group (the cost of one call)
+    names: list[str]  # per group: op name
+    shapes: list[str]  # per group: input dims as recorded
+    launcher: npt.NDArray[np.int64]  # per device op: row of its launching CPU op, or NONE
+
+
+def cost_device_ops(
+    trace: Trace, dev: DeviceOps, launcher: npt.NDArray[np.int64], spec: DeviceSpec | None
+) -> Costed:
+    """Each kernel's share of its launching op's cost (`launcher`: from `launching_ops`)."""
+    ops = dev.ops
+    n = len(ops)
+    flops = np.full(n, np.nan)
+    nbytes = np.full(n, np.nan)
+    group = np.full(n, NONE, dtype=np.int64)
+    cpu = trace.of_kind(Kind.CPU_OP)
+    if not (cpu.input_dims > 0).any() or n == 0:
+        return Costed(flops, nbytes, group, [], [], [], [], launcher)
+    op_row = launcher.copy()
+    op_row[ops.kind != Kind.KERNEL] = NONE
+    hit = op_row >= 0
+    hit[hit] = cpu.input_dims[op_row[hit]] > 0
+    op_row[~hit] = NONE
+
+    # Cost each distinct signature once: traces repeat the same shapes thousands of times.
+    rows = op_row[hit]
+    signature = np.ascontiguousarray(
+        np.stack(
+            [cpu.name[rows], cpu.input_dims[rows], cpu.input_type[rows], cpu.concrete_inputs[rows]],
+            axis=1,
+        ).astype(np.int32)
+    )
+    # One 16-byte key per signature: a 1-D unique is far cheaper than a row-wise one.
+    keys = signature.view(np.dtype((np.void, signature.shape[1] * 4))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    uniq = signature[first]
+    inverse = inverse.reshape(-1)
+    costs: list[Cost] = []
+    names: list[str] = []
+    shapes: list[str] = []
+    group_of_sig = np.full(uniq.shape[0], NONE, dtype=np.int64)
+    for i, (name, dims, types, concrete) in enumerate(uniq.tolist()):
+        cost = op_cost(trace.strings[name], trace.raw[dims], trace.raw[types], trace.raw[concrete])
+        if cost is None:
+            continue
+        group_of_sig[i] = len(costs)
+        costs.append(cost)
+        names.append(trace.strings[name])
+        shapes.append(trace.raw[dims].decode("utf-8", "replace"))
+    hit_rows = np.flatnonzero(hit)
+    group[hit_rows] = group_of_sig[inverse]
+    known = group >= 0
+    if not known.any():
+        return Costed(flops, nbytes, group, [], [], [], [], launcher)
+    # Split each op call's cost over its kernels by duration.
+    call = np.where(known, op_row, NONE)
+    dur = ops.dur.astype(np.float64)
+    call_ids, call_inverse = np.unique(call[known], return_inverse=True)
+    call_time = np.bincount(call_inverse, weights=dur[known])
+    share = np.divide(
+        dur[known],
+        call_time[call_inverse],
+        out=np.zeros(int(known.sum())),
+        where=call_time[call_inverse] > 0,
+    )
+    del call_ids
+    per_group_flops = np.array([c.flops for c in costs])
+    per_group_bytes = np.array([c.bytes for c in costs])
+    flops[known] = per_group_flops[group[known]] * share
+    nbytes[known] = per_group_bytes[group[known]] * share
+    # The dtype whose peak applies, judged from each group's longest kernel.
+    dtypes = []
+    for g, cost in enumerate(costs):
+        rows_g = np.flatnonzero(group == g)
+        longest = rows_g[np.argmax(ops.dur[rows_g])] if rows_g.size else None
+        kernel = trace.strings[int(ops.name[longest])] if longest is not None else ""
+        dtypes.append(effective_dtype(cost.dtype, kernel, spec))
+    return Costed(flops, nbytes, group, dtypes, costs, names, shapes, launcher)
+
+
+MAX_STEPS_BACK = 64
+"""How many ended sibling ops the containment search steps over before giving up."""
+
+
+def launching_ops(cpu: Events, dev: DeviceOps) -> npt.NDArray[np.int64]:
+    """For each device op, the row in `cpu` (CPU ops sorted by start) of the op that launched
+    it, or NONE.
+
+    Kineto gives a kernel the External id of the innermost CPU op around its launch, which
+    joins them directly. Older traces reuse the correlation id as the External id of kernels
+    and runtime calls; there the launching op is found by time instead: the innermost CPU op
+    on the launching thread that encloses the launch call.
+    """
+    ops = dev.ops
+    rows = np.full(len(ops), NONE, dtype=np.int64)
+    known = cpu.external_id >= 0
+    if known.any():
+        ext = cpu.external_id[known]
+        order = np.argsort(ext, kind="stable")
+        ext, where = ext[order], np.flatnonzero(known)[order]
+        pos = np.clip(np.searchsorted(ext, ops.external_id), 0, ext.size - 1)
+        hit = (ops.external_id >= 0) & (ext[pos] == ops.external_id)
+        rows[hit] = where[pos[hit]]
+    missing = np.flatnonzero((rows == NONE) & (dev.launch_ts != NO_LAUNCH))
+    if missing.size and len(cpu):
+        rows[missing] = _enclosing(cpu, dev.launch_thread[missing], dev.launch_ts[missing])
+    return rows
+
+
+def _enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
+    """Row of the innermost CPU op on `thread` that encloses time `t` (NONE if none)."""
+    key = (cpu.pid.astype(np.int64) << 32) | cpu.tid.astype(np.int64)
+    threads, rank = np.unique(key, return_inverse=True)
+    base = int(cpu.ts.min())
+    span = int(max(cpu.end.max(), t.max()) - base) + 1
+    combined = rank.astype(np.int64) * span + (cpu.ts - base)
+    order = np.argsort(combined, kind="stable")
+    sorted_key = combined[order]
+    q_rank = np.searchsorted(threads, thread)
+    valid = (q_rank < threads.size) & (threads[np.minimum(q_rank, threads.size - 1)] == thread)
+    q = q_rank.astype(np.int64) * span + (t - base)
+    i = np.searchsorted(sorted_key, q, side="right") - 1
+    out = np.full(t.size, NONE, dtype=np.int64)
+    todo = valid & (i >= 0)
+    ends = cpu.end[order]
+    same_thread_start = q_rank.astype(np.int64) * span
+    for _ in range(MAX_STEPS_BACK):
+        if not todo.any():
+            break
+        idx = np.flatnonzero(todo)
+        cand = i[idx]
+        inside_thread = sorted_key[cand] >= same_thread_start[idx]
+        contains = inside_thread & (ends[cand] >= t[idx])
+        found = idx[contains]
+        out[found] = order[i[found]]
+        # Not enclosing: an ended sibling (step back to an earlier op), or another thread.
+        todo[found] = False
+        todo[idx[~inside_thread]] = False
+        i[idx[~contains & inside_thread]] -= 1
+        todo &= i >= 0
+    return out
+
+
+def effective_dtype(dtype: str, kernel_name: str, spec: DeviceSpec | None) -> str:
+    """The dtype whose peak applies: an fp32 matmul on a tensor-core kernel runs as TF32."""
+    if dtype == "fp32" and spec is not None and spec.tensor_cores:
+        lowered = kernel_name.lower()
+        if any(h in lowered for h in _TENSOR_CORE_HINTS) and spec.peak("tf32") is not None:
+            return "tf32"
+    return dtype
+
+
+def roofline(
+    trace: Trace,
+    dev: DeviceOps,
+    inside: npt.NDArray[np.bool_],
+    costed: Costed,
+    spec: DeviceSpec | None,
+    steps: int,
+) -> Roofline:
+    """Where the busy time sits on the roofline, over the device ops in `inside` (the
+    steady-state steps)."""
+    ops = dev.ops
+    dur = ops.dur.astype(np.float64) * inside
+    busy = float(dur[ops.kind == Kind.KERNEL].sum()) or 1.0
+    is_kernel = ops.kind == Kind.KERNEL
+    groups = costed.group
+    rows: list[OpRoofRow] = []
+    kernel_bound = np.zeros(len(ops), dtype=np.int8)  # 0 unknown, 1 compute, 2 bandwidth
+    pct = np.full(len(ops), np.nan)
+    fp32_no_tc = 0.0
+    if costed.costs:
+        # Union of each group's kernel intervals: groups shifted apart on one time axis.
+        sel = inside & is_kernel & (groups >= 0)
+        g = groups[sel]
+        base = int(ops.ts.min())
+        span = int(ops.end.max()) - base + 1
+        shift = g * span - base  # group g's times land in [g * span, (g + 1) * span)
+        cov = Coverage.of(ops.ts[sel] + shift, ops.end[sel] + shift)
+        merged_group = (cov.starts // span).astype(np.int64)
+        union = np.bincount(
+            merged_group, weights=(cov.ends - cov.starts), minlength=len(costed.costs)
+        )
+        calls = _calls_per_group(costed.launcher, sel, groups)
+        for gi, cost in enumerate(costed.costs):
+            t = float(union[gi]) * NS
+            if t <= 0:
+                continue
+            in_group = sel & (groups == gi)
+            dtype = costed.dtype[gi]
+            n_calls = int(calls[gi])
+            flops = cost.flops * n_calls
+            nbytes = cost.bytes * n_calls
+            row = _roof_row(
+                costed.names[gi], costed.shapes[gi], dtype, n_calls, t, flops, nbytes, spec
+            )
+            rows.append(row)
+            b = 1 if row.bound == "compute" else 2 if row.bound == "bandwidth" else 0
+            kernel_bound[in_group] = b
+            if row.pct_of_roof is not None:
+                pct[in_group] = row.pct_of_roof
+            if (
+                cost.model in ("gemm", "conv", "attention")
+                and cost.dtype == "fp32"
+                and dtype == "fp32"
+                and spec is not None
+                and spec.tensor_cores
+            ):
+                fp32_no_tc += float(dur[in_group].sum()) * NS
+    # Kernels with no cost: the bound of their class.
+    unknown = is_kernel & (kernel_bound == 0)
+    kernel_bound[unknown & _MATMUL[dev.cls]] = 1
+    kernel_bound[unknown & _BANDWIDTH_CLASSES[dev.cls]] = 2
+    weights = dur * is_kernel
+    compute_t = float(weights[kernel_bound == 1].sum())
+    bandwidth_t = float(weights[kernel_bound == 2].sum())
+    costed_t = float(weights[np.isfinite(pct)].sum())
+    rows.sort(key=lambda r: -r.time_s)
+    return Roofline(
+        device=spec.name if spec else None,
+        ridge=_ridges(spec),
+        compute_bound_share=compute_t / busy,
+        bandwidth_bound_share=bandwidth_t / busy,
+        unknown_bound_share=max(0.0, 1.0 - (compute_t + bandwidth_t) / busy),
+        costed_share=costed_t / busy,
+        pct_of_roof_compute=_weighted(pct, weights, kernel_bound == 1),
+        pct_of_roof_bandwidth=_weighted(pct, weights, kernel_bound == 2),
+        pct_of_roof_matmul=_weighted(pct, weights, _MATMUL[dev.cls]),
+        fp32_matmul_without_tensor_cores_s=fp32_no_tc / max(steps, 1),
+        fp32_matmul_without_tensor_cores_share=fp32_no_tc / (busy * NS),
+        ops=rows[:TOP_OPS],
+    )
+
+
+def _calls_per_group(
+    launcher: npt.NDArray[np.int64], sel: npt.NDArray[np.bool_], groups: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Op calls per group: distinct launching ops among the group's kernels."""
+    calls = launcher[sel]
+    g = groups[sel]
+    if g.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    pairs = np.unique(g * (int(calls.max()) + 1) + calls)
+    return np.bincount(pairs // (int(calls.max()) + 1), minlength=int(groups.max()) + 1)
+
+
+def _roof_row(
+    name: str,
+    shapes: str,
+    dtype: str,
+    calls: int,
+    time_s: float,
+    flops: float,
+    nbytes: float,
+    spec: DeviceSpec | None,
+) -> OpRoofRow:
+    ai = flops / nbytes if nbytes > 0 else None
+    peak = spec.peak(dtype) if spec else None
+    bandwidth = spec.mem_bandwidth if spec else None
+    ridge = spec.ridge(dtype) if spec else None
+    bound = None
+    pct = None
+    if ai is not None and ridge is not None:
+        bound = "compute" if ai >= ridge else "bandwidth"
+    elif flops == 0 and nbytes > 0:
+        bound = "bandwidth"
+    if peak and bandwidth:
+        floor = max(flops / peak, nbytes / bandwidth)
+        pct = min(1.0, floor / time_s) if time_s > 0 else None
+    elif bandwidth and flops == 0:
+        pct = min(1.0, (nbytes / bandwidth) / time_s) if time_s > 0 else None
+    return OpRoofRow(
+        name=name,
+        shapes=shapes,
+        dtype=dtype,
+        calls=calls,
+        time_s=time_s,
+        flops=flops,
+        bytes=nbytes,
+        ai=ai,
+        achieved_flops=flops / time_s,
+        achieved_bandwidth=nbytes / time_s,
+        ridge=ridge,
+        bound=bound,
+        pct_of_roof=pct,
+    )
+
+
+def _weighted(
+    values: npt.NDArray[np.float64], weights: npt.NDArray[np.float64], mask: npt.NDArray[np.bool_]
+) -> float | None:
+    ok = mask & np.isfinite(values) & (weights > 0)
+    total = float(weights[ok].sum())
+    return float((values[ok] * weights[ok]).sum() / total) if total > 0 else None
+
+
+def _ridges(spec: DeviceSpec | None) -> dict[str, float]:
+    if spec is None:
+        return {}
+    out = {}
+    for dtype in spec.peak_flops:
+        ridge = spec.ridge(dtype)
+        if ridge is not None:
+            out[dtype] = ridge
+    return out
+
+
+KernelCost = tuple[float, float, float, str]
+"""FLOPs, bytes, time (ns) and dtype of a kernel name's costed instances."""
+
+
+def kernel_costs(
+    dev: DeviceOps, costed: Costed, inside: npt.NDArray[np.bool_]
+) -> dict[int, KernelCost]:
+    """Per kernel name code, over its costed instances in `inside`; the dtype is that of the
+    op group that gives it most FLOPs."""
+    ok = inside & np.isfinite(costed.flops)
+    names = dev.ops.name[ok]
+    if names.size == 0:
+        return {}
+    uniq, inverse = np.unique(names, return_inverse=True)
+    f = np.bincount(inverse, weights=costed.flops[ok])
+    b = np.bincount(inverse, weights=costed.bytes[ok])
+    t = np.bincount(inverse, weights=dev.ops.dur[ok].astype(np.float64))
+    top = np.zeros(uniq.size, dtype=np.int64)
+    best = np.full(uniq.size, -1.0)
+    for k, g, fl in zip(
+        inverse.tolist(), costed.group[ok].tolist(), costed.flops[ok].tolist(), strict=True
+    ):
+        if fl > best[k]:
+            best[k], top[k] = fl, g
+    return {
+        int(c): (float(f[i]), float(b[i]), float(t[i]), costed.dtype[int(top[i])])
+        for i, c in enumerate(uniq.tolist())
+    }
+
+
+@dataclass(frozen=True)
+class ModelFlops:
+    """What the user says about the model, for true MFU (all optional)."""
+
+    flops_per_step: float | None = None
+    params: float | None = None
+    tokens_per_step: float | None = None
+    seq_len: float | None = None
+    layers: float | None = None
+    hidden: float | None = None
+
+    def per_step(self) -> tuple[float, str] | None:
+        """Model FLOPs per step and how they were obtained, or None."""
+        if self.flops_per_step is not None:
+            return self.flops_per_step, "model FLOPs per step given by the user"
+        if self.params is not None and self.tokens_per_step is not None:
+            flops = 6.0 * self.params * self.tokens_per_step
+            basis = "6·N·T (parameters × tokens per step, forward + backward)"
+            if self.seq_len and self.layers and self.hidden:
+                flops += 12.0 * self.layers * self.hidden * self.seq_len * self.tokens_per_step
+                basis += " + 12·L·H·S·T attention"
+            return flops, basis
+        return None
+
+
+def mfu(
+    costed: Costed,
+    dev: DeviceOps,
+    inside: npt.NDArray[np.bool_],
+    step_time_s: float,
+    steps: int,
+    spec: DeviceSpec | None,
+    model: ModelFlops,
+) -> Mfu:
+    """MFU = model FLOPs per step / step time / peak of the dtype in use."""
+    matmul = inside & _MATMUL[dev.cls] & np.isfinite(costed.flops)
+    counted = float(costed.flops[matmul].sum()) / max(steps, 1)
+    dtype = _main_dtype(costed, matmul)
+    given = model.per_step()
+    if given is not None:
+        flops, basis = given
+    elif counted > 0:
+        flops = counted
+        basis = (
+            "FLOPs of the matmul-class ops counted from the trace (recomputation included, "
+            "so closer to hardware FLOPs utilisation)"
+        )
+    else:
+        return Mfu(value=None, basis="unknown: no matmul op with recorded shapes in the trace")
+    peak = spec.peak(dtype) if spec and dtype else None
+    if peak is None or step_time_s <= 0:
+        why = "the device is unknown" if spec is None else f"no {dtype} peak for the device"
+        return Mfu(
+            value=None,
+            basis=f"{basis}; not computed: {why}",
+            flops_per_step=flops,
+            dtype=dtype,
+        )
+    achieved = flops / step_time_s
+    return Mfu(
+        value=achieved / peak,
+        basis=basis,
+        flops_per_step=flops,
+        achieved_flops=achieved,
+        peak_flops=peak,
+        dtype=dtype,
+    )
+
+
+def _main_dtype(costed: Costed, rows: npt.NDArray[np.bool_]) -> str | None:
+    """The dtype carrying most of the matmul FLOPs."""
+    if not rows.any():
+        return None
+    by_dtype: dict[str, float] = {}
+    for g, f in zip(costed.group[rows].tolist(), costed.flops[rows].tolist(), strict=True):
+        d = costed.dtype[g]
+        by_dtype[d] = by_dtype.get(d, 0.0) + f
+    return max(by_dtype, key=lambda d: by_dtype[d])
+
+
+_CLASS_BOUND = dict.fromkeys(MATMUL_CLASSES, "compute") | {
+    c: "bandwidth"
+    for c in KernelClass
+    if c not in MATMUL_CLASSES and c not in (KernelClass.COMMUNICATION, KernelClass.OTHER)
+}
+
+
+@dataclass(frozen=True)
+class KernelRoof:
+    """The roofline fields of a kernel row."""
+
+    flops: float | None = None
+    bytes: float | None = None
+    ai: float | None = None
+    bound: str | None = None
+    pct_of_roof: float | None = None
+    bound_basis: str | None = None
+
+
+def kernel_roof(
+    name: str,
+    cls: KernelClass,
+    cost: KernelCost | None,
+    spec: DeviceSpec | None,
+) -> KernelRoof:
+    """From its ops' cost when known (FLOPs, bytes and time of its costed instances), else
+    only the bound of its class."""
+    if cost is None or cost[2] <= 0:
+        bound = _CLASS_BOUND.get(cls)
+        return KernelRoof(bound=bound, bound_basis="class" if bound else None)
+    flops, nbytes, time_ns, dtype = cost
+    row = _roof_row(name, "", dtype, 1, time_ns * NS, flops, nbytes, spec)
+    return KernelRoof(
+        flops=flops,
+        bytes=nbytes,
+        ai=row.ai,
+        bound=row.bound or _CLASS_BOUND.get(cls),
+        pct_of_roof=row.pct_of_roof,
+        bound_basis="cost model" if row.bound else "class",
+    )

@@ -1,0 +1,101 @@
+"""`wallfinder roofline`: the roofline calculator for an op, a shape and a dtype on a device."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from wallfinder.analysis.calculator import calculate, cost_of, fusion
+from wallfinder.cli.commands.analyze import add_device_options
+from wallfinder.diagnosis import Calculation
+from wallfinder.errors import WallfinderError
+from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file
+
+HELP = "AI, ridge, bound, attainable FLOP/s and time floor for an op on a device"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 32,2048,4096: {text!r}") from None
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    add_device_options(parser)
+    parser.add_argument("--dtype", default="bf16", help="fp64, fp32, tf32, bf16, fp16, fp8, int8")
+    parser.add_argument("--op", help="an op: matmul, gelu, add, softmax, layer_norm, ...")
+    parser.add_argument("--shape", type=_ints, default=(), help="tensor shape, e.g. 32,2048,4096")
+    parser.add_argument("--mnk", type=_ints, help="matmul sizes M,N,K")
+    parser.add_argument("--flops-per-element", type=float, help="FLOPs per element (--op)")
+    parser.add_argument("--flops", type=float, help="FLOPs, with --bytes, instead of --op")
+    parser.add_argument("--bytes", type=float, help="bytes moved, with --flops")
+    parser.add_argument("--fuse", help="a chain of pointwise ops on --shape, e.g. gelu,mul,add")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def _spec(args: argparse.Namespace) -> DeviceSpec:
+    if args.spec is not None:
+        return load_spec_file(args.spec)
+    if args.device is None:
+        raise WallfinderError("name the device with --device (e.g. h100-sxm) or give --spec FILE")
+    return get_spec(args.device)
+
+
+def compute(args: argparse.Namespace) -> Calculation:
+    spec = _spec(args)
+    dtype = args.dtype
+    if args.fuse:
+        return fusion(spec, dtype, [op.strip() for op in args.fuse.split(",")], args.shape)
+    if args.flops is not None or args.bytes is not None:
+        if args.flops is None or args.bytes is None:
+            raise WallfinderError("--flops and --bytes go together")
+        return calculate(spec, dtype, args.flops, args.bytes, what="given FLOPs and bytes")
+    if args.op is None and args.mnk is None:
+        raise WallfinderError(
+            "say what to compute: --op (with --shape or --mnk), --flops and --bytes, or --fuse"
+        )
+    op = args.op or "matmul"
+    mnk = None
+    if args.mnk is not None:
+        if len(args.mnk) != 3:
+            raise WallfinderError(f"--mnk takes three sizes M,N,K, got {list(args.mnk)}")
+        mnk = (args.mnk[0], args.mnk[1], args.mnk[2])
+    cost = cost_of(op, dtype, shape=args.shape, mnk=mnk, flops_per_element=args.flops_per_element)
+    what = f"{op} {list(mnk) if mnk else list(args.shape)}"
+    return calculate(spec, dtype, cost.flops, cost.bytes, what=what)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = compute(args)
+    if args.format == "json":
+        sys.stdout.write(result.to_json() + "\n")
+    else:
+        sys.stdout.write(render(result))
+    return 0
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def render(c: Calculation) -> str:
+    lines = [
+        f"{c.what} · {c.dtype} on {c.device} ({c.source})",
+        f"  FLOPs {_si(c.flops, 'FLOP')}, bytes {_si(c.bytes, 'B')}, "
+        f"arithmetic intensity {'∞' if c.ai is None else f'{c.ai:.3g}'} FLOP/B",
+        f"  ridge {c.ridge:.3g} FLOP/B ({_si(c.peak_flops, 'FLOP/s')} / "
+        f"{_si(c.mem_bandwidth, 'B/s')}): {c.bound}-bound",
+        f"  attainable {_si(c.attainable_flops, 'FLOP/s')} "
+        f"({c.utilisation_of_peak:.1%} of peak); time floor {c.time_floor_s * 1e6:.3g} µs",
+    ]
+    if c.fused_bytes is not None and c.time_saved_s is not None:
+        lines.append(
+            f"  fused: {_si(c.fused_bytes, 'B')} instead of {_si(c.bytes, 'B')}, time floor "
+            f"{(c.time_floor_s - c.time_saved_s) * 1e6:.3g} µs: saves "
+            f"{c.time_saved_s * 1e6:.3g} µs per call"
+        )
+    return "\n".join(lines) + "\n"
