@@ -226,27 +226,27 @@ def _roofline(d: Diagnosis) -> Group:
         text.append(
             f"\n  {_pct(r.fp32_matmul_without_tensor_cores_share)} of busy time "
             f"({r.fp32_matmul_without_tensor_cores_s * 1e3:.2f} ms/step) is fp32 matmul on "
-            "kernels without tensor cores: enable TF32 or use bf16 autocast",
+            f"kernels without tensor cores: {_tensor_core_fix(d)}",
             style="bold",
         )
     table = Table(title="Top ops on the roofline", title_justify="left", show_edge=False)
-    table.add_column("op", overflow="ellipsis", no_wrap=True, max_width=28)
-    table.add_column("shapes", overflow="ellipsis", no_wrap=True, max_width=22)
-    table.add_column("dtype", no_wrap=True)
-    table.add_column("ms/step", justify="right", no_wrap=True)
-    table.add_column("AI", justify="right", no_wrap=True)
-    table.add_column("achieved", justify="right", no_wrap=True)
-    table.add_column("bound", no_wrap=True)
-    table.add_column("of roof", justify="right", no_wrap=True)
+    table.add_column("op and input shapes", overflow="ellipsis", no_wrap=True, max_width=34)
+    table.add_column("dtype", no_wrap=True, min_width=5)
+    table.add_column("ms/step", justify="right", no_wrap=True, min_width=7)
+    table.add_column("AI", justify="right", no_wrap=True, min_width=6)
+    table.add_column("achieved", justify="right", no_wrap=True, min_width=12)
+    table.add_column("bound", no_wrap=True, min_width=9)
+    table.add_column("of roof", justify="right", no_wrap=True, min_width=7)
     steps = max(d.steps.count, 1)
     for o in r.ops:
+        # The rate of the roof the op is under: FLOP/s when compute-bound, bytes/s otherwise.
+        compute = o.bound == "compute" or (o.bound is None and o.flops > 0)
         table.add_row(
-            Text(o.name),
-            Text(o.shapes),
+            Text(f"{o.name} {o.shapes.replace(' ', '')}"),
             o.dtype,
             f"{o.time_s * 1e3 / steps:.2f}",
-            "?" if o.ai is None else f"{o.ai:.1f}",
-            _rate(o.achieved_flops, "FLOP/s") if o.flops else _rate(o.achieved_bandwidth, "B/s"),
+            "?" if o.ai is None else f"{o.ai:.3g}",
+            _rate(o.achieved_flops, "FLOP/s") if compute else _rate(o.achieved_bandwidth, "B/s"),
             o.bound or "?",
             "?" if o.pct_of_roof is None else _pct(o.pct_of_roof),
         )
@@ -259,11 +259,11 @@ def _fusion(d: Diagnosis) -> Table:
         title_justify="left",
         show_edge=False,
     )
-    table.add_column("kernels", overflow="ellipsis", no_wrap=True, max_width=44)
-    table.add_column("ops", overflow="ellipsis", no_wrap=True, max_width=24)
-    table.add_column("runs/step", justify="right", no_wrap=True)
-    table.add_column("ms/step", justify="right", no_wrap=True)
-    table.add_column("saves ≤ ms/step", justify="right", no_wrap=True)
+    table.add_column("kernels", overflow="ellipsis", no_wrap=True, max_width=34)
+    table.add_column("ops", overflow="ellipsis", no_wrap=True, max_width=18)
+    table.add_column("runs/step", justify="right", no_wrap=True, min_width=9)
+    table.add_column("ms/step", justify="right", no_wrap=True, min_width=7)
+    table.add_column("saves ≤ ms", justify="right", no_wrap=True, min_width=10)
     for c in d.fusion:
         table.add_row(
             Text(" → ".join(_short(k) for k in c.kernels)),
@@ -276,9 +276,22 @@ def _fusion(d: Diagnosis) -> Table:
 
 
 def _short(kernel: str) -> str:
-    """A kernel name without its return type and parameter list (the JSON has it whole)."""
-    name = kernel.removeprefix("void ")
-    return name.split("(", 1)[0] if "(" in name else name
+    """A kernel name without its return type, namespaces' noise, template arguments and
+    parameter list (the JSON has it whole)."""
+    name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
+    for stop in ("<", "("):
+        name = name.split(stop, 1)[0]
+    return name.removeprefix("at::native::")
+
+
+def _tensor_core_fix(d: Diagnosis) -> str:
+    """What moves fp32 matmuls onto this device's tensor cores (the dtypes it has peaks for)."""
+    have = d.device.peak_flops or {}
+    if "tf32" in have:
+        return "allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or use bf16 autocast"
+    if "bf16" in have:
+        return "use bf16 autocast"
+    return "use fp16 autocast with a GradScaler (the device has no TF32 or bf16)"
 
 
 def _mfu(d: Diagnosis) -> Text:
