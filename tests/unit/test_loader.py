@@ -483,9 +483,29 @@ def test_parallel_parse_of_a_plain_file_in_regions_gives_the_serial_result(
     path = chunky_trace(300).write(tmp_path / "t.json")
     serial = load_trace(path, workers=1)
     monkeypatch.setattr(reader_module, "REGION", 2 << 10)
+    monkeypatch.setattr(reader_module, "TAIL", 1 << 10)
     pieces = list(reader_module.ChunkReader(path, regions=True).chunks())
     regions = [p for p in pieces if isinstance(p, reader_module.Region)]
     assert len(regions) > 20
     assert any(r.decode().problem is not None for r in regions), "no false cut was exercised"
     parallel = load_trace(path, workers=2)
     assert_same_trace(parallel, serial)
+
+
+def test_the_end_of_a_stream_is_cut_into_small_pieces_that_parse_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At the end of a gzip stream the reader keeps cutting (so workers, not the parent,
+    # decode the last megabytes); cuts there may fall inside names or past the array's end
+    # (into the keys after it) and must be undone like any false cut.
+    path = chunky_trace(300).write(tmp_path / "t.json.gz", tail_keys=True)
+    serial = load_trace(path, workers=1)
+    monkeypatch.setattr(reader_module, "BLOCK", 64 << 10)
+    monkeypatch.setattr(reader_module, "TAIL", 1 << 10)
+    pieces = list(reader_module.ChunkReader(path).chunks())
+    remainder = pieces[-1]
+    assert isinstance(remainder, reader_module.Remainder)
+    assert len(remainder.text) <= 8 << 10
+    assert sum(isinstance(p, reader_module.Cut) for p in pieces) > 10
+    assert_same_trace(load_trace(path, workers=2), serial)
+    assert_same_trace(load_trace(path, workers=1), serial)

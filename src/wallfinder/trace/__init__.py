@@ -65,8 +65,9 @@ def find_trace_files(path: str | Path) -> list[Path]:
     return [p]
 
 
-PARALLEL_FROM_BYTES = 96 << 20
-"""Traces with more JSON text than this are decoded by worker processes, chunk by chunk."""
+PARALLEL_FROM_BYTES = 32 << 20
+"""Traces with more JSON text than this are decoded by worker processes, chunk by chunk
+(measured on 2 cores: two workers are already ~6% faster at 50 MB)."""
 
 
 def load_trace(

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
+from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -179,17 +180,17 @@ def columns_of(decoded: list[Event]) -> Chunk:
     kind = kind_table[pair] if seen else np.empty(0, np.int8)
     original: npt.NDArray[np.intp] | None = None
     events: Any = decoded
-    # A non-string name (a number, null) is interned as is and made text by the assembler.
-    name = np.fromiter(map(strings.__getitem__, map(attrgetter("name"), decoded)), np.int32, seen)
     flows = kind == Kind.FLOW
     metadata = kind == Kind.METADATA
-    labels = _labels(decoded, np.flatnonzero(metadata & np.isin(name, _codes(strings))))
+    labels = _labels(_pick(decoded, np.flatnonzero(metadata))) if metadata.any() else {}
     dropped = flows | metadata
     if dropped.any():
         original = np.flatnonzero(~dropped)
         events = _pick(decoded, original) if original.size else ()
-        pair, kind, name = pair[original], kind[original], name[original]
+        pair, kind = pair[original], kind[original]
     n = len(events)
+    # A non-string name (a number, null) is interned as is and made text by the assembler.
+    name = np.fromiter(map(strings.__getitem__, map(attrgetter("name"), events)), np.int32, n)
     cat_of_pair = np.array([strings[c] for _, c in pair_codes], dtype=np.int32)
     cat = cat_of_pair[pair] if n else np.empty(0, np.int32)
     memory_name = strings.get("[memory]")
@@ -286,26 +287,17 @@ def _bytes(events: Sequence[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[n
     return out
 
 
-_LABEL_EVENTS = ("process_labels", "process_name")
+def _labels(metadata: Sequence[Event]) -> dict[Scalar, str]:
+    """Process labels ("GPU 0", "CPU") keyed by pid, from `process_labels` metadata events:
+    the only ones with `args.labels`. Read in C-level passes: some traces carry hundreds of
+    thousands of metadata events."""
+    values = list(map(attrgetter("args.labels"), metadata))
+    pids = list(map(attrgetter("pid"), metadata))
+    return dict(compress(zip(pids, values, strict=True), map(_is_str, values)))
 
 
-def _codes(strings: Interner) -> list[int]:
-    return [strings[k] for k in _LABEL_EVENTS if k in strings]
-
-
-def _labels(events: Sequence[Event], rows: npt.NDArray[np.intp]) -> dict[Scalar, str]:
-    """Process labels ("GPU 0", "CPU") from the metadata events at `rows`, keyed by pid."""
-    found: dict[Scalar, str] = {}
-    for i in rows.tolist():
-        event = events[i]
-        value = event.args.labels if event.name == "process_labels" else event.args.name
-        if event.name == "process_name" and not (
-            isinstance(value, str) and value.startswith("GPU")
-        ):
-            continue
-        if isinstance(value, str):
-            found[event.pid] = value
-    return found
+def _is_str(value: Scalar) -> bool:
+    return isinstance(value, str)
 
 
 def _memory(

@@ -51,6 +51,10 @@ HEADER_LIMIT = 256 << 20
 REGION = 8 << 20
 """Bytes of a plain file decoded by one worker task."""
 
+TAIL = 2 << 20
+"""Towards the end of the file, pieces shrink to about half this, and at most this much is
+left for the parent process to decode at the end."""
+
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -305,6 +309,22 @@ class ChunkReader:
             return
         yield from self._array(match.end(), more, bare=False)
 
+    def _tail(self, bare: bool) -> Iterator[Cut | Remainder]:
+        """The rest of the read text: cut into small pieces while much is left (they decode
+        beside each other in workers), then the last bit as a `Remainder`."""
+        buf = self.buf
+        pos = 0
+        while len(buf) - pos > TAIL:
+            match = _BOUNDARY.search(buf, pos + TAIL // 2)
+            if match is None:
+                break
+            with memoryview(buf) as view:
+                framed = b"".join((b"[", view[pos : match.start() + 1], b"]"))
+                separator = bytes(view[match.start() + 1 : match.end() - 1])
+            yield Cut(framed, separator)
+            pos = match.end() - 1
+        yield Remainder(bytes(buf[pos:]), bare)
+
     def _regions(
         self, raw: BinaryIO, start: int, tick: Callable[[], None]
     ) -> Iterator[Region | Remainder]:
@@ -312,8 +332,11 @@ class ChunkReader:
         a small window at each cut, then yield the rest of the file as a `Remainder`."""
         size = os.fstat(raw.fileno()).st_size
         pos = _skip_ws(self.buf, start) if start < len(self.buf) else start
-        while size - pos > REGION + REGION // 4:
-            cut = _next_boundary(raw, pos + REGION)
+        while size - pos > TAIL:
+            # Full regions, then smaller ones towards the end, so that little is left for
+            # this process to decode alone while the workers wait.
+            step = REGION if size - pos > REGION + REGION // 4 else TAIL // 2
+            cut = _next_boundary(raw, pos + step)
             if cut is None:
                 break
             yield Region(str(self.path), pos, cut)
@@ -360,7 +383,7 @@ class ChunkReader:
             while not self.eof and len(buf) < BLOCK:
                 more()
             if self.eof:
-                yield Remainder(bytes(buf), bare)
+                yield from self._tail(bare)
                 return
             match = _BOUNDARY.search(buf, BLOCK // 2)
             if match is None:
