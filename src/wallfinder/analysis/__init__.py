@@ -283,22 +283,14 @@ def _kernel_tables(
     for i in np.argsort(-time)[:TOP_ROWS].tolist():
         code = int(uniq[i])
         kc = CLASSES[int(first_cls[i])]
-        roof = kernel_roof(trace.strings[code], kc, costs.get(code), spec)
-        rows.append(
-            KernelRow(
-                name=trace.strings[code],
-                cls=kc.value,
-                count=int(count[i]),
-                time_s=float(time[i]) * NS,
-                share=float(time[i]) / total,
-                flops=roof.flops,
-                bytes=roof.bytes,
-                ai=roof.ai,
-                bound=roof.bound,
-                pct_of_roof=roof.pct_of_roof,
-                bound_basis=roof.bound_basis,
-            )
+        row = KernelRow(
+            name=trace.strings[code],
+            cls=kc.value,
+            count=int(count[i]),
+            time_s=float(time[i]) * NS,
+            share=float(time[i]) / total,
         )
+        rows.append(kernel_roof(row, kc, costs.get(code), spec))
     return rows, classes
 
 

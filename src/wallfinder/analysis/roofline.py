@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -21,7 +22,7 @@ from wallfinder.analysis.gpu import CLASSES, DeviceOps
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.cost import Cost, op_cost
-from wallfinder.diagnosis import Mfu, OpRoofRow, Roofline
+from wallfinder.diagnosis import KernelRow, Mfu, OpRoofRow, Roofline
 from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import NONE, Events, Kind, Trace
 
@@ -473,36 +474,25 @@ _CLASS_BOUND = dict.fromkeys(MATMUL_CLASSES, "compute") | {
 }
 
 
-@dataclass(frozen=True)
-class KernelRoof:
-    """The roofline fields of a kernel row."""
-
-    flops: float | None = None
-    bytes: float | None = None
-    ai: float | None = None
-    bound: str | None = None
-    pct_of_roof: float | None = None
-    bound_basis: str | None = None
-
-
 def kernel_roof(
-    name: str,
+    row: KernelRow,
     cls: KernelClass,
     cost: KernelCost | None,
     spec: DeviceSpec | None,
-) -> KernelRoof:
-    """From its ops' cost when known (FLOPs, bytes and time of its costed instances), else
-    only the bound of its class."""
+) -> KernelRow:
+    """`row` with its roofline fields: from its ops' cost when known (FLOPs, bytes and time of
+    its costed instances), else only the bound of its class."""
     if cost is None or cost[2] <= 0:
         bound = _CLASS_BOUND.get(cls)
-        return KernelRoof(bound=bound, bound_basis="class" if bound else None)
+        return msgspec.structs.replace(row, bound=bound, bound_basis="class" if bound else None)
     flops, nbytes, time_ns, dtype = cost
-    row = _roof_row(name, "", dtype, 1, time_ns * NS, flops, nbytes, spec)
-    return KernelRoof(
+    roof = _roof_row(row.name, "", dtype, 1, time_ns * NS, flops, nbytes, spec)
+    return msgspec.structs.replace(
+        row,
         flops=flops,
         bytes=nbytes,
-        ai=row.ai,
-        bound=row.bound or _CLASS_BOUND.get(cls),
-        pct_of_roof=row.pct_of_roof,
-        bound_basis="cost model" if row.bound else "class",
+        ai=roof.ai,
+        bound=roof.bound or _CLASS_BOUND.get(cls),
+        pct_of_roof=roof.pct_of_roof,
+        bound_basis="cost model" if roof.bound else "class",
     )
