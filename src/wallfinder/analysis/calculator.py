@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from wallfinder.cost import Cost, op_cost
+from wallfinder.cost import ELEMENT_BYTES, Cost, op_cost
 from wallfinder.diagnosis import Calculation
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec
@@ -85,7 +85,8 @@ def cost_of(
 
 
 def _element_size(dtype: str) -> int:
-    return {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}[dtype]
+    # tf32 is a math mode on fp32 tensors: fp32's size.
+    return ELEMENT_BYTES["fp32" if dtype == "tf32" else dtype]
 
 
 def calculate(

@@ -29,8 +29,9 @@ from wallfinder.cost import (
     softmax,
 )
 from wallfinder.cost.base import Cost, Model, parse_args
+from wallfinder.cost.dtypes import ELEMENT_BYTES
 
-__all__ = ["Cost", "op_cost", "supported_ops"]
+__all__ = ["ELEMENT_BYTES", "Cost", "op_cost", "supported_ops"]
 
 _MODELS: dict[str, Model] = {
     **elementwise.MODELS,
