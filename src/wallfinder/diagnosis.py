@@ -18,7 +18,9 @@ Answer = Literal["yes", "no", "unknown"]
 
 
 class _Base(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
-    pass
+    def to_json(self, *, indent: int = 2) -> str:
+        """The JSON form (the contract), indented."""
+        return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
 
 
 class Device(_Base, frozen=True):
@@ -252,9 +254,6 @@ class Calculation(_Base, frozen=True, kw_only=True):
     fused_time_floor_s: float | None = None
     time_saved_s: float | None = None
 
-    def to_json(self, *, indent: int = 2) -> str:
-        return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
-
 
 class Diagnosis(_Base, frozen=True, kw_only=True):
     """Where a job's step time goes and which wall it hits. Renders itself in a terminal
@@ -277,9 +276,6 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     fusion: list[FusionCandidate] = []
     ranks: list[RankSummary] = []
     warnings: list[str] = []
-
-    def to_json(self, *, indent: int = 2) -> str:
-        return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = msgspec.to_builtins(self)
