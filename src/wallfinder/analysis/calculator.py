@@ -139,7 +139,9 @@ def calculate(
 
 def fusion(spec: DeviceSpec, dtype: str, ops: list[str], shape: tuple[int, ...]) -> Calculation:
     """A chain of pointwise ops on one tensor shape, unfused (each op reads and writes its
-    tensors) against fused (the chain's inputs read once, its output written once)."""
+    tensors) against fused (the chain's inputs read once, its output written once). Each op
+    is costed as the profiler would record it with one tensor input: a binary op such as
+    `mul` takes a scalar second operand."""
     if len(ops) < 2:
         raise WallfinderError("--fuse needs at least two ops, e.g. --fuse gelu,mul")
     costs = [cost_of(op, dtype, shape=shape) for op in ops]

@@ -30,7 +30,11 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flops-per-element", type=float, help="FLOPs per element (--op)")
     parser.add_argument("--flops", type=float, help="FLOPs, with --bytes, instead of --op")
     parser.add_argument("--bytes", type=float, help="bytes moved, with --flops")
-    parser.add_argument("--fuse", help="a chain of pointwise ops on --shape, e.g. gelu,mul,add")
+    parser.add_argument(
+        "--fuse",
+        help="a chain of pointwise ops on one --shape tensor, e.g. gelu,mul,add (binary ops "
+        "take a scalar second operand)",
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
