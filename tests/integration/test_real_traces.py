@@ -76,6 +76,30 @@ def test_real_trace_diagnosis_keeps_the_invariants(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", real_traces())
+def test_real_trace_findings_claim_no_more_than_the_time_they_explain(path: Path) -> None:
+    _, d = loaded(path)
+    b = d.breakdown
+    explained = {
+        "data-loading": b.idle_causes.get("data_loading", 0.0),
+        "sync-in-step": b.idle_causes.get("synchronization", 0.0),
+        "launch-bound": b.idle_causes.get("host_overhead", 0.0)
+        + b.idle_causes.get("launch_latency", 0.0),
+        "exposed-comm": b.comm_exposed,
+        "exposed-copies": b.copy_exposed,
+    }
+    for f in d.findings:
+        assert 0.0 < f.share <= 1.0, f.id
+        assert f.max_speedup >= 1.0, f.id
+        if f.id in explained:
+            assert f.share <= explained[f.id] + 1e-9, f.id
+        assert f.evidence
+        assert f.fix
+    # The verdict's wall's findings come first, each group by bound on gain.
+    order = [(f.wall != d.verdict.wall, -f.max_speedup) for f in d.findings]
+    assert order == sorted(order)
+
+
+@pytest.mark.parametrize("path", real_traces())
 def test_real_trace_has_device_or_cpu_work_of_its_basis(path: Path) -> None:
     trace, d = loaded(path)
     device_work = len(trace.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))

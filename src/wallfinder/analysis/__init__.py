@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
     CLASSES,
@@ -117,6 +118,18 @@ def diagnose(
         roofline=roof,
         mfu=mfu_,
         fusion=fusion,
+        facts=Facts(
+            trace=trace,
+            dev=dev,
+            inside=inside,
+            steps=steps,
+            breakdown=bd,
+            roofline=roof,
+            fusion=fusion,
+            peak_flops=dict(spec.peak_flops) if spec else {},
+            window_start=start[kept],
+            window_end=end[kept],
+        ),
     )
 
 
@@ -134,7 +147,9 @@ def _result(
     roofline: Roofline | None = None,
     mfu: Mfu | None = None,
     fusion: list[FusionCandidate] | None = None,
+    facts: Facts | None = None,
 ) -> Diagnosis:
+    verdict = decide(steps, bd, classes, thresholds, roofline)
     return Diagnosis(
         source=trace.source,
         rank=trace.rank,
@@ -142,7 +157,8 @@ def _result(
         device=device,
         steps=steps,
         breakdown=bd,
-        verdict=decide(steps, bd, classes, thresholds, roofline),
+        verdict=verdict,
+        findings=find(facts, verdict.wall) if facts is not None else [],
         kernels=kernels or [],
         classes=classes,
         cpu=cpu,
@@ -337,7 +353,19 @@ def _diagnose_cpu(
     else:
         warnings.append("no device activity in the trace: the CPU is analysed as the device")
     device = Device(name="CPU", kind="cpu", note="CPU-only trace: CPU-side breakdown")
-    return _result(trace, device, steps, bd, classes, thresholds, warnings, cpu=cpu)
+    facts = Facts(
+        trace=trace,
+        dev=None,
+        inside=np.zeros(0, dtype=bool),
+        steps=steps,
+        breakdown=bd,
+        roofline=None,
+        fusion=[],
+        peak_flops={},
+        window_start=start[kept],
+        window_end=end[kept],
+    )
+    return _result(trace, device, steps, bd, classes, thresholds, warnings, cpu=cpu, facts=facts)
 
 
 def _main_thread(trace: Trace, host: Events) -> int:

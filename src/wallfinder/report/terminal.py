@@ -61,6 +61,8 @@ def _ms(seconds: float) -> str:
 def renderables(d: Diagnosis) -> Iterator[RenderableType]:
     yield _header(d)
     yield _verdict(d)
+    if d.findings:
+        yield _findings(d)
     yield _steps(d)
     yield _breakdown(d)
     if d.cpu is not None:
@@ -106,6 +108,28 @@ def _verdict(d: Diagnosis) -> Panel:
         body.append(mark, style="bold" if q.answer == "no" else "")
         body.append(f" — {q.detail}", style="dim")
     return Panel(body, title="verdict", title_align="left")
+
+
+def _findings(d: Diagnosis) -> Text:
+    """Ranked fixes: those that move the verdict's wall, then the rest."""
+    text = Text()
+    text.append("What to fix", style="bold")
+    text.append(" (ranked by the most each can gain)", style="dim")
+    mine = [f for f in d.findings if f.wall == d.verdict.wall]
+    rest = [f for f in d.findings if f.wall != d.verdict.wall]
+    for label, group in (("", mine), ("not your wall now", rest)):
+        if not group:
+            continue
+        if label:
+            text.append(f"\n{label}:", style="dim")
+        for f in group:
+            text.append(f"\n• {f.title}", style="bold")
+            text.append(f" — up to {f.max_speedup:.2f}x faster ({f.share:.0%} of the step)")
+            text.append("\n  evidence: ", style="dim")
+            text.append(f.evidence)
+            text.append("\n  fix: ", style="dim")
+            text.append(f.fix)
+    return text
 
 
 def _steps(d: Diagnosis) -> Text:

@@ -1,0 +1,316 @@
+"""Findings: symptom → cause → fix, each with its evidence and the most it can gain.
+
+Each rule is a small function over the analysed facts returning a `Finding` or None; `RULES`
+is the list to extend. A finding's `share` is the part of the step it can remove at most, and
+`max_speedup` the Amdahl bound 1 / (1 − share): what fixing it could give if that share went
+to zero (or, where stated, to what the device's faster path would take).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from wallfinder.analysis.gpu import DeviceOps
+from wallfinder.diagnosis import (
+    Breakdown,
+    Finding,
+    FusionCandidate,
+    Roofline,
+    Steps,
+    Wall,
+)
+from wallfinder.trace import Kind, Trace
+
+MIN_SHARE = 0.02
+"""Findings that explain less than this share of the step are not reported."""
+
+SHORT_KERNEL_NS = 10_000
+"""Kernels shorter than this are launch-overhead sized: the host can hardly keep up."""
+
+_SYNC_NAMES = (
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+)
+_ALLOC_NAMES = ("cudaMalloc", "cudaFree", "hipMalloc", "hipFree", "cudaMallocAsync")
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules look at: the trace, its device ops in the steady-state steps, and the
+    analyses already made."""
+
+    trace: Trace
+    dev: DeviceOps | None
+    inside: np.ndarray  # per device op: inside a steady-state step
+    steps: Steps
+    breakdown: Breakdown
+    roofline: Roofline | None
+    fusion: list[FusionCandidate]
+    peak_flops: dict[str, float]
+    window_start: np.ndarray  # steady-state steps: [start, end) in trace ns
+    window_end: np.ndarray
+
+    @property
+    def step_s(self) -> float:
+        return self.breakdown.per_step_ms["step"] / 1e3
+
+    def per_step(self, count: int) -> float:
+        return count / max(self.steps.count, 1)
+
+
+Rule = Callable[[Facts], Finding | None]
+
+
+def amdahl(share: float) -> float:
+    """The most a fix that removes `share` of the step can speed it up."""
+    return 1.0 / max(1.0 - min(share, 0.999), 1e-3)
+
+
+def _finding(
+    id: str, wall: Wall, title: str, share: float, evidence: str, fix: str, *, speedup: float
+) -> Finding | None:
+    if share < MIN_SHARE:
+        return None
+    return Finding(
+        id=id,
+        wall=wall,
+        title=title,
+        share=share,
+        max_speedup=speedup,
+        evidence=evidence,
+        fix=fix,
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def data_loading(f: Facts) -> Finding | None:
+    share = f.breakdown.idle_causes.get("data_loading", 0.0)
+    return _finding(
+        "data-loading",
+        "overhead",
+        "The GPU waits for the DataLoader",
+        share,
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the host is "
+        "in the DataLoader's __next__",
+        "load batches in the background: DataLoader(num_workers=4 or more, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=2+); move decoding/augmentation off the "
+        "training process",
+        speedup=amdahl(share),
+    )
+
+
+def synchronization(f: Facts) -> Finding | None:
+    share = f.breakdown.idle_causes.get("synchronization", 0.0)
+    names = _host_calls(f, _SYNC_NAMES)
+    listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in names[:4]) or "synchronising calls"
+    return _finding(
+        "sync-in-step",
+        "overhead",
+        "The host blocks on the GPU inside the step",
+        share,
+        f"{share:.0%} of each step the GPU is idle after the host waited for it: {listed}",
+        "remove .item(), .cpu(), print/logging of tensors and torch.cuda.synchronize() from "
+        "the step (log every N steps, keep metrics on the GPU); use non_blocking=True copies",
+        speedup=amdahl(share),
+    )
+
+
+def launch_bound(f: Facts) -> Finding | None:
+    causes = f.breakdown.idle_causes
+    share = causes.get("host_overhead", 0.0) + causes.get("launch_latency", 0.0)
+    if f.dev is None:
+        return None
+    kernels = f.dev.ops.kind[f.inside] == Kind.KERNEL
+    durations = f.dev.ops.dur[f.inside][kernels]
+    if durations.size == 0:
+        return None
+    short = float((durations < SHORT_KERNEL_NS).mean())
+    per_step = f.per_step(int(durations.size))
+    return _finding(
+        "launch-bound",
+        "overhead",
+        "The host cannot launch kernels fast enough",
+        share,
+        f"{share:.0%} of each step the GPU waits for the host to issue work (CPU ops, Python, "
+        f"launch latency); {per_step:.0f} kernels per step, {short:.0%} of them under "
+        f"{SHORT_KERNEL_NS // 1000} µs, median {np.median(durations) / 1e3:.1f} µs",
+        "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
+        "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
+        "optimizers",
+        speedup=amdahl(share),
+    )
+
+
+def exposed_communication(f: Facts) -> Finding | None:
+    share = f.breakdown.comm_exposed
+    return _finding(
+        "exposed-comm",
+        "overhead",
+        "Collectives are not hidden behind compute",
+        share,
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) communication kernels run with no "
+        "compute beside them",
+        "overlap communication with the backward pass: DDP bucket_cap_mb (smaller first "
+        "buckets), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
+        "backward_prefetch/forward_prefetch; check the slowest rank (stragglers)",
+        speedup=amdahl(share),
+    )
+
+
+def exposed_copies(f: Facts) -> Finding | None:
+    share = f.breakdown.copy_exposed
+    if f.dev is None:
+        return None
+    ops = f.dev.ops
+    copies = f.inside & (ops.kind == Kind.MEMCPY)
+    names = [f.trace.strings[int(c)] for c in np.unique(ops.name[copies])]
+    pageable = [n for n in names if "Pageable" in n]
+    detail = f"; copies from pageable memory: {', '.join(pageable)}" if pageable else ""
+    return _finding(
+        "exposed-copies",
+        "overhead",
+        "Memory copies stall the GPU" + (" (pageable host memory)" if pageable else ""),
+        share,
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU only copies memory{detail}",
+        "pin host memory (DataLoader pin_memory=True, tensor.pin_memory()) and copy with "
+        "non_blocking=True; keep tensors on the device instead of moving them each step",
+        speedup=amdahl(share),
+    )
+
+
+def fp32_matmul(f: Facts) -> Finding | None:
+    r = f.roofline
+    if r is None or f.step_s <= 0:
+        return None
+    share = r.fp32_matmul_without_tensor_cores_s / f.step_s
+    faster = f.peak_flops.get("tf32") or f.peak_flops.get("bf16") or f.peak_flops.get("fp16")
+    fp32 = f.peak_flops.get("fp32")
+    ratio = faster / fp32 if faster and fp32 else None
+    # Bound: those matmuls run `ratio` times faster (the tensor-core peak over the fp32 one).
+    remaining = share / ratio if ratio else 0.0
+    speedup = 1.0 / max(1.0 - share + remaining, 1e-3)
+    assumption = (
+        f" (bound assumes they speed up {ratio:.0f}x, the device's tensor-core/fp32 peak ratio)"
+        if ratio
+        else ""
+    )
+    return _finding(
+        "fp32-matmul",
+        "compute",
+        "Matmuls run in fp32 without tensor cores",
+        share,
+        f"{_ms(r.fp32_matmul_without_tensor_cores_s)} per step of matmul kernels use fp32 "
+        f"CUDA cores{assumption}",
+        "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision"
+        "('high')), or torch.autocast(dtype=torch.bfloat16); fp16 autocast with GradScaler on "
+        "devices without TF32/bf16",
+        speedup=speedup,
+    )
+
+
+def fusion(f: Facts) -> Finding | None:
+    if not f.fusion or f.step_s <= 0:
+        return None
+    saving = sum(c.max_saving_s for c in f.fusion)
+    share = saving / f.step_s
+    top = f.fusion[0]
+    ops = ", ".join(top.ops[:4]) or "unknown ops"
+    return _finding(
+        "fusable-pointwise",
+        "bandwidth",
+        "Chains of memory-bound kernels could be fused",
+        share,
+        f"{len(f.fusion)} repeated runs of memory-bound kernels; the costliest ({ops}) takes "
+        f"{_ms(top.time_s)} per step; fusing could save at most {_ms(saving)} per step",
+        "torch.compile the model (Inductor fuses pointwise/norm chains); or use fused ops "
+        "(fused LayerNorm/RMSNorm, fused optimizer)",
+        speedup=amdahl(share),
+    )
+
+
+def unstable_steps(f: Facts) -> Finding | None:
+    s = f.steps
+    if s.stable or s.mean_s <= 0:
+        return None
+    share = max(0.0, (s.mean_s - s.median_s) / s.mean_s)
+    return _finding(
+        "unstable-steps",
+        "overhead",
+        "Step time is unstable",
+        max(share, MIN_SHARE),
+        f"CV {s.cv:.0%} over {s.count} steps; median {_ms(s.median_s)}, slowest {_ms(s.max_s)} "
+        "(the bound assumes every step ran at the median)",
+        "look at the slow steps for periodic work (checkpointing, evaluation, logging, "
+        "garbage collection, data loader stalls, stragglers); profile more steps",
+        speedup=s.mean_s / s.median_s if s.median_s > 0 else 1.0,
+    )
+
+
+def allocator_churn(f: Facts) -> Finding | None:
+    calls = _host_calls(f, _ALLOC_NAMES)
+    if not calls or f.step_s <= 0:
+        return None
+    seconds = sum(t for _, _, t in calls)
+    share = seconds / f.step_s
+    listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in calls)
+    return _finding(
+        "allocator-churn",
+        "overhead",
+        "Device memory is allocated and freed every step",
+        share,
+        f"{listed}, {_ms(seconds)} per step on the host (the bound assumes none of it "
+        "overlaps GPU work)",
+        "let the caching allocator keep its memory: no torch.cuda.empty_cache() in the loop; "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; keep tensor shapes stable",
+        speedup=amdahl(share),
+    )
+
+
+def _host_calls(f: Facts, names: tuple[str, ...]) -> list[tuple[str, float, float]]:
+    """(name, calls per step, seconds per step) of the named host ops and runtime calls that
+    start inside the steady-state steps, most frequent first."""
+    out = []
+    for name in names:
+        code = f.trace.code_of(name)
+        if code < 0:
+            continue
+        rows = f.trace.named((Kind.CPU_OP, Kind.RUNTIME), np.array([code], dtype=np.int32))
+        w = np.searchsorted(f.window_start, rows.ts, side="right") - 1
+        inside = (w >= 0) & (rows.ts < f.window_end[np.maximum(w, 0)])
+        if not inside.any():
+            continue
+        seconds = float(rows.dur[inside].sum()) * 1e-9 / max(f.steps.count, 1)
+        out.append((name, f.per_step(int(inside.sum())), seconds))
+    out.sort(key=lambda x: -x[1])
+    return out
+
+
+RULES: list[Rule] = [
+    data_loading,
+    synchronization,
+    launch_bound,
+    exposed_communication,
+    exposed_copies,
+    fp32_matmul,
+    fusion,
+    unstable_steps,
+    allocator_churn,
+]
+
+
+def find(facts: Facts, wall: Wall) -> list[Finding]:
+    """Every rule's finding, the ones that move `wall` first, each group by bound on gain."""
+    found = [x for rule in RULES if (x := rule(facts)) is not None]
+    return sorted(found, key=lambda x: (x.wall != wall, -x.max_speedup))

@@ -1,0 +1,122 @@
+"""Findings: built traces for each situation, with the verdict and the top finding asserted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_roofline import A100, MM_DIMS, op_with_kernel
+
+from tracegen import TraceBuilder, training_trace
+from wallfinder import analyze
+from wallfinder.analysis.findings import amdahl
+
+GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
+
+
+def test_a_starved_gpu_gets_the_data_loading_fix_first(tmp_path: Path) -> None:
+    # Each step: 1000 µs in the DataLoader, then 2 kernels of 150 µs (period 1320 µs).
+    d = analyze(training_trace(5, loader_us=1000.0).write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "data_loading")
+    top = d.findings[0]
+    assert top.id == "data-loading"
+    assert top.share == pytest.approx(1000 / 1320, abs=1e-3)
+    assert top.max_speedup == pytest.approx(amdahl(top.share))
+    assert "num_workers" in top.fix
+
+
+def sync_in_loop(steps: int = 4) -> TraceBuilder:
+    """Each 300 µs step: a 100 µs kernel, the host blocked in cudaStreamSynchronize until it
+    ends (.item()), then 150 µs of Python before the next launch."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 300.0
+        b.step(s + 1, t0, 300.0)
+        b.kernel(GEMM, t0 + 10.0, 100.0, launch_at=t0 + 2.0)
+        b.cpu_op("aten::item", t0 + 8.0, 104.0)
+        b.sync(t0 + 9.0, 102.0)
+        b.kernel(GEMM, t0 + 270.0, 25.0, launch_at=t0 + 262.0)
+    return b
+
+
+def test_sync_in_the_loop_is_found_with_its_calls(tmp_path: Path) -> None:
+    d = analyze(sync_in_loop().write(tmp_path / "t.json"))
+    assert d.verdict.wall == "overhead"
+    assert d.verdict.cause == "synchronization"
+    top = d.findings[0]
+    assert top.id == "sync-in-step"
+    assert "cudaStreamSynchronize ×1/step" in top.evidence
+    assert ".item()" in top.fix
+    assert top.share == pytest.approx(d.breakdown.idle_causes["synchronization"])
+
+
+def test_tiny_kernels_make_the_step_launch_bound(tmp_path: Path) -> None:
+    # 40 kernels of 3 µs, each launched by a 12 µs op: the GPU mostly waits for the host.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 600.0
+        b.step(s + 1, t0, 600.0)
+        for k in range(40):
+            t = t0 + 5.0 + 14.0 * k
+            b.cpu_op("aten::add", t, 12.0)
+            b.kernel("vectorized_elementwise_kernel", t + 11.0, 3.0, launch_at=t + 9.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.verdict.wall == "overhead"
+    launch = next(f for f in d.findings if f.id == "launch-bound")
+    assert d.findings[0] is launch
+    assert "40 kernels per step, 100% of them under 10 µs" in launch.evidence
+
+
+def test_exposed_nccl_is_found(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 500.0
+        b.step(s + 1, t0, 500.0)
+        b.kernel(GEMM, t0 + 5.0, 200.0, launch_at=t0)
+        b.nccl(t0 + 210.0, 280.0, launch_at=t0 + 100.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "comm_exposed")
+    assert d.findings[0].id == "exposed-comm"
+    assert d.findings[0].share == pytest.approx(d.breakdown.comm_exposed)
+
+
+def test_fp32_matmuls_get_a_bound_from_the_devices_peaks(tmp_path: Path) -> None:
+    b = TraceBuilder(device_name=A100)
+    for s in range(3):
+        t0 = s * 2100.0
+        b.step(s + 1, t0, 2100.0)
+        op_with_kernel(
+            b,
+            "aten::mm",
+            MM_DIMS,
+            ["float", "float"],
+            t0,
+            "volta_sgemm_128x64_nn",
+            t0 + 10.0,
+            2000.0,
+        )
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "fp32-matmul")
+    assert f.wall == "compute"
+    # A100: tf32 156 TFLOP/s over fp32 19.5 → 8x; the matmuls are ~95% of the step.
+    assert "speed up 8x" in f.evidence
+    assert f.max_speedup == pytest.approx(1 / (1 - f.share + f.share / 8), rel=1e-3)
+
+
+def test_findings_for_the_verdicts_wall_come_first(tmp_path: Path) -> None:
+    d = analyze(training_trace(5, loader_us=1000.0).write(tmp_path / "t.json"))
+    walls = [f.wall == d.verdict.wall for f in d.findings]
+    assert walls == sorted(walls, reverse=True)
+    mine = [f.max_speedup for f in d.findings if f.wall == d.verdict.wall]
+    assert mine == sorted(mine, reverse=True)
+
+
+def test_a_busy_gpu_has_no_overhead_findings(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.kernel(GEMM, t0 + 1.0, 998.0, launch_at=t0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.verdict.wall == "compute"
+    assert [f for f in d.findings if f.wall == "overhead"] == []
