@@ -120,3 +120,73 @@ def test_a_busy_gpu_has_no_overhead_findings(tmp_path: Path) -> None:
     d = analyze(b.write(tmp_path / "t.json"))
     assert d.verdict.wall == "compute"
     assert [f for f in d.findings if f.wall == "overhead"] == []
+
+
+def test_hand_written_attention_is_found(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.cpu_op("aten::bmm", t0 + 1.0, 5.0)
+        b.kernel(GEMM, t0 + 10.0, 200.0, launch_at=t0 + 2.0)
+        b.cpu_op("aten::_softmax", t0 + 8.0, 5.0)
+        b.kernel("void cunn_SoftMaxForward<4, float>", t0 + 210.0, 300.0, launch_at=t0 + 9.0)
+        b.cpu_op("aten::bmm", t0 + 14.0, 5.0)
+        b.kernel(GEMM, t0 + 510.0, 200.0, launch_at=t0 + 15.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "unfused-attention")
+    assert "1 bmm → softmax → bmm sequences per step" in f.evidence
+    # The softmax kernels' 300 µs over the mean step (the first window ends at its last kernel).
+    assert f.share == pytest.approx(0.300 / d.breakdown.per_step_ms["step"])
+    assert "scaled_dot_product_attention" in f.fix
+
+
+def test_repeated_casts_are_found_with_their_ops(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        for k in range(4):
+            b.cpu_op("aten::to", t0 + 5.0 + k * 10, 5.0)
+            b.kernel(
+                "void at::native::direct_copy_kernel_cuda",
+                t0 + 10.0 + k * 200,
+                150.0,
+                launch_at=t0 + 6.0 + k * 10,
+            )
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "repeated-casts")
+    assert "aten::to ×4/step" in f.evidence
+    assert f.share == pytest.approx(0.600 / d.breakdown.per_step_ms["step"])
+
+
+def test_an_optimizer_step_with_many_small_kernels_is_found(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 2000.0
+        b.step(s + 1, t0, 2000.0)
+        b.kernel(GEMM, t0 + 5.0, 500.0, launch_at=t0)
+        b.annotation("Optimizer.step#AdamW.step", t0 + 600.0, 1200.0)
+        for k in range(100):
+            t = t0 + 605.0 + k * 11.0
+            b.kernel("multi_tensor_apply_kernel", t + 6.0, 4.0, launch_at=t)
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "slow-optimizer")
+    assert "100 kernels per step" in f.evidence
+    assert "fused=True" in f.fix
+
+
+def test_warm_up_steps_are_a_one_off_cost(tmp_path: Path) -> None:
+    # The first step takes 3000 µs (compilation, autotuning), the next four 300 µs each.
+    b = TraceBuilder()
+    t0 = 0.0
+    for s, length in enumerate([3000.0, 300.0, 300.0, 300.0, 300.0]):
+        b.step(s + 1, t0, length)
+        b.kernel(GEMM, t0 + 5.0, length - 10.0, launch_at=t0 + 1.0)
+        t0 += length
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert [x.step for x in d.steps.dropped] == ["step 1"]
+    f = next(x for x in d.findings if x.id == "warm-up")
+    assert "one-off" in f.evidence
+    # 2700 µs extra over a profiled window of 3000 + 4 × 300 µs.
+    assert f.share == pytest.approx(2700 / 4200, rel=0.01)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wallfinder.analysis.gpu import DeviceOps
+from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
 from wallfinder.diagnosis import (
     Breakdown,
     Finding,
@@ -23,6 +24,8 @@ from wallfinder.diagnosis import (
     Wall,
 )
 from wallfinder.trace import Kind, Trace
+
+_SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
 MIN_SHARE = 0.02
 """Findings that explain less than this share of the step are not reported."""
@@ -297,6 +300,124 @@ def _host_calls(f: Facts, names: tuple[str, ...]) -> list[tuple[str, float, floa
     return out
 
 
+_CAST_NAMES = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::contiguous", "aten::clone")
+
+
+def repeated_casts(f: Facts) -> Finding | None:
+    if f.dev is None or f.step_s <= 0:
+        return None
+    calls = _host_calls(f, _CAST_NAMES)
+    copy_kernels = f.inside & (f.dev.ops.kind == Kind.KERNEL) & (f.dev.cls == COPY)
+    seconds = float(f.dev.ops.dur[copy_kernels].sum()) * 1e-9 / max(f.steps.count, 1)
+    share = seconds / f.step_s
+    listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in calls[:3]) or "copy kernels"
+    return _finding(
+        "repeated-casts",
+        "bandwidth",
+        "Tensors are cast or copied over and over",
+        share,
+        f"{listed}; copy/cast kernels take {_ms(seconds)} per step",
+        "cast once: model.to(device, dtype) before the loop, inputs created in the dtype and "
+        "device they are used in, no .float()/.half()/.contiguous() round trips in the step",
+        speedup=amdahl(share),
+    )
+
+
+def unfused_attention(f: Facts) -> Finding | None:
+    """bmm/matmul → softmax → bmm/matmul on one thread: attention written by hand."""
+    if f.dev is None or f.step_s <= 0:
+        return None
+    ops = f.trace.of_kind(Kind.CPU_OP)
+    matmul = f.trace.names_matching(lambda s: s in ("aten::bmm", "aten::matmul"))
+    softmax = f.trace.names_matching(lambda s: s in ("aten::softmax", "aten::_softmax"))
+    if matmul.size == 0 or softmax.size == 0:
+        return None
+    relevant = np.isin(ops.name, np.concatenate([matmul, softmax]))
+    rows = np.flatnonzero(relevant)
+    thread = (ops.pid[rows].astype(np.int64) << 32) | ops.tid[rows]
+    order = rows[np.lexsort((ops.ts[rows], thread))]
+    names = ops.name[order]
+    by_thread = (ops.pid[order].astype(np.int64) << 32) | ops.tid[order]
+    # follows[i]: row i is on the same thread as row i − 1.
+    follows = np.concatenate([[False], by_thread[1:] == by_thread[:-1]])
+    is_mm = np.isin(names, matmul)
+    is_sm = np.isin(names, softmax)
+    pattern = is_sm[1:-1] & is_mm[:-2] & is_mm[2:] & follows[1:-1] & follows[2:]
+    count = int(pattern.sum())
+    if count == 0:
+        return None
+    softmax_kernels = f.inside & (f.dev.cls == _SOFTMAX)
+    seconds = float(f.dev.ops.dur[softmax_kernels].sum()) * 1e-9 / max(f.steps.count, 1)
+    share = seconds / f.step_s
+    return _finding(
+        "unfused-attention",
+        "bandwidth",
+        "Attention is computed unfused (bmm → softmax → bmm)",
+        share,
+        f"{f.per_step(count):.0f} bmm → softmax → bmm sequences per step; the softmax kernels "
+        f"alone take {_ms(seconds)} per step and the score matrix goes through memory "
+        "(the bound counts only the softmax time)",
+        "use torch.nn.functional.scaled_dot_product_attention (flash/memory-efficient "
+        "kernels keep the scores on chip)",
+        speedup=amdahl(share),
+    )
+
+
+def slow_optimizer(f: Facts) -> Finding | None:
+    """An optimizer step that launches many small kernels (not fused/foreach)."""
+    if f.dev is None or f.step_s <= 0:
+        return None
+    codes = f.trace.names_matching(lambda s: s.startswith("Optimizer.step#"))
+    spans = f.trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+    if len(spans) == 0:
+        return None
+    ops = f.dev.ops
+    launch = f.dev.launch_ts
+    k = np.searchsorted(spans.ts, launch, side="right") - 1
+    in_step = (k >= 0) & (launch < spans.end[np.maximum(k, 0)]) & f.inside
+    kernels = int(in_step.sum())
+    per_step = f.per_step(kernels)
+    if per_step < 50:
+        return None
+    seconds = float(ops.dur[in_step].sum()) * 1e-9 / max(f.steps.count, 1)
+    host = float(spans.dur.sum()) * 1e-9 / max(len(spans), 1)
+    share = min(host, f.step_s) / f.step_s
+    name = f.trace.strings[int(spans.name[0])]
+    return _finding(
+        "slow-optimizer",
+        "overhead",
+        "The optimizer step launches many small kernels",
+        share,
+        f"{name}: {per_step:.0f} kernels per step ({_ms(seconds)} of GPU time), "
+        f"{_ms(host)} on the host",
+        "use a fused or foreach optimizer: torch.optim.AdamW(..., fused=True) or "
+        "foreach=True; apex/FusedAdam; or torch.compile the optimizer step",
+        speedup=amdahl(share),
+    )
+
+
+def warmup_cost(f: Facts) -> Finding | None:
+    """Steps dropped as warm-up: a one-off cost (compilation, autotuning), shown as a share
+    of the profiled time."""
+    s = f.steps
+    if not s.dropped or s.median_s <= 0:
+        return None
+    extra = sum(max(0.0, d.duration_s - s.median_s) for d in s.dropped)
+    total = extra + s.mean_s * s.count + s.median_s * len(s.dropped)
+    share = extra / total
+    return _finding(
+        "warm-up",
+        "overhead",
+        "The first steps pay a warm-up cost",
+        share,
+        f"{len(s.dropped)} warm-up step(s) took {_ms(extra)} more than a steady step; the share "
+        "and bound are of the profiled window, a one-off cost per run",
+        "cache compilation (TORCHINDUCTOR_CACHE_DIR / torch.compile mode and dynamic=False to "
+        "avoid recompiles), keep shapes static, warm up cudnn.benchmark before timing",
+        speedup=amdahl(share),
+    )
+
+
 RULES: list[Rule] = [
     data_loading,
     synchronization,
@@ -307,6 +428,10 @@ RULES: list[Rule] = [
     fusion,
     unstable_steps,
     allocator_churn,
+    repeated_casts,
+    unfused_attention,
+    slow_optimizer,
+    warmup_cost,
 ]
 
 
