@@ -43,6 +43,18 @@ class DroppedStep(_Base, frozen=True):
     reason: str
 
 
+class Spike(_Base, frozen=True):
+    """A steady-state step much slower than the median, and what grew in it."""
+
+    step: str
+    duration_s: float
+    excess_s: float
+    part: str
+    """The part of the step (compute, an idle cause, ...) that grew most."""
+    kernels: list[str] = []
+    """Kernels with the most extra time in this step compared with a typical one."""
+
+
 class Steps(_Base, frozen=True):
     """Step-time statistics over the steady-state steps (warm-up steps dropped)."""
 
@@ -56,6 +68,7 @@ class Steps(_Base, frozen=True):
     cv: float
     stable: bool
     dropped: list[DroppedStep] = []
+    spikes: list[Spike] = []
 
 
 class StepBreakdown(_Base, frozen=True):

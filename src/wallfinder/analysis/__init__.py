@@ -28,6 +28,7 @@ from wallfinder.analysis.roofline import (
     mfu,
     roofline,
 )
+from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, cpu_steps, gpu_windows, warmup_steps
 from wallfinder.analysis.verdict import Thresholds, decide
 from wallfinder.diagnosis import (
@@ -42,6 +43,7 @@ from wallfinder.diagnosis import (
     Mfu,
     OpRow,
     Roofline,
+    Spike,
     StepBreakdown,
     Steps,
 )
@@ -83,7 +85,8 @@ def diagnose(
     dropped = warmup_steps(durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
-    steps = _step_stats(spans, durations, kept, dropped, thresholds)
+    spikes = find_spikes(trace, dev, spans.labels, wb, kept)
+    steps = _step_stats(spans, durations, kept, dropped, thresholds, spikes)
     bd = _gpu_breakdown(spans, wb, kept)
     inside = _in_windows(dev.ops.ts, start[kept], end[kept])
     launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
@@ -200,6 +203,7 @@ def _step_stats(
     kept: npt.NDArray[np.bool_],
     dropped: list[tuple[int, str]],
     thresholds: Thresholds,
+    spikes: list[Spike],
 ) -> Steps:
     d = durations[kept]
     mean = float(d.mean())
@@ -214,6 +218,7 @@ def _step_stats(
         max_s=float(d.max()),
         cv=cv,
         stable=cv <= thresholds.max_cv,
+        spikes=spikes,
         dropped=[
             DroppedStep(step=spans.labels[i], duration_s=float(durations[i]), reason=r)
             for i, r in dropped
@@ -334,13 +339,14 @@ def _diagnose_cpu(
     dropped = warmup_steps(durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
-    steps = _step_stats(spans, durations, kept, dropped, thresholds)
     zeros = np.zeros(length.size, dtype=np.int64)
     causes = {k: np.zeros(length.size) for k in IDLE_CAUSES}
     causes["data_loading"] = data.astype(np.float64)
     causes["host_overhead"] = python.astype(np.float64)
     causes["other"] = untraced.astype(np.float64)
     wb = WindowBreakdown(start, end, ops, comm, zeros, data + python + untraced, causes)
+    spikes = find_spikes(trace, None, spans.labels, wb, kept)
+    steps = _step_stats(spans, durations, kept, dropped, thresholds, spikes)
     bd = _gpu_breakdown(spans, wb, kept)
     bd = Breakdown(**{**{f: getattr(bd, f) for f in bd.__struct_fields__}, "basis": "cpu"})
     cpu, classes = _cpu_activity(trace, mine, category, start[kept], end[kept], bd)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from wallfinder.diagnosis import Breakdown, ClassShare, Question, Roofline, Steps, Verdict
 
 _CAUSE_TEXT = {
+    "unstable": "unstable step time",
     "data_loading": "data loading (the GPU waits for the DataLoader)",
     "synchronization": "synchronisation (the host blocks on the GPU, e.g. .item())",
     "communication_wait": "communication wait on the host",
@@ -72,7 +73,22 @@ def decide(
     )
     q4 = _near_peak(roofline, thresholds)
     questions = [q1, q2, q3, q4]
-    unstable = "" if q1.answer == "yes" else f"; step time is unstable (CV {steps.cv:.0%})"
+    if q1.answer == "no":
+        spikes = "; ".join(
+            f"{s.step} +{s.excess_s * 1e3:.1f} ms in {s.part}"
+            + (f" ({', '.join(s.kernels[:2])})" if s.kernels else "")
+            for s in steps.spikes[:3]
+        )
+        return Verdict(
+            wall="overhead",
+            cause="unstable",
+            reason=(
+                f"step time is unstable (CV {steps.cv:.0%}, median {steps.median_s * 1e3:.1f} ms, "
+                f"slowest {steps.max_s * 1e3:.1f} ms): the slow steps come first"
+                + (f"; {spikes}" if spikes else "")
+            ),
+            questions=questions,
+        )
     if q2.answer == "no":
         parts = {
             **breakdown.idle_causes,
@@ -85,7 +101,7 @@ def decide(
             cause=top,
             reason=(
                 f"the {device} computes for only {busy:.0%} of the step; the largest loss is "
-                f"{_CAUSE_TEXT[top]} at {parts[top]:.0%} of the step{unstable}"
+                f"{_CAUSE_TEXT[top]} at {parts[top]:.0%} of the step"
             ),
             questions=questions,
         )
@@ -98,7 +114,7 @@ def decide(
             cause=top_cls.cls if top_cls else "memory-bound kernels",
             reason=(
                 f"the {device} is busy ({busy:.0%}) but only {matmul:.0%} of busy time is in "
-                f"matmuls: the rest is memory-bound work{named}{unstable}"
+                f"matmuls: the rest is memory-bound work{named}"
             ),
             questions=questions,
         )
@@ -111,10 +127,7 @@ def decide(
     return Verdict(
         wall="compute",
         cause=cause,
-        reason=(
-            f"the {device} is busy ({busy:.0%}) and {matmul:.0%} of busy time is in "
-            f"matmuls{unstable}"
-        ),
+        reason=(f"the {device} is busy ({busy:.0%}) and {matmul:.0%} of busy time is in matmuls"),
         questions=questions,
     )
 
