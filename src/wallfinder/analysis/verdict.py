@@ -75,9 +75,7 @@ def decide(
     questions = [q1, q2, q3, q4]
     if q1.answer == "no":
         spikes = "; ".join(
-            f"{s.step} +{s.excess_s * 1e3:.1f} ms in {s.part}"
-            + (f" ({', '.join(s.kernels[:2])})" if s.kernels else "")
-            for s in steps.spikes[:3]
+            f"{s.step} +{s.excess_s * 1e3:.1f} ms, mostly {s.part}" for s in steps.spikes[:3]
         )
         return Verdict(
             wall="overhead",

@@ -28,6 +28,7 @@ _IDLE_LABEL = {
 }
 CAUSE_LABEL = {
     **_IDLE_LABEL,
+    "unstable": "unstable step time (slow steps)",
     "comm_exposed": "exposed communication",
     "copy_exposed": "exposed memory copies",
 }
@@ -142,6 +143,49 @@ def _steps(d: Diagnosis) -> Text:
     )
     for drop in s.dropped:
         text.append(f"\n  dropped {drop.step} ({_ms(drop.duration_s)} ms): {drop.reason}", "dim")
+    for spike in s.spikes:
+        text.append(
+            f"\n  slow {spike.step}: {_ms(spike.duration_s)} ms, +{_ms(spike.excess_s)} ms over "
+            f"the median, mostly {spike.part}"
+        )
+        if spike.kernels:
+            text.append(" (" + ", ".join(_short(k) for k in spike.kernels) + ")", style="dim")
+    text.append("\n")
+    text.append_text(_bar(d))
+    return text
+
+
+BAR_WIDTH = 60
+_BAR_PARTS = (
+    ("compute", "█", "green"),
+    ("comm_exposed", "▓", "magenta"),
+    ("copy_exposed", "▒", "cyan"),
+    ("idle", "░", "red"),
+)
+
+
+def _bar(d: Diagnosis) -> Text:
+    """The step as one bar: compute, exposed communication, exposed copies, idle."""
+    b = d.breakdown
+    shares = {
+        "compute": b.compute,
+        "comm_exposed": b.comm_exposed,
+        "copy_exposed": b.copy_exposed,
+        "idle": b.idle,
+    }
+    cells = {k: round(v * BAR_WIDTH) for k, v in shares.items()}
+    text = Text("  ")
+    for key, char, style in _BAR_PARTS:
+        text.append(char * cells[key], style=style)
+    text.append("  ")
+    text.append(
+        "  ".join(
+            f"{char} {key.replace('_exposed', '').replace('_', ' ')} {_pct(shares[key])}"
+            for key, char, _ in _BAR_PARTS
+            if shares[key] > 0
+        ),
+        style="dim",
+    )
     return text
 
 
