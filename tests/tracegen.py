@@ -429,15 +429,18 @@ def training_trace(
 
 def decoded_columns(t: Trace) -> dict[str, list[Any]]:
     """Every column of the trace's events, with codes replaced by what they stand for
-    (codes are an encoding: two loads of one file may number the same strings differently)."""
+    (codes are an encoding: two loads of one file may number the same strings differently).
+    Raw JSON columns compare by value: pretty-printed and compact files differ in spacing."""
+    raw = [json.dumps(json.loads(r)) if r else "" for r in t.raw]
     tables: dict[str, list[Any]] = {
         "name": list(t.strings),
         "cat": list(t.strings),
         "pid": list(t.ids),
         "tid": list(t.ids),
-        "input_dims": list(t.raw),
-        "input_type": list(t.raw),
-        "concrete_inputs": list(t.raw),
+        "input_dims": raw,
+        "input_type": raw,
+        "concrete_inputs": raw,
+        "grid": raw,
     }
     out: dict[str, list[Any]] = {}
     for f in fields(t.events):

@@ -190,3 +190,56 @@ def test_warm_up_steps_are_a_one_off_cost(tmp_path: Path) -> None:
     assert "one-off" in f.evidence
     # 2700 µs extra over a profiled window of 3000 + 4 × 300 µs.
     assert f.share == pytest.approx(2700 / 4200, rel=0.01)
+
+
+def test_kernels_with_fewer_blocks_than_sms_are_found(tmp_path: Path) -> None:
+    # On an A100 (108 SMs), 100 µs kernels of 27 blocks: at most 3/4 of their time is saved.
+    b = TraceBuilder(device_name=A100)
+    for s in range(3):
+        t0 = s * 500.0
+        b.step(s + 1, t0, 500.0)
+        b.kernel("small_kernel", t0 + 5.0, 100.0, launch_at=t0)
+        b.events[-1]["args"]["grid"] = [27, 1, 1]
+        b.kernel("big_kernel", t0 + 110.0, 385.0, launch_at=t0 + 1.0)
+        b.events[-1]["args"]["grid"] = [432, 1, 1]
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "tiny-grids")
+    assert "1 kernels per step" in f.evidence
+    assert "108 SMs" in f.evidence
+    assert f.share == pytest.approx(0.075 / d.breakdown.per_step_ms["step"])
+
+
+def test_memory_near_capacity_is_found_without_a_time_share(tmp_path: Path) -> None:
+    b = model_trace_with_memory(reserved_gib=78.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "memory-peak")
+    assert (f.share, f.max_speedup) == (0.0, 1.0)
+    assert "78.0 GiB" in f.evidence
+    low = analyze(model_trace_with_memory(reserved_gib=20.0).write(tmp_path / "low.json"))
+    assert all(x.id != "memory-peak" for x in low.findings)
+
+
+def model_trace_with_memory(reserved_gib: float) -> TraceBuilder:
+    b = TraceBuilder(device_name=A100)
+    b.step(1, 0.0, 1000.0)
+    b.kernel(GEMM, 5.0, 900.0, launch_at=0.0)
+    b.events.append(
+        {
+            "ph": "i",
+            "cat": "cpu_instant_event",
+            "s": "t",
+            "name": "[memory]",
+            "pid": b.pid,
+            "tid": b.tid,
+            "ts": 10.0,
+            "args": {
+                "Device Type": 1,
+                "Device Id": 0,
+                "Addr": 1,
+                "Bytes": 1 << 20,
+                "Total Allocated": int(reserved_gib * 0.9 * 2**30),
+                "Total Reserved": int(reserved_gib * 2**30),
+            },
+        }
+    )
+    return b

@@ -132,6 +132,8 @@ def diagnose(
             peak_flops=dict(spec.peak_flops) if spec else {},
             window_start=start[kept],
             window_end=end[kept],
+            sm_count=spec.sm_count if spec else None,
+            mem_bytes=spec.mem_bytes if spec else None,
         ),
     )
 

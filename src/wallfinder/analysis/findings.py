@@ -8,6 +8,7 @@ to zero (or, where stated, to what the device's faster path would take).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,9 @@ from wallfinder.diagnosis import (
 from wallfinder.trace import Kind, Trace
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
+
+MEMORY_NEAR_FULL = 0.90
+"""Reserved memory at this share of the device's capacity is a finding."""
 
 MIN_SHARE = 0.02
 """Findings that explain less than this share of the step are not reported."""
@@ -61,6 +65,8 @@ class Facts:
     peak_flops: dict[str, float]
     window_start: np.ndarray  # steady-state steps: [start, end) in trace ns
     window_end: np.ndarray
+    sm_count: int | None = None
+    mem_bytes: float | None = None
 
     @property
     def step_s(self) -> float:
@@ -418,6 +424,87 @@ def warmup_cost(f: Facts) -> Finding | None:
     )
 
 
+def tiny_grids(f: Facts) -> Finding | None:
+    """Kernels launched with fewer blocks than the device has SMs leave most of it idle."""
+    if f.dev is None or not f.sm_count or f.step_s <= 0:
+        return None
+    ops = f.dev.ops
+    rows = np.flatnonzero(f.inside & (ops.kind == Kind.KERNEL) & (ops.grid > 0))
+    if rows.size == 0:
+        return None
+    codes, inverse = np.unique(ops.grid[rows], return_inverse=True)
+    blocks = np.array([_blocks(f.trace.raw[int(c)]) for c in codes.tolist()])[inverse]
+    small = (blocks > 0) & (blocks < f.sm_count)
+    if not small.any():
+        return None
+    dur = ops.dur[rows][small].astype(np.float64)
+    # Bound: with enough blocks to fill the device, a kernel would take dur × blocks / SMs.
+    saved = float((dur * (1.0 - blocks[small] / f.sm_count)).sum()) * 1e-9
+    steps = max(f.steps.count, 1)
+    share = saved / steps / f.step_s
+    names = ops.name[rows][small]
+    uniq, counts = np.unique(names, return_counts=True)
+    top = [f.trace.strings[int(c)] for c in uniq[np.argsort(-counts)][:2].tolist()]
+    return _finding(
+        "tiny-grids",
+        "compute",
+        "Kernels too small to fill the GPU",
+        share,
+        f"{f.per_step(int(small.sum())):.0f} kernels per step "
+        f"({_ms(float(dur.sum()) * 1e-9 / steps)}) launch fewer blocks than the device's "
+        f"{f.sm_count} SMs, e.g. "
+        + ", ".join(n[:60] for n in top)
+        + " (the bound assumes they would fill the device)",
+        "give each kernel more work: larger batches, fuse small ops (torch.compile), batch "
+        "small matmuls (bmm/grouped GEMM), avoid per-sample loops",
+        speedup=1.0 / max(1.0 - share, 1e-3),
+    )
+
+
+def _blocks(raw: bytes) -> int:
+    """Blocks in a recorded grid ([x, y, z]); 0 when unknown."""
+
+    try:
+        grid = json.loads(raw)
+    except ValueError:
+        return 0
+    if not isinstance(grid, list) or not all(isinstance(v, int) and v > 0 for v in grid):
+        return 0
+    total = 1
+    for v in grid:
+        total *= v
+    return total
+
+
+def memory_peak(f: Facts) -> Finding | None:
+    """Device memory at its peak near capacity: not a time cost, a limit (batch size, OOM)."""
+    if not f.mem_bytes or f.dev is None:
+        return None
+    samples = [m for m in f.trace.memory if m.device == f.dev.device]
+    if not samples:
+        return None
+    reserved = max(m.total_reserved for m in samples)
+    allocated = max(m.total_allocated for m in samples)
+    ratio = reserved / f.mem_bytes
+    if ratio < MEMORY_NEAR_FULL:
+        return None
+    return Finding(
+        id="memory-peak",
+        wall="overhead",
+        title="Device memory peaks near capacity",
+        share=0.0,
+        max_speedup=1.0,
+        evidence=(
+            f"peak reserved {reserved / 2**30:.1f} GiB ({ratio:.0%} of "
+            f"{f.mem_bytes / 2**30:.0f} GiB), peak allocated {allocated / 2**30:.1f} GiB; no "
+            "direct speedup: it caps the batch size and risks running out of memory"
+        ),
+        fix="activation checkpointing, bf16 autocast, a smaller micro-batch with gradient "
+        "accumulation, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, sharded optimizer "
+        "state (FSDP/ZeRO)",
+    )
+
+
 RULES: list[Rule] = [
     data_loading,
     synchronization,
@@ -432,6 +519,8 @@ RULES: list[Rule] = [
     unfused_attention,
     slow_optimizer,
     warmup_cost,
+    tiny_grids,
+    memory_peak,
 ]
 
 

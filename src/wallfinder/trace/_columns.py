@@ -136,6 +136,7 @@ class Chunk:
     input_dims: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     input_type: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     concrete_inputs: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    grid: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     strings: list[Scalar] = field(default_factory=list)
     ids: list[Scalar] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
@@ -225,6 +226,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
     chunk.input_dims = _sparse_raw(events, kind, raw, "args.input_dims")
     chunk.input_type = _sparse_raw(events, kind, raw, "args.input_type")
     chunk.concrete_inputs = _sparse_raw(events, kind, raw, "args.concrete_inputs")
+    chunk.grid = _sparse_raw(events, kind, raw, "args.grid", (Kind.KERNEL,))
     chunk.labels = {ids[pid]: label for pid, label in labels.items()}
     chunk.memory = _memory(events, kind, chunk.ts_us)
     for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
@@ -268,10 +270,14 @@ def _sparse_ints(
 
 
 def _sparse_raw(
-    events: Sequence[Event], kind: npt.NDArray[np.int8], raw: Interner, path: str
+    events: Sequence[Event],
+    kind: npt.NDArray[np.int8],
+    raw: Interner,
+    path: str,
+    kinds: tuple[Kind, ...] = _SHAPED,
 ) -> npt.NDArray[np.int32]:
     out = np.zeros(len(events), dtype=np.int32)
-    rows = _rows(kind, _SHAPED)
+    rows = _rows(kind, kinds)
     if rows.size:
         values = map(bytes, map(attrgetter(path), _pick(events, rows)))
         out[rows] = np.fromiter(map(raw.__getitem__, values), np.int32, rows.size)
@@ -383,6 +389,7 @@ class Assembler:
                 input_dims=raw[chunk.input_dims],
                 input_type=raw[chunk.input_type],
                 concrete_inputs=raw[chunk.concrete_inputs],
+                grid=raw[chunk.grid],
                 **chunk.ints,
             )
         )

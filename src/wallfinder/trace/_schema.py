@@ -32,6 +32,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
+    grid: msgspec.Raw = _NO_RAW
     # Metadata events ("M") carry the process or thread name and labels here.
     name: Scalar = None
     labels: Scalar = None

@@ -101,6 +101,7 @@ class Events:
     input_dims: I32
     input_type: I32
     concrete_inputs: I32
+    grid: I32
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
