@@ -243,3 +243,30 @@ def model_trace_with_memory(reserved_gib: float) -> TraceBuilder:
         }
     )
     return b
+
+
+def test_idle_time_waiting_on_a_dependency_gets_its_own_finding(tmp_path: Path) -> None:
+    # The second kernel was launched 400 µs before the GPU went idle: it waited on something.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.kernel(GEMM, t0 + 5.0, 495.0, launch_at=t0)
+        b.kernel(GEMM, t0 + 800.0, 195.0, launch_at=t0 + 100.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "dependency_wait")
+    assert d.findings[0].id == "dependency-wait"
+    assert d.findings[0].share == pytest.approx(d.breakdown.idle_causes["dependency_wait"])
+
+
+def test_two_steps_are_too_few_to_call_step_time_unstable(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    t0 = 0.0
+    for s, length in enumerate([300.0, 600.0]):
+        b.step(s + 1, t0, length)
+        b.kernel(GEMM, t0 + 2.0, length - 4.0, launch_at=t0)
+        t0 += length
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.verdict.questions[0].answer == "unknown"
+    assert d.verdict.cause != "unstable"
+    assert all(f.id != "unstable-steps" for f in d.findings)

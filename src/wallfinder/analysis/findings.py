@@ -16,6 +16,7 @@ import numpy as np
 
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
+from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import (
     Breakdown,
     Finding,
@@ -162,6 +163,22 @@ def launch_bound(f: Facts) -> Finding | None:
     )
 
 
+def dependency_wait(f: Facts) -> Finding | None:
+    share = f.breakdown.idle_causes.get("dependency_wait", 0.0)
+    return _finding(
+        "dependency-wait",
+        "overhead",
+        "Queued work waits on another stream, an event or a peer",
+        share,
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle although the next "
+        "kernel was launched long before: it waited for a dependency",
+        "find what it waits for: cross-stream waits (cudaStreamWaitEvent, copies on a side "
+        "stream), a collective waiting for a slower rank (compare the ranks' traces), events "
+        "recorded late; overlap or remove the dependency",
+        speedup=amdahl(share),
+    )
+
+
 def exposed_communication(f: Facts) -> Finding | None:
     share = f.breakdown.comm_exposed
     return _finding(
@@ -251,7 +268,7 @@ def fusion(f: Facts) -> Finding | None:
 
 def unstable_steps(f: Facts) -> Finding | None:
     s = f.steps
-    if s.stable or s.mean_s <= 0:
+    if s.stable or s.mean_s <= 0 or s.count < MIN_STEPS_FOR_STABILITY:
         return None
     share = max(0.0, (s.mean_s - s.median_s) / s.mean_s)
     return _finding(
@@ -509,6 +526,7 @@ RULES: list[Rule] = [
     data_loading,
     synchronization,
     launch_bound,
+    dependency_wait,
     exposed_communication,
     exposed_copies,
     fp32_matmul,

@@ -24,6 +24,10 @@ _CAUSE_TEXT = {
 }
 
 
+MIN_STEPS_FOR_STABILITY = 3
+"""With fewer steady-state steps, a coefficient of variation says nothing."""
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Named, documented thresholds of the verdict."""
@@ -50,9 +54,18 @@ def decide(
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
         question="Is step time stable?",
-        answer="yes" if steps.cv <= thresholds.max_cv else "no",
+        answer="unknown"
+        if steps.count < MIN_STEPS_FOR_STABILITY
+        else "yes"
+        if steps.cv <= thresholds.max_cv
+        else "no",
         value=steps.cv,
-        detail=f"CV {steps.cv:.1%} over {steps.count} steps (stable at ≤ {thresholds.max_cv:.0%})",
+        detail=f"CV {steps.cv:.1%} over {steps.count} steps (stable at ≤ {thresholds.max_cv:.0%})"
+        + (
+            f"; too few steps to judge (at least {MIN_STEPS_FOR_STABILITY})"
+            if steps.count < MIN_STEPS_FOR_STABILITY
+            else ""
+        ),
     )
     busy = breakdown.compute
     q2 = Question(
