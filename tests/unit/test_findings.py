@@ -270,3 +270,27 @@ def test_two_steps_are_too_few_to_call_step_time_unstable(tmp_path: Path) -> Non
     assert d.verdict.questions[0].answer == "unknown"
     assert d.verdict.cause != "unstable"
     assert all(f.id != "unstable-steps" for f in d.findings)
+
+
+def test_a_busy_gpu_in_pointwise_chains_is_bandwidth_bound_with_fusion_first(
+    tmp_path: Path,
+) -> None:
+    # Each 1000 µs step: three back-to-back pointwise kernels of 320 µs on one stream.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        for k, name in enumerate(("add_kernel", "mul_kernel", "relu_kernel")):
+            b.kernel(
+                f"void at::native::vectorized_elementwise_kernel<{name}>",
+                t0 + 20.0 + k * 320,
+                320.0,
+                launch_at=t0 + k,
+            )
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("bandwidth", "elementwise")
+    top = d.findings[0]
+    assert top.id == "fusable-pointwise"
+    assert top.wall == "bandwidth"
+    # Without shapes the bound comes from kernel times: all but the longest kernel's time.
+    assert top.share == pytest.approx(0.640 / d.breakdown.per_step_ms["step"], rel=1e-3)

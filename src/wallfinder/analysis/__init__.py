@@ -95,7 +95,7 @@ def diagnose(
     kernels, classes = _kernel_tables(trace, dev, inside, kernel_costs(dev, costed, inside), spec)
     step_time = float((end - start)[kept].sum()) * NS / max(steps.count, 1)
     mfu_ = mfu(costed, dev, inside, step_time, steps.count, spec, model)
-    fusion = fusion_candidates(trace, dev, inside, costed, steps.count)
+    fusion = fusion_candidates(trace, dev, inside, costed, steps.count, start[kept])
     if spec is None:
         warnings.append(
             "unknown device: no peaks, so roofline bounds, % of roof and MFU are null "

@@ -44,8 +44,10 @@ def fusion_candidates(
     inside: npt.NDArray[np.bool_],
     costed: Costed,
     steps: int,
+    window_start: npt.NDArray[np.int64],
 ) -> list[FusionCandidate]:
-    """The costliest repeated runs of ≥ 2 consecutive memory-bound kernels on one stream."""
+    """The costliest repeated runs of ≥ 2 consecutive memory-bound kernels on one stream,
+    within one step (`window_start`: the steady-state steps' starts)."""
     ops = dev.ops
     rows = np.flatnonzero(inside & (ops.kind == Kind.KERNEL))
     if rows.size < 2:
@@ -54,8 +56,10 @@ def fusion_candidates(
     order = rows[np.lexsort((ops.ts[rows], stream))]
     stream = np.where(ops.stream[order] >= 0, ops.stream[order], ops.tid[order])
     memory = _MEMORY_BOUND[dev.cls[order]]
-    # A run: consecutive memory-bound kernels on the same stream.
-    starts = memory & np.concatenate([[True], ~memory[:-1] | (stream[1:] != stream[:-1])])
+    step = np.searchsorted(window_start, ops.ts[order], side="right")
+    # A run: consecutive memory-bound kernels on the same stream, in the same step.
+    breaks = ~memory[:-1] | (stream[1:] != stream[:-1]) | (step[1:] != step[:-1])
+    starts = memory & np.concatenate([[True], breaks])
     members = order[memory]
     if members.size < 2:
         return []
