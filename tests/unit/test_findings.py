@@ -294,3 +294,30 @@ def test_a_busy_gpu_in_pointwise_chains_is_bandwidth_bound_with_fusion_first(
     assert top.wall == "bandwidth"
     # Without shapes the bound comes from kernel times: all but the longest kernel's time.
     assert top.share == pytest.approx(0.640 / d.breakdown.per_step_ms["step"], rel=1e-3)
+
+
+def test_a_dataloader_wait_after_a_drained_sync_is_data_loading(tmp_path: Path) -> None:
+    # Regression (found checking a real ResNet trace by hand): the step ends in .item(), the
+    # GPU drains, then the host spends 500 µs in a multi-process DataLoader. The wait is data
+    # loading; only the host time outside the DataLoader belongs to the synchronisation.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.kernel(GEMM, t0 + 10.0, 300.0, launch_at=t0 + 2.0)
+        b.sync(t0 + 5.0, 306.0)
+        b.host(
+            "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+            t0 + 320.0,
+            500.0,
+            cat="user_annotation",
+        )
+        b.kernel(GEMM, t0 + 850.0, 140.0, launch_at=t0 + 840.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    causes = d.breakdown.idle_causes
+    assert causes["data_loading"] > causes["synchronization"]
+    step_ms = d.breakdown.per_step_ms["step"]
+    assert causes["data_loading"] * step_ms == pytest.approx(0.5, rel=0.05)
+    top = d.findings[0]
+    assert top.id == "data-loading"
+    assert "already uses worker processes" in top.fix

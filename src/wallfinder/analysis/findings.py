@@ -107,6 +107,19 @@ def _ms(seconds: float) -> str:
 
 def data_loading(f: Facts) -> Finding | None:
     share = f.breakdown.idle_causes.get("data_loading", 0.0)
+    workers = f.trace.code_of("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    if workers >= 0:
+        fix = (
+            "the DataLoader already uses worker processes but they cannot keep up: more "
+            "num_workers, a larger prefetch_factor, persistent_workers=True, cheaper "
+            "decoding/augmentation (or move it to the GPU), faster storage"
+        )
+    else:
+        fix = (
+            "load batches in the background: DataLoader(num_workers=4 or more, "
+            "pin_memory=True, persistent_workers=True, prefetch_factor=2+); move "
+            "decoding/augmentation off the training process"
+        )
     return _finding(
         "data-loading",
         "overhead",
@@ -114,9 +127,7 @@ def data_loading(f: Facts) -> Finding | None:
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the host is "
         "in the DataLoader's __next__",
-        "load batches in the background: DataLoader(num_workers=4 or more, pin_memory=True, "
-        "persistent_workers=True, prefetch_factor=2+); move decoding/augmentation off the "
-        "training process",
+        fix,
         speedup=amdahl(share),
     )
 

@@ -240,13 +240,17 @@ def _attribute_host_waits(
         pa, pb, pw = a[mine], b[mine], window[mine]
         sync_cov = Coverage.of(ts[on_thread & (category == 1)], end[on_thread & (category == 1)])
         drained = sync_cov.contains(g0[mine], DRAIN_SLACK_NS)
-        previous = np.zeros(pa.size, dtype=np.int64)
-        for k, cause in enumerate(IDLE_CAUSES[:4]):
+        # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
+        # would have run dry during a long wait for the next batch anyway. The rest of a
+        # drained wait is the synchronisation's.
+        data = cov[0].covered(pa, pb)
+        np.add.at(out["data_loading"], pw, data)
+        np.add.at(out["synchronization"], pw, np.where(drained, (pb - pa) - data, 0))
+        previous = data
+        for k, cause in enumerate(IDLE_CAUSES[1:4], start=1):
             upto = cov[k].covered(pa, pb)
-            part = np.where(drained, 0, upto - previous)
-            np.add.at(out[cause], pw, part)
+            np.add.at(out[cause], pw, np.where(drained, 0, upto - previous))
             previous = upto
-        np.add.at(out["synchronization"], pw, np.where(drained, pb - pa, 0))
         np.add.at(out["other"], pw, np.where(drained, 0, (pb - pa) - previous))
 
 
