@@ -321,3 +321,20 @@ def test_a_dataloader_wait_after_a_drained_sync_is_data_loading(tmp_path: Path) 
     top = d.findings[0]
     assert top.id == "data-loading"
     assert "already uses worker processes" in top.fix
+
+
+def test_sync_findings_name_the_users_call_site_when_stacks_are_recorded(
+    tmp_path: Path,
+) -> None:
+    b = sync_in_loop()
+    for s in range(4):
+        t0 = s * 300.0
+        b.host("train.py(42): train_step", t0 + 1.0, 250.0, cat="python_function")
+        b.host("torch/_tensor.py(100): item", t0 + 7.0, 106.0, cat="python_function")
+        b.host("contextlib.py(132): __enter__", t0 + 7.5, 105.0, cat="python_function")
+    d = analyze(b.write(tmp_path / "t.json"))
+    top = d.findings[0]
+    assert top.id == "sync-in-step"
+    assert "called from train.py(42): train_step" in top.evidence
+    assert "torch/_tensor.py" not in top.evidence
+    assert "contextlib" not in top.evidence

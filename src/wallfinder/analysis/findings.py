@@ -9,6 +9,7 @@ to zero (or, where stated, to what the device's faster path would take).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
+from wallfinder.analysis.roofline import enclosing
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import (
     Breakdown,
@@ -126,7 +128,8 @@ def data_loading(f: Facts) -> Finding | None:
         "The GPU waits for the DataLoader",
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the host is "
-        "in the DataLoader's __next__",
+        "in the DataLoader's __next__"
+        + call_sites(f, _DATALOADER_NAMES, (Kind.ANNOTATION, Kind.CPU_OP)),
         fix,
         speedup=amdahl(share),
     )
@@ -141,7 +144,8 @@ def synchronization(f: Facts) -> Finding | None:
         "overhead",
         "The host blocks on the GPU inside the step",
         share,
-        f"{share:.0%} of each step the GPU is idle after the host waited for it: {listed}",
+        f"{share:.0%} of each step the GPU is idle after the host waited for it: {listed}"
+        + call_sites(f, _SYNC_NAMES, (Kind.CPU_OP, Kind.RUNTIME)),
         "remove .item(), .cpu(), print/logging of tensors and torch.cuda.synchronize() from "
         "the step (log every N steps, keep metrics on the GPU); use non_blocking=True copies",
         speedup=amdahl(share),
@@ -315,6 +319,41 @@ def allocator_churn(f: Facts) -> Finding | None:
     )
 
 
+def _is_user_frame(name: str) -> bool:
+    """A Python frame of the user's code: not torch, a built-in, or the standard library."""
+    if name.startswith(("torch/", "<", "site-packages/")) or "(" not in name:
+        return False
+    module = name.split("(", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return module not in sys.stdlib_module_names
+
+
+def call_sites(f: Facts, names: tuple[str, ...], kinds: tuple[Kind, ...]) -> str:
+    """Where the named ops are called from: the innermost user-code Python frame around them
+    (traces recorded with_stack=True), most frequent first; "" without stacks."""
+    py = f.trace.of_kind(Kind.PYTHON)
+    if len(py) == 0:
+        return ""
+    codes = np.array([c for n in names if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
+    ops = f.trace.named(kinds, codes)
+    w = np.searchsorted(f.window_start, ops.ts, side="right") - 1
+    ops = ops.take(np.flatnonzero((w >= 0) & (ops.ts < f.window_end[np.maximum(w, 0)])))
+    user = py.take(np.flatnonzero(np.isin(py.name, f.trace.names_matching(_is_user_frame))))
+    if len(ops) == 0 or len(user) == 0:
+        return ""
+    thread = (ops.pid.astype(np.int64) << 32) | ops.tid.astype(np.int64)
+    rows = enclosing(user, thread, ops.ts)
+    rows = rows[rows >= 0]
+    if rows.size == 0:
+        return ""
+    sites, counts = np.unique(user.name[rows], return_counts=True)
+    top = np.argsort(-counts)[:3]
+    listed = ", ".join(
+        f"{f.trace.strings[int(sites[i])]} ×{f.per_step(int(counts[i])):.0f}/step"
+        for i in top.tolist()
+    )
+    return f"; called from {listed}"
+
+
 def _host_calls(f: Facts, names: tuple[str, ...]) -> list[tuple[str, float, float]]:
     """(name, calls per step, seconds per step) of the named host ops and runtime calls that
     start inside the steady-state steps, most frequent first."""
@@ -334,6 +373,10 @@ def _host_calls(f: Facts, names: tuple[str, ...]) -> list[tuple[str, float, floa
     return out
 
 
+_DATALOADER_NAMES = (
+    "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+    "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+)
 _CAST_NAMES = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::contiguous", "aten::clone")
 
 
@@ -350,7 +393,8 @@ def repeated_casts(f: Facts) -> Finding | None:
         "bandwidth",
         "Tensors are cast or copied over and over",
         share,
-        f"{listed}; copy/cast kernels take {_ms(seconds)} per step",
+        f"{listed}; copy/cast kernels take {_ms(seconds)} per step"
+        + call_sites(f, _CAST_NAMES, (Kind.CPU_OP,)),
         "cast once: model.to(device, dtype) before the loop, inputs created in the dtype and "
         "device they are used in, no .float()/.half()/.contiguous() round trips in the step",
         speedup=amdahl(share),

@@ -155,12 +155,13 @@ def launching_ops(cpu: Events, dev: DeviceOps) -> npt.NDArray[np.int64]:
         rows[hit] = where[pos[hit]]
     missing = np.flatnonzero((rows == NONE) & (dev.launch_ts != NO_LAUNCH))
     if missing.size and len(cpu):
-        rows[missing] = _enclosing(cpu, dev.launch_thread[missing], dev.launch_ts[missing])
+        rows[missing] = enclosing(cpu, dev.launch_thread[missing], dev.launch_ts[missing])
     return rows
 
 
-def _enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
-    """Row of the innermost CPU op on `thread` that encloses time `t` (NONE if none)."""
+def enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
+    """Row of the innermost event of `cpu` (ops, Python frames) on `thread` that encloses
+    time `t` (NONE if none)."""
     key = (cpu.pid.astype(np.int64) << 32) | cpu.tid.astype(np.int64)
     threads, rank = np.unique(key, return_inverse=True)
     base = int(cpu.ts.min())
