@@ -272,3 +272,30 @@ def test_op_times_are_right_when_the_kernels_start_long_after_the_trace(tmp_path
     times = {o.name: o.time_s for o in d.roofline.ops}
     assert times["aten::mm"] == pytest.approx(2 * 1000e-6)
     assert times["aten::add"] == pytest.approx(2 * 2 * 100e-6)
+
+
+def test_cpu_only_trace_is_placed_on_the_cpu_profiles_roofline(tmp_path: Path) -> None:
+    # 3 steps of 2000 µs; each runs a 1500 µs fp32 mm (2·N³ FLOPs for N = 512) on the CPU.
+    n = 512
+    b = TraceBuilder(device_name=None)
+    for s in range(3):
+        t0 = s * 2000.0
+        b.step(s + 1, t0, 2000.0)
+        b.host(
+            "aten::mm",
+            t0 + 100.0,
+            1500.0,
+            args={"Input Dims": [[n, n], [n, n]], "Input type": ["float", "float"]},
+        )
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.device.kind == "cpu"
+    assert d.device.matched_spec is not None
+    r = d.roofline
+    assert r is not None
+    mm = r.ops[0]
+    assert (mm.name, mm.calls, mm.dtype) == ("aten::mm", 3, "fp32")
+    assert mm.time_s == pytest.approx(3 * 1500e-6)
+    assert d.mfu.flops_per_step == pytest.approx(2.0 * n**3)
+    assert d.mfu.value == pytest.approx(2.0 * n**3 / 2000e-6 / d.device.peak_flops["fp32"])
+    assert d.verdict.questions[3].answer in ("yes", "no")
+    assert "nominal estimate" in (d.device.note or "")

@@ -22,10 +22,12 @@ from wallfinder.analysis.roofline import (
     KernelCost,
     ModelFlops,
     cost_device_ops,
+    cpu_roofline,
     kernel_costs,
     kernel_roof,
     launching_ops,
     mfu,
+    outermost,
     roofline,
 )
 from wallfinder.analysis.spikes import find_spikes
@@ -48,7 +50,7 @@ from wallfinder.diagnosis import (
     Steps,
 )
 from wallfinder.errors import WallfinderError
-from wallfinder.hardware import DeviceSpec
+from wallfinder.hardware import DeviceSpec, cpu_spec
 from wallfinder.trace import Events, Kind, Trace
 
 __all__ = ["ModelFlops", "Thresholds", "diagnose"]
@@ -78,7 +80,7 @@ def diagnose(
             "(use torch.profiler's schedule and p.step() to get per-step figures)"
         )
     if dev is None:
-        return _diagnose_cpu(trace, spans, thresholds, warnings)
+        return _diagnose_cpu(trace, spans, thresholds, warnings, spec, model)
     start, end = gpu_windows(spans, dev.ops, dev.launch_ts)
     wb = breakdown(trace, dev, start, end)
     durations = (end - start).astype(np.float64) * NS
@@ -318,7 +320,12 @@ def _kernel_tables(
 
 
 def _diagnose_cpu(
-    trace: Trace, spans: StepSpans, thresholds: Thresholds, warnings: list[str]
+    trace: Trace,
+    spans: StepSpans,
+    thresholds: Thresholds,
+    warnings: list[str],
+    spec: DeviceSpec | None = None,
+    model: ModelFlops | None = None,
 ) -> Diagnosis:
     """No device kernels: the CPU is the device. Breakdown of the main thread's time."""
     host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
@@ -360,7 +367,31 @@ def _diagnose_cpu(
         )
     else:
         warnings.append("no device activity in the trace: the CPU is analysed as the device")
-    device = Device(name="CPU", kind="cpu", note="CPU-only trace: CPU-side breakdown")
+    if spec is None or spec.vendor != "cpu":
+        spec = cpu_spec()
+    roof: Roofline | None = None
+    mfu_ = Mfu(value=None, basis="unknown: the accelerator's work is not in the trace")
+    if len(trace.of_kind(Kind.RUNTIME)) == 0:
+        # A pure CPU run: the ops' CPU time is their compute time. With accelerator runtime
+        # calls (MTIA, a device whose kernels were not traced) it is only dispatch time.
+        cpu_ops = mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP))
+        roof, mfu_ = cpu_roofline(
+            trace, cpu_ops, start[kept], end[kept], spec, steps.count, model or ModelFlops()
+        )
+    device = Device(
+        name="CPU",
+        kind="cpu",
+        matched_spec=spec.name,
+        spec_source=spec.source,
+        peak_flops=dict(spec.peak_flops),
+        mem_bandwidth=spec.mem_bandwidth,
+        note="CPU-only trace: CPU-side breakdown"
+        + (
+            "; roofs are a nominal estimate (give --spec FILE for this CPU)"
+            if spec.estimate
+            else ""
+        ),
+    )
     facts = Facts(
         trace=trace,
         dev=None,
@@ -373,7 +404,19 @@ def _diagnose_cpu(
         window_start=start[kept],
         window_end=end[kept],
     )
-    return _result(trace, device, steps, bd, classes, thresholds, warnings, cpu=cpu, facts=facts)
+    return _result(
+        trace,
+        device,
+        steps,
+        bd,
+        classes,
+        thresholds,
+        warnings,
+        cpu=cpu,
+        roofline=roof,
+        mfu=mfu_,
+        facts=facts,
+    )
 
 
 def _main_thread(trace: Trace, host: Events) -> int:
@@ -401,16 +444,6 @@ def _cpu_categories(trace: Trace, events: Events) -> npt.NDArray[np.int8]:
     return cat
 
 
-def _top_level(events: Events) -> npt.NDArray[np.bool_]:
-    """Events not nested inside an earlier event (input sorted by start)."""
-    if len(events) == 0:
-        return np.zeros(0, dtype=bool)
-    reach = np.maximum.accumulate(events.end)
-    top = np.ones(len(events), dtype=bool)
-    top[1:] = events.ts[1:] >= reach[:-1]
-    return top
-
-
 def _cpu_activity(
     trace: Trace,
     mine: Events,
@@ -420,7 +453,7 @@ def _cpu_activity(
     bd: Breakdown,
 ) -> tuple[CpuActivity, list[ClassShare]]:
     ops = mine.take(np.flatnonzero((category == 2) | (category == 1)))
-    ops = ops.take(np.flatnonzero(_top_level(ops) & _in_windows(ops.ts, start, end)))
+    ops = ops.take(np.flatnonzero(outermost(ops) & _in_windows(ops.ts, start, end)))
     steps = max(start.size, 1)
     dur = ops.dur.astype(np.float64)
     total = float(dur.sum()) or 1.0

@@ -497,3 +497,145 @@ def kernel_roof(
         pct_of_roof=roof.pct_of_roof,
         bound_basis="cost model" if roof.bound else "class",
     )
+
+
+_MATMUL_MODELS = ("gemm", "conv", "attention")
+
+
+def cpu_roofline(
+    trace: Trace,
+    ops: Events,
+    start: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    spec: DeviceSpec,
+    steps: int,
+    model: ModelFlops,
+) -> tuple[Roofline, Mfu]:
+    """The roofline of a CPU-only trace: the outermost costed ops of the main thread (`ops`,
+    sorted by start) in the steady-state windows, their CPU time as the measured time."""
+    w = np.searchsorted(start, ops.ts, side="right") - 1
+    ops = ops.take(np.flatnonzero((w >= 0) & (ops.ts < end[np.maximum(w, 0)])))
+    busy_ns = float(ops.dur[outermost(ops)].sum()) or 1.0
+    shaped = np.flatnonzero(ops.input_dims > 0)
+    costs: dict[tuple[int, int, int, int], Cost | None] = {}
+    row_cost: dict[int, Cost] = {}
+    for i in shaped.tolist():
+        key = (
+            int(ops.name[i]),
+            int(ops.input_dims[i]),
+            int(ops.input_type[i]),
+            int(ops.concrete_inputs[i]),
+        )
+        if key not in costs:
+            costs[key] = op_cost(
+                trace.strings[key[0]], trace.raw[key[1]], trace.raw[key[2]], trace.raw[key[3]]
+            )
+        cost = costs[key]
+        if cost is not None:
+            row_cost[i] = cost
+    costed = np.array(sorted(row_cost), dtype=np.int64)
+    # Outermost costed ops only: a costed op inside another (mm inside linear) is counted once.
+    if costed.size:
+        keep = outermost(ops.take(costed))
+        costed = costed[keep]
+    groups: dict[tuple[int, int, int, int], list[int]] = {}
+    for i in costed.tolist():
+        key = (
+            int(ops.name[i]),
+            int(ops.input_dims[i]),
+            int(ops.input_type[i]),
+            int(ops.concrete_inputs[i]),
+        )
+        groups.setdefault(key, []).append(i)
+    rows = []
+    compute_t = bandwidth_t = matmul_flops = 0.0
+    weighted: dict[str, list[tuple[float, float]]] = {"compute": [], "bandwidth": [], "matmul": []}
+    dtypes: dict[str, float] = {}
+    for key, members in groups.items():
+        cost = row_cost[members[0]]
+        t = float(ops.dur[members].sum()) * NS
+        if t <= 0:
+            continue
+        row = _roof_row(
+            trace.strings[key[0]],
+            trace.raw[key[1]].decode("utf-8", "replace"),
+            cost.dtype,
+            len(members),
+            t,
+            cost.flops * len(members),
+            cost.bytes * len(members),
+            spec,
+        )
+        rows.append(row)
+        if row.bound in ("compute", "bandwidth"):
+            if row.bound == "compute":
+                compute_t += t
+            else:
+                bandwidth_t += t
+            if row.pct_of_roof is not None:
+                weighted[row.bound].append((row.pct_of_roof, t))
+        if cost.model in _MATMUL_MODELS:
+            matmul_flops += row.flops
+            dtypes[cost.dtype] = dtypes.get(cost.dtype, 0.0) + row.flops
+            if row.pct_of_roof is not None:
+                weighted["matmul"].append((row.pct_of_roof, t))
+    rows.sort(key=lambda r: -r.time_s)
+    costed_t = sum(r.time_s for r in rows)
+    busy = busy_ns * NS
+
+    def mean(kind: str) -> float | None:
+        pairs = weighted[kind]
+        total = sum(t for _, t in pairs)
+        return sum(p * t for p, t in pairs) / total if total > 0 else None
+
+    roof = Roofline(
+        device=spec.name,
+        ridge=_ridges(spec),
+        compute_bound_share=compute_t / busy,
+        bandwidth_bound_share=bandwidth_t / busy,
+        unknown_bound_share=max(0.0, 1.0 - (compute_t + bandwidth_t) / busy),
+        costed_share=min(1.0, costed_t / busy),
+        pct_of_roof_compute=mean("compute"),
+        pct_of_roof_bandwidth=mean("bandwidth"),
+        pct_of_roof_matmul=mean("matmul"),
+        fp32_matmul_without_tensor_cores_s=0.0,
+        fp32_matmul_without_tensor_cores_share=0.0,
+        ops=rows[:TOP_OPS],
+    )
+    step_time = float((end - start).sum()) * NS / max(steps, 1)
+    given = model.per_step()
+    dtype = max(dtypes, key=lambda d: dtypes[d]) if dtypes else None
+    if given is not None:
+        flops, basis = given
+    elif matmul_flops > 0:
+        flops = matmul_flops / max(steps, 1)
+        basis = "FLOPs of the matmul-class ops counted from the trace, on the CPU"
+    else:
+        return roof, Mfu(value=None, basis="unknown: no matmul op with recorded shapes")
+    peak = spec.peak(dtype) if dtype else None
+    if peak is None or step_time <= 0:
+        return roof, Mfu(
+            value=None,
+            basis=f"{basis}; no {dtype} peak for the CPU profile",
+            flops_per_step=flops,
+            dtype=dtype,
+        )
+    achieved = flops / step_time
+    return roof, Mfu(
+        value=achieved / peak,
+        basis=f"{basis}; peak from {spec.source}",
+        flops_per_step=flops,
+        achieved_flops=achieved,
+        peak_flops=peak,
+        dtype=dtype,
+    )
+
+
+def outermost(events: Events) -> npt.NDArray[np.bool_]:
+    """Events not nested in an earlier one on the same thread (input sorted by start)."""
+    if len(events) == 0:
+        return np.zeros(0, dtype=bool)
+    reach = np.maximum.accumulate(events.end)
+    top = np.ones(len(events), dtype=bool)
+    top[1:] = events.ts[1:] >= reach[:-1]
+    return top
