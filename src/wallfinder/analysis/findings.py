@@ -18,6 +18,7 @@ import numpy as np
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
 from wallfinder.analysis.roofline import enclosing
+from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import (
     Breakdown,
@@ -163,6 +164,17 @@ def launch_bound(f: Facts) -> Finding | None:
         return None
     short = float((durations < SHORT_KERNEL_NS).mean())
     per_step = f.per_step(int(durations.size))
+    # How far ahead the host runs: a shallow queue (kernels start right after their launch)
+    # means the GPU is fed just in time.
+    launch = f.dev.launch_ts[f.inside][kernels]
+    known = launch != NO_LAUNCH
+    starts = f.dev.ops.ts[f.inside][kernels]
+    queue = (
+        f"; launch-to-start median {np.median(starts[known] - launch[known]) / 1e3:.1f} µs "
+        "(a shallow queue: the GPU is fed just in time)"
+        if known.any()
+        else ""
+    )
     return _finding(
         "launch-bound",
         "overhead",
@@ -170,7 +182,7 @@ def launch_bound(f: Facts) -> Finding | None:
         share,
         f"{share:.0%} of each step the GPU waits for the host to issue work (CPU ops, Python, "
         f"launch latency); {per_step:.0f} kernels per step, {short:.0%} of them under "
-        f"{SHORT_KERNEL_NS // 1000} µs, median {np.median(durations) / 1e3:.1f} µs",
+        f"{SHORT_KERNEL_NS // 1000} µs, median {np.median(durations) / 1e3:.1f} µs{queue}",
         "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
         "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
         "optimizers",
