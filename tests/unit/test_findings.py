@@ -338,3 +338,18 @@ def test_sync_findings_name_the_users_call_site_when_stacks_are_recorded(
     assert "called from train.py(42): train_step" in top.evidence
     assert "torch/_tensor.py" not in top.evidence
     assert "contextlib" not in top.evidence
+
+
+def test_compute_bound_matmuls_below_their_roof_are_found(tmp_path: Path) -> None:
+    # The roofline test's mm runs at ~44% of the A100's bf16 roof.
+    from test_roofline import model_trace
+
+    d = analyze(model_trace().write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "matmul-below-roof")
+    assert f.wall == "compute"
+    assert "aten::mm [[4096,4096],[4096,4096]] bf16 at 44% of roof" in f.evidence
+    roof = next(o for o in d.roofline.ops if o.name == "aten::mm") if d.roofline else None
+    assert roof is not None
+    assert roof.pct_of_roof is not None
+    saved = roof.time_s * (1 - roof.pct_of_roof) / d.steps.count
+    assert f.share == pytest.approx(saved / (d.breakdown.per_step_ms["step"] / 1e3))

@@ -9,6 +9,7 @@ to zero (or, where stated, to what the device's faster path would take).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
 from wallfinder.analysis.roofline import enclosing
 from wallfinder.analysis.steps import NO_LAUNCH
-from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
+from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY, Thresholds
 from wallfinder.diagnosis import (
     Breakdown,
     Finding,
@@ -31,6 +32,10 @@ from wallfinder.diagnosis import (
 from wallfinder.trace import Kind, Trace
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
+
+NEAR_PEAK = Thresholds().near_peak
+"""Compute-bound matmuls below this share of their roof are a finding (the verdict's Q4
+threshold)."""
 
 MEMORY_NEAR_FULL = 0.90
 """Reserved memory at this share of the device's capacity is a finding."""
@@ -213,8 +218,8 @@ def exposed_communication(f: Facts) -> Finding | None:
         "overhead",
         "Collectives are not hidden behind compute",
         share,
-        f"{share:.0%} of each step ({_ms(share * f.step_s)}) communication kernels run with no "
-        "compute beside them",
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) communication runs with no compute "
+        "beside it",
         "overlap communication with the backward pass: DDP bucket_cap_mb (smaller first "
         "buckets), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
         "backward_prefetch/forward_prefetch; check the slowest rank (stragglers)",
@@ -589,6 +594,63 @@ def memory_peak(f: Facts) -> Finding | None:
     )
 
 
+_MATMUL_OPS = (
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "matmul",
+    "linear",
+    "_scaled_mm",
+    "conv",
+    "convolution",
+    "attention",
+    "flash",
+    "efficient",
+)
+
+
+def _compact(shapes: str) -> str:
+    """Recorded input shapes without spaces and without the trailing scalars' empty lists."""
+    return re.sub(r"(,\[\])+\]$", "]", shapes.replace(" ", ""))
+
+
+def matmuls_below_roof(f: Facts) -> Finding | None:
+    """Compute-bound matmul ops well below their roof: shapes, precision or the kernel."""
+    r = f.roofline
+    if r is None or f.step_s <= 0:
+        return None
+    steps = max(f.steps.count, 1)
+    slow = [
+        o
+        for o in r.ops
+        if o.bound == "compute"
+        and o.pct_of_roof is not None
+        and o.pct_of_roof < NEAR_PEAK
+        and any(m in o.name for m in _MATMUL_OPS)
+    ]
+    if not slow:
+        return None
+    # Bound: each op reaching its roof, i.e. its time × (1 − % of roof) removed.
+    saved = sum(o.time_s * (1.0 - (o.pct_of_roof or 0.0)) for o in slow) / steps
+    share = saved / f.step_s
+    listed = "; ".join(
+        f"{o.name} {_compact(o.shapes)} {o.dtype} at {o.pct_of_roof or 0:.0%} of roof"
+        for o in slow[:3]
+    )
+    return _finding(
+        "matmul-below-roof",
+        "compute",
+        "Matmuls run well below their roof",
+        share,
+        f"{listed} (the bound assumes each reached its roof)",
+        "make shapes tensor-core friendly (dimensions multiples of 8/16, avoid tiny or skinny "
+        "GEMMs; batch small ones), use the lowest precision that trains (bf16, fp8 with "
+        "_scaled_mm), try torch.compile(mode='max-autotune') for better kernels",
+        speedup=amdahl(share),
+    )
+
+
 RULES: list[Rule] = [
     data_loading,
     synchronization,
@@ -605,6 +667,7 @@ RULES: list[Rule] = [
     slow_optimizer,
     warmup_cost,
     tiny_grids,
+    matmuls_below_roof,
     memory_peak,
 ]
 
