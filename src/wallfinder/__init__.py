@@ -8,6 +8,7 @@ communication/overhead — from its profiler traces.
 
 from wallfinder.analysis import ModelFlops, Thresholds
 from wallfinder.api import Options, analyze
+from wallfinder.capture import Profile, profile
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
 
@@ -15,10 +16,12 @@ __all__ = [
     "Diagnosis",
     "ModelFlops",
     "Options",
+    "Profile",
     "Thresholds",
     "WallfinderError",
     "__version__",
     "analyze",
+    "profile",
 ]
 
 __version__ = "0.1.0"

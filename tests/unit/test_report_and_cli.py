@@ -252,10 +252,12 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "Diagnosis",
         "ModelFlops",
         "Options",
+        "Profile",
         "Thresholds",
         "WallfinderError",
         "__version__",
         "analyze",
+        "profile",
     ]
     for name in wallfinder.__all__:
         assert hasattr(wallfinder, name)
