@@ -17,7 +17,7 @@ from wallfinder.analysis.gpu import (
     device_ops,
     is_data_loading,
 )
-from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.roofline import (
     KernelCost,
     ModelFlops,
@@ -90,7 +90,7 @@ def diagnose(
     spikes = find_spikes(trace, dev, spans.labels, wb, kept)
     steps = _step_stats(spans, durations, kept, dropped, thresholds, spikes)
     bd = _gpu_breakdown(spans, wb, kept)
-    inside = _in_windows(dev.ops.ts, start[kept], end[kept])
+    inside = in_windows(dev.ops.ts, start[kept], end[kept])
     launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
     costed = cost_device_ops(trace, dev, launcher, spec)
     roof = roofline(trace, dev, inside, costed, spec, steps.count)
@@ -271,13 +271,6 @@ def _gpu_breakdown(spans: StepSpans, wb: WindowBreakdown, kept: npt.NDArray[np.b
     )
 
 
-def _in_windows(
-    ts: npt.NDArray[np.int64], start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
-) -> npt.NDArray[np.bool_]:
-    w = np.searchsorted(start, ts, side="right") - 1
-    return (w >= 0) & (ts < end[np.maximum(w, 0)])
-
-
 def _kernel_tables(
     trace: Trace,
     dev: DeviceOps,
@@ -334,7 +327,7 @@ def _diagnose_cpu(
     if len(host) == 0:
         raise WallfinderError(f"{trace.source}: no device kernels and no CPU activity to analyse")
     thread = _main_thread(trace, host)
-    mine = host.take(np.flatnonzero((host.pid.astype(np.int64) << 32 | host.tid) == thread))
+    mine = host.take(np.flatnonzero(host.thread == thread))
     category = _cpu_categories(trace, mine)
     cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(4)]
     start, end = spans.cpu_start, spans.cpu_end
@@ -420,7 +413,7 @@ def _diagnose_cpu(
 
 
 def _main_thread(trace: Trace, host: Events) -> int:
-    keys = host.pid.astype(np.int64) << 32 | host.tid
+    keys = host.thread
     step_rows = np.isin(host.name, trace.names_matching(lambda s: s.startswith("ProfilerStep#")))
     pool = keys[step_rows] if step_rows.any() else keys
     weights = None if step_rows.any() else host.dur.astype(np.float64)
@@ -453,7 +446,7 @@ def _cpu_activity(
     bd: Breakdown,
 ) -> tuple[CpuActivity, list[ClassShare]]:
     ops = mine.take(np.flatnonzero((category == 2) | (category == 1)))
-    ops = ops.take(np.flatnonzero(outermost(ops) & _in_windows(ops.ts, start, end)))
+    ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
     steps = max(start.size, 1)
     dur = ops.dur.astype(np.float64)
     total = float(dur.sum()) or 1.0

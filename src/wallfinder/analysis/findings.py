@@ -13,11 +13,13 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
+from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.roofline import enclosing
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY, Thresholds
@@ -29,7 +31,7 @@ from wallfinder.diagnosis import (
     Steps,
     Wall,
 )
-from wallfinder.trace import Kind, Trace
+from wallfinder.trace import Events, Kind, Trace
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -83,6 +85,15 @@ class Facts:
 
     def per_step(self, count: int) -> float:
         return count / max(self.steps.count, 1)
+
+    @cached_property
+    def user_frames(self) -> Events:
+        """Python frames of the user's code (traces recorded with stacks), found once for
+        every rule that names call sites."""
+        py = self.trace.of_kind(Kind.PYTHON)
+        if len(py) == 0:
+            return py
+        return py.take(np.flatnonzero(np.isin(py.name, self.trace.names_matching(_is_user_frame))))
 
 
 Rule = Callable[[Facts], Finding | None]
@@ -347,18 +358,15 @@ def _is_user_frame(name: str) -> bool:
 def call_sites(f: Facts, names: tuple[str, ...], kinds: tuple[Kind, ...]) -> str:
     """Where the named ops are called from: the innermost user-code Python frame around them
     (traces recorded with_stack=True), most frequent first; "" without stacks."""
-    py = f.trace.of_kind(Kind.PYTHON)
-    if len(py) == 0:
+    user = f.user_frames
+    if len(user) == 0:
         return ""
     codes = np.array([c for n in names if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
     ops = f.trace.named(kinds, codes)
-    w = np.searchsorted(f.window_start, ops.ts, side="right") - 1
-    ops = ops.take(np.flatnonzero((w >= 0) & (ops.ts < f.window_end[np.maximum(w, 0)])))
-    user = py.take(np.flatnonzero(np.isin(py.name, f.trace.names_matching(_is_user_frame))))
-    if len(ops) == 0 or len(user) == 0:
+    ops = ops.take(np.flatnonzero(in_windows(ops.ts, f.window_start, f.window_end)))
+    if len(ops) == 0:
         return ""
-    thread = (ops.pid.astype(np.int64) << 32) | ops.tid.astype(np.int64)
-    rows = enclosing(user, thread, ops.ts)
+    rows = enclosing(user, ops.thread, ops.ts)
     rows = rows[rows >= 0]
     if rows.size == 0:
         return ""
@@ -380,8 +388,7 @@ def _host_calls(f: Facts, names: tuple[str, ...]) -> list[tuple[str, float, floa
         if code < 0:
             continue
         rows = f.trace.named((Kind.CPU_OP, Kind.RUNTIME), np.array([code], dtype=np.int32))
-        w = np.searchsorted(f.window_start, rows.ts, side="right") - 1
-        inside = (w >= 0) & (rows.ts < f.window_end[np.maximum(w, 0)])
+        inside = in_windows(rows.ts, f.window_start, f.window_end)
         if not inside.any():
             continue
         seconds = float(rows.dur[inside].sum()) * 1e-9 / max(f.steps.count, 1)
@@ -429,10 +436,10 @@ def unfused_attention(f: Facts) -> Finding | None:
         return None
     relevant = np.isin(ops.name, np.concatenate([matmul, softmax]))
     rows = np.flatnonzero(relevant)
-    thread = (ops.pid[rows].astype(np.int64) << 32) | ops.tid[rows]
-    order = rows[np.lexsort((ops.ts[rows], thread))]
+    thread = ops.thread
+    order = rows[np.lexsort((ops.ts[rows], thread[rows]))]
     names = ops.name[order]
-    by_thread = (ops.pid[order].astype(np.int64) << 32) | ops.tid[order]
+    by_thread = thread[order]
     # follows[i]: row i is on the same thread as row i − 1.
     follows = np.concatenate([[False], by_thread[1:] == by_thread[:-1]])
     is_mm = np.isin(names, matmul)

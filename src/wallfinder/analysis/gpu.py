@@ -11,7 +11,7 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
 from wallfinder.analysis.intervals import Coverage, split_at
 from wallfinder.analysis.steps import NO_LAUNCH
-from wallfinder.trace import NONE, Events, Kind, Trace
+from wallfinder.trace import NONE, Events, Kind, Trace, thread_key
 
 I64 = npt.NDArray[np.int64]
 
@@ -106,16 +106,12 @@ def device_ops(trace: Trace) -> DeviceOps | None:
         order = np.argsort(r_corr, kind="stable")
         r_corr = r_corr[order]
         r_ts = runtime.ts[has_corr][order]
-        r_thread = _thread_key(runtime)[has_corr][order]
+        r_thread = runtime.thread[has_corr][order]
         pos = np.clip(np.searchsorted(r_corr, ops.correlation), 0, r_corr.size - 1)
         found = (ops.correlation >= 0) & (r_corr[pos] == ops.correlation)
         launch_ts[found] = r_ts[pos[found]]
         launch_thread[found] = r_thread[pos[found]]
     return DeviceOps(main, ops, _classes(trace, ops), launch_ts, launch_thread)
-
-
-def _thread_key(events: Events) -> I64:
-    return (events.pid.astype(np.int64) << 32) | events.tid.astype(np.int64)
 
 
 def _classes(trace: Trace, ops: Events) -> npt.NDArray[np.int8]:
@@ -227,7 +223,7 @@ def _attribute_host_waits(
     """Split each host wait [a, b) by what the launching thread was doing."""
     kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
     ts, dur, name, pid, tid = trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
-    host_thread = (pid.astype(np.int64) << 32) | tid.astype(np.int64)
+    host_thread = thread_key(pid, tid)
     category = _host_categories(trace, name)
     end = ts + dur
     for t in np.unique(thread).tolist():

@@ -108,3 +108,10 @@ def split_at(starts: I64, ends: I64, cuts: I64) -> tuple[I64, I64, npt.NDArray[n
     last = np.append(piece_origin[1:] != piece_origin[:-1], True)
     piece_ends[last] = ends[piece_origin[last]]
     return piece_starts, piece_ends, piece_origin.astype(np.intp)
+
+
+def in_windows(t: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
+    """Whether each time lies in one of the sorted, disjoint windows [start[k], end[k])."""
+    w = np.searchsorted(start, t, side="right") - 1
+    result: npt.NDArray[np.bool_] = (w >= 0) & (t < end[np.maximum(w, 0)])
+    return result

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
 from wallfinder.analysis.gpu import CLASSES, DeviceOps
-from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.cost import Cost, op_cost
 from wallfinder.diagnosis import KernelRow, Mfu, OpRoofRow, Roofline
@@ -162,7 +162,7 @@ def launching_ops(cpu: Events, dev: DeviceOps) -> npt.NDArray[np.int64]:
 def enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
     """Row of the innermost event of `cpu` (ops, Python frames) on `thread` that encloses
     time `t` (NONE if none)."""
-    key = (cpu.pid.astype(np.int64) << 32) | cpu.tid.astype(np.int64)
+    key = cpu.thread
     threads, rank = np.unique(key, return_inverse=True)
     base = int(cpu.ts.min())
     span = int(max(cpu.end.max(), t.max()) - base) + 1
@@ -513,8 +513,7 @@ def cpu_roofline(
 ) -> tuple[Roofline, Mfu]:
     """The roofline of a CPU-only trace: the outermost costed ops of the main thread (`ops`,
     sorted by start) in the steady-state windows, their CPU time as the measured time."""
-    w = np.searchsorted(start, ops.ts, side="right") - 1
-    ops = ops.take(np.flatnonzero((w >= 0) & (ops.ts < end[np.maximum(w, 0)])))
+    ops = ops.take(np.flatnonzero(in_windows(ops.ts, start, end)))
     busy_ns = float(ops.dur[outermost(ops)].sum()) or 1.0
     shaped = np.flatnonzero(ops.input_dims > 0)
     costs: dict[tuple[int, int, int, int], Cost | None] = {}

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from wallfinder.diagnosis import Diagnosis, KernelRow, OpRow
+from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow
 
 NAME_WIDTH = 52
 """Kernel and op names are cut to this many characters so the figures beside them fit in 100
@@ -264,13 +264,38 @@ def _name_table(title: str, what: str, rows: Sequence[KernelRow | OpRow], d: Dia
     return table
 
 
-def _rate(value: float | None, unit: str) -> str:
+def _rate(value: float | None, unit: str, digits: str = ".1f") -> str:
+    """`value` with an SI prefix (k, M, G, T, P) on `unit`; "?" when unknown."""
     if value is None:
         return "?"
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
-            return f"{value / factor:.1f} {prefix}{unit}"
-    return f"{value:.1f} {unit}"
+            return f"{value / factor:{digits}} {prefix}{unit}"
+    return f"{value:{digits}} {unit}"
+
+
+def render_calculation(c: Calculation) -> str:
+    """A `wallfinder roofline` calculation as text."""
+
+    def si(value: float, unit: str) -> str:
+        return _rate(value, unit, ".3g")
+
+    lines = [
+        f"{c.what} · {c.dtype} on {c.device} ({c.source})",
+        f"  FLOPs {si(c.flops, 'FLOP')}, bytes {si(c.bytes, 'B')}, "
+        f"arithmetic intensity {'∞' if c.ai is None else f'{c.ai:.3g}'} FLOP/B",
+        f"  ridge {c.ridge:.3g} FLOP/B ({si(c.peak_flops, 'FLOP/s')} / "
+        f"{si(c.mem_bandwidth, 'B/s')}): {c.bound}-bound",
+        f"  attainable {si(c.attainable_flops, 'FLOP/s')} "
+        f"({c.utilisation_of_peak:.1%} of peak); time floor {c.time_floor_s * 1e6:.3g} µs",
+    ]
+    if c.fused_bytes is not None and c.time_saved_s is not None:
+        lines.append(
+            f"  fused: {si(c.fused_bytes, 'B')} instead of {si(c.bytes, 'B')}, time floor "
+            f"{(c.time_floor_s - c.time_saved_s) * 1e6:.3g} µs: saves "
+            f"{c.time_saved_s * 1e6:.3g} µs per call"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _roofline(d: Diagnosis) -> Group:

@@ -33,7 +33,7 @@ from wallfinder.trace._reader import (
     text_size,
 )
 from wallfinder.trace._schema import Header
-from wallfinder.trace.model import NONE, Events, Kind, MemorySample, Trace
+from wallfinder.trace.model import NONE, Events, Kind, MemorySample, Trace, thread_key
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -49,6 +49,7 @@ __all__ = [
     "find_trace_files",
     "load_trace",
     "process_context",
+    "thread_key",
 ]
 
 

@@ -25,6 +25,12 @@ NONE = -1
 """The value of an integer column where the event has no such field."""
 
 
+def thread_key(pid: npt.NDArray[np.integer[Any]], tid: npt.NDArray[np.integer[Any]]) -> I64:
+    """One int64 per (pid, tid) code pair: the thread an event ran on."""
+    key: I64 = (pid.astype(np.int64) << 32) | tid.astype(np.int64)
+    return key
+
+
 class Kind(IntEnum):
     """What an event is, from its phase and category (see `kind_of`)."""
 
@@ -114,15 +120,10 @@ class Events:
         """The rows at `index` (an index array, a boolean mask, or a slice: a view)."""
         return Events(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
-    def sorted_by_time(self) -> Events:
-        return self.take(np.argsort(self.ts, kind="stable"))
-
-    @classmethod
-    def concatenate(cls, parts: list[Events]) -> Events:
-        columns = {}
-        for f in fields(cls):
-            columns[f.name] = np.concatenate([getattr(p, f.name) for p in parts])
-        return cls(**columns)
+    @property
+    def thread(self) -> I64:
+        """Each event's thread, as one key (`thread_key`)."""
+        return thread_key(self.pid, self.tid)
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,6 @@ class Trace:
     @cached_property
     def _kind_cache(self) -> dict[tuple[int, ...], Events]:
         return {}
-
-    def name_of(self, code: int) -> str:
-        return self.strings[code]
 
     def code_of(self, text: str) -> int:
         """The code of a string, or NONE when no event uses it."""

@@ -10,6 +10,7 @@ from wallfinder.cli.commands.analyze import add_device_options
 from wallfinder.diagnosis import Calculation
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file
+from wallfinder.report.terminal import render_calculation
 
 HELP = "AI, ridge, bound, attainable FLOP/s and time floor for an op on a device"
 
@@ -75,31 +76,5 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.write(result.to_json() + "\n")
     else:
-        sys.stdout.write(render(result))
+        sys.stdout.write(render_calculation(result))
     return 0
-
-
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
-def render(c: Calculation) -> str:
-    lines = [
-        f"{c.what} · {c.dtype} on {c.device} ({c.source})",
-        f"  FLOPs {_si(c.flops, 'FLOP')}, bytes {_si(c.bytes, 'B')}, "
-        f"arithmetic intensity {'∞' if c.ai is None else f'{c.ai:.3g}'} FLOP/B",
-        f"  ridge {c.ridge:.3g} FLOP/B ({_si(c.peak_flops, 'FLOP/s')} / "
-        f"{_si(c.mem_bandwidth, 'B/s')}): {c.bound}-bound",
-        f"  attainable {_si(c.attainable_flops, 'FLOP/s')} "
-        f"({c.utilisation_of_peak:.1%} of peak); time floor {c.time_floor_s * 1e6:.3g} µs",
-    ]
-    if c.fused_bytes is not None and c.time_saved_s is not None:
-        lines.append(
-            f"  fused: {_si(c.fused_bytes, 'B')} instead of {_si(c.bytes, 'B')}, time floor "
-            f"{(c.time_floor_s - c.time_saved_s) * 1e6:.3g} µs: saves "
-            f"{c.time_saved_s * 1e6:.3g} µs per call"
-        )
-    return "\n".join(lines) + "\n"
