@@ -28,13 +28,15 @@ from wallfinder.trace import NONE, Events, Kind, Trace
 
 NS = 1e-9
 TOP_OPS = 15
-_MATMUL = np.array([c in MATMUL_CLASSES for c in CLASSES])
-_BANDWIDTH_CLASSES = np.array(
-    [
-        c not in MATMUL_CLASSES and c not in (KernelClass.COMMUNICATION, KernelClass.OTHER)
-        for c in CLASSES
-    ]
-)
+_CLASS_BOUND = dict.fromkeys(MATMUL_CLASSES, "compute") | {
+    c: "bandwidth"
+    for c in KernelClass
+    if c not in MATMUL_CLASSES and c not in (KernelClass.COMMUNICATION, KernelClass.OTHER)
+}
+"""The bound a kernel class has when its op has no cost model (communication and other:
+none)."""
+_MATMUL = np.array([_CLASS_BOUND.get(c) == "compute" for c in CLASSES])
+_BANDWIDTH_CLASSES = np.array([_CLASS_BOUND.get(c) == "bandwidth" for c in CLASSES])
 
 # Kernel names that show tensor-core (matrix unit) use for fp32 inputs, i.e. TF32 or a
 # lower-precision path: Ampere+ "tensorop"/"xmma" kernels, cuBLASLt nvjet, the s1688/s16816
@@ -466,13 +468,6 @@ def _main_dtype(costed: Costed, rows: npt.NDArray[np.bool_]) -> str | None:
         d = costed.dtype[g]
         by_dtype[d] = by_dtype.get(d, 0.0) + f
     return max(by_dtype, key=lambda d: by_dtype[d])
-
-
-_CLASS_BOUND = dict.fromkeys(MATMUL_CLASSES, "compute") | {
-    c: "bandwidth"
-    for c in KernelClass
-    if c not in MATMUL_CLASSES and c not in (KernelClass.COMMUNICATION, KernelClass.OTHER)
-}
 
 
 def kernel_roof(
