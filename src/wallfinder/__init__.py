@@ -8,7 +8,7 @@ communication/overhead — from its profiler traces.
 
 from wallfinder.analysis import ModelFlops, Thresholds
 from wallfinder.api import Options, analyze
-from wallfinder.capture import Profile, profile
+from wallfinder.capture import Profile, StepTimer, profile
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
 
@@ -17,6 +17,7 @@ __all__ = [
     "ModelFlops",
     "Options",
     "Profile",
+    "StepTimer",
     "Thresholds",
     "WallfinderError",
     "__version__",

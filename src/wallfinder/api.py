@@ -10,6 +10,7 @@ from wallfinder.analysis import ModelFlops, Thresholds, diagnose
 from wallfinder.diagnosis import Diagnosis, RankSummary
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
+from wallfinder.hardware.profile import load_device_profile
 from wallfinder.trace import Progress, Trace, find_trace_files, load_trace, process_context
 
 
@@ -19,20 +20,36 @@ class Options:
 
     `device` names the device (a spec key or a `deviceProperties` name) when the trace's is
     unknown or wrong; `spec_file` gives the device's figures in a TOML file (it wins over
-    both); `model` describes the model for true MFU."""
+    both); `device_profile` is a profile measured by `wallfinder calibrate`, whose roofs
+    replace those of the spec for the dtypes it measured; `model` describes the model for true
+    MFU."""
 
     thresholds: Thresholds = field(default_factory=Thresholds)
     device: str | None = None
     spec_file: Path | None = None
     model: ModelFlops = field(default_factory=ModelFlops)
+    device_profile: Path | None = None
 
     def spec_for(self, trace: Trace) -> DeviceSpec | None:
-        """The device spec to analyse `trace` against, or None when it is unknown."""
+        """The device spec to analyse `trace` against, or None when it is unknown.
+
+        With a `device_profile`, the measured peaks and bandwidth replace the spec's (the
+        datasheet the profile was measured against when nothing else names one) and the
+        spec's `source` says they are calibrated; a trace from another device than the one
+        measured is a `WallfinderError`."""
+        spec: DeviceSpec | None
         if self.spec_file is not None:
-            return load_spec_file(self.spec_file)
-        if self.device is not None:
-            return get_spec(self.device)
-        return match_device(trace.device_name or "")
+            spec = load_spec_file(self.spec_file)
+        elif self.device is not None:
+            spec = get_spec(self.device)
+        else:
+            spec = match_device(trace.device_name or "")
+        if self.device_profile is None:
+            return spec
+        profile = load_device_profile(self.device_profile)
+        if self.spec_file is None:  # a user's own spec file says nothing about the device
+            profile.check_device(spec, trace.device_name)
+        return profile.over(spec)
 
 
 def analyze(

@@ -197,6 +197,8 @@ class OpRoofRow(_Base, frozen=True):
     ridge: float | None
     bound: str | None
     pct_of_roof: float | None
+    cls: str | None = msgspec.field(default=None, name="class")
+    """The kernel class with most of the op's time (its launching op's class on a CPU)."""
 
 
 class Roofline(_Base, frozen=True):
@@ -216,6 +218,9 @@ class Roofline(_Base, frozen=True):
     fp32_matmul_without_tensor_cores_s: float
     fp32_matmul_without_tensor_cores_share: float
     ops: list[OpRoofRow] = []
+    more_ops: list[OpRoofRow] = []
+    """The costed op signatures after the top `ops`, by time (a bounded number): with `ops`,
+    every point of the roofline plot."""
 
 
 class RankSummary(_Base, frozen=True):
@@ -242,6 +247,47 @@ class FusionCandidate(_Base, frozen=True):
     bytes_fused_at_least: float | None
     max_saving_s: float
     basis: str
+
+
+class TimelineSpan(_Base, frozen=True):
+    """A stretch of one lane of the step timeline in which the device was busy; busy stretches
+    closer than the timeline's resolution are one span. Seconds from the step's start."""
+
+    lane: Literal["compute", "communication", "copy"]
+    start_s: float
+    end_s: float
+    busy_s: float
+    ops: int
+    cls: str = msgspec.field(name="class")
+    """The kernel class with the most time in the span."""
+
+
+class TimelineGap(_Base, frozen=True):
+    """A stretch in which the device was idle: its time by idle cause (summing to its length)
+    and `host`, what the thread that launched the work ending the gap was doing meanwhile: the
+    most specific of its events that covers at least half as much of the wait as any other
+    (null when the device was not waiting for the host)."""
+
+    start_s: float
+    end_s: float
+    causes_s: dict[str, float]
+    host: str | None = None
+
+
+class StepTimeline(_Base, frozen=True):
+    """The device timeline of one steady-state step, the one closest to the median: busy spans
+    per lane (compute, communication, copies) and the idle gaps, in seconds from the step's
+    start. Gaps shorter than `resolution_s`, and any beyond the longest listed, are counted in
+    `unlisted_gaps` and `unlisted_gap_s`: listed and unlisted gaps sum to the step's idle time."""
+
+    step: str
+    start_s: float
+    duration_s: float
+    resolution_s: float
+    spans: list[TimelineSpan] = []
+    gaps: list[TimelineGap] = []
+    unlisted_gaps: int = 0
+    unlisted_gap_s: float = 0.0
 
 
 class Calculation(_Base, frozen=True, kw_only=True):
@@ -289,6 +335,7 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     fusion: list[FusionCandidate] = []
     ranks: list[RankSummary] = []
     warnings: list[str] = []
+    timeline: StepTimeline | None = None
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = msgspec.to_builtins(self)

@@ -71,3 +71,33 @@ def test_importing_wallfinder_does_not_import_torch() -> None:
     code = "import sys, wallfinder; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_step_timer_times_each_optimizer_step_with_the_host_clock_on_the_cpu() -> None:
+    import time
+
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with wallfinder.StepTimer() as t:
+        for i in range(8):
+            time.sleep(0.1 if i == 0 else 0.02)  # a slow first step, then steady ones
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+    s = t.steps
+    assert s is not None
+    assert s.total == 8
+    assert [d.step for d in s.dropped] == ["step 0"]  # the slow first step is warm-up
+    assert s.count == 7
+    assert 0.02 <= s.median_s < 0.05
+    assert s.stable
+
+
+def test_step_timer_with_explicit_steps_and_no_step_is_a_clear_error() -> None:
+    with wallfinder.StepTimer(auto_step=False) as t:
+        for _ in range(4):
+            t.step()
+    assert t.steps is not None
+    assert t.steps.total == 4
+    with pytest.raises(WallfinderError, match="no step was timed"), wallfinder.StepTimer():
+        pass

@@ -105,7 +105,8 @@ def test_cpu_report_shows_cpu_rows_and_ops(tmp_path: Path) -> None:
         b.cpu_op("aten::mm", s * 100.0 + 60.0, 30.0)
     text = render_text(analyze(b.write(tmp_path / "cpu.json")), width=100)
     assert "CPU time per step" in text
-    assert "ops (the CPU computing)" in text
+    assert "ops doing arithmetic" in text
+    assert "data loading (DataLoader)" in text
     assert "Top CPU ops" in text
     assert "aten::mm" in text
     assert "Top kernels" not in text
@@ -253,6 +254,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "ModelFlops",
         "Options",
         "Profile",
+        "StepTimer",
         "Thresholds",
         "WallfinderError",
         "__version__",

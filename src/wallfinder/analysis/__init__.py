@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.dispatch import Dispatch, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
@@ -32,6 +35,7 @@ from wallfinder.analysis.roofline import (
 )
 from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, cpu_steps, gpu_windows, warmup_steps
+from wallfinder.analysis.timeline import step_timeline
 from wallfinder.analysis.verdict import Thresholds, decide
 from wallfinder.diagnosis import (
     Breakdown,
@@ -48,12 +52,13 @@ from wallfinder.diagnosis import (
     Spike,
     StepBreakdown,
     Steps,
+    StepTimeline,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
 from wallfinder.trace import Events, Kind, Trace
 
-__all__ = ["ModelFlops", "Thresholds", "diagnose"]
+__all__ = ["ModelFlops", "Thresholds", "diagnose", "timed_steps"]
 
 NS = 1e-9
 TOP_ROWS = 15
@@ -74,6 +79,11 @@ def diagnose(
     spans = cpu_steps(trace)
     dev = device_ops(trace)
     warnings: list[str] = []
+    if trace.cut_step is not None:
+        warnings.append(
+            f"{trace.cut_step.replace('ProfilerStep#', 'step ')} is not analysed: the program "
+            "stopped during it"
+        )
     if spans.source != "ProfilerStep":
         warnings.append(
             "no ProfilerStep markers: the whole trace is analysed as one window "
@@ -88,7 +98,7 @@ def diagnose(
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     spikes = find_spikes(trace, dev, spans.labels, wb, kept)
-    steps = _step_stats(spans, durations, kept, dropped, thresholds, spikes)
+    steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
     bd = _gpu_breakdown(spans, wb, kept)
     inside = in_windows(dev.ops.ts, start[kept], end[kept])
     launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
@@ -123,6 +133,7 @@ def diagnose(
         roofline=roof,
         mfu=mfu_,
         fusion=fusion,
+        timeline=step_timeline(trace, dev, start, end, kept, spans.labels),
         facts=Facts(
             trace=trace,
             dev=dev,
@@ -154,6 +165,7 @@ def _result(
     roofline: Roofline | None = None,
     mfu: Mfu | None = None,
     fusion: list[FusionCandidate] | None = None,
+    timeline: StepTimeline | None = None,
     facts: Facts | None = None,
 ) -> Diagnosis:
     verdict = decide(steps, bd, classes, thresholds, roofline)
@@ -173,6 +185,7 @@ def _result(
         mfu=mfu or Mfu(value=None, basis="not computed"),
         fusion=fusion or [],
         warnings=warnings,
+        timeline=timeline,
     )
 
 
@@ -201,8 +214,25 @@ def _device(trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> Device:
     )
 
 
+def timed_steps(
+    durations: Sequence[float], source: str, thresholds: Thresholds | None = None
+) -> Steps:
+    """Step-time statistics from measured step durations (seconds, in order), with no trace:
+    what `StepTimer` and `wallfinder run --timer-only` report. Leading warm-up steps are
+    dropped as for a trace."""
+    if not durations:
+        raise WallfinderError("no step was timed: nothing marked a step")
+    d = np.asarray(durations, dtype=np.float64)
+    dropped = warmup_steps(d)
+    kept = np.ones(d.size, dtype=bool)
+    kept[[i for i, _ in dropped]] = False
+    labels = [f"step {i}" for i in range(d.size)]
+    return _step_stats(source, labels, d, kept, dropped, thresholds or Thresholds(), [])
+
+
 def _step_stats(
-    spans: StepSpans,
+    source: str,
+    labels: list[str],
     durations: npt.NDArray[np.float64],
     kept: npt.NDArray[np.bool_],
     dropped: list[tuple[int, str]],
@@ -213,7 +243,7 @@ def _step_stats(
     mean = float(d.mean())
     cv = float(d.std() / mean) if d.size > 1 and mean > 0 else 0.0
     return Steps(
-        source=spans.source,
+        source=source,
         total=int(durations.size),
         count=int(d.size),
         median_s=float(np.median(d)),
@@ -224,7 +254,7 @@ def _step_stats(
         stable=cv <= thresholds.max_cv,
         spikes=spikes,
         dropped=[
-            DroppedStep(step=spans.labels[i], duration_s=float(durations[i]), reason=r)
+            DroppedStep(step=labels[i], duration_s=float(durations[i]), reason=r)
             for i, r in dropped
         ],
     )
@@ -328,15 +358,17 @@ def _diagnose_cpu(
         raise WallfinderError(f"{trace.source}: no device kernels and no CPU activity to analyse")
     thread = _main_thread(trace, host)
     mine = host.take(np.flatnonzero(host.thread == thread))
-    category = _cpu_categories(trace, mine)
-    cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(4)]
+    category, dispatch = _cpu_categories(trace, mine)
+    cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
     start, end = spans.cpu_start, spans.cpu_end
     upto = [c.covered(start, end) for c in cov]
     data, comm = upto[0], upto[1] - upto[0]
     ops = upto[2] - upto[1]
-    python = upto[3] - upto[2]
+    # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
+    tiny = upto[3] - upto[2]
+    python = upto[4] - upto[3]
     length = end - start
-    untraced = length - upto[3]
+    untraced = length - upto[4]
     durations = length.astype(np.float64) * NS
     dropped = warmup_steps(durations)
     kept = np.ones(durations.size, dtype=bool)
@@ -344,14 +376,24 @@ def _diagnose_cpu(
     zeros = np.zeros(length.size, dtype=np.int64)
     causes = {k: np.zeros(length.size) for k in IDLE_CAUSES}
     causes["data_loading"] = data.astype(np.float64)
-    causes["host_overhead"] = python.astype(np.float64)
+    causes["host_overhead"] = (tiny + python).astype(np.float64)
     causes["other"] = untraced.astype(np.float64)
-    wb = WindowBreakdown(start, end, ops, comm, zeros, data + python + untraced, causes)
+    wb = WindowBreakdown(start, end, ops, comm, zeros, data + tiny + python + untraced, causes)
     spikes = find_spikes(trace, None, spans.labels, wb, kept)
-    steps = _step_stats(spans, durations, kept, dropped, thresholds, spikes)
+    steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
     bd = _gpu_breakdown(spans, wb, kept)
     bd = Breakdown(**{**{f: getattr(bd, f) for f in bd.__struct_fields__}, "basis": "cpu"})
-    cpu, classes = _cpu_activity(trace, mine, category, start[kept], end[kept], bd)
+    total = float(length[kept].sum()) or 1.0
+    cpu, classes = _cpu_activity(
+        trace,
+        mine,
+        category,
+        start[kept],
+        end[kept],
+        bd,
+        tiny=float(tiny[kept].sum()) / total,
+        python=float(python[kept].sum()) / total,
+    )
     if trace.of_kind(Kind.RUNTIME).name.size:
         runtimes = {trace.strings[c] for c in np.unique(trace.of_kind(Kind.RUNTIME).name)}
         warnings.append(
@@ -396,6 +438,9 @@ def _diagnose_cpu(
         peak_flops={},
         window_start=start[kept],
         window_end=end[kept],
+        cpu_dispatch=dispatch.summary(
+            mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP)), start[kept], end[kept]
+        ),
     )
     return _result(
         trace,
@@ -421,9 +466,10 @@ def _main_thread(trace: Trace, host: Events) -> int:
     return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
 
 
-def _cpu_categories(trace: Trace, events: Events) -> npt.NDArray[np.int8]:
-    """0 data loading, 1 communication, 2 ops, 3 Python/annotations, 9 step markers."""
-    table = np.full(len(trace.strings), 3, dtype=np.int8)
+def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
+    """0 data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python/annotations,
+    9 step markers; and the dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
+    table = np.full(len(trace.strings), 4, dtype=np.int8)
     for code in np.unique(events.name).tolist():
         name = trace.strings[code]
         if name.startswith("ProfilerStep#"):
@@ -433,8 +479,12 @@ def _cpu_categories(trace: Trace, events: Events) -> npt.NDArray[np.int8]:
         elif classify_op(name) is KernelClass.COMMUNICATION:
             table[code] = 1
     cat = table[events.name]
-    cat[(events.kind == Kind.CPU_OP) & (cat == 3)] = 2
-    return cat
+    is_op = np.flatnonzero(events.kind == Kind.CPU_OP)
+    dispatch = dispatch_sized(events.take(is_op))
+    op_cat = cat[is_op]
+    op_cat[op_cat == 4] = np.where(dispatch.sized[op_cat == 4], 3, 2)
+    cat[is_op] = op_cat
+    return cat, dispatch
 
 
 def _cpu_activity(
@@ -444,8 +494,12 @@ def _cpu_activity(
     start: npt.NDArray[np.int64],
     end: npt.NDArray[np.int64],
     bd: Breakdown,
+    *,
+    tiny: float,
+    python: float,
 ) -> tuple[CpuActivity, list[ClassShare]]:
-    ops = mine.take(np.flatnonzero((category == 2) | (category == 1)))
+    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python."""
+    ops = mine.take(np.flatnonzero((category >= 1) & (category <= 3)))
     ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
     steps = max(start.size, 1)
     dur = ops.dur.astype(np.float64)
@@ -473,8 +527,8 @@ def _cpu_activity(
     ]
     activity = CpuActivity(
         data_loading=bd.idle_causes["data_loading"],
-        ops=bd.compute + bd.comm_exposed,
-        python=bd.idle_causes["host_overhead"],
+        ops=bd.compute + bd.comm_exposed + tiny,
+        python=python,
         untraced=bd.idle_causes["other"],
         op_time_by_class_s={c: t * NS / steps for c, t in by_class.items()},
         top_ops=top,

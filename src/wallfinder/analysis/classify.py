@@ -7,6 +7,7 @@ Classification runs once per distinct name, never per event.
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 
 
@@ -278,10 +279,19 @@ def classify_kernel(name: str) -> KernelClass:
 
 
 def classify_op(name: str) -> KernelClass:
-    """The class of a CPU-side op (`aten::mm`, `nccl:all_reduce`, ...)."""
+    """The class of a CPU-side op (`aten::mm`, `nccl:all_reduce`, ...). An autograd node
+    (`autograd::engine::evaluate_function: MulBackward0`) has the class of the op it
+    differentiates (`aten::mul`): on CPU-only traces these nodes hold the whole backward pass."""
+    backward = _BACKWARD_NODE.match(name)
+    if backward is not None:
+        name = "aten::" + _CAMEL_WORD.sub("_", backward.group(1)).lower()
     if name in _METADATA_OPS:
         return KernelClass.OTHER
     return _match(name, _OP_RULES)
+
+
+_BACKWARD_NODE = re.compile(r"autograd::engine::evaluate_function: (\w+?)Backward\d*$")
+_CAMEL_WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
 # Ops that only change a tensor's metadata or allocate: they launch no work worth a class.

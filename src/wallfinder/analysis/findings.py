@@ -18,6 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
 from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.roofline import enclosing
@@ -78,6 +79,7 @@ class Facts:
     window_end: np.ndarray
     sm_count: int | None = None
     mem_bytes: float | None = None
+    cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
 
     @property
     def step_s(self) -> float:
@@ -136,17 +138,21 @@ def data_loading(f: Facts) -> Finding | None:
     else:
         fix = (
             "load batches in the background: DataLoader(num_workers=4 or more, "
-            "pin_memory=True, persistent_workers=True, prefetch_factor=2+); move "
-            "decoding/augmentation off the training process"
+            + ("pin_memory=True, " if f.dev is not None else "")
+            + "persistent_workers=True, prefetch_factor=2+); move decoding/augmentation off "
+            "the training process"
         )
+    # A CPU-only trace: the CPU is the device, and the training loop is what waits.
+    waiter = "the GPU is idle while the host is" if f.dev is not None else "the training loop is"
     return _finding(
         "data-loading",
         "overhead",
-        "The GPU waits for the DataLoader",
+        "The GPU waits for the DataLoader"
+        if f.dev is not None
+        else "The training loop waits for the DataLoader",
         share,
-        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the host is "
-        "in the DataLoader's __next__"
-        + call_sites(f, _DATALOADER_NAMES, (Kind.ANNOTATION, Kind.CPU_OP)),
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) {waiter} in the DataLoader's "
+        "__next__" + call_sites(f, _DATALOADER_NAMES, (Kind.ANNOTATION, Kind.CPU_OP)),
         fix,
         speedup=amdahl(share),
     )
@@ -173,7 +179,7 @@ def launch_bound(f: Facts) -> Finding | None:
     causes = f.breakdown.idle_causes
     share = causes.get("host_overhead", 0.0) + causes.get("launch_latency", 0.0)
     if f.dev is None:
-        return None
+        return _dispatch_bound(f, share)
     kernels = f.dev.ops.kind[f.inside] == Kind.KERNEL
     durations = f.dev.ops.dur[f.inside][kernels]
     if durations.size == 0:
@@ -202,6 +208,29 @@ def launch_bound(f: Facts) -> Finding | None:
         "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
         "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
         "optimizers",
+        speedup=amdahl(share),
+    )
+
+
+def _dispatch_bound(f: Facts, share: float) -> Finding | None:
+    """The CPU's counterpart of launch-bound: ops so small that their time is the framework's
+    fixed cost per op (in `host_overhead` with Python's time between ops)."""
+    d = f.cpu_dispatch
+    if d is None or d.calls_per_step == 0:
+        return None
+    return _finding(
+        "launch-bound",
+        "overhead",
+        "Per-op overhead, not arithmetic, takes the CPU's time",
+        share,
+        f"{share:.0%} of each step is framework overhead: {d.calls_per_step:.0f} calls per "
+        f"step ({d.ops_per_step:.0f} ops, median call {d.median_call_ns / 1e3:.1f} µs) in "
+        f"which no op computes for {DISPATCH_SELF_NS // 1000} µs, so the fixed cost of each "
+        "eager op (dispatch, autograd, allocation) outweighs its arithmetic; and Python time "
+        "between ops",
+        "issue fewer, larger ops: process whole batches instead of per-sample or per-element "
+        "loops, vectorise Python loops over tensors, foreach/fused optimizers; torch.compile "
+        "fuses ops and removes most of the per-op overhead",
         speedup=amdahl(share),
     )
 

@@ -171,11 +171,49 @@ def breakdown(trace: Trace, dev: DeviceOps, start: I64, end: I64) -> WindowBreak
 def _idle_causes(
     trace: Trace, dev: DeviceOps, busy: Coverage, start: I64, end: I64
 ) -> dict[str, npt.NDArray[np.float64]]:
-    n = start.size
-    out = {cause: np.zeros(n) for cause in IDLE_CAUSES}
+    pieces = idle_pieces(trace, dev, busy, start, end)
+    return {
+        cause: np.bincount(pieces.window, weights=ns, minlength=start.size).astype(np.float64)
+        for cause, ns in pieces.causes.items()
+    }
+
+
+@dataclass(frozen=True)
+class IdlePieces:
+    """The device's idle stretches in the windows (gaps in the busy time, split where a window
+    starts), each with its time by cause (nanoseconds, summing to its length)."""
+
+    start: I64
+    end: I64
+    window: npt.NDArray[np.intp]
+    causes: dict[str, npt.NDArray[np.float64]]
+    host_end: I64
+    """Where the host wait in the piece ends (== `start` when the host was not waited for)."""
+    thread: I64
+    """The thread that launched the work ending the gap (NONE when unknown)."""
+
+
+def idle_pieces(
+    trace: Trace,
+    dev: DeviceOps,
+    busy: Coverage,
+    start: I64,
+    end: I64,
+    only: int | None = None,
+) -> IdlePieces:
+    """The idle pieces of the windows [start, end) and their causes; with `only`, those of
+    window `only` alone (attributed exactly as when all windows are)."""
     gap_start, gap_end = busy.gaps(int(start[0]), int(end[-1]))
     if gap_start.size == 0:
-        return out
+        empty = np.empty(0, np.int64)
+        return IdlePieces(
+            empty,
+            empty,
+            np.empty(0, np.intp),
+            {cause: np.zeros(0) for cause in IDLE_CAUSES},
+            empty,
+            empty,
+        )
     # The op that ends each gap, and when and where it was launched.
     op_starts = dev.ops.ts
     next_op = np.searchsorted(op_starts, gap_end, side="left")
@@ -186,16 +224,25 @@ def _idle_causes(
 
     piece_start, piece_end, owner = split_at(gap_start, gap_end, start[1:])
     window = np.searchsorted(start, piece_start, side="right") - 1
+    if only is not None:
+        mine = np.flatnonzero(window == only)
+        piece_start, piece_end, owner, window = (
+            piece_start[mine],
+            piece_end[mine],
+            owner[mine],
+            window[mine],
+        )
+    n = piece_start.size
+    out = {cause: np.zeros(n) for cause in IDLE_CAUSES}
     g0 = gap_start[owner]
     lt = launch[owner]
     known = lt != NO_LAUNCH
     queued = known & (lt < g0 - QUEUED_SLACK_NS)
     host_end = np.where(known, np.clip(lt, piece_start, piece_end), piece_start)
     latency = np.where(known & ~queued, piece_end - host_end, 0)
-    unexplained = np.where(known, 0, piece_end - piece_start)
-    np.add.at(out["launch_latency"], window, latency)
-    np.add.at(out["dependency_wait"], window, np.where(queued, piece_end - piece_start, 0))
-    np.add.at(out["other"], window, unexplained)
+    out["launch_latency"] += latency
+    out["dependency_wait"] += np.where(queued, piece_end - piece_start, 0)
+    out["other"] += np.where(known, 0, piece_end - piece_start)
 
     host = host_end > piece_start
     if host.any():
@@ -205,10 +252,10 @@ def _idle_causes(
             host_end[host],
             g0[host],
             thread[owner][host],
-            window[host],
+            np.flatnonzero(host),
             out,
         )
-    return out
+    return IdlePieces(piece_start, piece_end, window, out, host_end, thread[owner])
 
 
 def _attribute_host_waits(
@@ -217,10 +264,11 @@ def _attribute_host_waits(
     b: I64,
     g0: I64,
     thread: I64,
-    window: npt.NDArray[np.intp],
+    piece: npt.NDArray[np.intp],
     out: dict[str, npt.NDArray[np.float64]],
 ) -> None:
-    """Split each host wait [a, b) by what the launching thread was doing."""
+    """Split each host wait [a, b) (of idle piece `piece`) by what the launching thread was
+    doing."""
     kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
     ts, dur, name, pid, tid = trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
     host_thread = thread_key(pid, tid)
@@ -233,7 +281,7 @@ def _attribute_host_waits(
             Coverage.of(ts[on_thread & (category <= k)], end[on_thread & (category <= k)])
             for k in range(4)
         ]
-        pa, pb, pw = a[mine], b[mine], window[mine]
+        pa, pb, pw = a[mine], b[mine], piece[mine]
         sync_cov = Coverage.of(ts[on_thread & (category == 1)], end[on_thread & (category == 1)])
         drained = sync_cov.contains(g0[mine], DRAIN_SLACK_NS)
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU

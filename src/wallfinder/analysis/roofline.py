@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
+from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
 from wallfinder.analysis.gpu import CLASSES, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.steps import NO_LAUNCH
@@ -28,6 +28,8 @@ from wallfinder.trace import NONE, Events, Kind, Trace
 
 NS = 1e-9
 TOP_OPS = 15
+MORE_OPS = 2000
+"""Costed op signatures kept beyond the top `TOP_OPS` (the roofline plot's other points)."""
 _CLASS_BOUND = dict.fromkeys(MATMUL_CLASSES, "compute") | {
     c: "bandwidth"
     for c in KernelClass
@@ -246,8 +248,17 @@ def roofline(
             n_calls = int(calls[gi])
             flops = cost.flops * n_calls
             nbytes = cost.bytes * n_calls
+            by_class = np.bincount(dev.cls[in_group], weights=dur[in_group], minlength=len(CLASSES))
             row = _roof_row(
-                costed.names[gi], costed.shapes[gi], dtype, n_calls, t, flops, nbytes, spec
+                costed.names[gi],
+                costed.shapes[gi],
+                dtype,
+                n_calls,
+                t,
+                flops,
+                nbytes,
+                spec,
+                CLASSES[int(np.argmax(by_class))].value,
             )
             rows.append(row)
             b = 1 if row.bound == "compute" else 2 if row.bound == "bandwidth" else 0
@@ -270,7 +281,8 @@ def roofline(
     compute_t = float(weights[kernel_bound == 1].sum())
     bandwidth_t = float(weights[kernel_bound == 2].sum())
     costed_t = float(weights[np.isfinite(pct)].sum())
-    rows.sort(key=lambda r: -r.time_s)
+    # Ties broken by signature: the order must not depend on how the strings were numbered.
+    rows.sort(key=lambda r: (-r.time_s, r.name, r.shapes, r.dtype))
     return Roofline(
         device=spec.name if spec else None,
         ridge=_ridges(spec),
@@ -284,6 +296,7 @@ def roofline(
         fp32_matmul_without_tensor_cores_s=fp32_no_tc / max(steps, 1),
         fp32_matmul_without_tensor_cores_share=fp32_no_tc / (busy * NS),
         ops=rows[:TOP_OPS],
+        more_ops=rows[TOP_OPS : TOP_OPS + MORE_OPS],
     )
 
 
@@ -308,6 +321,7 @@ def _roof_row(
     flops: float,
     nbytes: float,
     spec: DeviceSpec | None,
+    cls: str | None = None,
 ) -> OpRoofRow:
     ai = flops / nbytes if nbytes > 0 else None
     peak = spec.peak(dtype) if spec else None
@@ -338,6 +352,7 @@ def _roof_row(
         ridge=ridge,
         bound=bound,
         pct_of_roof=pct,
+        cls=cls,
     )
 
 
@@ -559,6 +574,7 @@ def cpu_roofline(
             cost.flops * len(members),
             cost.bytes * len(members),
             spec,
+            classify_op(trace.strings[key[0]]).value,
         )
         rows.append(row)
         if row.bound in ("compute", "bandwidth"):
@@ -573,7 +589,8 @@ def cpu_roofline(
             dtypes[cost.dtype] = dtypes.get(cost.dtype, 0.0) + row.flops
             if row.pct_of_roof is not None:
                 weighted["matmul"].append((row.pct_of_roof, t))
-    rows.sort(key=lambda r: -r.time_s)
+    # Ties broken by signature: the order must not depend on how the strings were numbered.
+    rows.sort(key=lambda r: (-r.time_s, r.name, r.shapes, r.dtype))
     costed_t = sum(r.time_s for r in rows)
     busy = busy_ns * NS
 
@@ -595,6 +612,7 @@ def cpu_roofline(
         fp32_matmul_without_tensor_cores_s=0.0,
         fp32_matmul_without_tensor_cores_share=0.0,
         ops=rows[:TOP_OPS],
+        more_ops=rows[TOP_OPS : TOP_OPS + MORE_OPS],
     )
     step_time = float((end - start).sum()) * NS / max(steps, 1)
     given = model.per_step()

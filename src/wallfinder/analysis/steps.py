@@ -42,8 +42,9 @@ class StepSpans:
 
 
 def cpu_steps(trace: Trace) -> StepSpans:
-    """Steps from `ProfilerStep#N` annotations; with none, one window over the whole trace."""
-    codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None)
+    """Steps from `ProfilerStep#N` annotations; with none, one window over the whole trace.
+    A step the program stopped inside (`trace.cut_step`) is not a step."""
+    codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
     rows = np.arange(len(annotations))
     if rows.size:

@@ -12,7 +12,7 @@ from wallfinder.diagnosis import Breakdown, ClassShare, Question, Roofline, Step
 
 _CAUSE_TEXT = {
     "unstable": "unstable step time",
-    "data_loading": "data loading (the GPU waits for the DataLoader)",
+    "data_loading": "data loading (the step waits for the DataLoader)",
     "synchronization": "synchronisation (the host blocks on the GPU, e.g. .item())",
     "communication_wait": "communication wait on the host",
     "host_overhead": "host overhead (CPU ops and Python between launches)",

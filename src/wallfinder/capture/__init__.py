@@ -18,33 +18,74 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from wallfinder.analysis import Thresholds, timed_steps
 from wallfinder.api import Options, analyze
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.capture._hook import FirstOptimizer, Recorder, StepClock
+from wallfinder.diagnosis import Diagnosis, Steps
 from wallfinder.errors import WallfinderError
 
-__all__ = ["Profile", "profile"]
+__all__ = ["Profile", "StepTimer", "profile", "require_torch"]
+
+INSTALL_TORCH = "pip install 'wallfinder[torch]'"
+
+
+def require_torch(what: str) -> None:
+    """Raise the one-line error that says how to install torch, when it is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise WallfinderError(
+            f"{what} needs PyTorch, which is not installed here: {INSTALL_TORCH} (or "
+            "install the torch build for your accelerator); analysing saved traces needs none"
+        )
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _rank() -> int:
-    """This process's rank: from torch.distributed when initialised, else the launcher's
-    environment (torchrun sets RANK), else 0."""
-    import torch.distributed as dist
+class _StepMarks:
+    """Steps marked by `step()` or, with `auto_step`, by the first optimizer's steps until the
+    loop calls `step()` itself. Subclasses say what a mark does."""
 
-    if dist.is_available() and dist.is_initialized():
-        return int(dist.get_rank())
-    return int(os.environ.get("RANK", "0"))
+    def __init__(self, auto_step: bool) -> None:
+        self.auto_step = auto_step
+        self._hook: Any = None
+        self._manual = False
+        self._first = FirstOptimizer()
+
+    def _mark(self) -> None:
+        raise NotImplementedError
+
+    def _watch_optimizers(self) -> None:
+        if self.auto_step:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+
+    def _unwatch_optimizers(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _on_optimizer_step(self, optimizer: object, *_: Any) -> None:
+        if not self._manual and self._first(optimizer):
+            self._mark()
+
+    def step(self) -> None:
+        """Mark the end of a training step (then optimizer steps no longer do)."""
+        self._manual = True
+        self._mark()
 
 
-class Profile:
+class Profile(_StepMarks):
     """A torch.profiler session over a training loop: `wait` steps ignored, `warmup` steps
     profiled but discarded (compilation, autotuning, allocator growth), `active` steps kept.
 
-    Steps are marked by `step()`; with `auto_step` (the default), every optimizer step marks
-    one too, so an unmodified loop works, unless the loop calls `step()` itself. On exit the
-    trace (one per rank, the rank in its name) is written to `trace_dir` and analysed:
-    `diagnosis` holds the result and `trace_path` the file.
+    Steps are marked by `step()`; with `auto_step` (the default), every step of the first
+    optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
+    itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
+    and analysed: `diagnosis` holds the result and `trace_path` the file. A loop that stops
+    inside the active steps is analysed over the steps it completed.
     """
 
     def __init__(
@@ -61,52 +102,32 @@ class Profile:
     ) -> None:
         if wait < 0 or warmup < 0 or active < 1:
             raise WallfinderError("profile needs wait ≥ 0, warmup ≥ 0 and active ≥ 1 steps")
+        super().__init__(auto_step)
         self.wait, self.warmup, self.active = wait, warmup, active
         self.trace_dir = Path(trace_dir)
-        self.memory, self.stacks, self.auto_step = memory, stacks, auto_step
+        self.memory, self.stacks = memory, stacks
         self.options = options
         self.trace_path: Path | None = None
         self.diagnosis: Diagnosis | None = None
-        self._profiler: Any = None
-        self._hook: Any = None
-        self._manual = False
+        self._recorder: Recorder | None = None
 
     def __enter__(self) -> Profile:
-        import torch
-        from torch.profiler import ProfilerActivity, schedule
-
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available():  # ROCm builds report their GPUs through CUDA too
-            activities.append(ProfilerActivity.CUDA)
-        self.trace_dir.mkdir(parents=True, exist_ok=True)
-        self._profiler = torch.profiler.profile(
-            activities=activities,
-            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
-            on_trace_ready=self._save,
-            record_shapes=True,
-            profile_memory=self.memory,
-            with_stack=self.stacks,
+        require_torch("wallfinder.profile")
+        self._recorder = Recorder(
+            self.trace_dir,
+            wait=self.wait,
+            warmup=self.warmup,
+            active=self.active,
+            memory=self.memory,
+            stacks=self.stacks,
         )
-        self._profiler.__enter__()
-        if self.auto_step:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-
-            self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
+        self._recorder.start()
+        self._watch_optimizers()
         return self
 
-    def _on_optimizer_step(self, *_: Any) -> None:
-        if not self._manual:
-            self._profiler.step()
-
-    def step(self) -> None:
-        """Mark the end of a training step (then optimizer steps no longer do)."""
-        self._manual = True
-        self._profiler.step()
-
-    def _save(self, prof: Any) -> None:
-        path = self.trace_dir / f"trace_rank{_rank()}.json"
-        prof.export_chrome_trace(str(path))
-        self.trace_path = path
+    def _mark(self) -> None:
+        if self._recorder is not None:
+            self._recorder.step()
 
     def __exit__(
         self,
@@ -114,10 +135,12 @@ class Profile:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-        self._profiler.__exit__(exc_type, exc, tb)
+        self._unwatch_optimizers()
+        recorder, self._recorder = self._recorder, None
+        if recorder is None:
+            return
+        recorder.stop()
+        self.trace_path = recorder.trace_path
         if exc_type is not None:
             return
         if self.trace_path is None:
@@ -142,3 +165,52 @@ class Profile:
 profile = Profile
 """`wallfinder.profile(...)`: `with wallfinder.profile() as p: ...`, then `p.diagnosis`; or
 `@wallfinder.profile()` on the function that runs the loop."""
+
+
+class StepTimer(_StepMarks):
+    """Step times with no profiler, at almost no cost: CUDA events when a GPU is in use (read
+    once, at the end), the host clock on the CPU. Use it to see step time and its spread
+    before (and after) profiling.
+
+        with wallfinder.StepTimer() as t:
+            for batch in loader:
+                train_step(batch)     # t.step() each iteration, or let optimizer steps mark
+        print(t.steps.median_s, t.steps.cv)
+
+    The time from entering to the first mark is the first step; leading warm-up steps are
+    dropped as in a trace's analysis. `steps` is set on exit.
+    """
+
+    def __init__(self, *, auto_step: bool = True, thresholds: Thresholds | None = None) -> None:
+        super().__init__(auto_step)
+        self.thresholds = thresholds
+        self.steps: Steps | None = None
+        self._clock: StepClock | None = None
+
+    def __enter__(self) -> StepTimer:
+        require_torch("wallfinder.StepTimer")
+        import torch
+
+        self._clock = StepClock(use_cuda=torch.cuda.is_available())
+        self._clock.mark()
+        self._watch_optimizers()
+        return self
+
+    def _mark(self) -> None:
+        if self._clock is not None:
+            self._clock.mark()
+
+    def durations(self) -> list[float]:
+        """The steps timed so far, in seconds (synchronises the device)."""
+        return self._clock.durations() if self._clock is not None else []
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._unwatch_optimizers()
+        durations = self.durations()
+        if exc_type is None:
+            self.steps = timed_steps(durations, "step timer", self.thresholds)

@@ -11,10 +11,19 @@ from typing import NoReturn
 
 from wallfinder import __version__
 from wallfinder.cli.commands import analyze as analyze_command
+from wallfinder.cli.commands import calibrate as calibrate_command
+from wallfinder.cli.commands import demo as demo_command
 from wallfinder.cli.commands import roofline as roofline_command
+from wallfinder.cli.commands import run as run_command
 from wallfinder.errors import WallfinderError
 
-COMMANDS = {"analyze": analyze_command, "roofline": roofline_command}
+COMMANDS = {
+    "analyze": analyze_command,
+    "run": run_command,
+    "demo": demo_command,
+    "roofline": roofline_command,
+    "calibrate": calibrate_command,
+}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -36,6 +36,10 @@ differ, is described by a TOML file in the format of one catalogue entry, read w
 Every figure must be a positive number; an unknown key, an unknown dtype or a missing
 bandwidth is a `WallfinderError` naming the field. An entry copied from `specs.toml` with its
 ``[devices.<key>]`` header is read too.
+
+A calibrated profile (`wallfinder calibrate`) is a spec file with the measured roofs and a
+``[calibration]`` table; `wallfinder.hardware.profile` reads it and lays it over the
+datasheet (`load_device_profile(path).over(spec)`). As a plain spec file, the table is ignored.
 """
 
 from __future__ import annotations

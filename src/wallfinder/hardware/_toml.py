@@ -34,6 +34,9 @@ ENTRY_FIELDS = (
 )
 """The keys of a device entry (a user's spec file may also give `key`)."""
 
+CALIBRATION = "calibration"
+"""The table of a calibrated profile's metadata; a spec file may carry it (it is ignored)."""
+
 
 class EntryError(Exception):
     """A device entry that is wrong; the message is one line naming the field."""
@@ -83,32 +86,46 @@ def spec_from_entry(entry: Mapping[str, object], *, key: str, source: str | None
 
 def read_spec_file(path: str | os.PathLike[str]) -> DeviceSpec:
     """One device entry from a user's TOML file; any problem is a `WallfinderError`."""
+    file, data = read_toml_file(path, "device spec file")
+    return spec_from_document(data, file.name)
+
+
+def read_toml_file(path: str | os.PathLike[str], what: str) -> tuple[Path, dict[str, object]]:
+    """The file and its TOML document; `what` names the kind of file in the error."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise WallfinderError(f"device spec file not found: {file}") from exc
+        raise WallfinderError(f"{what} not found: {file}") from exc
     except UnicodeDecodeError as exc:
         raise WallfinderError(f"{file.name}: not a TOML text file (not UTF-8)") from exc
     except OSError as exc:
-        raise WallfinderError(f"cannot read device spec file {file}: {exc.strerror}") from exc
-    data = parse_toml(text, file.name)
-    key = file.stem
+        raise WallfinderError(f"cannot read {what} {file}: {exc.strerror}") from exc
+    return file, parse_toml(text, file.name)
+
+
+def spec_from_document(data: Mapping[str, object], label: str) -> DeviceSpec:
+    """The device entry a spec file's document holds; `label` (the file name) names it in the
+    source and in errors. A calibrated profile's ``[calibration]`` table is metadata, not part
+    of the entry: `wallfinder.hardware.profile` reads it."""
+    key = Path(label).stem
     devices = data.get("devices")
     # An entry copied with its `[devices.<key>]` header from the built-in catalogue works too.
     if set(data) == {"devices"} and isinstance(devices, dict) and len(devices) == 1:
         ((key, entry),) = devices.items()
         if not isinstance(entry, dict):
-            raise WallfinderError(f"{file.name}: devices.{key} must be a table")
+            raise WallfinderError(f"{label}: devices.{key} must be a table")
         data = entry
     fields = dict(data)
+    if not isinstance(fields.pop(CALIBRATION, {}), dict):
+        raise WallfinderError(f"{label}: {CALIBRATION} must be a table")
     given_key = fields.pop("key", key)
     if not isinstance(given_key, str) or not given_key.strip():
-        raise WallfinderError(f"{file.name}: key must be a non-empty string")
+        raise WallfinderError(f"{label}: key must be a non-empty string")
     try:
-        return spec_from_entry(fields, key=given_key.strip(), source=f"user file: {file.name}")
+        return spec_from_entry(fields, key=given_key.strip(), source=f"user file: {label}")
     except EntryError as exc:
-        raise WallfinderError(f"{file.name}: {exc}") from exc
+        raise WallfinderError(f"{label}: {exc}") from exc
 
 
 def _one_line(text: str) -> str:

@@ -3,52 +3,31 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow
+from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow, Steps
+from wallfinder.report._format import (
+    CPU_IDLE_LABEL,
+    cause_label,
+    idle_label,
+    part_label,
+    short_kernel,
+    si,
+    tensor_core_fix,
+)
+
+BREAKDOWN_PARTS = ("compute", "comm_exposed", "copy_exposed", "idle")
 
 NAME_WIDTH = 52
 """Kernel and op names are cut to this many characters so the figures beside them fit in 100
 columns; the JSON output has them whole."""
 
 _WALL_STYLE = {"compute": "bold green", "bandwidth": "bold yellow", "overhead": "bold red"}
-_IDLE_LABEL = {
-    "data_loading": "data loading (DataLoader)",
-    "synchronization": "synchronisation (host blocked on GPU)",
-    "communication_wait": "collective wait on the host",
-    "host_overhead": "host overhead (CPU ops, Python)",
-    "launch_latency": "launch latency",
-    "dependency_wait": "queued work waiting (stream/event/peer)",
-    "other": "unexplained",
-}
-CAUSE_LABEL = {
-    **_IDLE_LABEL,
-    "unstable": "unstable step time (slow steps)",
-    "comm_exposed": "exposed communication",
-    "copy_exposed": "exposed memory copies",
-}
-
-
-def cause_label(wall: str, cause: str) -> str:
-    """A verdict's cause in words: an idle cause for the overhead wall, a kernel class for
-    the bandwidth wall (the two vocabularies share words such as "other")."""
-    if wall == "overhead":
-        return CAUSE_LABEL.get(cause, cause)
-    if wall == "bandwidth":
-        return f"{cause} kernels (memory-bound)"
-    return cause
-
-
-_CPU_IDLE_LABEL = {
-    "data_loading": "data loading (DataLoader)",
-    "host_overhead": "Python / annotations outside ops",
-    "other": "untraced (no op recorded)",
-}
 
 
 def _pct(x: float) -> str:
@@ -134,7 +113,14 @@ def _findings(d: Diagnosis) -> Text:
 
 
 def _steps(d: Diagnosis) -> Text:
-    s = d.steps
+    text = step_text(d.steps)
+    text.append("\n")
+    text.append_text(_bar(d))
+    return text
+
+
+def step_text(s: Steps) -> Text:
+    """Step time, its spread, and the steps dropped or slow."""
     text = Text()
     text.append("Step time ", style="bold")
     text.append(
@@ -149,9 +135,7 @@ def _steps(d: Diagnosis) -> Text:
             f"the median, mostly {spike.part}"
         )
         if spike.kernels:
-            text.append(" (" + ", ".join(_short(k) for k in spike.kernels) + ")", style="dim")
-    text.append("\n")
-    text.append_text(_bar(d))
+            text.append(" (" + ", ".join(short_kernel(k) for k in spike.kernels) + ")", style="dim")
     return text
 
 
@@ -201,21 +185,14 @@ def _breakdown(d: Diagnosis) -> Table:
     table.add_column("part")
     table.add_column("share", justify="right")
     table.add_column("ms/step", justify="right")
-    rows = [
-        ("ops (the CPU computing)" if cpu else "compute", b.compute),
-        ("communication" if cpu else "exposed communication", b.comm_exposed),
-        ("exposed copies (memcpy/memset)", b.copy_exposed),
-        ("not in ops" if cpu else "GPU idle", b.idle),
-    ]
-    for label, share in rows:
-        if cpu and label.startswith("exposed copies"):
-            continue
-        table.add_row(label, _pct(share), f"{share * step_ms:.2f}")
-    labels = _CPU_IDLE_LABEL if cpu else _IDLE_LABEL
+    parts = ("compute", "comm_exposed", "idle") if cpu else BREAKDOWN_PARTS
+    for part in parts:
+        share = getattr(b, part)
+        table.add_row(part_label(d, part), _pct(share), f"{share * step_ms:.2f}")
     for cause, share in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
-        if share > 0 and cause in labels:
+        if share > 0 and (cause in CPU_IDLE_LABEL or not cpu):
             table.add_row(
-                f"  └ {labels[cause]}", _pct(share), f"{share * step_ms:.2f}", style="dim"
+                f"  └ {idle_label(d, cause)}", _pct(share), f"{share * step_ms:.2f}", style="dim"
             )
     table.add_row("step (mean)", "100.0%", f"{step_ms:.2f}", style="bold")
     return table
@@ -264,34 +241,24 @@ def _name_table(title: str, what: str, rows: Sequence[KernelRow | OpRow], d: Dia
     return table
 
 
-def _rate(value: float | None, unit: str, digits: str = ".1f") -> str:
-    """`value` with an SI prefix (k, M, G, T, P) on `unit`; "?" when unknown."""
-    if value is None:
-        return "?"
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:{digits}} {prefix}{unit}"
-    return f"{value:{digits}} {unit}"
-
-
 def render_calculation(c: Calculation) -> str:
     """A `wallfinder roofline` calculation as text."""
 
-    def si(value: float, unit: str) -> str:
-        return _rate(value, unit, ".3g")
+    def g(value: float, unit: str) -> str:
+        return si(value, unit, ".3g")
 
     lines = [
         f"{c.what} · {c.dtype} on {c.device} ({c.source})",
-        f"  FLOPs {si(c.flops, 'FLOP')}, bytes {si(c.bytes, 'B')}, "
+        f"  FLOPs {g(c.flops, 'FLOP')}, bytes {g(c.bytes, 'B')}, "
         f"arithmetic intensity {'∞' if c.ai is None else f'{c.ai:.3g}'} FLOP/B",
-        f"  ridge {c.ridge:.3g} FLOP/B ({si(c.peak_flops, 'FLOP/s')} / "
-        f"{si(c.mem_bandwidth, 'B/s')}): {c.bound}-bound",
-        f"  attainable {si(c.attainable_flops, 'FLOP/s')} "
+        f"  ridge {c.ridge:.3g} FLOP/B ({g(c.peak_flops, 'FLOP/s')} / "
+        f"{g(c.mem_bandwidth, 'B/s')}): {c.bound}-bound",
+        f"  attainable {g(c.attainable_flops, 'FLOP/s')} "
         f"({c.utilisation_of_peak:.1%} of peak); time floor {c.time_floor_s * 1e6:.3g} µs",
     ]
     if c.fused_bytes is not None and c.time_saved_s is not None:
         lines.append(
-            f"  fused: {si(c.fused_bytes, 'B')} instead of {si(c.bytes, 'B')}, time floor "
+            f"  fused: {g(c.fused_bytes, 'B')} instead of {g(c.bytes, 'B')}, time floor "
             f"{(c.time_floor_s - c.time_saved_s) * 1e6:.3g} µs: saves "
             f"{c.time_saved_s * 1e6:.3g} µs per call"
         )
@@ -319,7 +286,7 @@ def _roofline(d: Diagnosis) -> Group:
         text.append(
             f"\n  {_pct(r.fp32_matmul_without_tensor_cores_share)} of busy time "
             f"({r.fp32_matmul_without_tensor_cores_s * 1e3:.2f} ms/step) is fp32 matmul on "
-            f"kernels without tensor cores: {_tensor_core_fix(d)}",
+            f"kernels without tensor cores: {tensor_core_fix(d)}",
             style="bold",
         )
     table = Table(title="Top ops on the roofline", title_justify="left", show_edge=False)
@@ -339,7 +306,7 @@ def _roofline(d: Diagnosis) -> Group:
             o.dtype,
             f"{o.time_s * 1e3 / steps:.2f}",
             "?" if o.ai is None else f"{o.ai:.3g}",
-            _rate(o.achieved_flops, "FLOP/s") if compute else _rate(o.achieved_bandwidth, "B/s"),
+            si(o.achieved_flops, "FLOP/s") if compute else si(o.achieved_bandwidth, "B/s"),
             o.bound or "?",
             "?" if o.pct_of_roof is None else _pct(o.pct_of_roof),
         )
@@ -359,32 +326,13 @@ def _fusion(d: Diagnosis) -> Table:
     table.add_column("saves ≤ ms", justify="right", no_wrap=True, min_width=10)
     for c in d.fusion:
         table.add_row(
-            Text(" → ".join(_short(k) for k in c.kernels)),
+            Text(" → ".join(short_kernel(k) for k in c.kernels)),
             Text(", ".join(c.ops) or "?"),
             f"{c.occurrences_per_step:.0f}",
             f"{c.time_s * 1e3:.2f}",
             f"{c.max_saving_s * 1e3:.2f}",
         )
     return table
-
-
-def _short(kernel: str) -> str:
-    """A kernel name without its return type, namespaces' noise, template arguments and
-    parameter list (the JSON has it whole)."""
-    name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
-    for stop in ("<", "("):
-        name = name.split(stop, 1)[0]
-    return name.removeprefix("at::native::")
-
-
-def _tensor_core_fix(d: Diagnosis) -> str:
-    """What moves fp32 matmuls onto this device's tensor cores (the dtypes it has peaks for)."""
-    have = d.device.peak_flops or {}
-    if "tf32" in have:
-        return "allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or use bf16 autocast"
-    if "bf16" in have:
-        return "use bf16 autocast"
-    return "use fp16 autocast with a GradScaler (the device has no TF32 or bf16)"
 
 
 def _mfu(d: Diagnosis) -> Text:
@@ -395,8 +343,8 @@ def _mfu(d: Diagnosis) -> Text:
         text.append(f"unknown — {m.basis}")
     else:
         text.append(
-            f"{_pct(m.value)} ({_rate(m.achieved_flops, 'FLOP/s')} of "
-            f"{_rate(m.peak_flops, 'FLOP/s')} {m.dtype} peak) — {m.basis}"
+            f"{_pct(m.value)} ({si(m.achieved_flops, 'FLOP/s')} of "
+            f"{si(m.peak_flops, 'FLOP/s')} {m.dtype} peak) — {m.basis}"
         )
     return text
 
@@ -421,6 +369,16 @@ def _ranks(d: Diagnosis) -> Table:
 
 def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) -> str:
     """The terminal report as plain text (or with ANSI colour)."""
+    return _print(renderables(d), width=width, color=color)
+
+
+def render_steps(s: Steps, *, width: int | None = None) -> str:
+    """Step times alone (the step timer's result) as plain text."""
+    title = Text(f"wallfinder: step times ({s.source})", style="bold")
+    return _print([title, step_text(s)], width=width, color=False)
+
+
+def _print(parts: Iterable[RenderableType], *, width: int | None, color: bool) -> str:
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -430,7 +388,7 @@ def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) 
         highlight=False,
         soft_wrap=False,
     )
-    for part in renderables(d):
+    for part in parts:
         console.print(part)
         console.print()
     return buffer.getvalue()

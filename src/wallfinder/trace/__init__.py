@@ -219,6 +219,7 @@ def _build(
         base_time_ns=int(base) if isinstance(base, int | float) else None,
         process_labels=assembler.process_labels,
         memory=memory,
+        cut_step=header.wallfinder_cut_step,
     )
     _check_time_units(trace)
     return trace

@@ -66,3 +66,6 @@ class Header(msgspec.Struct):
     distributedInfo: dict[str, object] | None = None  # noqa: N815
     displayTimeUnit: str | None = None  # noqa: N815
     baseTimeNanoseconds: int | float | None = None  # noqa: N815
+    wallfinder_cut_step: str | None = None
+    """Written by wallfinder's capture when the program stopped inside a profiled step: the
+    `ProfilerStep#N` that was cut short."""

@@ -158,6 +158,8 @@ class Trace:
     process_labels: dict[int, str] = field(default_factory=dict)
     memory: list[MemorySample] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    cut_step: str | None = None
+    """The `ProfilerStep#N` the program stopped inside, when wallfinder's capture says so."""
 
     def of_kind(self, *kinds: Kind) -> Events:
         """Rows of the given kinds, sorted by start time. One kind is a zero-copy slice of

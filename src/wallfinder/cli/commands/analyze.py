@@ -29,6 +29,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "--workers", type=int, default=None, help="processes for parsing (default: one per core)"
     )
     add_device_options(parser)
+    add_model_options(parser)
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
     model = parser.add_argument_group(
         "model (for true MFU; without these, MFU counts the trace's matmul FLOPs)"
     )
@@ -48,6 +52,13 @@ def add_device_options(parser: argparse.ArgumentParser) -> None:
     device.add_argument(
         "--spec", type=Path, help="a TOML file with the device's peaks and bandwidth"
     )
+    device.add_argument(
+        "--device-profile",
+        type=Path,
+        metavar="FILE",
+        help="roofs measured by `wallfinder calibrate` on this device: they replace the "
+        "datasheet's for the dtypes measured",
+    )
 
 
 def _positive(text: str) -> float:
@@ -57,6 +68,17 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
     return value
 
 
@@ -70,21 +92,30 @@ def options_from(args: argparse.Namespace) -> Options:
         layers=args.layers,
         hidden=args.hidden,
     )
-    return Options(device=args.device, spec_file=args.spec, model=model)
+    return Options(
+        device=args.device,
+        spec_file=args.spec,
+        model=model,
+        device_profile=args.device_profile,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     with _progress(args.path) as progress:
         diagnosis = analyze(args.path, options_from(args), progress=progress, workers=args.workers)
-    text = render(diagnosis, args.format)
-    if args.output:
+    write_report(render(diagnosis, args.format), args.output)
+    return 0
+
+
+def write_report(text: str, output: Path | None) -> None:
+    """The report to `output` (-o), or to standard output."""
+    if output:
         try:
-            args.output.write_text(text)
+            output.write_text(text, encoding="utf-8")
         except OSError as exc:
-            raise WallfinderError(f"{args.output}: cannot write ({exc.strerror})") from None
+            raise WallfinderError(f"{output}: cannot write ({exc.strerror})") from None
     else:
         sys.stdout.write(text)
-    return 0
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from wallfinder.cli.commands.analyze import add_device_options
 from wallfinder.diagnosis import Calculation
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file
+from wallfinder.hardware.profile import load_device_profile
 from wallfinder.report.terminal import render_calculation
 
 HELP = "AI, ridge, bound, attainable FLOP/s and time floor for an op on a device"
@@ -40,11 +41,20 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec(args: argparse.Namespace) -> DeviceSpec:
+    spec = None
     if args.spec is not None:
-        return load_spec_file(args.spec)
-    if args.device is None:
-        raise WallfinderError("name the device with --device (e.g. h100-sxm) or give --spec FILE")
-    return get_spec(args.device)
+        spec = load_spec_file(args.spec)
+    elif args.device is not None:
+        spec = get_spec(args.device)
+    elif args.device_profile is None:
+        raise WallfinderError(
+            "name the device with --device (e.g. h100-sxm), or give --spec FILE or "
+            "--device-profile FILE"
+        )
+    if args.device_profile is not None:
+        return load_device_profile(args.device_profile).over(spec)
+    assert spec is not None
+    return spec
 
 
 def compute(args: argparse.Namespace) -> Calculation:

@@ -1,0 +1,376 @@
+"""What runs inside the measured program: the profiler session, the step clock, and the hook
+`wallfinder run` loads into a program it did not write.
+
+This module imports nothing but the standard library and torch, and torch only when it is
+used: `wallfinder run` loads it by file path (from a `sitecustomize` it puts first on the
+program's `PYTHONPATH`), into whatever Python the program runs on, which may not have
+wallfinder's own dependencies. `wallfinder.profile` and `wallfinder.StepTimer` use the same
+classes in-process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+
+CONFIG_ENV = "WALLFINDER_RUN"
+"""The JSON settings `wallfinder run` passes to the program (see `RunSettings` in `run.py`)."""
+
+ACTIVE_ENV = "WALLFINDER_RUN_ACTIVE"
+"""Set in the process being measured, so that the processes it starts (DataLoader workers,
+compile workers, subprocesses) are not measured as well."""
+
+STATUS_PREFIX = "status_"
+"""Each measured process writes `status_rank{R}_{pid}.json` into the status folder at exit."""
+
+
+def rank() -> int:
+    """This process's rank: torch.distributed's when initialised, else the launcher's
+    environment (torchrun sets RANK), else 0."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def trace_name(rank_: int) -> str:
+    return f"trace_rank{rank_}.json"
+
+
+class Recorder:
+    """torch.profiler over steps: `wait` steps not recorded, `warmup` steps recorded and
+    discarded, `active` steps kept. `step()` ends a step; the trace is written to `trace_dir`
+    when the active steps are done, or by `stop()` with the steps recorded so far."""
+
+    def __init__(
+        self,
+        trace_dir: Path,
+        *,
+        wait: int,
+        warmup: int,
+        active: int,
+        memory: bool = False,
+        stacks: bool = False,
+    ) -> None:
+        self.trace_dir = trace_dir
+        self.wait, self.warmup, self.active = wait, warmup, active
+        self.memory, self.stacks = memory, stacks
+        self.trace_path: Path | None = None
+        self.stepped = 0
+        self._profiler: Any = None
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, schedule
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():  # ROCm builds report their GPUs through CUDA too
+            activities.append(ProfilerActivity.CUDA)
+        self.trace_dir.mkdir(parents=True, exist_ok=True)
+        self._profiler = torch.profiler.profile(
+            activities=activities,
+            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+            on_trace_ready=self._save,
+            record_shapes=True,
+            profile_memory=self.memory,
+            with_stack=self.stacks,
+        )
+        self._profiler.start()
+
+    def step(self) -> None:
+        if self._profiler is not None:
+            self.stepped += 1
+            self._profiler.step()
+
+    @property
+    def done(self) -> bool:
+        """The active steps are recorded and written."""
+        return self.stepped >= self.wait + self.warmup + self.active
+
+    def stop(self) -> None:
+        """Stop profiling; steps recorded so far are written (idempotent). Stopped inside
+        the active steps, the trace names the step cut short, which the analysis leaves out."""
+        profiler, self._profiler = self._profiler, None
+        if profiler is None:
+            return
+        if self.wait + self.warmup <= self.stepped < self.wait + self.warmup + self.active:
+            profiler.add_metadata("wallfinder_cut_step", f"ProfilerStep#{profiler.step_num}")
+        profiler.stop()
+
+    def _save(self, prof: Any) -> None:
+        path = self.trace_dir / trace_name(rank())
+        prof.export_chrome_trace(str(path))
+        self.trace_path = path
+
+
+class StepClock:
+    """Step boundaries at almost no cost: a CUDA event recorded on the current stream at each
+    mark when a GPU is in use (read once, at the end: no synchronisation in the loop), else
+    the host clock, which is the device's clock on the CPU, where ops run synchronously."""
+
+    def __init__(self, use_cuda: bool | None = None) -> None:
+        if use_cuda is None:
+            torch = sys.modules.get("torch")
+            use_cuda = bool(torch is not None and torch.cuda.is_available())
+        self.use_cuda = use_cuda
+        self._marks: list[Any] = []
+
+    @property
+    def marks(self) -> int:
+        return len(self._marks)
+
+    def mark(self) -> None:
+        if self.use_cuda:
+            import torch
+
+            event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            event.record()
+            self._marks.append(event)
+        else:
+            self._marks.append(time.perf_counter())
+
+    def durations(self) -> list[float]:
+        """Seconds between consecutive marks (synchronises the device once)."""
+        if len(self._marks) < 2:
+            return []
+        if self.use_cuda:
+            self._marks[-1].synchronize()
+            return [
+                float(a.elapsed_time(b)) / 1e3
+                for a, b in zip(self._marks, self._marks[1:], strict=False)
+            ]
+        return [float(b - a) for a, b in zip(self._marks, self._marks[1:], strict=False)]
+
+
+class FirstOptimizer:
+    """Which optimizer steps mark training steps: the first optimizer's only, so that a loop
+    with two optimizers (a GAN) does not mark two steps per iteration."""
+
+    def __init__(self) -> None:
+        self._id: int | None = None
+
+    def __call__(self, optimizer: object) -> bool:
+        if self._id is None:
+            self._id = id(optimizer)
+        return id(optimizer) == self._id
+
+
+def schedule_after_first_step(warmup: int) -> tuple[int, int]:
+    """(wait, warmup) for a profiler started at the end of the program's first step, so that
+    its first `warmup` steps are not kept: the first is over already, the profiler waits
+    through the rest but the last, and records that one as the profiler's own warm-up."""
+    remaining = max(warmup - 1, 0)
+    own = 1 if remaining >= 1 else 0
+    return remaining - own, own
+
+
+class Session:
+    """One measured process under `wallfinder run`: steps are the first optimizer's steps;
+    the profiler (or the step clock) starts at the end of the first step; at exit a status
+    file says what happened, for `wallfinder run` to report."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.trace_dir = Path(settings["trace_dir"])
+        self.status_dir = Path(settings.get("status_dir") or settings["trace_dir"])
+        self.warmup = max(int(settings["warmup"]), 1)
+        self.active = int(settings["steps"])
+        self.stop_after = bool(settings.get("stop_after", False))
+        self.timer_only = bool(settings.get("timer_only", False))
+        self.memory = bool(settings.get("memory", False))
+        self.stacks = bool(settings.get("stacks", False))
+        self.steps = 0
+        self.error: str | None = None
+        self.stopped = False
+        self.signal: int | None = None
+        self._first = FirstOptimizer()
+        self._recorder: Recorder | None = None
+        self._clock: StepClock | None = None
+        self._finished = False
+
+    def on_optimizer_step(self, optimizer: object, *_: object) -> None:
+        if not self._first(optimizer):
+            return
+        self.steps += 1
+        if self.timer_only:
+            self._time_step()
+        else:
+            self._profile_step()
+        if self.stop_after and self.steps >= self.warmup + self.active:
+            self.stopped = True
+            self.finish()
+            raise SystemExit(0)
+
+    def _time_step(self) -> None:
+        if self._clock is None:
+            self._clock = StepClock()
+        if self._clock.marks <= self.active and self.steps >= self.warmup:
+            self._clock.mark()
+
+    def _profile_step(self) -> None:
+        if self._recorder is None:
+            wait, warmup = schedule_after_first_step(self.warmup)
+            self._recorder = Recorder(
+                self.trace_dir,
+                wait=wait,
+                warmup=warmup,
+                active=self.active,
+                memory=self.memory,
+                stacks=self.stacks,
+            )
+            self._recorder.start()
+        else:
+            self._recorder.step()
+            if self._recorder.done:
+                self._recorder.stop()
+
+    def on_exception(
+        self, kind: type[BaseException], value: BaseException, tb: TracebackType | None
+    ) -> None:
+        first = str(value).strip().splitlines()[0] if str(value).strip() else ""
+        self.error = f"{kind.__name__}: {first}"[:500] if first else kind.__name__
+
+    def on_signal(self, signum: int) -> None:
+        self.signal = signum
+
+    def finish(self) -> None:
+        """Write what was recorded and the status file (once)."""
+        if self._finished:
+            return
+        self._finished = True
+        trace: str | None = None
+        failure: str | None = None
+        try:
+            if self._recorder is not None:
+                self._recorder.stop()
+                trace = self._recorder.trace_path.name if self._recorder.trace_path else None
+        except Exception as exc:  # a profiler that cannot write must not hide the status
+            failure = f"{type(exc).__name__}: {exc}"[:500]
+        durations = self._clock.durations() if self._clock is not None else []
+        status = {
+            "rank": rank(),
+            "pid": os.getpid(),
+            "steps": self.steps,
+            "warmup": self.warmup,
+            "active": self.active,
+            "mode": "timer" if self.timer_only else "profile",
+            "trace": trace,
+            "durations": durations,
+            "stopped": self.stopped,
+            "error": self.error,
+            "signal": self.signal,
+            "trace_error": failure,
+        }
+        path = self.status_dir / f"{STATUS_PREFIX}rank{status['rank']}_{os.getpid()}.json"
+        path.write_text(json.dumps(status))
+
+
+def _settings() -> dict[str, Any] | None:
+    """The settings for this process, or None when it is not to be measured."""
+    raw = os.environ.get(CONFIG_ENV)
+    if not raw or os.environ.get(ACTIVE_ENV):
+        return None
+    settings: dict[str, Any] = json.loads(raw)
+    # Under torchrun, the launcher is a Python process too: only the workers it starts (which
+    # have LOCAL_RANK) are measured.
+    if settings.get("ranked") and "LOCAL_RANK" not in os.environ:
+        return None
+    return settings
+
+
+def install() -> None:
+    """Called at interpreter start in the program `wallfinder run` runs: measure this process
+    once it imports torch (a process that never does is left alone)."""
+    settings = _settings()
+    if settings is None:
+        return
+    if "torch" in sys.modules:
+        _attach(settings)
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", lambda: _attach(settings)))
+
+
+def _attach(settings: dict[str, Any]) -> None:
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    os.environ[ACTIVE_ENV] = str(os.getpid())
+    session = Session(settings)
+    register_optimizer_step_post_hook(session.on_optimizer_step)
+    atexit.register(session.finish)
+    previous_hook = sys.excepthook
+
+    def excepthook(
+        kind: type[BaseException], value: BaseException, tb: TracebackType | None
+    ) -> None:
+        session.on_exception(kind, value, tb)
+        previous_hook(kind, value, tb)
+
+    sys.excepthook = excepthook
+    _on_termination(session)
+
+
+def _on_termination(session: Session) -> None:
+    """SIGTERM (what torchrun, schedulers and `kill` send) ends the program through the normal
+    exit path, so that the steps recorded so far are written; a handler the program set itself
+    is left in place."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def terminate(signum: int, _frame: object) -> None:
+            session.on_signal(signum)
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # torch imported outside the main thread: signals cannot be set there
+        pass
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then` once the top-level module `name` has finished importing."""
+
+    def __init__(self, name: str, then: Callable[[], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec: importlib.machinery.ModuleSpec | None = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader: Any = spec.loader
+        execute = loader.exec_module
+        then = self.then
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            try:
+                then()
+            except Exception as exc:  # never break the program's own import of torch
+                sys.stderr.write(f"wallfinder: not measuring this process: {exc}\n")
+
+        loader.exec_module = exec_module
+        return spec

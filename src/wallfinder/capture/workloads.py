@@ -1,0 +1,630 @@
+"""Built-in demo workloads: small training jobs, each made to hit one wall on purpose, each
+with a fixed variant that shows the same job after the fix.
+
+    result = run_demo("dataloader", trace_dir="wallfinder-demo/dataloader")
+    print(result.diagnosis.verdict.wall, result.expected.describe())
+
+Every workload is an ordinary training loop with one optimizer, whose steps mark the profiled
+steps. It runs on whatever device is present (CUDA and ROCm GPUs through `torch.cuda`, else the
+CPU) with sizes that suit the device: a few seconds on a laptop CPU. What a workload expects is
+written per kind of device, because the CPU honestly behaves differently: it runs ops
+synchronously (so `.item()` costs it nothing), has no TF32, and is measured against a nominal
+roof. Where the CPU cannot show a wall, its expectation is what the CPU really does, and says
+why.
+
+torch is imported inside the functions only: importing this module never loads it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from wallfinder.capture import require_torch
+from wallfinder.diagnosis import Diagnosis, Wall
+from wallfinder.errors import WallfinderError
+
+__all__ = [
+    "DEFAULT",
+    "DEVICES",
+    "WORKLOADS",
+    "DemoResult",
+    "Expectation",
+    "Workload",
+    "default_device",
+    "get",
+    "require_torch",
+    "run_demo",
+]
+
+Device = Literal["cpu", "cuda"]
+DEVICES: tuple[Device, ...] = ("cpu", "cuda")
+
+
+WAIT, WARMUP = 1, 2
+"""Steps before the kept ones: one ignored (setup, DataLoader workers starting), two profiled
+and discarded (first-iteration allocations, kernel selection, the profiler starting up)."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a workload's diagnosis should say on one kind of device: the wall, and where it is
+    meaningful the verdict's cause and the id of the top finding (None: not asserted); `note`
+    says why this device differs from the workload's headline, when it does."""
+
+    wall: Wall
+    cause: str | None = None
+    finding: str | None = None
+    note: str = ""
+
+    def describe(self) -> str:
+        parts: list[str] = [self.wall]
+        if self.cause:
+            parts.append(f"cause {self.cause}")
+        if self.finding:
+            parts.append(f"top finding {self.finding}")
+        return ", ".join(parts)
+
+    def differences(self, d: Diagnosis) -> list[str]:
+        """How `d` differs from this expectation (empty when it matches)."""
+        out = []
+        if d.verdict.wall != self.wall:
+            out.append(f"wall {d.verdict.wall} (expected {self.wall})")
+        if self.cause is not None and d.verdict.cause != self.cause:
+            out.append(f"cause {d.verdict.cause} (expected {self.cause})")
+        top = d.findings[0].id if d.findings else None
+        if self.finding is not None and top != self.finding:
+            out.append(f"top finding {top or 'none'} (expected {self.finding})")
+        return out
+
+
+Loop = Callable[[int, bool, str], None]
+"""(steps, fixed, device): build the job and run `steps` optimizer steps."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A demo training job: `wall` says in one line what it hits, `fix` what the fixed variant
+    changes, `expect` what the diagnosis should say per kind of device (as written, fixed), and
+    `notes` how it works."""
+
+    name: str
+    wall: str
+    fix: str
+    expect: dict[Device, tuple[Expectation, Expectation]]
+    notes: str
+    loop: Loop
+
+    def expected(self, device: str, fixed: bool) -> Expectation:
+        broken, good = self.expect["cuda" if device.startswith("cuda") else "cpu"]
+        return good if fixed else broken
+
+    def run(self, steps: int, fixed: bool = False, device: str = "cpu") -> None:
+        """Run `steps` training steps (optimizer steps) as written, or with the fix."""
+        require_torch("wallfinder demo")
+        self.loop(steps, fixed, device)
+
+
+# The loops ---------------------------------------------------------------------------------------
+#
+# Each builds its model and data, then runs `steps` optimizer steps; nothing else in it steps an
+# optimizer, so a profiler that marks steps by optimizer steps sees exactly these.
+
+
+def _torch() -> Any:
+    """torch, imported when a workload runs (and typed loosely: the loops are demo code)."""
+    import torch
+
+    return torch
+
+
+def _on_gpu(device: str) -> bool:
+    return device.startswith("cuda")
+
+
+def _mlp(sizes: list[int], device: str) -> Any:
+    torch = _torch()
+
+    layers: list[Any] = []
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+        if i:
+            layers.append(torch.nn.ReLU())
+        layers.append(torch.nn.Linear(a, b))
+    return torch.nn.Sequential(*layers).to(device)
+
+
+@contextmanager
+def _matmul_precision(precision: str) -> Iterator[None]:
+    """torch.set_float32_matmul_precision for the loop only: it is process-wide state."""
+    torch = _torch()
+
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+class _SlowBatches:
+    """A dataset of whole batches that takes `read_s` to read each one, as from a network
+    filesystem or an object store. The read is a sleep: it stands in for storage latency, so
+    the demo behaves alike on every machine (what the profiler measures is real: the loop
+    waits for it). A plain class, so that DataLoader workers can pickle it."""
+
+    def __init__(self, count: int, batch: int, width: int, classes: int, read_s: float) -> None:
+        self.count, self.batch, self.width, self.classes = count, batch, width, classes
+        self.read_s = read_s
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        torch = _torch()
+
+        time.sleep(self.read_s)
+        g = torch.Generator().manual_seed(index)
+        x = torch.randn(self.batch, self.width, generator=g)
+        y = torch.randint(0, self.classes, (self.batch,), generator=g)
+        return x, y
+
+
+LOADER_WORKERS = 4
+"""More workers than a small machine has cores is fine here: they wait on storage, not the CPU."""
+
+
+def _dataloader_loop(steps: int, fixed: bool, device: str) -> None:
+    torch = _torch()
+
+    gpu = _on_gpu(device)
+    batch, width, hidden = (2048, 256, 4096) if gpu else (256, 256, 1024)
+    torch.manual_seed(0)
+    model = _mlp([width, hidden, hidden, 10], device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    data = _SlowBatches(steps, batch, width, 10, read_s=0.008)
+    with warnings.catch_warnings():
+        # "This DataLoader will create 4 worker processes in total. Our suggested max number
+        # of worker in current system is 2": true of CPU-bound workers; these wait on storage.
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        loader = (
+            torch.utils.data.DataLoader(
+                data,
+                batch_size=None,  # the dataset yields whole batches
+                num_workers=LOADER_WORKERS,
+                persistent_workers=True,
+                prefetch_factor=4,
+                pin_memory=gpu,
+            )
+            if fixed
+            else torch.utils.data.DataLoader(data, batch_size=None, num_workers=0)
+        )
+        batches = iter(loader)
+    for x, y in batches:
+        opt.zero_grad(set_to_none=True)
+        logits = model(x.to(device, non_blocking=True))
+        torch.nn.functional.cross_entropy(logits, y.to(device, non_blocking=True)).backward()
+        opt.step()
+
+
+def _tiny_ops_loop(steps: int, fixed: bool, device: str) -> None:
+    torch = _torch()
+
+    nnf = torch.nn.functional
+    batch, width = 128, 64
+    torch.manual_seed(0)
+    model = _mlp([width, width, width, 10], device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(batch, width, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        if fixed:  # the whole batch in one pass: a few larger ops
+            loss = nnf.cross_entropy(model(x), y)
+        else:  # one sample at a time: the same maths as thousands of tiny ops
+            loss = sum(nnf.cross_entropy(model(x[i : i + 1]), y[i : i + 1]) for i in range(batch))
+            loss = loss / batch
+        loss.backward()
+        opt.step()
+
+
+def _sync_loop(steps: int, fixed: bool, device: str) -> None:
+    torch = _torch()
+
+    gpu = _on_gpu(device)
+    batch, width, hidden = (4096, 512, 4096) if gpu else (256, 256, 1024)
+    torch.manual_seed(0)
+    model = _mlp([width, hidden, hidden, 10], device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(0)
+    pool = torch.randn(4 * batch, width, generator=g)
+    labels = torch.randint(0, 10, (4 * batch,), generator=g)
+    rounds = 1  # of host-side augmentation per batch; sized to the GPU after the first steps
+    running = torch.zeros((), device=device)
+    for step in range(steps):
+        # The host makes each batch itself (sampling and augmenting on the CPU, as small
+        # scripts and RL loops do): work that overlaps the GPU's, unless the host waits first.
+        began = time.perf_counter()
+        rows = torch.randint(0, pool.shape[0], (batch,), generator=g)
+        x = pool[rows]
+        for _ in range(rounds):
+            x = (x * 1.01 + 0.01 * torch.randn(x.shape, generator=g)).clamp_(-4.0, 4.0)
+        host_s = (time.perf_counter() - began) / rounds
+        timing = gpu and step == 1
+        if timing:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        opt.zero_grad(set_to_none=True)
+        logits = model(x.to(device, non_blocking=True))
+        loss = torch.nn.functional.cross_entropy(logits, labels[rows].to(device))
+        loss.backward()
+        opt.step()
+        if fixed:  # keep the running loss on the device; read it once, after the loop
+            running += loss.detach()
+        else:  # log the loss every step: .item() waits for the GPU to finish the step
+            running += loss.item()
+        if timing:
+            # GPUs differ far more than their hosts: give the host about 70% of the GPU's
+            # time per step, so that without the wait it hides behind the GPU's work.
+            end.record()
+            end.synchronize()
+            gpu_s = start.elapsed_time(end) / 1e3
+            rounds = max(1, min(64, round(0.7 * gpu_s / max(host_s, 1e-6))))
+    float(running)
+
+
+def _pointwise_loop(steps: int, fixed: bool, device: str) -> None:
+    torch = _torch()
+
+    nnf = torch.nn.functional
+    gpu = _on_gpu(device)
+    rows, width, blocks = (1 << 17, 128, 4) if gpu else (1024, 128, 8)
+    torch.manual_seed(0)
+    # Blocks of a per-feature scale and shift, LayerNorm and GELU: the pointwise part of a
+    # transformer layer, without its matmuls.
+    scales = torch.nn.ParameterList(torch.ones(width, device=device) for _ in range(blocks))
+    shifts = torch.nn.ParameterList(torch.zeros(width, device=device) for _ in range(blocks))
+    norms = torch.nn.ModuleList(torch.nn.LayerNorm(width, device=device) for _ in range(blocks))
+    opt = torch.optim.SGD([*scales, *shifts, *norms.parameters()], lr=1e-3)
+    x = torch.randn(rows, width, device=device)
+    y = torch.randn(rows, width, device=device)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        h = x
+        for scale, shift, norm in zip(scales, shifts, norms, strict=True):
+            h = h * scale + shift
+            if fixed:  # one fused kernel each, forward and backward
+                h = nnf.gelu(
+                    nnf.layer_norm(h, (width,), norm.weight, norm.bias), approximate="tanh"
+                )
+            else:  # the same maths written out: a dozen kernels, each a trip through memory
+                h = _gelu_by_hand(_layer_norm_by_hand(h, norm.weight, norm.bias))
+        nnf.mse_loss(h, y).backward()
+        opt.step()
+
+
+def _gelu_by_hand(x: Any) -> Any:
+    torch = _torch()
+
+    return 0.5 * x * (1.0 + torch.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+def _layer_norm_by_hand(x: Any, weight: Any, bias: Any) -> Any:
+    mean = x.mean(-1, keepdim=True)
+    centred = x - mean
+    var = (centred * centred).mean(-1, keepdim=True)
+    return centred / (var + 1e-5).sqrt() * weight + bias
+
+
+def _matmul_job(device: str) -> tuple[Any, Any, Any, Any]:
+    torch = _torch()
+
+    batch, width, hidden = (4096, 4096, 8192) if _on_gpu(device) else (256, 512, 1024)
+    torch.manual_seed(0)
+    model = _mlp([width, hidden, hidden, width], device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, width, device=device)
+    y = torch.randn(batch, width, device=device)
+    return model, opt, x, y
+
+
+def _matmul_loop(steps: int, fixed: bool, device: str) -> None:
+    torch = _torch()
+
+    model, opt, x, y = _matmul_job(device)
+    # As written: fp32, with TF32 allowed ("high"), already a GPU's fastest fp32 path. Fixed:
+    # bf16 autocast, the lever left at the compute wall: a lower precision raises the roof.
+    dev_type = "cuda" if _on_gpu(device) else "cpu"
+    with (
+        _matmul_precision("high"),
+        torch.autocast(dev_type, dtype=torch.bfloat16, enabled=fixed),
+    ):
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x).float(), y).backward()
+            opt.step()
+
+
+def _precision_loop(steps: int, fixed: bool, device: str) -> None:
+    torch = _torch()
+
+    model, opt, x, y = _matmul_job(device)
+    # As written: fp32 matmuls at full precision ("highest": TF32 off, PyTorch's default).
+    # Fixed on GPUs: TF32 ("high"). CPUs have no TF32; their counterpart lets oneDNN compute
+    # fp32 matmuls in bf16 ("medium"), faster on CPUs with bf16 instructions.
+    precision = ("high" if _on_gpu(device) else "medium") if fixed else "highest"
+    with _matmul_precision(precision):
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+
+# The registry ------------------------------------------------------------------------------------
+
+_SAME_ON_CPU = (
+    "The CPU runs ops synchronously: .item() costs it nothing, and both variants are the same "
+    "compute-bound job there."
+)
+_CPU_ROOF = (
+    "On the CPU, how near peak the matmuls run is measured against a nominal CPU roof (give "
+    "wallfinder analyze --spec FILE for yours), so the cause is not asserted."
+)
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload(
+            name="dataloader",
+            wall="overhead: a slow DataLoader with num_workers=0 (each step waits for its batch)",
+            fix="DataLoader(num_workers=4, persistent_workers=True, prefetch_factor=4, "
+            "pin_memory on GPUs): batches are read in the background",
+            expect={
+                "cpu": (
+                    Expectation("overhead", "data_loading", "data-loading"),
+                    Expectation("compute"),
+                ),
+                "cuda": (
+                    Expectation("overhead", "data_loading", "data-loading"),
+                    Expectation("compute"),
+                ),
+            },
+            notes="Each batch takes 8 ms to read (a sleep standing in for slow storage). "
+            "Without workers the loop waits for every read; with four, the reads overlap the "
+            "training step, and the step is the model's alone.",
+            loop=_dataloader_loop,
+        ),
+        Workload(
+            name="tiny-ops",
+            wall="overhead: many tiny ops (the batch processed one sample at a time)",
+            fix="process the whole batch in one pass: a few larger ops instead of thousands "
+            "of tiny ones",
+            expect={
+                "cpu": (
+                    Expectation("overhead", "host_overhead", "launch-bound"),
+                    Expectation(
+                        "overhead",
+                        note="a model this small is mostly per-op overhead even when "
+                        "batched; the step is many times faster",
+                    ),
+                ),
+                "cuda": (
+                    Expectation("overhead", "host_overhead", "launch-bound"),
+                    Expectation(
+                        "overhead",
+                        note="a model this small cannot keep a GPU busy even when "
+                        "batched; the step is many times faster",
+                    ),
+                ),
+            },
+            notes="Per sample, each op does a few thousand FLOPs: its time is the framework's "
+            "fixed cost per op (Python, dispatch, autograd, a kernel launch on GPUs).",
+            loop=_tiny_ops_loop,
+        ),
+        Workload(
+            name="sync",
+            wall="overhead: .item() every step (the GPU idles while the host prepares the "
+            "next batch)",
+            fix="keep the running loss on the device and read it once, after the loop",
+            expect={
+                "cpu": (
+                    Expectation("compute", note=_SAME_ON_CPU),
+                    Expectation("compute", note=_SAME_ON_CPU),
+                ),
+                "cuda": (
+                    Expectation("overhead", "synchronization", "sync-in-step"),
+                    Expectation("compute"),
+                ),
+            },
+            notes="A GPU runs ops asynchronously: without the .item(), the host samples and "
+            "augments the next batch while the GPU trains on this one; with it, the host first "
+            "waits for the GPU, then the GPU waits for the host. On GPUs the host's share of "
+            "the work is sized to the GPU's speed after the first steps.",
+            loop=_sync_loop,
+        ),
+        Workload(
+            name="pointwise",
+            wall="bandwidth: LayerNorm and GELU written out by hand (a chain of pointwise ops "
+            "on large activations)",
+            fix="the fused built-ins F.layer_norm and F.gelu (torch.compile fuses such chains "
+            "in general)",
+            expect={
+                "cpu": (
+                    Expectation(
+                        "bandwidth",
+                        "elementwise",
+                        note="the fusion finding needs device kernels: none on the CPU",
+                    ),
+                    Expectation("bandwidth"),
+                ),
+                "cuda": (
+                    Expectation("bandwidth", "elementwise", "fusable-pointwise"),
+                    Expectation("bandwidth"),
+                ),
+            },
+            notes="Each written-out op reads and writes the whole activation: a dozen trips "
+            "through memory where the fused op makes one or two. Still memory-bound after the "
+            "fix (normalisation and activations are), with far fewer bytes moved.",
+            loop=_pointwise_loop,
+        ),
+        Workload(
+            name="matmul",
+            wall="compute: large matmuls (an MLP with wide layers)",
+            fix="torch.autocast(dtype=torch.bfloat16): a lower precision raises the roof",
+            expect={
+                "cpu": (
+                    Expectation("compute", note=_CPU_ROOF),
+                    Expectation(
+                        "compute",
+                        note=_CPU_ROOF + " bf16 is faster only on CPUs "
+                        "with bf16 instructions (AVX512-BF16, AMX).",
+                    ),
+                ),
+                "cuda": (Expectation("compute"), Expectation("compute")),
+            },
+            notes="The wall to be at: the device is busy with matmuls. fp32 runs in TF32 on "
+            "GPUs that have it; bf16 doubles the roof again.",
+            loop=_matmul_loop,
+        ),
+        Workload(
+            name="precision",
+            wall="compute, below peak: fp32 matmuls with TF32 off",
+            fix="torch.set_float32_matmul_precision('high') (TF32) on GPUs; 'medium' on CPUs "
+            "(oneDNN may then compute fp32 matmuls in bf16)",
+            expect={
+                "cpu": (
+                    Expectation("compute", note="CPUs have no TF32. " + _CPU_ROOF),
+                    Expectation("compute", note="faster only on CPUs with bf16 instructions"),
+                ),
+                "cuda": (
+                    Expectation("compute", "below peak: precision/shape/kernel", "fp32-matmul"),
+                    Expectation("compute"),
+                ),
+            },
+            notes="TF32 runs fp32 matmuls on the tensor cores of NVIDIA GPUs from Ampere on, "
+            "several times faster than fp32 on their CUDA cores.",
+            loop=_precision_loop,
+        ),
+    ]
+}
+
+DEFAULT = "dataloader"
+"""The workload `wallfinder demo` runs when none is named: the most common reason a real
+training job is slow, and a clear before and after on any device."""
+
+
+def get(name: str) -> Workload:
+    """The workload called `name`; an unknown name is a `WallfinderError` listing the names."""
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise WallfinderError(
+            f"no demo workload {name!r}: choose one of {', '.join(WORKLOADS)}"
+        ) from None
+
+
+def default_device() -> Device:
+    """ "cuda" when a CUDA or ROCm GPU is present, else "cpu"."""
+    require_torch("wallfinder demo")
+    torch = _torch()
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _check_device(device: str) -> Device:
+    torch = _torch()
+
+    if device not in DEVICES:
+        raise WallfinderError(f"unknown demo device {device!r}: choose one of {', '.join(DEVICES)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise WallfinderError(
+            "no CUDA or ROCm GPU is available to torch here (torch.cuda.is_available() is "
+            "False): run the demo with --device cpu"
+        )
+    return "cuda" if device == "cuda" else "cpu"
+
+
+M_MMAP_THRESHOLD = -3
+"""mallopt's parameter number for the mmap threshold (glibc's malloc.h)."""
+
+
+def _steady_heap() -> None:
+    """On glibc, serve allocations of 128 KiB and more (CPU tensors) by mmap, for the rest of
+    the process.
+
+    glibc raises its mmap threshold as large blocks are freed, so CPU tensors come from the
+    heap; while the profiler records, its many small, long-lived allocations are carved out of
+    the freed tensors' blocks, the heap fragments, and each profiled step touches fresh pages
+    and runs slower than the last (measured on the pointwise workload: 60 ms, then 300 ms,
+    then over 400 ms per step). A fixed threshold keeps tensors apart from the profiler's
+    records: steady steps, each paying its page faults, as the first steps of any job do."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has it, as a no-op)
+        return
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """A profiled run of a workload: its diagnosis, the trace, and what was expected."""
+
+    workload: Workload
+    fixed: bool
+    device: Device
+    diagnosis: Diagnosis
+    trace_path: Path
+    expected: Expectation
+
+    @property
+    def differences(self) -> list[str]:
+        return self.expected.differences(self.diagnosis)
+
+
+def run_demo(
+    name: str,
+    *,
+    fixed: bool = False,
+    device: str | None = None,
+    steps: int = 5,
+    trace_dir: str | os.PathLike[str] = "wallfinder-demo",
+) -> DemoResult:
+    """Profile `steps` steps of a workload (after one ignored step and two warm-up steps) on
+    `device` (default: the GPU when there is one) and diagnose them. On the CPU under glibc
+    this fixes the process's malloc mmap threshold (see `_steady_heap`)."""
+    from wallfinder.capture import Profile
+
+    workload = get(name)
+    if steps < 1:
+        raise WallfinderError("the demo needs at least 1 profiled step")
+    require_torch("wallfinder demo")
+    # Kineto prints progress lines of its own on stderr (level 5, "USDT"); the demo's output is
+    # the diagnosis. A level the user set wins.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+    dev = _check_device(device or default_device())
+    if dev == "cpu":
+        _steady_heap()
+    with Profile(wait=WAIT, warmup=WARMUP, active=steps, trace_dir=trace_dir) as p:
+        workload.run(WAIT + WARMUP + steps, fixed, dev)
+    # Both are set when the block ends without an exception.
+    assert p.diagnosis is not None
+    assert p.trace_path is not None
+    return DemoResult(
+        workload=workload,
+        fixed=fixed,
+        device=dev,
+        diagnosis=p.diagnosis,
+        trace_path=p.trace_path,
+        expected=workload.expected(dev, fixed),
+    )

@@ -1,0 +1,150 @@
+"""Numbers and labels shared by the HTML and Markdown reports (formatting only: every figure
+comes from the Diagnosis)."""
+
+from __future__ import annotations
+
+from wallfinder.diagnosis import Diagnosis
+
+__all__ = [
+    "CAUSE_LABEL",
+    "CPU_IDLE_LABEL",
+    "IDLE_LABEL",
+    "cause_label",
+    "duration",
+    "ellipsize",
+    "idle_label",
+    "ms",
+    "part_label",
+    "pct",
+    "short_kernel",
+    "si",
+    "tensor_core_fix",
+    "title_line",
+]
+
+IDLE_LABEL = {
+    "data_loading": "data loading (DataLoader)",
+    "synchronization": "synchronisation (host blocked on GPU)",
+    "communication_wait": "collective wait on the host",
+    "host_overhead": "host overhead (CPU ops, Python)",
+    "launch_latency": "launch latency",
+    "dependency_wait": "queued work waiting (stream/event/peer)",
+    "other": "unexplained",
+}
+CAUSE_LABEL = {
+    **IDLE_LABEL,
+    "unstable": "unstable step time (slow steps)",
+    "comm_exposed": "exposed communication",
+    "copy_exposed": "exposed memory copies",
+}
+
+
+def cause_label(wall: str, cause: str) -> str:
+    """A verdict's cause in words: an idle cause for the overhead wall, a kernel class for
+    the bandwidth wall (the two vocabularies share words such as "other")."""
+    if wall == "overhead":
+        return CAUSE_LABEL.get(cause, cause)
+    if wall == "bandwidth":
+        return f"{cause} kernels (memory-bound)"
+    return cause
+
+
+CPU_IDLE_LABEL = {
+    "data_loading": "data loading (DataLoader)",
+    "host_overhead": "framework overhead (tiny ops, Python)",
+    "other": "untraced (no op recorded)",
+}
+
+
+def si(value: float | None, unit: str, digits: str = ".1f") -> str:
+    """`value` with an SI prefix (k, M, G, T, P) on `unit`; "?" when unknown."""
+    if value is None:
+        return "?"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:{digits}} {prefix}{unit}"
+    return f"{value:{digits}} {unit}"
+
+
+def short_kernel(kernel: str) -> str:
+    """A kernel name without its return type, namespaces' noise, template arguments and
+    parameter list (the JSON has it whole)."""
+    name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
+    for stop in ("<", "("):
+        name = name.split(stop, 1)[0]
+    return name.removeprefix("at::native::")
+
+
+def tensor_core_fix(d: Diagnosis) -> str:
+    """What moves fp32 matmuls onto this device's tensor cores (the dtypes it has peaks for)."""
+    have = d.device.peak_flops or {}
+    if "tf32" in have:
+        return "allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or use bf16 autocast"
+    if "bf16" in have:
+        return "use bf16 autocast"
+    return "use fp16 autocast with a GradScaler (the device has no TF32 or bf16)"
+
+
+_PART_LABEL = {
+    "gpu": {
+        "compute": "compute",
+        "comm_exposed": "exposed communication",
+        "copy_exposed": "exposed copies",
+        "idle": "GPU idle",
+    },
+    "cpu": {
+        "compute": "ops doing arithmetic",
+        "comm_exposed": "communication",
+        "copy_exposed": "exposed copies",
+        "idle": "overhead and waiting",
+    },
+}
+
+
+def part_label(d: Diagnosis, part: str) -> str:
+    """A breakdown part (compute, comm_exposed, copy_exposed, idle) in words."""
+    return _PART_LABEL[d.breakdown.basis][part]
+
+
+def idle_label(d: Diagnosis, cause: str) -> str:
+    """An idle cause in words (a CPU trace's "idle" is its time outside ops)."""
+    if d.breakdown.basis == "cpu":
+        return CPU_IDLE_LABEL.get(cause, cause.replace("_", " "))
+    return CAUSE_LABEL.get(cause, cause.replace("_", " "))
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage; "?" when unknown."""
+    return "?" if x is None else f"{x * 100:.{digits}f}%"
+
+
+def ms(seconds: float) -> str:
+    """Seconds as milliseconds, two decimals (the terminal report's unit)."""
+    return f"{seconds * 1e3:.2f}"
+
+
+def duration(seconds: float) -> str:
+    """A duration with a unit that suits it: s, ms or µs."""
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def ellipsize(text: str, width: int) -> str:
+    """`text` cut to `width` characters, an ellipsis marking the cut; newlines as spaces."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def title_line(d: Diagnosis) -> str:
+    """Device, rank and steps in one line (the source file is shown apart)."""
+    device = d.device.name or "unknown device"
+    if d.device.kind == "gpu" and d.device.index is not None:
+        device += f" (device {d.device.index})"
+    parts = [device]
+    if d.rank is not None:
+        parts.append(f"rank {d.rank}" + (f" of {d.world_size}" if d.world_size else ""))
+    parts.append(f"{d.steps.total} steps ({d.steps.source})")
+    return " · ".join(parts)

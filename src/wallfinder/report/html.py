@@ -1,0 +1,680 @@
+"""The HTML report: one self-contained page rendered from the Diagnosis alone.
+
+Everything is inline (plotly.js once, the page's style and script, the figures as JSON): the
+page opens from disk, offline, e-mailed or attached to a CI run, and no request leaves it. A
+Content-Security-Policy says so to the browser too: no connection of any kind, and no script
+but the page's own (allowed by their hashes).
+
+Strings from the trace (kernel and op names, shapes, host events, the file name) reach the page
+three ways, each escaped: as page text by the template engine (autoescape); as plot labels by
+`_plot_text`, since plotly reads a few HTML tags in them; and inside the figures' JSON, where
+`_script_json` leaves no `<` that could close the script block.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import math
+from collections.abc import Iterable, Sequence
+from functools import cache
+from importlib import metadata, resources
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from wallfinder.diagnosis import Diagnosis, OpRoofRow, StepTimeline, TimelineGap
+from wallfinder.report import _format as fmt
+
+__all__ = ["render_html"]
+
+GL_POINTS = 1000
+"""A roofline with more points than this is drawn with WebGL (scattergl) rather than SVG."""
+NAME_CHARS = 90
+"""Names are cut to this many characters in tables and plot labels; the full name is in the
+table cell's tooltip and in the JSON report."""
+TOP_GAPS = 10
+"""Idle gaps of the timeline listed in the table beneath it (the longest)."""
+
+CLASS_COLOR = {
+    "gemm": "#1f77b4",
+    "attention": "#6f42c1",
+    "convolution": "#0f8b8d",
+    "elementwise": "#ff7f0e",
+    "reduction": "#c9a227",
+    "normalization": "#e377c2",
+    "softmax": "#9cae1c",
+    "copy": "#17becf",
+    "communication": "#9467bd",
+    "other": "#8c8c8c",
+}
+PART_COLOR = {
+    "compute": "#2ca02c",
+    "comm_exposed": "#9467bd",
+    "copy_exposed": "#17becf",
+}
+IDLE_COLOR = {
+    "data_loading": "#d62728",
+    "synchronization": "#ff7f0e",
+    "communication_wait": "#e377c2",
+    "host_overhead": "#f2b701",
+    "launch_latency": "#8c564b",
+    "dependency_wait": "#7f7f7f",
+    "other": "#c7c7c7",
+}
+IDLE_TOTAL_COLOR = "#6e7781"
+WALL_COLOR = {"compute": "#1a7f37", "bandwidth": "#b7791f", "overhead": "#cf222e"}
+_FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
+
+
+def render_html(d: Diagnosis) -> str:
+    """The report as one self-contained HTML page."""
+    plotly_js = _plotly_js()
+    page_js = _asset("report.js")
+    template = _environment().from_string(_asset("report.html"))
+    figures = _figures(d)
+    return template.render(
+        d=d,
+        v=_view(d, figures),
+        csp=_csp((plotly_js, page_js), webgl=_uses_webgl(figures)),
+        css=Markup(_asset("report.css")),
+        plotly_js=Markup(plotly_js),
+        page_js=Markup(page_js),
+        figures=Markup(_script_json(figures)),
+        wall_color=WALL_COLOR,
+        cause_label=fmt.cause_label,
+        version=_version(),
+    )
+
+
+# Assets -----------------------------------------------------------------------------------------
+
+
+def _asset(name: str) -> str:
+    return (
+        resources.files("wallfinder.report")
+        .joinpath("templates")
+        .joinpath(name)
+        .read_text(encoding="utf-8")
+    )
+
+
+@cache
+def _plotly_js() -> str:
+    """plotly.js, as the plotly package ships it, made safe to inline in a script block."""
+    from plotly.offline import get_plotlyjs
+
+    js: str = get_plotlyjs()
+    return _inline_script(js)
+
+
+def _inline_script(js: str) -> str:
+    """`js` with nothing that would end its script block or open an HTML comment in it (it
+    has none today; `<\\/` and `<\\!` mean the same in JavaScript strings and regexes)."""
+    for seq, safe in (("</script", "<\\/script"), ("</SCRIPT", "<\\/SCRIPT"), ("<!--", "<\\!--")):
+        js = js.replace(seq, safe)
+    return js
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(pct=fmt.pct, ms=fmt.ms, dur=fmt.duration, si=fmt.si, short=fmt.short_kernel)
+    return env
+
+
+def _version() -> str:
+    try:
+        return metadata.version("wallfinder")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return ""
+
+
+def _csp(scripts: Iterable[str], *, webgl: bool = False) -> str:
+    """The page's Content-Security-Policy: its own scripts (by hash) and inline styles, images
+    only from data: and blob: URLs (plotly's PNG export), no connection, frame or form. WebGL
+    plots need 'unsafe-eval' (plotly's WebGL layer, regl, compiles its drawing code at run
+    time); no data from the trace is ever evaluated."""
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
+        for s in scripts
+    )
+    if webgl:
+        hashes += " 'unsafe-eval'"
+    return (
+        f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; "
+        "img-src data: blob:; font-src data:; base-uri 'none'; form-action 'none'"
+    )
+
+
+def _uses_webgl(figures: dict[str, Any]) -> bool:
+    return any(
+        str(trace.get("type", "")).endswith("gl")
+        for figure in figures.values()
+        for trace in figure["data"]
+    )
+
+
+def _script_json(value: object) -> str:
+    """JSON for a `<script type="application/json">` block: no `<`, `>` or `&` that HTML
+    could read, no line separators JavaScript could trip on."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _plot_text(text: str) -> str:
+    """A string for a plot label: escaped, since plotly reads <b>, <a href>, <br> and the like
+    in labels and takes `$...$` for LaTeX. (Quotes stay: with no `<` there is no tag for them
+    to end an attribute of, and plotly would show `&quot;` as written.)"""
+    return html.escape(text, quote=False).replace("$", "&#36;")
+
+
+# The view: what the template shows, formatted --------------------------------------------------
+
+
+def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "title": fmt.title_line(d),
+        "cause": fmt.cause_label(d.verdict.wall, d.verdict.cause),
+        "questions": [
+            {
+                "question": q.question,
+                "answer": q.answer,
+                "mark": {"yes": "yes", "no": "no", "unknown": "?"}[q.answer],
+                "detail": q.detail,
+            }
+            for q in d.verdict.questions
+        ],
+        "finding_groups": [
+            (label, group)
+            for label, group in (
+                ("", [f for f in d.findings if f.wall == d.verdict.wall]),
+                ("Not your wall now", [f for f in d.findings if f.wall != d.verdict.wall]),
+            )
+            if group
+        ],
+        "breakdown": _breakdown_rows(d),
+        "gaps": _gap_rows(d, d.timeline) if d.timeline else [],
+        "roof_ops": [_op_row(d, o) for o in d.roofline.ops] if d.roofline else [],
+        "roof_more": len(d.roofline.more_ops) if d.roofline else 0,
+        "roof_lines": _roofline_lines(d),
+        "roof_plot": "plot-roofline" in figures,
+        "tensor_core_fix": fmt.tensor_core_fix(d),
+        "classes": [
+            {"cls": c.cls, "share": c.share, "ms": c.time_s * 1e3 / _steps(d)} for c in d.classes
+        ],
+        "names": _name_rows(d),
+        "name_kind": "op" if d.cpu is not None else "kernel",
+        "class_color": CLASS_COLOR,
+    }
+
+
+def _steps(d: Diagnosis) -> int:
+    return max(d.steps.count, 1)
+
+
+def _breakdown_rows(d: Diagnosis) -> list[dict[str, Any]]:
+    b = d.breakdown
+    step_ms = b.per_step_ms["step"]
+    rows = []
+    for part, share in (
+        ("compute", b.compute),
+        ("comm_exposed", b.comm_exposed),
+        ("copy_exposed", b.copy_exposed),
+        ("idle", b.idle),
+    ):
+        if b.basis == "cpu" and part == "copy_exposed":
+            continue
+        rows.append(
+            {
+                "label": fmt.part_label(d, part),
+                "share": share,
+                "ms": share * step_ms,
+                "sub": False,
+                "color": PART_COLOR.get(part, IDLE_TOTAL_COLOR),
+            }
+        )
+    for cause, share in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
+        if share > 0:
+            rows.append(
+                {
+                    "label": fmt.idle_label(d, cause),
+                    "share": share,
+                    "ms": share * step_ms,
+                    "sub": True,
+                    "color": IDLE_COLOR.get(cause, "#c7c7c7"),
+                }
+            )
+    return rows
+
+
+def _gap_rows(d: Diagnosis, t: StepTimeline) -> list[dict[str, Any]]:
+    longest = sorted(t.gaps, key=lambda g: -(g.end_s - g.start_s))[:TOP_GAPS]
+    return [
+        {
+            "start_ms": g.start_s * 1e3,
+            "length": g.end_s - g.start_s,
+            "causes": ", ".join(
+                f"{fmt.idle_label(d, c)} {fmt.duration(s)}"
+                for c, s in sorted(g.causes_s.items(), key=lambda kv: -kv[1])
+            ),
+            "host": g.host,
+        }
+        for g in longest
+    ]
+
+
+def _op_row(d: Diagnosis, o: OpRoofRow) -> dict[str, Any]:
+    compute = o.bound == "compute" or (o.bound is None and o.flops > 0)
+    return {
+        "name": o.name,
+        "shapes": o.shapes,
+        "dtype": o.dtype,
+        "cls": o.cls or "",
+        "calls": o.calls,
+        "ms": o.time_s * 1e3 / _steps(d),
+        "ai": o.ai,
+        "achieved": o.achieved_flops if compute else o.achieved_bandwidth,
+        "achieved_text": fmt.si(o.achieved_flops, "FLOP/s")
+        if compute
+        else fmt.si(o.achieved_bandwidth, "B/s"),
+        "bound": o.bound or "?",
+        "pct": o.pct_of_roof,
+    }
+
+
+def _name_rows(d: Diagnosis) -> list[dict[str, Any]]:
+    if d.cpu is not None:
+        return [
+            {
+                "name": r.name,
+                "cls": r.cls,
+                "count": r.count,
+                "share": r.share,
+                "ms": r.time_s * 1e3 / _steps(d),
+            }
+            for r in d.cpu.top_ops
+        ]
+    return [
+        {
+            "name": k.name,
+            "cls": k.cls,
+            "count": k.count,
+            "share": k.share,
+            "ms": k.time_s * 1e3 / _steps(d),
+            "ai": k.ai,
+            "bound": k.bound,
+            "pct": k.pct_of_roof,
+        }
+        for k in d.kernels
+    ]
+
+
+def _roofline_lines(d: Diagnosis) -> list[str]:
+    r = d.roofline
+    if r is None:
+        return []
+    lines = [
+        f"Busy time {fmt.pct(r.compute_bound_share)} compute-bound, "
+        f"{fmt.pct(r.bandwidth_bound_share)} bandwidth-bound, "
+        f"{fmt.pct(r.unknown_bound_share)} neither (communication, other); "
+        f"{fmt.pct(r.costed_share)} of it has a cost model."
+    ]
+    for label, value in (
+        ("Compute-bound kernels", r.pct_of_roof_compute),
+        ("Bandwidth-bound kernels", r.pct_of_roof_bandwidth),
+        ("Matmul kernels", r.pct_of_roof_matmul),
+    ):
+        if value is not None:
+            lines.append(f"{label} run at {fmt.pct(value)} of their roof (time-weighted).")
+    return lines
+
+
+# Figures (plotly specs, built from the Diagnosis's numbers) -------------------------------------
+
+
+def _figures(d: Diagnosis) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    if d.breakdown.steps:
+        figures["plot-steps"] = _steps_figure(d)
+    if d.timeline is not None:
+        figures["plot-timeline"] = _timeline_figure(d, d.timeline)
+    if d.roofline is not None:
+        roofline = _roofline_figure(d)
+        if roofline is not None:
+            figures["plot-roofline"] = roofline
+    return figures
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    axis = {"gridcolor": "#e6e8eb", "zerolinecolor": "#d0d4d9", "automargin": True}
+    layout: dict[str, Any] = {
+        "font": {"family": _FONT, "size": 12, "color": "#24292f"},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "margin": {"l": 60, "r": 16, "t": 16, "b": 48},
+        "legend": {"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0},
+        "hoverlabel": {"align": "left", "font": {"family": _FONT}},
+        "xaxis": dict(axis),
+        "yaxis": dict(axis),
+    }
+    for key, value in extra.items():
+        if key in ("xaxis", "yaxis"):
+            layout[key] = {**layout[key], **value}
+        else:
+            layout[key] = value
+    return layout
+
+
+def _steps_figure(d: Diagnosis) -> dict[str, Any]:
+    """Stacked bars, one per step: compute, exposed communication, exposed copies, and the
+    idle time by cause (milliseconds)."""
+    steps = d.breakdown.steps
+    x = [_plot_text(s.step) for s in steps]
+    opacity = [0.4 if s.warmup else 1.0 for s in steps]
+    hover_step = [
+        _plot_text(s.step) + (" (warm-up: not in the figures)" if s.warmup else "") for s in steps
+    ]
+    parts: list[tuple[str, str, list[float]]] = [
+        (fmt.part_label(d, "compute"), PART_COLOR["compute"], [s.compute_s for s in steps]),
+        (
+            fmt.part_label(d, "comm_exposed"),
+            PART_COLOR["comm_exposed"],
+            [s.comm_exposed_s for s in steps],
+        ),
+        (
+            fmt.part_label(d, "copy_exposed"),
+            PART_COLOR["copy_exposed"],
+            [s.copy_exposed_s for s in steps],
+        ),
+    ]
+    for cause, color in IDLE_COLOR.items():
+        values = [s.idle_causes_s.get(cause, 0.0) for s in steps]
+        parts.append((f"idle: {fmt.idle_label(d, cause)}", color, values))
+    data: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "name": _plot_text(label),
+            "x": x,
+            "y": [v * 1e3 for v in values],
+            "customdata": hover_step,
+            "marker": {"color": color, "opacity": opacity},
+            "hovertemplate": "%{customdata}<br>"
+            + _plot_text(label)
+            + ": %{y:.3f} ms<extra></extra>",
+        }
+        for label, color, values in parts
+        if any(v > 0 for v in values)
+    ]
+    if len(steps) < 4:
+        for trace in data:
+            trace["width"] = 0.3  # one wide bar reads as a block, not a step
+    return {
+        "data": data,
+        "layout": _layout(
+            barmode="stack",
+            showlegend=True,
+            height=360,
+            bargap=0.15,
+            xaxis={"type": "category"},
+            legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
+            yaxis={"title": {"text": "ms"}},
+        ),
+    }
+
+
+_LANES = {"compute": "compute", "communication": "communication", "copy": "copies"}
+_IDLE_LANE = "GPU idle"
+_HOST_LANE = "host, in the gaps"
+
+
+def _timeline_figure(d: Diagnosis, t: StepTimeline) -> dict[str, Any]:
+    """The representative step: busy spans per lane coloured by kernel class, idle gaps
+    coloured by their main cause, and the host event that explains each wait."""
+    data: list[dict[str, Any]] = []
+    by_class: dict[str, list[Any]] = {}
+    for s in t.spans:
+        by_class.setdefault(s.cls, []).append(s)
+    for cls in CLASS_COLOR:
+        spans = by_class.get(cls, [])
+        if not spans:
+            continue
+        data.append(
+            _hbar(
+                _plot_text(cls),
+                CLASS_COLOR[cls],
+                [_LANES[s.lane] for s in spans],
+                [(s.start_s, s.end_s) for s in spans],
+                [
+                    f"{_LANES[s.lane]} {s.start_s * 1e3:.3f}–{s.end_s * 1e3:.3f} ms<br>"
+                    f"busy {fmt.duration(s.busy_s)} of {fmt.duration(s.end_s - s.start_s)} "
+                    f"in {s.ops} ops, mostly {_plot_text(s.cls)}"
+                    for s in spans
+                ],
+                legendgroup="class",
+            )
+        )
+        # A stretch is paler the less of it is busy (it spans gaps too short to draw).
+        data[-1]["marker"]["opacity"] = [
+            0.3 + 0.7 * min(1.0, s.busy_s / max(s.end_s - s.start_s, 1e-12)) for s in spans
+        ]
+    by_cause: dict[str, list[TimelineGap]] = {}
+    for g in t.gaps:
+        main = max(g.causes_s.items(), key=lambda kv: kv[1])[0] if g.causes_s else "other"
+        by_cause.setdefault(main, []).append(g)
+    for cause, color in IDLE_COLOR.items():
+        gaps = by_cause.get(cause, [])
+        if not gaps:
+            continue
+        data.append(
+            _hbar(
+                _plot_text(f"idle: {fmt.idle_label(d, cause)}"),
+                color,
+                [_IDLE_LANE] * len(gaps),
+                [(g.start_s, g.end_s) for g in gaps],
+                [_gap_hover(d, g) for g in gaps],
+                legendgroup="idle",
+            )
+        )
+    hosted = [g for g in t.gaps if g.host]
+    if hosted:
+        data.append(
+            _hbar(
+                "host activity",
+                "#24292f",
+                [_HOST_LANE] * len(hosted),
+                [(g.start_s, g.end_s) for g in hosted],
+                [_gap_hover(d, g) for g in hosted],
+                legendgroup="host",
+            )
+        )
+    lanes = [name for key, name in _LANES.items() if any(s.lane == key for s in t.spans)]
+    lanes += [_IDLE_LANE] * bool(t.gaps) + [_HOST_LANE] * bool(hosted)
+    return {
+        "data": data,
+        "layout": _layout(
+            barmode="overlay",
+            height=120 + 38 * max(len(lanes), 1),
+            xaxis={
+                "title": {"text": "ms from the start of the step"},
+                "range": [0, t.duration_s * 1e3],
+            },
+            yaxis={
+                "type": "category",
+                "categoryorder": "array",
+                "categoryarray": lanes,
+                "autorange": "reversed",
+            },
+            legend={"orientation": "h", "y": -0.35, "yanchor": "top", "x": 0},
+            margin={"l": 120, "r": 16, "t": 8, "b": 48},
+        ),
+    }
+
+
+def _hbar(
+    name: str,
+    color: str,
+    lanes: list[str],
+    spans: Sequence[tuple[float, float]],
+    hover: list[str],
+    *,
+    legendgroup: str,
+) -> dict[str, Any]:
+    return {
+        "type": "bar",
+        "orientation": "h",
+        "name": name,
+        "legendgroup": legendgroup,
+        "y": lanes,
+        "base": [a * 1e3 for a, _ in spans],
+        "x": [(b - a) * 1e3 for a, b in spans],
+        "width": 0.7,
+        "marker": {"color": color, "line": {"width": 0}},
+        "hovertext": hover,
+        "hoverinfo": "text",
+    }
+
+
+def _gap_hover(d: Diagnosis, g: TimelineGap) -> str:
+    lines = [f"idle {fmt.duration(g.end_s - g.start_s)} from {g.start_s * 1e3:.3f} ms"]
+    lines += [
+        f"{_plot_text(fmt.idle_label(d, c))}: {fmt.duration(s)}"
+        for c, s in sorted(g.causes_s.items(), key=lambda kv: -kv[1])
+    ]
+    if g.host:
+        lines.append("host: " + _plot_text(fmt.ellipsize(g.host, NAME_CHARS)))
+    return "<br>".join(lines)
+
+
+def _roofline_figure(d: Diagnosis) -> dict[str, Any] | None:
+    """Log-log roofline: the bandwidth slope and a roof per peak (dtypes with the same peak
+    share one), the ridges marked, and each costed op a point sized by its time and coloured
+    by its class. None when no op can be placed on it."""
+    r = d.roofline
+    assert r is not None
+    ops = [o for o in (*r.ops, *r.more_ops) if o.ai is not None and o.ai > 0 and o.flops > 0]
+    if not ops:
+        return None
+    peaks = d.device.peak_flops or {}
+    bandwidth = d.device.mem_bandwidth
+    kind = "scattergl" if len(ops) > GL_POINTS else "scatter"
+    longest = max(o.time_s for o in ops) or 1.0
+    data: list[dict[str, Any]] = []
+    for cls, color in CLASS_COLOR.items():
+        mine = [o for o in ops if (o.cls or "other") == cls]
+        if not mine:
+            continue
+        data.append(
+            {
+                "type": kind,
+                "mode": "markers",
+                "name": _plot_text(cls),
+                "legendgroup": "ops",
+                "x": [o.ai for o in mine],
+                "y": [o.achieved_flops for o in mine],
+                "marker": {
+                    "color": color,
+                    "size": [6 + 30 * math.sqrt(o.time_s / longest) for o in mine],
+                    "opacity": 0.75,
+                    "line": {"width": 1, "color": "#ffffff"},
+                },
+                "hovertext": [_op_hover(d, o) for o in mine],
+                "hoverinfo": "text",
+            }
+        )
+    used = {o.dtype for o in ops} | ({d.mfu.dtype} if d.mfu.dtype else set())
+    xs = [o.ai for o in ops if o.ai] + list(r.ridge.values())
+    lo, hi = min(xs) / 8, max(xs) * 8
+    # One roof per distinct peak (A100: fp32 and fp64 are both 19.5 TFLOP/s).
+    roofs: dict[float, list[str]] = {}
+    for dtype, peak in sorted(peaks.items(), key=lambda kv: -kv[1]):
+        roofs.setdefault(peak, []).append(dtype)
+    if bandwidth and roofs:
+        top = max(roofs)
+        top_ridge = next((r.ridge[dt] for dt in roofs[top] if dt in r.ridge), None)
+        if top_ridge is not None:
+            # The slope: attainable FLOP/s = AI × bandwidth, up to the highest roof's ridge.
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": f"memory bandwidth {fmt.si(bandwidth, 'B/s')}",
+                    "legendgroup": "roofs",
+                    "x": [lo, top_ridge],
+                    "y": [lo * bandwidth, top],
+                    "line": {"color": "#24292f", "width": 2},
+                    "hoverinfo": "name",
+                }
+            )
+    for n, (peak, dtypes) in enumerate(roofs.items()):
+        label = ", ".join(dtypes)
+        ridge = next((r.ridge[dt] for dt in dtypes if dt in r.ridge), None)
+        hover = f"{label}: peak {fmt.si(peak, 'FLOP/s')}"
+        if ridge is not None:
+            hover += f", ridge at {ridge:.3g} FLOP/B"
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines" if ridge is None else "lines+markers+text",
+                "name": f"{label} peak {fmt.si(peak, 'FLOP/s')}",
+                "legendgroup": "roofs",
+                "visible": True if used & set(dtypes) or not used & set(peaks) else "legendonly",
+                "x": [lo if ridge is None else ridge, hi],
+                "y": [peak, peak],
+                "line": {"color": "#24292f", "width": 1.5, "dash": "dash"},
+                "marker": {"size": [9, 0], "symbol": "diamond", "color": "#24292f"},
+                "text": ["" if ridge is None else f"{label} ridge {ridge:.3g}", ""],
+                # Labels alternate sides so that the ridges of close roofs do not overlap.
+                "textposition": "top left" if n % 2 == 0 else "bottom right",
+                "hovertext": [hover, hover],
+                "hoverinfo": "text",
+            }
+        )
+    ys = [o.achieved_flops for o in ops]
+    drawn = [p for p, dts in roofs.items() if used & set(dts)] or list(roofs)
+    y_lo, y_hi = min(ys) / 4, max([*ys, *drawn]) * 4
+    decades = range(math.ceil(math.log10(y_lo)), math.floor(math.log10(y_hi)) + 1)
+    return {
+        "data": data,
+        "layout": _layout(
+            height=480,
+            xaxis={
+                "type": "log",
+                "title": {"text": "arithmetic intensity (FLOP/byte)"},
+                "range": [math.log10(lo), math.log10(hi)],
+                "dtick": 1,
+            },
+            yaxis={
+                "type": "log",
+                "title": {"text": "achieved FLOP/s"},
+                "range": [math.log10(y_lo), math.log10(y_hi)],
+                "tickvals": [10.0**k for k in decades],
+                "ticktext": [
+                    fmt.si(10.0**k, "", ".0f").strip() if k >= 0 else f"1e{k}" for k in decades
+                ],
+            },
+            legend={"orientation": "v", "x": 1.02, "y": 1, "xanchor": "left"},
+            margin={"l": 70, "r": 16, "t": 16, "b": 56},
+            hovermode="closest",
+        ),
+    }
+
+
+def _op_hover(d: Diagnosis, o: OpRoofRow) -> str:
+    lines = [
+        "<b>" + _plot_text(fmt.ellipsize(o.name, NAME_CHARS)) + "</b>",
+        "shapes " + _plot_text(fmt.ellipsize(o.shapes, NAME_CHARS)) + f" · {_plot_text(o.dtype)}",
+        f"{o.calls} calls, {fmt.duration(o.time_s / _steps(d))} per step",
+        f"AI {o.ai:.3g} FLOP/B" if o.ai is not None else "AI ?",
+        f"achieved {fmt.si(o.achieved_flops, 'FLOP/s')}, {fmt.si(o.achieved_bandwidth, 'B/s')}",
+        f"{fmt.pct(o.pct_of_roof)} of roof ({o.bound or '?'}-bound)",
+    ]
+    return "<br>".join(lines)

@@ -1,0 +1,158 @@
+"""The Markdown report: a summary fit for a pull-request comment (GitHub-flavoured Markdown).
+
+Strings from the trace are either code spans (names: no Markdown, HTML, link or mention is read
+in them) or escaped text (sentences that quote names, such as a finding's evidence), so a name
+can neither format the comment nor inject HTML into it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from wallfinder.diagnosis import Diagnosis
+from wallfinder.report import _format as fmt
+
+__all__ = ["render_markdown"]
+
+TOP_KERNELS = 8
+NAME_CHARS = 80
+"""Names are cut to this many characters; the JSON report has them whole."""
+
+_MARK = {"yes": "✅ yes", "no": "❌ no", "unknown": "❔ unknown"}
+_SPECIAL = re.compile(r"([\\`*_\[\]<>#+!|~])")
+
+
+def render_markdown(d: Diagnosis) -> str:
+    """The diagnosis as a Markdown summary: the verdict and its four questions, the step
+    time and its breakdown, the fixes ranked by their bound on gain, the top kernels (or CPU
+    ops), and MFU."""
+    v = d.verdict
+    out = [
+        f"### wallfinder: **{v.wall.upper()} wall** — {text(fmt.cause_label(v.wall, v.cause))}",
+        "",
+        f"{code(d.source)} · {text(fmt.title_line(d))}",
+        "",
+        f"> {text(v.reason)}",
+        "",
+        "| # | question | answer | detail |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| {i} | {text(q.question)} | {_MARK[q.answer]} | {text(q.detail)} |"
+        for i, q in enumerate(v.questions, 1)
+    ]
+    s = d.steps
+    out += [
+        "",
+        f"**Step time** median {fmt.ms(s.median_s)} ms (range {fmt.ms(s.min_s)}–"
+        f"{fmt.ms(s.max_s)} ms, CV {fmt.pct(s.cv)}) over {s.count} steps"
+        + ("" if s.stable else " — **unstable**"),
+        "",
+        *_breakdown(d),
+        *_findings(d),
+        *_top(d),
+        "",
+        _mfu(d),
+    ]
+    if d.warnings:
+        out += ["", *(f"- _note:_ {text(w)}" for w in d.warnings)]
+    out += ["", f"<sub>wallfinder · {d.schema}</sub>", ""]
+    return "\n".join(out)
+
+
+def code(value: str, *, table: bool = False, width: int = NAME_CHARS) -> str:
+    """`value` as an inline code span: no Markdown, HTML or mention is read inside, and the
+    fence is longer than any run of backticks in it. In a table cell, `|` is escaped (GFM
+    splits cells on it even inside code)."""
+    value = fmt.ellipsize(value, width)
+    if table:
+        value = value.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall(r"`+", value)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") or not value.strip() else ""
+    return f"{fence}{pad}{value}{pad}{fence}"
+
+
+def text(value: str) -> str:
+    """`value` as plain text on one line: Markdown punctuation backslash-escaped (`\\<` keeps
+    an angle bracket from opening an HTML tag), `&` as an entity, and a word joiner after `@`
+    so that no name in it mentions anyone."""
+    escaped = _SPECIAL.sub(r"\\\1", " ".join(value.split()).replace("&", "&amp;"))
+    return escaped.replace("@", "@\u2060")
+
+
+def _breakdown(d: Diagnosis) -> list[str]:
+    b = d.breakdown
+    step_ms = b.per_step_ms["step"]
+    rows = ["| part | share | ms/step |", "|---|---:|---:|"]
+    for part, share in (
+        ("compute", b.compute),
+        ("comm_exposed", b.comm_exposed),
+        ("copy_exposed", b.copy_exposed),
+        ("idle", b.idle),
+    ):
+        if b.basis == "cpu" and part == "copy_exposed":
+            continue
+        rows.append(f"| {fmt.part_label(d, part)} | {fmt.pct(share)} | {share * step_ms:.2f} |")
+        if part == "idle":
+            for cause, c in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
+                if c > 0:
+                    rows.append(
+                        f"| ↳ {fmt.idle_label(d, cause)} | {fmt.pct(c)} | {c * step_ms:.2f} |"
+                    )
+    return rows
+
+
+def _findings(d: Diagnosis) -> list[str]:
+    if not d.findings:
+        return []
+    out = ["", "**What to fix** (ranked by the most each can gain)", ""]
+    mine = [f for f in d.findings if f.wall == d.verdict.wall]
+    rest = [f for f in d.findings if f.wall != d.verdict.wall]
+    for label, group in (("", mine), ("_Not your wall now:_", rest)):
+        if label and group:
+            out += ["", label, ""]
+        for n, f in enumerate(group, 1):
+            out += [
+                f"{n}. **{text(f.title)}** — up to {f.max_speedup:.2f}× faster "
+                f"({fmt.pct(f.share, 0)} of the step)  ",
+                f"   evidence: {text(f.evidence)}  ",
+                f"   fix: {text(f.fix)}",
+            ]
+    return out
+
+
+def _top(d: Diagnosis) -> list[str]:
+    steps = max(d.steps.count, 1)
+    if d.cpu is not None:
+        title, what = "Top CPU ops", "op"
+        rows = [(r.name, r.cls, r.count, r.share, r.time_s) for r in d.cpu.top_ops]
+    else:
+        title, what = "Top kernels by GPU time", "kernel"
+        rows = [(k.name, k.cls, k.count, k.share, k.time_s) for k in d.kernels]
+    if not rows:
+        return []
+    out = [
+        "",
+        f"<details><summary>{title}</summary>",
+        "",
+        f"| {what} | class | calls | share | ms/step |",
+        "|---|---|---:|---:|---:|",
+    ]
+    out += [
+        f"| {code(name, table=True)} | {text(cls)} | {count} | {fmt.pct(share)} "
+        f"| {t * 1e3 / steps:.3f} |"
+        for name, cls, count, share, t in rows[:TOP_KERNELS]
+    ]
+    out += ["", "</details>"]
+    return out
+
+
+def _mfu(d: Diagnosis) -> str:
+    m = d.mfu
+    if m.value is None:
+        return f"**MFU** unknown — {text(m.basis)}"
+    return (
+        f"**MFU** {fmt.pct(m.value)} ({fmt.si(m.achieved_flops, 'FLOP/s')} of "
+        f"{fmt.si(m.peak_flops, 'FLOP/s')} {m.dtype or ''} peak) — {text(m.basis)}"
+    )

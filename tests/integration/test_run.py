@@ -1,0 +1,223 @@
+"""`wallfinder run` on real, unmodified programs (real torch on the CPU, in subprocesses):
+what the user gets when the program works, raises, exits early, never steps an optimizer, runs
+too few steps, is stopped after the measured steps, or is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wallfinder.capture.run import RunSettings, run_program
+from wallfinder.cli import main
+
+pytest.importorskip("torch")
+
+PROGRAM = """\
+import os, signal, sys, torch
+steps, fault = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else "")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randn(32, 8)
+for i in range(1, steps + 1):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    if fault != "no-optimizer":
+        opt.step()
+    if i == 6 and fault == "raise":
+        raise RuntimeError("loss is nan at step 6")
+    if i == 6 and fault == "exit":
+        sys.exit(3)
+    if i == 6 and fault in ("SIGTERM", "SIGKILL"):
+        os.kill(os.getpid(), getattr(signal, fault))
+print("finished", steps, "steps")
+"""
+
+
+@pytest.fixture
+def program(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def run_cli(
+    tmp_path: Path, program: Path, *args: str, flags: tuple[str, ...] = ()
+) -> tuple[int, dict[str, Any] | None]:
+    report = tmp_path / "report.json"
+    code = main(
+        [
+            "run",
+            "--steps",
+            "4",
+            "--warmup",
+            "3",
+            "--trace-dir",
+            str(tmp_path / "traces"),
+            "--format",
+            "json",
+            "-o",
+            str(report),
+            *flags,
+            "--",
+            sys.executable,
+            str(program),
+            *args,
+        ]
+    )
+    return code, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def test_an_unmodified_script_is_profiled_and_diagnosed(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "10")
+    assert code == 0
+    assert d is not None
+    assert d["steps"]["total"] == 4
+    assert d["device"]["kind"] == "cpu"
+    assert (tmp_path / "traces" / "trace_rank0.json").exists()
+    out = capfd.readouterr()
+    assert "finished 10 steps" in out.out  # the program ran to its end
+    assert "traces kept in" in out.err
+
+
+def test_a_script_that_raises_passes_its_exit_code_and_the_completed_steps_are_analysed(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "10", "raise")
+    assert code == 1
+    err = capfd.readouterr().err
+    assert "RuntimeError: loss is nan at step 6" in err  # the program's own traceback
+    assert "the program raised RuntimeError: loss is nan at step 6 after 6 steps" in err
+    assert "analysing the 3 profiled" in err
+    assert d is not None
+    # Steps 4-6 completed; the step the exception cut short is left out, and said so.
+    assert d["steps"]["total"] == 3
+    assert any("stopped during it" in w for w in d["warnings"])
+
+
+def test_an_early_exit_code_is_passed_through(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "10", "exit")
+    assert code == 3
+    assert "exited with code 3" in capfd.readouterr().err
+    assert d is not None
+    assert d["steps"]["total"] == 3
+
+
+def test_a_program_without_an_optimizer_is_told_how_to_mark_steps(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "10", "no-optimizer")
+    assert code == 2
+    assert d is None
+    err = capfd.readouterr().err
+    assert "never ran an optimizer step" in err
+    assert "p.step()" in err
+
+
+def test_too_few_steps_for_the_warmup_says_so(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "2")
+    assert code == 2
+    assert d is None
+    assert "ran 2 steps, fewer than the 3 warm-up + 4 profiled asked" in capfd.readouterr().err
+
+
+def test_stop_after_ends_the_program_after_the_measured_steps(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "100000", flags=("--stop-after",))
+    assert code == 0
+    out = capfd.readouterr()
+    assert "finished" not in out.out
+    assert "stopped the program after the 4 measured steps" in out.err
+    assert d is not None
+    assert d["steps"]["total"] == 4
+
+
+def test_sigterm_writes_the_steps_recorded_so_far(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "10", "SIGTERM")
+    assert code == 128 + 15
+    assert "stopped by SIGTERM after 6 steps" in capfd.readouterr().err
+    assert d is not None
+    assert d["steps"]["total"] == 3
+
+
+def test_a_killed_program_is_reported_with_its_signal(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "10", "SIGKILL")
+    assert code == 128 + 9
+    assert d is None
+    err = capfd.readouterr().err
+    assert "killed by SIGKILL" in err
+    assert "no trace was written" in err
+
+
+def test_timer_only_times_the_steps_without_a_profiler(tmp_path: Path, program: Path) -> None:
+    code, d = run_cli(tmp_path, program, "12", flags=("--timer-only",))
+    assert code == 0
+    assert d is not None
+    assert d["source"] == "step timer"
+    assert d["total"] == 4
+    assert 0 < d["median_s"] < 1
+    assert not (tmp_path / "traces" / "trace_rank0.json").exists()
+
+
+def test_module_form_and_the_programs_own_sitecustomize_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "mytrain.py").write_text(PROGRAM)
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "sitecustomize-ran"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    outcome = run_program(
+        [sys.executable, "-m", "mytrain", "8"], RunSettings(steps=3, warmup=2), tmp_path / "t"
+    )
+    assert outcome.exit_code == 0
+    assert [p.name for p in outcome.traces] == ["trace_rank0.json"]
+    assert [(p.rank, p.steps) for p in outcome.processes] == [(0, 8)]
+    assert marker.exists()
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None
+    and not os.access(Path(sys.executable).with_name("torchrun"), os.X_OK),
+    reason="torchrun is not installed",
+)
+def test_torchrun_measures_each_worker_not_the_launcher(tmp_path: Path) -> None:
+    script = tmp_path / "ddp.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "for _ in range(7):\n"
+        "    opt.zero_grad(); model(torch.randn(8, 32)).sum().backward(); opt.step()\n"
+        "dist.destroy_process_group()\n"
+    )
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    outcome = run_program(
+        [torchrun, "--nproc_per_node", "2", str(script)],
+        RunSettings(steps=3, warmup=2),
+        tmp_path / "t",
+    )
+    assert outcome.exit_code == 0
+    assert [p.name for p in outcome.traces] == ["trace_rank0.json", "trace_rank1.json"]
+    assert sorted(p.rank for p in outcome.processes) == [0, 1]
