@@ -50,9 +50,10 @@ Device = Literal["cpu", "cuda"]
 DEVICES: tuple[Device, ...] = ("cpu", "cuda")
 
 
-WAIT, WARMUP = 1, 2
-"""Steps before the kept ones: one ignored (setup, DataLoader workers starting), two profiled
-and discarded (first-iteration allocations, kernel selection, the profiler starting up)."""
+WAIT, WARMUP = 2, 3
+"""Steps before the kept ones: two ignored (setup, DataLoader workers starting, a cold
+machine's first iterations), three profiled and discarded (first-iteration allocations, kernel
+selection, the profiler starting up)."""
 
 
 @dataclass(frozen=True)
