@@ -169,9 +169,10 @@ class TraceBuilder:
         launch_at: float | None = None,
         launch_dur: float = 4.0,
         stream: int = 7,
+        args: dict[str, Any] | None = None,
     ) -> int:
-        """A kernel; with `launch_at`, also its `cudaLaunchKernel` call. Returns the
-        correlation id."""
+        """A kernel; with `launch_at`, also its `cudaLaunchKernel` call; `args` are added to
+        its args. Returns the correlation id."""
         return self._device_event(
             "kernel",
             name,
@@ -181,7 +182,7 @@ class TraceBuilder:
             launch_at=launch_at,
             launcher="cudaLaunchKernel",
             launch_dur=launch_dur,
-            extra={"grid": [128, 1, 1], "block": [256, 1, 1]},
+            extra={"grid": [128, 1, 1], "block": [256, 1, 1], **(args or {})},
         )
 
     def nccl(
@@ -192,9 +193,29 @@ class TraceBuilder:
         name: str = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)",
         launch_at: float | None = None,
         stream: int = 28,
+        collective: str | None = None,
+        nelems: int = 0,
+        dtype: str = "BFloat16",
+        group: str = "0",
+        group_size: int = 2,
     ) -> int:
-        """An NCCL collective kernel on its own stream."""
-        return self.kernel(name, start, dur, launch_at=launch_at, stream=stream)
+        """An NCCL collective kernel on its own stream; with `collective`, with the arguments
+        recent PyTorch releases record on it (`Collective name`, `In msg nelems`, ...)."""
+        args = None
+        if collective is not None:
+            args = {
+                "Collective name": collective,
+                "In msg nelems": nelems,
+                "Out msg nelems": nelems,
+                "Group size": group_size,
+                "dtype": dtype,
+                "In split size": "[]",
+                "Out split size": "[]",
+                "Process Group Name": group,
+                "Process Group Description": "default_pg",
+                "Process Group Ranks": str(list(range(group_size))),
+            }
+        return self.kernel(name, start, dur, launch_at=launch_at, stream=stream, args=args)
 
     def memcpy(
         self,
@@ -441,6 +462,7 @@ def decoded_columns(t: Trace) -> dict[str, list[Any]]:
         "input_type": raw,
         "concrete_inputs": raw,
         "grid": raw,
+        "comm": raw,
     }
     out: dict[str, list[Any]] = {}
     for f in fields(t.events):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose
-from wallfinder.diagnosis import Diagnosis, RankSummary
+from wallfinder.analysis.collectives import RankCollectives, join, rank_collectives
+from wallfinder.diagnosis import Diagnosis, JobSummary
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
 from wallfinder.hardware.profile import load_device_profile
@@ -58,19 +61,28 @@ def analyze(
     *,
     progress: Progress | None = None,
     workers: int | None = None,
+    scheduler: str | None = None,
 ) -> Diagnosis:
     """Analyse a Kineto/PyTorch profiler trace (`.json` or `.json.gz`) or a folder of them
     (one per rank) and return the `Diagnosis`.
 
-    For a folder, the diagnosis is the lowest rank's, with a summary line per rank in `ranks`;
-    a rank file that cannot be read is skipped and named in `warnings`.
+    For a folder, each rank is analysed in its own worker process (or, with `scheduler`, the
+    address of a running dask.distributed scheduler, on that cluster's workers: they must see
+    the files at the same path); only small per-rank summaries come back. The diagnosis is the
+    lowest rank's, with a line per rank in `ranks` and the cross-rank view (clock skew,
+    matched collectives, stragglers) in `job`. A rank file that cannot be read, a duplicate
+    rank, or a rank of another job is skipped and named in `warnings`.
     Raises `WallfinderError` for input that cannot be analysed.
     """
     options = options or Options()
     files = find_trace_files(path)
-    if len(files) == 1:
+    if len(files) == 1 and scheduler is None:
         return _diagnose(load_trace(files[0], progress, workers=workers), options)
-    return _analyze_ranks(files, progress, workers, options)
+    if scheduler is not None:
+        results = _on_dask(scheduler, files, options, progress)
+    else:
+        results = _in_processes(files, progress, workers, options)
+    return job_diagnosis(results, options)
 
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
@@ -78,20 +90,24 @@ def _diagnose(trace: Trace, options: Options) -> Diagnosis:
     return diagnose(trace, options.thresholds, spec=spec, model=options.model)
 
 
-def _one(path: Path, options: Options) -> Diagnosis | str:
+RankResult = tuple[Diagnosis, RankCollectives] | str
+"""What one rank's worker sends back: its diagnosis and collective records, or why it was
+skipped."""
+
+
+def analyze_rank(path: Path, options: Options) -> RankResult:
+    """One rank's work, run in a worker: parse, diagnose, extract the collectives."""
     try:
-        return _diagnose(load_trace(path, workers=1), options)
+        trace = load_trace(path, workers=1)
+        return _diagnose(trace, options), rank_collectives(trace)
     except WallfinderError as exc:
         return str(exc)
 
 
-def _analyze_ranks(
-    files: list[Path],
-    progress: Progress | None,
-    workers: int | None,
-    options: Options,
-) -> Diagnosis:
-    results: list[Diagnosis | str] = []
+def _in_processes(
+    files: list[Path], progress: Progress | None, workers: int | None, options: Options
+) -> list[RankResult]:
+    results: list[RankResult] = []
     total = sum(f.stat().st_size for f in files)
     done = 0
     n = workers if workers is not None else min(len(files), os.cpu_count() or 1)
@@ -99,7 +115,7 @@ def _analyze_ranks(
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=n, mp_context=process_context()) as pool:
-            futures = [pool.submit(_one, f, options) for f in files]
+            futures = [pool.submit(analyze_rank, f, options) for f in files]
             for f, future in zip(files, futures, strict=True):
                 results.append(future.result())
                 done += f.stat().st_size
@@ -107,33 +123,119 @@ def _analyze_ranks(
                     progress(done, total)
     else:
         for f in files:
-            results.append(_one(f, options))
+            results.append(analyze_rank(f, options))
             done += f.stat().st_size
             if progress is not None:
                 progress(done, total)
-    good = [r for r in results if isinstance(r, Diagnosis)]
+    return results
+
+
+DASK_MISSING = (
+    "--scheduler needs dask.distributed: pip install 'wallfinder[dask]' "
+    "(or pip install 'dask[distributed]')"
+)
+
+
+def _on_dask(
+    address: str, files: list[Path], options: Options, progress: Progress | None
+) -> list[RankResult]:
+    """Fan the ranks out over a running dask.distributed cluster; the workers read the files
+    (a shared filesystem) and send back only their small results."""
+    try:
+        from distributed import Client  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise WallfinderError(DASK_MISSING) from None
+    try:
+        client = Client(address, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise WallfinderError(f"cannot reach the dask scheduler at {address} ({exc})") from None
+    with client:
+        paths = [f.resolve() for f in files]
+        futures = client.map(analyze_rank, paths, options=options, pure=False)
+        results: list[RankResult] = client.gather(futures)
+    if progress is not None:
+        total = sum(f.stat().st_size for f in files)
+        progress(total, total)
+    return results
+
+
+def job_diagnosis(results: Sequence[RankResult], options: Options | None = None) -> Diagnosis:
+    """The job's diagnosis from its ranks' results: the lowest rank's diagnosis with a line per
+    rank, the cross-rank join (`job`) and its findings. Ranks that are not consistent with the
+    job are skipped and named in `warnings`; raises `WallfinderError` when none is left."""
+    good = [r for r in results if not isinstance(r, str)]
     skipped = [f"skipped {r}" for r in results if isinstance(r, str)]
     if not good:
         raise WallfinderError(f"no rank trace could be analysed ({'; '.join(skipped)})")
-    good.sort(key=lambda d: (d.rank is None, d.rank if d.rank is not None else 0, d.source))
-    ranks = [
-        RankSummary(
-            source=d.source,
-            rank=d.rank,
-            steps=d.steps.count,
-            median_step_s=d.steps.median_s,
-            compute=d.breakdown.compute,
-            idle=d.breakdown.idle,
-            wall=d.verdict.wall,
-            cause=d.verdict.cause,
-        )
-        for d in good
-    ]
-    main = good[0]
+    good.sort(key=lambda r: (r[0].rank is None, r[0].rank or 0, r[0].source))
+    kept, dropped = consistent_ranks(good)
+    skipped += dropped
+    main = kept[0][0]
+    job = join(kept, _spec_of(main))
+    findings = sorted([*job.findings, *main.findings], key=lambda f: -f.max_speedup)
+    notes = [*job.summary.notes, *_missing(kept)]
+    summary = job.summary if notes == job.summary.notes else _with_notes(job.summary, notes)
     return Diagnosis(
         **{
             **{f: getattr(main, f) for f in main.__struct_fields__},
-            "ranks": ranks,
+            "ranks": job.ranks,
+            "findings": findings,
             "warnings": [*main.warnings, *skipped],
+            "job": summary,
         }
     )
+
+
+def _with_notes(summary: JobSummary, notes: list[str]) -> JobSummary:
+    import msgspec
+
+    return msgspec.structs.replace(summary, notes=notes)
+
+
+def consistent_ranks(
+    ranks: Sequence[tuple[Diagnosis, RankCollectives]],
+) -> tuple[list[tuple[Diagnosis, RankCollectives]], list[str]]:
+    """The ranks of one job: those with the most common world size (the lowest rank's job on a
+    tie), one file per rank (the first by name). Returns them and what was skipped, why."""
+    sizes = Counter(d.world_size for d, _ in ranks)
+    first = ranks[0][0].world_size
+    size = max(sizes, key=lambda s: (sizes[s], s == first))
+    kept: list[tuple[Diagnosis, RankCollectives]] = []
+    skipped: list[str] = []
+    seen: dict[int, str] = {}
+    for d, c in sorted(ranks, key=lambda r: (r[0].rank or 0, r[0].source)):
+        if d.world_size != size:
+            skipped.append(
+                f"skipped {d.source}: another job's rank (world size {d.world_size}, not {size})"
+            )
+        elif d.rank is not None and d.rank in seen:
+            skipped.append(f"skipped {d.source}: rank {d.rank} again (kept {seen[d.rank]})")
+        else:
+            if d.rank is not None:
+                seen[d.rank] = d.source
+            kept.append((d, c))
+    return kept, skipped
+
+
+def _missing(ranks: Sequence[tuple[Diagnosis, RankCollectives]]) -> list[str]:
+    world = ranks[0][0].world_size
+    if world is None:
+        return []
+    have = {d.rank for d, _ in ranks if d.rank is not None}
+    gone = [r for r in range(world) if r not in have]
+    if not gone:
+        return []
+    listed = ", ".join(map(str, gone[:10])) + (", ..." if len(gone) > 10 else "")
+    return [
+        f"{len(have)} of {world} ranks have a trace here; missing: {listed} "
+        "(collectives are matched among the ranks present)"
+    ]
+
+
+def _spec_of(d: Diagnosis) -> DeviceSpec | None:
+    if d.device.matched_spec is None:
+        return None
+    try:
+        return get_spec(d.device.matched_spec)
+    except WallfinderError:
+        return None

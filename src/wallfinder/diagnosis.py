@@ -224,6 +224,9 @@ class Roofline(_Base, frozen=True):
 
 
 class RankSummary(_Base, frozen=True):
+    """One rank of a job: its step time, breakdown and verdict, and (from the cross-rank join
+    of its collectives) its estimated clock offset and its time in collectives per step."""
+
     source: str
     rank: int | None
     steps: int
@@ -232,6 +235,79 @@ class RankSummary(_Base, frozen=True):
     idle: float
     wall: Wall
     cause: str
+    comm_exposed: float = 0.0
+    """Communication with no compute beside it, as a fraction of the rank's step."""
+    clock_offset_s: float | None = None
+    """Estimated offset of this rank's clock from the lowest rank's (null: no collective
+    matched)."""
+    collectives: int = 0
+    """Collective instances found in this rank's trace."""
+    transfer_s: float | None = None
+    """Per step: time its matched collectives took at the pace of the fastest rank."""
+    wait_s: float | None = None
+    """Per step: time its matched collectives took beyond that (waiting for other ranks)."""
+    late_share: float | None = None
+    """Of the matched collectives it took part in, the fraction it arrived at last."""
+
+
+class CollectiveRow(_Base, frozen=True):
+    """Matched collectives of one kind, group and message size, over the whole trace.
+    `transfer_s` sums, per instance, the shortest duration across ranks; `wait_s` sums the
+    mean time the ranks spent beyond it. Bandwidths are bytes per second of transfer time:
+    `algbw` = message bytes / transfer time, `busbw` = algbw x the collective's bus factor
+    (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n; others 1)."""
+
+    group: str
+    name: str
+    ranks: int
+    count: int
+    bytes: int | None
+    transfer_s: float
+    wait_s: float
+    algbw: float | None = None
+    busbw: float | None = None
+    pct_of_link: float | None = None
+
+
+class Straggler(_Base, frozen=True):
+    """A rank the others wait for in collectives."""
+
+    rank: int
+    late_share: float
+    """Fraction of matched collectives at which it arrived last."""
+    wait_caused_s: float
+    """Per step: the others' wait in the collectives it arrived last at (summed over them)."""
+    share: float
+    """`wait_caused_s` as a fraction of the job's median step time."""
+    doing: str
+    """What it was doing instead, from its own diagnosis."""
+
+
+class JobSummary(_Base, frozen=True):
+    """The cross-rank view of a job: clock alignment, matched collectives, stragglers.
+
+    Collectives are matched across ranks by process group and their order within the group
+    (the n-th collective of a group on each rank is the same one); clocks are aligned by the
+    median offset of their end times (a collective ends at about the same moment on every
+    rank), so `max_clock_skew_s` is an estimate."""
+
+    ranks: int
+    world_size: int | None
+    wall: Wall
+    cause: str
+    reason: str
+    max_clock_skew_s: float | None
+    clock_basis: str
+    matched: int
+    """Collective instances matched across at least two ranks."""
+    unmatched: int
+    """Instances left out: seen on one rank only, or whose name or size disagreed."""
+    link: str | None = None
+    link_peak: float | None = None
+    """One direction of the link's datasheet bandwidth (bytes/s), for `pct_of_link`."""
+    collectives: list[CollectiveRow] = []
+    stragglers: list[Straggler] = []
+    notes: list[str] = []
 
 
 class FusionCandidate(_Base, frozen=True):
@@ -336,6 +412,8 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     ranks: list[RankSummary] = []
     warnings: list[str] = []
     timeline: StepTimeline | None = None
+    job: JobSummary | None = None
+    """The cross-rank view, for a folder of a job's rank traces."""
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = msgspec.to_builtins(self)

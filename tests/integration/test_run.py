@@ -210,6 +210,7 @@ def test_torchrun_measures_each_worker_not_the_launcher(tmp_path: Path) -> None:
         "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
         "for _ in range(7):\n"
         "    opt.zero_grad(); model(torch.randn(8, 32)).sum().backward(); opt.step()\n"
+        "dist.barrier()\n"  # without it, gloo can abort at exit (about 1 run in 4)
         "dist.destroy_process_group()\n"
     )
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
@@ -221,3 +222,53 @@ def test_torchrun_measures_each_worker_not_the_launcher(tmp_path: Path) -> None:
     assert outcome.exit_code == 0
     assert [p.name for p in outcome.traces] == ["trace_rank0.json", "trace_rank1.json"]
     assert sorted(p.rank for p in outcome.processes) == [0, 1]
+
+
+DDP_SLOW_RANK = """\
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 32))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range(6):
+    if dist.get_rank() == int(os.environ.get("SLOW_RANK", "-1")):
+        time.sleep(0.03)  # this rank's host is slow: the other waits in the all-reduce
+    opt.zero_grad(); model(torch.randn(8, 32)).sum().backward(); opt.step()
+dist.barrier()  # torch 2.13 gloo can abort at exit without it (about 1 run in 4)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None
+    and not os.access(Path(sys.executable).with_name("torchrun"), os.X_OK),
+    reason="torchrun is not installed",
+)
+def test_torchrun_job_with_a_slow_rank_names_it_the_straggler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wallfinder.api import analyze
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP_SLOW_RANK)
+    monkeypatch.setenv("SLOW_RANK", "1")
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    outcome = run_program(
+        [torchrun, "--nproc_per_node", "2", str(script)],
+        RunSettings(steps=3, warmup=2),
+        tmp_path / "t",
+    )
+    assert outcome.exit_code == 0
+    d = analyze(outcome.trace_dir, workers=1)
+    job = d.job
+    assert job is not None
+    assert job.matched >= 3
+    assert [s.rank for s in job.stragglers] == [1]
+    assert job.stragglers[0].late_share >= 0.6
+    slow, waiting = d.ranks[1], d.ranks[0]
+    assert waiting.wait_s is not None
+    assert waiting.wait_s > 0.015  # most of the 30 ms sleep
+    assert slow.wait_s is not None
+    assert slow.wait_s < 0.25 * waiting.wait_s
+    assert d.findings[0].id == "straggler"
+    assert job.max_clock_skew_s is not None
+    assert job.max_clock_skew_s < 0.005  # one host

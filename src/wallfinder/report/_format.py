@@ -36,7 +36,66 @@ CAUSE_LABEL = {
     "unstable": "unstable step time (slow steps)",
     "comm_exposed": "exposed communication",
     "copy_exposed": "exposed memory copies",
+    "straggler": "a straggler rank (the others wait for it)",
 }
+
+
+def job_lines(d: Diagnosis) -> list[str]:
+    """The cross-rank summary in plain sentences (terminal and Markdown share them)."""
+    j = d.job
+    if j is None:
+        return []
+    world = f" of {j.world_size}" if j.world_size else ""
+    skew = "?" if j.max_clock_skew_s is None else duration(j.max_clock_skew_s)
+    lines = [
+        f"Job: {j.ranks}{world} ranks — {j.wall.upper()} wall, {cause_label(j.wall, j.cause)}: "
+        f"{j.reason}",
+        f"Clock skew (estimated): {skew} at most — {j.clock_basis}",
+        f"Collectives matched across ranks: {j.matched}, left out: {j.unmatched}",
+    ]
+    for s in j.stragglers:
+        lines.append(  # noqa: PERF401 (one row per item, built in several lines)
+            f"Straggler: rank {s.rank} — last to arrive at {pct(s.late_share, 0)} of collectives, "
+            f"the others wait {ms(s.wait_caused_s)} ms/step for it; it was {s.doing}"
+        )
+    lines += [f"note: {n}" for n in j.notes]
+    return lines
+
+
+def collective_cells(d: Diagnosis) -> list[list[str]]:
+    """The job's collectives table: one row of cells per collective kind and size."""
+    j = d.job
+    if j is None:
+        return []
+    rows = []
+    for c in j.collectives:
+        rows.append(  # noqa: PERF401 (one row per item, built in several lines)
+            [
+                c.group,
+                c.name,
+                str(c.ranks or "?"),
+                str(c.count),
+                "?" if c.bytes is None else si(float(c.bytes), "B"),
+                ms(c.transfer_s),
+                ms(c.wait_s),
+                si(c.busbw, "B/s"),
+                pct(c.pct_of_link, 0) if c.pct_of_link is not None else "?",
+            ]
+        )
+    return rows
+
+
+COLLECTIVE_COLUMNS = (
+    "group",
+    "collective",
+    "ranks",
+    "count",
+    "size",
+    "transfer ms",
+    "wait ms",
+    "bus bw",
+    "of link",
+)
 
 
 def cause_label(wall: str, cause: str) -> str:

@@ -54,6 +54,7 @@ def render_markdown(d: Diagnosis) -> str:
         "",
         _mfu(d),
     ]
+    out += _job(d)
     if d.warnings:
         out += ["", *(f"- _note:_ {text(w)}" for w in d.warnings)]
     out += ["", f"<sub>wallfinder · {d.schema}</sub>", ""]
@@ -79,6 +80,36 @@ def text(value: str) -> str:
     so that no name in it mentions anyone."""
     escaped = _SPECIAL.sub(r"\\\1", " ".join(value.split()).replace("&", "&amp;"))
     return escaped.replace("@", "@\u2060")
+
+
+def _job(d: Diagnosis) -> list[str]:
+    if d.job is None:
+        return []
+    out = [
+        "",
+        "**Ranks**",
+        "",
+        "| rank | steps | median ms | compute | comm exposed | wait ms/step | last | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in d.ranks:
+        out.append(  # noqa: PERF401 (one row per item, built in several lines)
+            f"| {'?' if r.rank is None else r.rank} | {r.steps} | {fmt.ms(r.median_step_s)} | "
+            f"{fmt.pct(r.compute)} | {fmt.pct(r.comm_exposed)} | "
+            f"{'?' if r.wait_s is None else fmt.ms(r.wait_s)} | "
+            f"{'?' if r.late_share is None else fmt.pct(r.late_share, 0)} | "
+            f"{text(fmt.cause_label(r.wall, r.cause))} |"
+        )
+    out += ["", *(f"- {text(line)}" for line in fmt.job_lines(d))]
+    rows = fmt.collective_cells(d)
+    if rows:
+        out += [
+            "",
+            "| " + " | ".join(fmt.COLLECTIVE_COLUMNS) + " |",
+            "|" + "---|" * len(fmt.COLLECTIVE_COLUMNS),
+            *("| " + " | ".join(text(c) for c in row) + " |" for row in rows),
+        ]
+    return out
 
 
 def _breakdown(d: Diagnosis) -> list[str]:

@@ -12,9 +12,12 @@ from rich.text import Text
 
 from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow, Steps
 from wallfinder.report._format import (
+    COLLECTIVE_COLUMNS,
     CPU_IDLE_LABEL,
     cause_label,
+    collective_cells,
     idle_label,
+    job_lines,
     part_label,
     short_kernel,
     si,
@@ -57,6 +60,8 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
     yield _mfu(d)
     if d.ranks:
         yield _ranks(d)
+    if d.job is not None:
+        yield from _job(d)
     if d.warnings:
         yield Text("\n".join(f"note: {w}" for w in d.warnings), style="dim")
 
@@ -351,20 +356,57 @@ def _mfu(d: Diagnosis) -> Text:
 
 def _ranks(d: Diagnosis) -> Table:
     table = Table(title="Ranks", title_justify="left", show_edge=False)
-    for col in ("rank", "file", "steps", "median ms", "compute", "idle", "wall", "cause"):
-        table.add_column(col)
+    job = d.job is not None
+    columns = ["rank", "file", "steps", "median ms", "compute"]
+    columns += ["comm exp.", "wait ms", "last", "clock ms"] if job else ["idle", "wall"]
+    longest = max((len(r.source) for r in d.ranks), default=4)
+    for col in [*columns, "cause"]:
+        if col == "file":
+            table.add_column(col, no_wrap=True, min_width=min(longest, 40))
+        else:
+            table.add_column(col, overflow="fold")
     for r in d.ranks:
-        table.add_row(
+        cells: list[str | Text] = [
             "?" if r.rank is None else str(r.rank),
             Text(r.source),
             str(r.steps),
             _ms(r.median_step_s),
             _pct(r.compute),
-            _pct(r.idle),
-            r.wall,
-            cause_label(r.wall, r.cause),
-        )
+        ]
+        if job:
+            cells += [
+                _pct(r.comm_exposed),
+                "?" if r.wait_s is None else _ms(r.wait_s),
+                "?" if r.late_share is None else f"{r.late_share:.0%}",
+                "?" if r.clock_offset_s is None else f"{r.clock_offset_s * 1e3:+.3f}",
+            ]
+        else:
+            cells += [_pct(r.idle), r.wall]
+        cells.append(cause_label(r.wall, r.cause))
+        table.add_row(*cells)
     return table
+
+
+def _job(d: Diagnosis) -> Iterator[RenderableType]:
+    yield Text("\n".join(job_lines(d)))
+    rows = collective_cells(d)
+    if rows:
+        j = d.job
+        link = (
+            ""
+            if j is None or j.link is None
+            else f" (link: {j.link}, {si(j.link_peak, 'B/s')} each way)"
+        )
+        table = Table(
+            title=f"Collectives (per kind and size, whole trace){link}",
+            title_justify="left",
+            show_edge=False,
+        )
+        for col in COLLECTIVE_COLUMNS:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        yield table
 
 
 def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) -> str:

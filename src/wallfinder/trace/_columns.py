@@ -137,6 +137,7 @@ class Chunk:
     input_type: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     concrete_inputs: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     grid: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    comm: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     strings: list[Scalar] = field(default_factory=list)
     ids: list[Scalar] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
@@ -227,6 +228,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
     chunk.input_type = _sparse_raw(events, kind, raw, "args.input_type")
     chunk.concrete_inputs = _sparse_raw(events, kind, raw, "args.concrete_inputs")
     chunk.grid = _sparse_raw(events, kind, raw, "args.grid", (Kind.KERNEL,))
+    chunk.comm = _comm(events, kind, raw)
     chunk.labels = {ids[pid]: label for pid, label in labels.items()}
     chunk.memory = _memory(events, kind, chunk.ts_us)
     for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
@@ -281,6 +283,38 @@ def _sparse_raw(
     if rows.size:
         values = map(bytes, map(attrgetter(path), _pick(events, rows)))
         out[rows] = np.fromiter(map(raw.__getitem__, values), np.int32, rows.size)
+    return out
+
+
+_COMM_FIELDS = attrgetter(
+    "args.collective",
+    "args.in_nelems",
+    "args.out_nelems",
+    "args.dtype",
+    "args.group_size",
+    "args.pg_name",
+    "args.pg_ranks",
+    "args.seq",
+)
+_COMM_KINDS = (Kind.KERNEL, Kind.CPU_OP)
+_encode = msgspec.json.encode
+
+
+def _comm(
+    events: Sequence[Event], kind: npt.NDArray[np.int8], raw: Interner
+) -> npt.NDArray[np.int32]:
+    """A collective's arguments (name, element counts, dtype, group, sequence number) as a
+    compact JSON array interned in the raw table; 0 for events that carry none. Only the few
+    rows with a `Collective name` are encoded."""
+    out = np.zeros(len(events), dtype=np.int32)
+    rows = _rows(kind, _COMM_KINDS)
+    if not rows.size:
+        return out
+    picked = _pick(events, rows)
+    names = list(map(attrgetter("args.collective"), picked))
+    hits = [i for i, v in enumerate(names) if v is not None]
+    for i in hits:
+        out[rows[i]] = raw[_encode(_COMM_FIELDS(picked[i]))]
     return out
 
 
@@ -390,6 +424,7 @@ class Assembler:
                 input_type=raw[chunk.input_type],
                 concrete_inputs=raw[chunk.concrete_inputs],
                 grid=raw[chunk.grid],
+                comm=raw[chunk.comm],
                 **chunk.ints,
             )
         )

@@ -33,6 +33,15 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     grid: msgspec.Raw = _NO_RAW
+    # Collectives (NCCL kernels and `record_param_comms` ops of recent PyTorch releases).
+    collective: Scalar = msgspec.field(default=None, name="Collective name")
+    in_nelems: Scalar = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Scalar = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Scalar = None
+    group_size: Scalar = msgspec.field(default=None, name="Group size")
+    pg_name: Scalar = msgspec.field(default=None, name="Process Group Name")
+    pg_ranks: Scalar = msgspec.field(default=None, name="Process Group Ranks")
+    seq: Scalar = msgspec.field(default=None, name="Seq")
     # Metadata events ("M") carry the process or thread name and labels here.
     name: Scalar = None
     labels: Scalar = None

@@ -108,6 +108,8 @@ class Events:
     input_type: I32
     concrete_inputs: I32
     grid: I32
+    comm: I32
+    """Raw-table code of a collective's arguments (`collective_args`), 0 when it has none."""
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])

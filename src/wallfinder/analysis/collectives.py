@@ -1,0 +1,714 @@
+"""Collectives across a job's ranks: what each rank's trace says about its collectives, and the
+cross-rank join that aligns clocks, splits each collective into transfer and wait time and
+finds the rank the others wait for.
+
+`rank_collectives(trace)` runs where the trace is (a worker process, a dask worker) and returns
+a `RankCollectives`: a few numpy columns with one row per collective instance, small enough to
+send back. `join(ranks, spec)` is vectorised: one matrix of instances x ranks per column, no
+Python loop per event or per instance.
+
+A collective instance is an NCCL/RCCL kernel on a GPU (every version's names: `ncclKernel_*`,
+`ncclDevKernel_*`, lower case), and on a CPU the backend's annotation (`gloo:all_reduce`),
+which spans the collective's work on gloo's own thread. Its name, message size and process group
+come from the arguments recent PyTorch releases put on the kernel (`Collective name`,
+`In msg nelems`, `Out msg nelems`, `dtype`, `Group size`, `Process Group Name`), else from the
+kernel's name (and the trace's default group).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.classify import KernelClass, classify_kernel
+from wallfinder.analysis.findings import MIN_SHARE, amdahl
+from wallfinder.diagnosis import (
+    CollectiveRow,
+    Diagnosis,
+    Finding,
+    JobSummary,
+    RankSummary,
+    Straggler,
+    Wall,
+)
+from wallfinder.hardware import DeviceSpec
+from wallfinder.trace import Kind, Trace
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+
+DEFAULT_GROUP = "default"
+"""The group of a collective whose trace does not name one (the default process group)."""
+
+SMALL_MESSAGE_BYTES = 1 << 20
+"""Below this a collective's time is mostly latency (NCCL's ring reaches bandwidth near
+several MB per message)."""
+
+_DTYPE_BYTES = {
+    "double": 8,
+    "float64": 8,
+    "long": 8,
+    "int64": 8,
+    "float": 4,
+    "float32": 4,
+    "int": 4,
+    "int32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "short": 2,
+    "byte": 1,
+    "char": 1,
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+}
+
+_NOT_COLLECTIVES = frozenset({"wait", "barrier_wait", ""})
+_KERNEL_OP = re.compile(r"^(?:nccl|rccl|msccl)(?:dev)?kernel_([a-z]+)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, eq=False)
+class RankCollectives:
+    """One rank's collective instances, one row per instance in time order.
+
+    `group`/`name` are codes into `groups`/`names`; `seq` is the instance's position in its
+    group on this rank; `nbytes` is the message size (-1: unknown); `size` the group's size
+    (-1: unknown); `start`/`dur` are ns on the rank's own clock (absolute, so that ranks can be
+    compared once aligned)."""
+
+    rank: int | None
+    source: str
+    world_size: int | None
+    groups: list[str]
+    names: list[str]
+    group: npt.NDArray[np.int32]
+    seq: I64
+    name: npt.NDArray[np.int32]
+    nbytes: I64
+    size: npt.NDArray[np.int32]
+    start: I64
+    dur: I64
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+
+def collective_name(text: str) -> str:
+    """A collective's name in one spelling: `allreduce`, `allgather`, `reducescatter`,
+    `alltoall`, `broadcast`, `sendrecv`, ... from an argument (`_allgather_base`), an
+    annotation (`gloo:all_reduce`, `nccl:all_to_all`) or a kernel name
+    (`ncclKernel_AllReduce_RING_LL_Sum_float`, `ncclDevKernel_ReduceScatter_Sum_f32_RING_LL`)."""
+    t = text.strip()
+    kernel = _KERNEL_OP.match(t)
+    t = kernel.group(1) if kernel is not None else t.split(":", 1)[-1]
+    t = t.lower().replace("_", "")
+    for suffix in ("base", "coalesced", "intocoalesced", "tensor", "single"):
+        if t.endswith(suffix) and len(t) > len(suffix):
+            t = t[: -len(suffix)]
+    return {"alltoallv": "alltoall", "allgatherinto": "allgather", "send": "sendrecv"}.get(t, t)
+
+
+def bus_factor(name: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor: what each rank's link carries per byte of message."""
+    if n <= 1:
+        return 1.0
+    if name == "allreduce":
+        return 2.0 * (n - 1) / n
+    if name in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+def rank_collectives(trace: Trace) -> RankCollectives:
+    """The collective instances of one rank's trace (see the module's docstring)."""
+    codes = trace.names_matching(lambda s: classify_kernel(s) is KernelClass.COMMUNICATION)
+    ev = trace.named((Kind.KERNEL,), codes)
+    if len(ev) == 0:  # CPU (gloo): the backend's annotation spans the work
+        codes = trace.names_matching(
+            lambda s: s.startswith("gloo:") and collective_name(s) not in _NOT_COLLECTIVES
+        )
+        ev = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+    # Arguments once per distinct code (a handful), then per row by table lookup.
+    arg_codes, arg_index = np.unique(ev.comm, return_inverse=True)
+    parsed = [_args(trace.raw[int(c)]) if c else None for c in arg_codes.tolist()]
+    name_codes, name_index = np.unique(ev.name, return_inverse=True)
+    from_names = [collective_name(trace.strings[int(c)]) for c in name_codes.tolist()]
+
+    default_size = trace.world_size or -1
+    pg_sizes = _pg_sizes(trace)
+    groups: dict[str, int] = {}
+    names: dict[str, int] = {}
+    # Per distinct (args, name) pair: group, name, bytes, size; looked up per row.
+    pair = arg_index.astype(np.int64) * max(len(name_codes), 1) + name_index
+    pairs, pair_index = np.unique(pair, return_inverse=True)
+    table = np.empty((len(pairs), 4), np.int64)
+    for i, p in enumerate(pairs.tolist()):
+        a = parsed[p // max(len(name_codes), 1)]
+        nm = from_names[p % max(len(name_codes), 1)]
+        if a is not None and a.name:
+            nm = collective_name(a.name)
+        group = a.group if a is not None and a.group else DEFAULT_GROUP
+        size = a.size if a is not None and a.size > 0 else pg_sizes.get(group, default_size)
+        nbytes = a.nbytes if a is not None else -1
+        table[i] = (
+            groups.setdefault(group, len(groups)),
+            names.setdefault(nm, len(names)),
+            nbytes,
+            size,
+        )
+    row = table[pair_index] if len(ev) else np.empty((0, 4), np.int64)
+    keep = ~np.isin(row[:, 1], [names[n] for n in _NOT_COLLECTIVES if n in names])
+    row = row[keep]
+    group = row[:, 0].astype(np.int32)
+    seq = _order_in_group(group)
+    origin_ns = round(trace.origin_us) * 1000
+    return RankCollectives(
+        rank=trace.rank,
+        source=trace.source,
+        world_size=trace.world_size,
+        groups=list(groups),
+        names=list(names),
+        group=group,
+        seq=seq,
+        name=row[:, 1].astype(np.int32),
+        nbytes=row[:, 2].copy(),
+        size=row[:, 3].astype(np.int32),
+        start=ev.ts[keep] + origin_ns,
+        dur=ev.dur[keep].copy(),
+    )
+
+
+class _Args(msgspec.Struct, frozen=True):
+    name: str
+    group: str
+    size: int
+    nbytes: int
+
+
+def _args(raw: bytes) -> _Args | None:
+    try:
+        values = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    if not isinstance(values, list) or len(values) < 7:
+        return None
+    name, n_in, n_out, dtype, size, group = values[:6]
+    width = _DTYPE_BYTES.get(str(dtype).lower().replace("c10::", "").replace("torch.", ""))
+    counts = [v for v in (n_in, n_out) if isinstance(v, int) and v >= 0]
+    nbytes = max(counts) * width if counts and width else -1
+    return _Args(
+        name=str(name or ""),
+        group=str(group) if group not in (None, "") else "",
+        size=size if isinstance(size, int) else -1,
+        nbytes=nbytes,
+    )
+
+
+def _pg_sizes(trace: Trace) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    config = trace.distributed.get("pg_config")
+    if isinstance(config, list):
+        for pg in config:
+            if isinstance(pg, dict) and isinstance(pg.get("pg_size"), int):
+                sizes[str(pg.get("pg_name"))] = int(pg["pg_size"])
+    if "0" in sizes:
+        sizes.setdefault(DEFAULT_GROUP, sizes["0"])
+    return sizes
+
+
+def _order_in_group(group: npt.NDArray[np.int32]) -> I64:
+    """Each row's position among the rows of its group (rows are in time order)."""
+    seq = np.zeros(group.shape[0], np.int64)
+    if not group.size:
+        return seq
+    order = np.argsort(group, kind="stable")
+    g = group[order]
+    first = np.r_[0, np.flatnonzero(g[1:] != g[:-1]) + 1]
+    run_start = np.repeat(first, np.diff(np.r_[first, g.size]))
+    seq[order] = np.arange(g.size) - run_start
+    return seq
+
+
+# The cross-rank join --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the join adds to a job's diagnosis."""
+
+    summary: JobSummary
+    ranks: list[RankSummary]
+    findings: list[Finding]
+
+
+def rank_summary(d: Diagnosis) -> RankSummary:
+    """A rank's line in the job's table, from its own diagnosis."""
+    return RankSummary(
+        source=d.source,
+        rank=d.rank,
+        steps=d.steps.count,
+        median_step_s=d.steps.median_s,
+        compute=d.breakdown.compute,
+        idle=d.breakdown.idle,
+        wall=d.verdict.wall,
+        cause=d.verdict.cause,
+        comm_exposed=d.breakdown.comm_exposed,
+    )
+
+
+def join(ranks: Sequence[tuple[Diagnosis, RankCollectives]], spec: DeviceSpec | None = None) -> Job:
+    """Match the ranks' collectives and say what the job's ranks wait for.
+
+    `ranks` are in rank order. Instances are matched by (group, order in group); an instance
+    whose name or size differs between ranks, or that only one rank has, is left out."""
+    diags = [d for d, _ in ranks]
+    cols = [c for _, c in ranks]
+    r_count = len(cols)
+    m = _Matrix.build(cols)
+    present = ~np.isnan(m.start)
+    n_present = present.sum(axis=1)
+    agree = (m.name_lo == m.name_hi) & (m.bytes_lo == m.bytes_hi)
+    matched = (n_present >= 2) & agree
+    unmatched = int(sum(len(c) for c in cols) - (n_present * matched).sum())
+    start, dur = m.start[matched], m.dur[matched]
+    end = start + dur
+    notes: list[str] = []
+    if (~agree & (n_present >= 2)).any():
+        notes.append(
+            f"{int((~agree & (n_present >= 2)).sum())} collectives differ in name or size "
+            "between ranks (different jobs, or a rank that skipped one): left out"
+        )
+
+    # Clocks: per rank, the median offset of its collective ends from the collective's median.
+    offset = np.zeros(r_count)
+    has_offset = np.zeros(r_count, dtype=bool)
+    if start.shape[0]:
+        ref = np.nanmedian(end, axis=1, keepdims=True)
+        with np.errstate(all="ignore"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                off = np.nanmedian(end - ref, axis=0)
+        has_offset = ~np.isnan(off)
+        offset = np.where(has_offset, off, 0.0)
+        if has_offset.any():
+            offset = offset - offset[int(np.flatnonzero(has_offset)[0])]
+    arrive = start - offset  # aligned
+    transfer = np.nanmin(dur, axis=1) if dur.shape[0] else np.empty(0)
+    wait = dur - transfer[:, None]
+    late = _last(arrive)
+    wait_total = np.nansum(wait, axis=1)
+    caused = (
+        np.bincount(
+            late,
+            weights=wait_total - np.nan_to_num(wait[np.arange(late.size), late]),
+            minlength=r_count,
+        )
+        if late.size
+        else np.zeros(r_count)
+    )
+    late_count = np.bincount(late, minlength=r_count) if late.size else np.zeros(r_count, np.int64)
+    took_part = (~np.isnan(start)).sum(axis=0)
+
+    steps = [float(max(d.steps.total, 1)) for d in diags]
+    step_count = float(np.median(steps))
+    step_s = float(np.median([d.steps.median_s for d in diags]))
+    rank_rows = []
+    for i, d in enumerate(diags):
+        part = took_part[i] > 0
+        rank_rows.append(
+            msgspec.structs.replace(
+                rank_summary(d),
+                clock_offset_s=float(offset[i]) / 1e9 if has_offset[i] else None,
+                collectives=len(cols[i]),
+                transfer_s=float(np.nansum(np.where(np.isnan(dur[:, i]), np.nan, transfer)))
+                / 1e9
+                / steps[i]
+                if part
+                else None,
+                wait_s=float(np.nansum(wait[:, i])) / 1e9 / steps[i] if part else None,
+                late_share=float(late_count[i] / took_part[i]) if part else None,
+            )
+        )
+    per_step_caused = caused / 1e9 / step_count
+    waits = [r.wait_s or 0.0 for r in rank_rows]
+    stragglers = _stragglers(diags, waits, cols, per_step_caused, late_count, took_part, step_s)
+    link, peak = _link(spec)
+    table = _table(m, matched, transfer, wait, peak)
+    skew = (
+        float(np.max(np.abs(offset[has_offset]))) / 1e9
+        if has_offset.any() and r_count > 1
+        else None
+    )
+    n_matched = int(matched.sum())
+    if not any(len(c) for c in cols):
+        notes.append("no collectives in these traces: nothing to match across ranks")
+    elif not has_offset.all() and r_count > 1:
+        missing = [str(c.rank) for c, ok in zip(cols, has_offset, strict=True) if not ok]
+        notes.append(
+            f"no collective matched on rank(s) {', '.join(missing)}: their clocks are not aligned"
+        )
+    findings = _findings(stragglers, rank_rows, step_s, m, matched, transfer, step_count)
+    wall, cause, reason = _verdict(diags, stragglers, findings)
+    summary = JobSummary(
+        ranks=r_count,
+        world_size=next((c.world_size for c in cols if c.world_size), None),
+        wall=wall,
+        cause=cause,
+        reason=reason,
+        max_clock_skew_s=skew,
+        clock_basis=(
+            f"median offset of the end times of {n_matched} matched collectives "
+            "(a collective ends at about the same moment on every rank): an estimate"
+            if n_matched
+            else "no collective matched across ranks: clocks not aligned"
+        ),
+        matched=n_matched,
+        unmatched=unmatched,
+        link=link,
+        link_peak=peak,
+        collectives=table,
+        stragglers=stragglers,
+        notes=notes,
+    )
+    return Job(summary=summary, ranks=rank_rows, findings=findings)
+
+
+@dataclass(frozen=True, eq=False)
+class _Matrix:
+    """Instances x ranks: start and duration (ns from the job's earliest start; NaN where a
+    rank has no such instance), and per instance the lowest and highest name code and size
+    seen across ranks (equal when the ranks agree)."""
+
+    start: F64
+    dur: F64
+    name_lo: I64
+    name_hi: I64
+    bytes_lo: I64
+    bytes_hi: I64
+    size: I64
+    group_of: list[str]
+    name_of: list[str]
+    group: I64
+    name: I64
+
+    @classmethod
+    def build(cls, cols: Sequence[RankCollectives]) -> _Matrix:
+        groups: dict[str, int] = {}
+        names: dict[str, int] = {}
+        gmaps = [
+            np.array([groups.setdefault(g, len(groups)) for g in c.groups], np.int64) for c in cols
+        ]
+        nmaps = [
+            np.array([names.setdefault(n, len(names)) for n in c.names], np.int64) for c in cols
+        ]
+        n_groups = len(groups)
+        longest = np.zeros(max(n_groups, 1), np.int64)
+        for c, gm in zip(cols, gmaps, strict=True):
+            if len(c):
+                np.maximum.at(longest, gm[c.group], c.seq + 1)
+        first = np.r_[0, np.cumsum(longest)[:-1]]
+        rows = int(longest.sum())
+        r = len(cols)
+        start = np.full((rows, r), np.nan)
+        dur = np.full((rows, r), np.nan)
+        big = np.iinfo(np.int64).max
+        name_lo = np.full(rows, big, np.int64)
+        name_hi = np.full(rows, -1, np.int64)
+        bytes_lo = np.full(rows, big, np.int64)
+        bytes_hi = np.full(rows, -2, np.int64)
+        size = np.full(rows, -1, np.int64)
+        base = min((int(c.start.min()) for c in cols if len(c)), default=0)
+        group = np.zeros(rows, np.int64)
+        name = np.zeros(rows, np.int64)
+        for i, (c, gm, nm) in enumerate(zip(cols, gmaps, nmaps, strict=True)):
+            if not len(c):
+                continue
+            g = gm[c.group]
+            at = first[g] + c.seq
+            start[at, i] = (c.start - base).astype(np.float64)
+            dur[at, i] = c.dur.astype(np.float64)
+            code = nm[c.name]
+            np.minimum.at(name_lo, at, code)
+            np.maximum.at(name_hi, at, code)
+            np.minimum.at(bytes_lo, at, c.nbytes)
+            np.maximum.at(bytes_hi, at, c.nbytes)
+            np.maximum.at(size, at, c.size.astype(np.int64))
+            group[at] = g
+            name[at] = code
+        return cls(
+            start=start,
+            dur=dur,
+            name_lo=name_lo,
+            name_hi=name_hi,
+            bytes_lo=bytes_lo,
+            bytes_hi=bytes_hi,
+            size=size,
+            group_of=list(groups),
+            name_of=list(names),
+            group=group,
+            name=name,
+        )
+
+
+def _last(arrive: F64) -> I64:
+    """Per instance, the rank (column) that arrived last."""
+    if not arrive.shape[0]:
+        return np.empty(0, np.int64)
+    filled = np.where(np.isnan(arrive), -np.inf, arrive)
+    last: I64 = np.argmax(filled, axis=1).astype(np.int64)
+    return last
+
+
+_PARTS = {
+    "compute": "computing",
+    "comm_exposed": "communicating with no compute beside it",
+    "copy_exposed": "copying memory",
+    "data_loading": "waiting for data loading",
+    "synchronization": "blocked in synchronisation (.item(), cuda synchronize)",
+    "communication_wait": "waiting in other collectives",
+    "host_overhead": "on the host (CPU ops, Python) while the device waited",
+    "launch_latency": "launching kernels",
+    "dependency_wait": "waiting for other streams",
+    "other": "in time the trace does not explain (untraced host code, sleep, I/O)",
+}
+
+
+def _parts_s(d: Diagnosis, wait_s: float = 0.0) -> dict[str, float]:
+    """Where a rank's median step goes, in seconds per part, less `wait_s` (its wait in
+    collectives, taken from the parts that hold it: exposed communication, communication
+    wait, then untraced time, where a CPU rank waits for gloo's thread)."""
+    b = d.breakdown
+    s = d.steps.median_s
+    parts = {
+        "compute": b.compute * s,
+        "comm_exposed": b.comm_exposed * s,
+        "copy_exposed": b.copy_exposed * s,
+    }
+    for cause, share in b.idle_causes.items():
+        parts[cause] = share * s
+    for key in ("comm_exposed", "communication_wait", "other"):
+        taken = min(wait_s, parts.get(key, 0.0))
+        if key in parts:
+            parts[key] -= taken
+        wait_s -= taken
+    return parts
+
+
+def _doing(diags: Sequence[Diagnosis], waits: Sequence[float], i: int) -> str:
+    """What rank `i` spends more time on than the other ranks (median), from the diagnoses,
+    each rank's wait in collectives left out; when nothing stands out, its own largest part."""
+    mine = _parts_s(diags[i], waits[i])
+    others = [_parts_s(d, waits[j]) for j, d in enumerate(diags) if j != i]
+    excess = {k: v - float(np.median([o.get(k, 0.0) for o in others])) for k, v in mine.items()}
+    key, extra = max(excess.items(), key=lambda kv: kv[1])
+    d = diags[i]
+    if extra <= 0.05 * d.steps.median_s:
+        key = max(mine.items(), key=lambda kv: kv[1])[0]
+        text = f"most of its step is {_PARTS.get(key, key)} ({mine[key] * 1e3:.2f} ms/step)"
+    else:
+        text = f"{_PARTS.get(key, key)}: {extra * 1e3:.2f} ms/step more than the other ranks"
+    if key == "compute" and d.kernels:
+        text += f"; its longest kernel is {d.kernels[0].name[:60]}"
+    return text
+
+
+def _stragglers(
+    diags: Sequence[Diagnosis],
+    waits: Sequence[float],
+    cols: Sequence[RankCollectives],
+    caused: F64,
+    late_count: npt.NDArray[np.int64],
+    took_part: npt.NDArray[np.int64],
+    step_s: float,
+) -> list[Straggler]:
+    """Ranks whose lateness accounts for a large part of the others' wait: the one that caused
+    the most, when it caused at least half of all of it and a visible share of a step."""
+    if len(cols) < 2 or caused.sum() <= 0 or step_s <= 0:
+        return []
+    order = np.argsort(-caused, kind="stable")
+    top = int(order[0])
+    total = float(caused.sum())
+    if caused[top] < 0.5 * total or caused[top] / step_s < MIN_SHARE:
+        return []
+    if len(order) > 1 and caused[top] < 2.0 * caused[int(order[1])]:
+        return []
+    own = cols[top].rank
+    rank = own if own is not None else top
+    return [
+        Straggler(
+            rank=rank,
+            late_share=float(late_count[top] / max(int(took_part[top]), 1)),
+            wait_caused_s=float(caused[top]),
+            share=min(float(caused[top]) / step_s, 1.0),
+            doing=_doing(diags, waits, top),
+        )
+    ]
+
+
+def _link(spec: DeviceSpec | None) -> tuple[str | None, float | None]:
+    """The device's fastest GPU-to-GPU link and one direction of its bandwidth."""
+    if spec is None:
+        return None, None
+    for key, label in (
+        ("nvlink", "NVLink"),
+        ("infinity_fabric", "Infinity Fabric"),
+        ("pcie", "PCIe"),
+    ):
+        value = spec.interconnect.get(key)
+        if value:
+            return label, float(value) / 2.0
+    return None, None
+
+
+def _table(
+    m: _Matrix, matched: npt.NDArray[np.bool_], transfer: F64, wait: F64, peak: float | None
+) -> list[CollectiveRow]:
+    """Matched instances grouped by (group, name, size, group size), most time first."""
+    if not transfer.size:
+        return []
+    g, n, b, s = m.group[matched], m.name[matched], m.bytes_hi[matched], m.size[matched]
+    keys = np.stack([g, n, b, s], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    count = np.bincount(inv)
+    t_sum = np.bincount(inv, weights=transfer) / 1e9
+    w_mean = np.nanmean(np.where(np.isnan(wait), np.nan, wait), axis=1)
+    w_sum = np.bincount(inv, weights=np.nan_to_num(w_mean)) / 1e9
+    rows = []
+    for k in np.argsort(-(t_sum + w_sum), kind="stable")[:20].tolist():
+        group, name, nbytes, size = (int(x) for x in uniq[k])
+        cname = m.name_of[name]
+        algbw = busbw = pct = None
+        if nbytes > 0 and t_sum[k] > 0:
+            algbw = nbytes * float(count[k]) / float(t_sum[k])
+            busbw = algbw * bus_factor(cname, size)
+            pct = min(busbw / peak, 1.0) if peak else None
+        rows.append(
+            CollectiveRow(
+                group=m.group_of[group],
+                name=cname,
+                ranks=max(size, 0),
+                count=int(count[k]),
+                bytes=nbytes if nbytes >= 0 else None,
+                transfer_s=float(t_sum[k]),
+                wait_s=float(w_sum[k]),
+                algbw=algbw,
+                busbw=busbw,
+                pct_of_link=pct,
+            )
+        )
+    return rows
+
+
+def _findings(
+    stragglers: list[Straggler],
+    ranks: list[RankSummary],
+    step_s: float,
+    m: _Matrix,
+    matched: npt.NDArray[np.bool_],
+    transfer: F64,
+    step_count: float,
+) -> list[Finding]:
+    out: list[Finding] = []
+    if step_s <= 0:
+        return out
+    for s in stragglers:
+        out.append(  # noqa: PERF401 (one row per item, built in several lines)
+            Finding(
+                id="straggler",
+                wall="overhead",
+                title=f"Rank {s.rank} is a straggler: the other ranks wait for it",
+                share=s.share,
+                max_speedup=amdahl(s.share),
+                evidence=(
+                    f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives; the "
+                    f"others wait {s.wait_caused_s * 1e3:.2f} ms per step for it "
+                    f"({s.share:.0%} of a {step_s * 1e3:.2f} ms step); it was {s.doing}"
+                ),
+                fix=(
+                    f"make rank {s.rank} as fast as the others: even out its data (equal shard "
+                    "and batch sizes, sequence-length bucketing), give it its share of CPU "
+                    "(DataLoader workers, no other process on its cores), check its GPU "
+                    "(clocks, throttling, a slow or shared device)"
+                ),
+            )
+        )
+    waits = [r.wait_s for r in ranks if r.wait_s is not None]
+    if waits and not stragglers:
+        share = min(float(np.median(waits)) / step_s, 1.0)
+        if share >= MIN_SHARE:
+            worst = max(ranks, key=lambda r: r.median_step_s)
+            out.append(
+                Finding(
+                    id="collective-wait",
+                    wall="overhead",
+                    title="Ranks wait for each other in collectives (load imbalance)",
+                    share=share,
+                    max_speedup=amdahl(share),
+                    evidence=(
+                        f"a rank waits a median {np.median(waits) * 1e3:.2f} ms per step in "
+                        f"collectives for slower ranks ({share:.0%} of the step), no single "
+                        f"rank to blame; the slowest step is rank {worst.rank}'s "
+                        f"({worst.median_step_s * 1e3:.2f} ms)"
+                    ),
+                    fix=(
+                        "balance the work per rank (equal batch and sequence lengths, "
+                        "bucketing by length), and keep host work off the critical path"
+                    ),
+                )
+            )
+    small = matched & (m.bytes_hi >= 0) & (m.bytes_hi < SMALL_MESSAGE_BYTES)
+    if small.any() and transfer.size:
+        t_small = float(transfer[small[matched]].sum()) / 1e9 / step_count
+        share = min(t_small / step_s, 1.0)
+        if share >= MIN_SHARE:
+            count = int(small.sum())
+            median_b = float(np.median(m.bytes_hi[small]))
+            out.append(
+                Finding(
+                    id="small-messages",
+                    wall="overhead",
+                    title="Many small collectives: latency-bound communication",
+                    share=share,
+                    max_speedup=amdahl(share),
+                    evidence=(
+                        f"{count} collectives under {SMALL_MESSAGE_BYTES >> 20} MiB (median "
+                        f"{median_b / 1024:.0f} KiB) take {t_small * 1e3:.2f} ms per step even "
+                        "at the fastest rank's pace"
+                    ),
+                    fix=(
+                        "send fewer, larger messages: a larger DDP bucket_cap_mb, coalesced "
+                        "collectives, FSDP wrapping larger units; avoid per-parameter or "
+                        "per-tensor collectives in the training loop"
+                    ),
+                )
+            )
+    return out
+
+
+def _verdict(
+    diags: Sequence[Diagnosis], stragglers: list[Straggler], findings: list[Finding]
+) -> tuple[Wall, str, str]:
+    if stragglers:
+        s = stragglers[0]
+        return (
+            "overhead",
+            "straggler",
+            f"the ranks wait for rank {s.rank} ({s.share:.0%} of a step)",
+        )
+    wait = next((f for f in findings if f.id == "collective-wait"), None)
+    if wait is not None and wait.share >= 0.1:
+        return "overhead", "communication_wait", wait.evidence
+    walls = [d.verdict.wall for d in diags]
+    wall = max(set(walls), key=lambda w: (walls.count(w), w == diags[0].verdict.wall))
+    causes = [d.verdict.cause for d in diags if d.verdict.wall == wall]
+    cause = max(set(causes), key=lambda c: (causes.count(c), c == diags[0].verdict.cause))
+    return wall, cause, f"{walls.count(wall)} of {len(diags)} ranks hit the {wall} wall ({cause})"

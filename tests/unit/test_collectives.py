@@ -1,0 +1,171 @@
+"""The cross-rank join: collectives matched by group and order, clocks aligned from their end
+times, transfer vs wait, the straggler, and what a folder of mixed or broken ranks gives."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from tracegen import TraceBuilder, training_trace
+from wallfinder.analysis.collectives import bus_factor, collective_name, rank_collectives
+from wallfinder.api import analyze
+from wallfinder.diagnosis import Diagnosis
+from wallfinder.errors import WallfinderError
+from wallfinder.trace import load_trace
+
+NELEMS = 64 << 20  # 128 MiB of bf16
+
+
+def rank_trace(
+    rank: int, *, world: int = 2, late_us: float = 0.0, skew_us: int = 0, loader_us: float = 100.0
+) -> TraceBuilder:
+    """A rank of a data-parallel job: 4 steps, each ending in one all-reduce. A rank that is
+    `late_us` late starts its all-reduce that much later (its step's data loading took longer);
+    every rank's all-reduce ends at the same moment. `skew_us` shifts the rank's clock."""
+    b = TraceBuilder(rank=rank, world_size=world, base_us=1_700_000_000 + skew_us)
+    training_trace(4, loader_us=loader_us + late_us, builder=b)
+    for s in range(4):
+        end = 2000.0 * (s + 1)
+        b.nccl(end - 400.0 + late_us, 400.0 - late_us, collective="allreduce", nelems=NELEMS)
+    return b
+
+
+def write_job(folder: Path, **late: float) -> Path:
+    for rank in (0, 1):
+        rank_trace(rank, late_us=late.get(f"r{rank}", 0.0), skew_us=3000 * rank).write(
+            folder / f"rank{rank}.json"
+        )
+    return folder
+
+
+def test_collective_names_of_every_spelling_are_one() -> None:
+    assert collective_name("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)") == "allreduce"
+    assert collective_name("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL") == "reducescatter"
+    assert collective_name("rcclkernel_allgather_ring") == "allgather"
+    assert collective_name("gloo:all_reduce") == "allreduce"
+    assert collective_name("_allgather_base") == "allgather"
+    assert collective_name("nccl:all_to_all") == "alltoall"
+    assert bus_factor("allreduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("allgather", 4) == pytest.approx(3 / 4)
+
+
+def test_a_rank_records_its_collectives_with_size_and_group(tmp_path: Path) -> None:
+    trace = load_trace(rank_trace(0).write(tmp_path / "r0.json"))
+    c = rank_collectives(trace)
+    assert len(c) == 4
+    assert c.names == ["allreduce"]
+    assert c.groups == ["0"]
+    assert c.seq.tolist() == [0, 1, 2, 3]
+    assert set(c.nbytes.tolist()) == {NELEMS * 2}
+    assert set(c.size.tolist()) == {2}
+
+
+def test_the_late_rank_is_the_straggler_and_the_wait_lands_on_the_others(
+    tmp_path: Path,
+) -> None:
+    d = analyze(write_job(tmp_path, r1=300.0), workers=1)
+    job = d.job
+    assert job is not None
+    assert job.matched == 4
+    assert job.unmatched == 0
+    # Rank 1's clock is 3 ms ahead: estimated from the collectives' ends.
+    assert job.max_clock_skew_s == pytest.approx(0.003, abs=1e-6)
+    assert [s.rank for s in job.stragglers] == [1]
+    assert job.stragglers[0].late_share == 1.0
+    assert "data loading" in job.stragglers[0].doing
+    r0, r1 = d.ranks
+    assert r0.wait_s == pytest.approx(300e-6, rel=0.01)
+    assert r1.wait_s == pytest.approx(0.0)
+    assert r1.late_share == 1.0
+    assert r1.clock_offset_s == pytest.approx(0.003, abs=1e-6)
+    row = job.collectives[0]
+    assert (row.name, row.count, row.bytes, row.ranks) == ("allreduce", 4, NELEMS * 2, 2)
+    assert row.transfer_s == pytest.approx(4 * 100e-6)
+    # all-reduce: bus bandwidth = bytes / transfer time x 2(n-1)/n, against H100 NVLink 450 GB/s
+    assert row.busbw == pytest.approx(NELEMS * 2 / 100e-6)
+    assert job.link == "NVLink"
+    assert job.link_peak == pytest.approx(450e9)
+    assert row.pct_of_link == 1.0  # capped: the synthetic transfer is faster than the link
+    assert d.findings[0].id == "straggler"
+    assert job.cause == "straggler"
+    assert Diagnosis.from_json(d.to_json()) == d
+
+
+def test_a_balanced_job_has_no_straggler(tmp_path: Path) -> None:
+    d = analyze(write_job(tmp_path), workers=1)
+    assert d.job is not None
+    assert d.job.stragglers == []
+    assert all(r.wait_s == pytest.approx(0.0) for r in d.ranks)
+    assert "straggler" not in [f.id for f in d.findings]
+
+
+def test_collectives_that_disagree_in_size_are_left_out(tmp_path: Path) -> None:
+    rank_trace(0).write(tmp_path / "rank0.json")
+    rank_trace(0, world=2).write(tmp_path / "rank0.json")
+    other = TraceBuilder(rank=1, world_size=2)
+    training_trace(4, builder=other)
+    for s in range(4):
+        other.nccl(500.0 * s + 100.0, 50.0, collective="allreduce", nelems=NELEMS + s + 1)
+    other.write(tmp_path / "rank1.json")
+    d = analyze(tmp_path, workers=1)
+    assert d.job is not None
+    assert d.job.matched == 0
+    assert d.job.unmatched == 8
+    assert any("differ in name or size" in n for n in d.job.notes)
+
+
+def test_a_folder_of_mixed_duplicate_and_broken_ranks_keeps_what_is_consistent(
+    tmp_path: Path,
+) -> None:
+    write_job(tmp_path, r1=300.0)
+    rank_trace(1, late_us=300.0, skew_us=3000).write(tmp_path / "rank1-copy.json")
+    rank_trace(5, world=8).write(tmp_path / "other-job-rank5.json")
+    text = (tmp_path / "rank0.json").read_bytes()
+    (tmp_path / "truncated.json.gz").write_bytes(gzip.compress(text)[:300])
+    d = analyze(tmp_path, workers=1)
+    assert [r.rank for r in d.ranks] == [0, 1]
+    skipped = [w for w in d.warnings if w.startswith("skipped")]
+    assert len(skipped) == 3
+    assert any("rank 1 again (kept rank1-copy.json)" in w for w in skipped)
+    assert any("other-job-rank5.json: another job's rank (world size 8" in w for w in skipped)
+    assert any("truncated.json.gz" in w for w in skipped)
+    assert d.job is not None
+    assert [s.rank for s in d.job.stragglers] == [1]
+
+
+def test_a_missing_rank_is_said(tmp_path: Path) -> None:
+    for rank in (0, 2):
+        rank_trace(rank, world=4).write(tmp_path / f"rank{rank}.json")
+    d = analyze(tmp_path, workers=1)
+    assert d.job is not None
+    assert any("2 of 4 ranks" in n and "missing: 1, 3" in n for n in d.job.notes)
+
+
+def test_a_folder_with_nothing_readable_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("[{")
+    (tmp_path / "b.json").write_text("not json")
+    with pytest.raises(WallfinderError, match="no rank trace could be analysed"):
+        analyze(tmp_path, workers=1)
+
+
+def test_the_job_section_is_rendered(tmp_path: Path) -> None:
+    from wallfinder.report import render
+
+    d = analyze(write_job(tmp_path, r1=300.0), workers=1)
+    for fmt in ("text", "md"):
+        out = render(d, fmt)
+        assert "Straggler: rank 1" in out
+        assert "Clock skew (estimated)" in out
+        assert "allreduce" in out
+
+
+def test_a_scheduler_without_dask_installed_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    with pytest.raises(WallfinderError, match=r"pip install 'wallfinder\[dask\]'"):
+        analyze(write_job(tmp_path), scheduler="tcp://127.0.0.1:8786")
