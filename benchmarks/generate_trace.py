@@ -14,6 +14,7 @@ and the output depends only on --seed and --size-mb.
 
     python benchmarks/generate_trace.py -o /tmp/big.json --size-mb 1000
     python benchmarks/generate_trace.py -o /tmp/small.json --size-mb 50 --check
+    python benchmarks/generate_trace.py -o /tmp/job/rank3.json --size-mb 8 --rank 3 --world-size 64
 """
 
 from __future__ import annotations
@@ -1923,7 +1924,14 @@ class Result:
     seconds: float
 
 
-def generate(path: Path, target_bytes: int, seed: int, compress: bool) -> Result:
+def generate(
+    path: Path, target_bytes: int, seed: int, compress: bool, *, rank: int = 0, world_size: int = 8
+) -> Result:
+    """Writes one rank's trace. The ranks of one job (same seed and size, one `world_size`)
+    share their NCCL collectives: the same group, order and sizes on every rank."""
+    # The model builder and the header read the job's shape from these module constants.
+    global RANK, WORLD_SIZE
+    RANK, WORLD_SIZE = rank, world_size
     began = time.perf_counter()
     layers, micro_batches = plan(target_bytes, seed)
     gen = TraceGenerator(seed, layers, micro_batches)
@@ -2062,6 +2070,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
+        "--rank", type=int, default=RANK, help=f"this trace's rank (default {RANK})"
+    )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=WORLD_SIZE,
+        help=f"ranks in the job; every rank's collectives match (default {WORLD_SIZE})",
+    )
+    parser.add_argument(
         "--gzip", action="store_true", help="write gzip-compressed JSON; adds .gz if missing"
     )
     parser.add_argument(
@@ -2074,7 +2091,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.gzip and path.suffix != ".gz":
         path = path.with_name(path.name + ".gz")
     target = int(args.size_mb * MB)
-    result = generate(path, target, args.seed, args.gzip)
+    if not 0 <= args.rank < args.world_size:
+        parser.error(f"--rank must lie in [0, --world-size): {args.rank}")
+    result = generate(
+        path, target, args.seed, args.gzip, rank=args.rank, world_size=args.world_size
+    )
     print(
         f"wrote {result.path}: {result.bytes / MB:.1f} MB uncompressed, {result.events:,} events, "
         f"{result.steps} steps of {result.micro_batches} micro-batch(es) x {result.layers} layers, "

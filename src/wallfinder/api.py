@@ -67,10 +67,12 @@ def analyze(
     (one per rank) and return the `Diagnosis`.
 
     For a folder, each rank is analysed in its own worker process (or, with `scheduler`, the
-    address of a running dask.distributed scheduler, on that cluster's workers: they must see
-    the files at the same path); only small per-rank summaries come back. The diagnosis is the
-    lowest rank's, with a line per rank in `ranks` and the cross-rank view (clock skew,
-    matched collectives, stragglers) in `job`. A rank file that cannot be read, a duplicate
+    address of a running dask.distributed scheduler such as ``"tcp://host:8786"``, on that
+    cluster's workers: they need wallfinder installed and must see the files at the same
+    absolute path, e.g. on a shared filesystem); only small per-rank summaries come back, and
+    the result is the same as in-process. The diagnosis is the lowest rank's, with a line per
+    rank in `ranks` and the cross-rank view (clock skew, matched collectives, stragglers) in
+    `job`. A rank file that cannot be read, a duplicate
     rank, or a rank of another job is skipped and named in `warnings`.
     Raises `WallfinderError` for input that cannot be analysed.
     """
@@ -78,11 +80,15 @@ def analyze(
     files = find_trace_files(path)
     if len(files) == 1 and scheduler is None:
         return _diagnose(load_trace(files[0], progress, workers=workers), options)
-    if scheduler is not None:
-        results = _on_dask(scheduler, files, options, progress)
-    else:
-        results = _in_processes(files, progress, workers, options)
-    return job_diagnosis(results, options)
+    if scheduler is None:
+        return job_diagnosis(_in_processes(files, progress, workers, options), options)
+    results = _on_dask(scheduler, files, options, progress)
+    if len(files) > 1:
+        return job_diagnosis(results, options)
+    # One file is one trace, not a job: the same diagnosis as without a scheduler.
+    if isinstance(results[0], str):
+        raise WallfinderError(results[0])
+    return results[0][0]
 
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
@@ -130,6 +136,9 @@ def _in_processes(
     return results
 
 
+SCHEDULER_TIMEOUT_S = 10.0
+"""How long to try to reach a dask scheduler before saying it cannot be reached."""
+
 DASK_MISSING = (
     "--scheduler needs dask.distributed: pip install 'wallfinder[dask]' "
     "(or pip install 'dask[distributed]')"
@@ -146,7 +155,7 @@ def _on_dask(
     except ImportError:
         raise WallfinderError(DASK_MISSING) from None
     try:
-        client = Client(address, timeout="10s")
+        client = Client(address, timeout=SCHEDULER_TIMEOUT_S)
     except (OSError, TimeoutError, ValueError) as exc:
         raise WallfinderError(f"cannot reach the dask scheduler at {address} ({exc})") from None
     with client:

@@ -15,6 +15,7 @@ import pytest
 
 from wallfinder.capture.run import RunSettings, run_program
 from wallfinder.cli import main
+from wallfinder.diagnosis import Diagnosis
 
 pytest.importorskip("torch")
 
@@ -196,11 +197,14 @@ def test_module_form_and_the_programs_own_sitecustomize_still_runs(
     assert marker.exists()
 
 
-@pytest.mark.skipif(
+needs_torchrun = pytest.mark.skipif(
     shutil.which("torchrun") is None
     and not os.access(Path(sys.executable).with_name("torchrun"), os.X_OK),
     reason="torchrun is not installed",
 )
+
+
+@needs_torchrun
 def test_torchrun_measures_each_worker_not_the_launcher(tmp_path: Path) -> None:
     script = tmp_path / "ddp.py"
     script.write_text(
@@ -238,19 +242,14 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.skipif(
-    shutil.which("torchrun") is None
-    and not os.access(Path(sys.executable).with_name("torchrun"), os.X_OK),
-    reason="torchrun is not installed",
-)
-def test_torchrun_job_with_a_slow_rank_names_it_the_straggler(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def torchrun_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow_rank: int) -> Diagnosis:
+    """Two gloo ranks on the CPU, profiled by `wallfinder run`; `slow_rank` sleeps 30 ms a step
+    (-1: none does)."""
     from wallfinder.api import analyze
 
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SLOW_RANK)
-    monkeypatch.setenv("SLOW_RANK", "1")
+    monkeypatch.setenv("SLOW_RANK", str(slow_rank))
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     outcome = run_program(
         [torchrun, "--nproc_per_node", "2", str(script)],
@@ -258,17 +257,42 @@ def test_torchrun_job_with_a_slow_rank_names_it_the_straggler(
         tmp_path / "t",
     )
     assert outcome.exit_code == 0
-    d = analyze(outcome.trace_dir, workers=1)
+    return analyze(outcome.trace_dir, workers=1)
+
+
+@needs_torchrun
+@pytest.mark.parametrize("slow", [0, 1])
+def test_torchrun_job_with_a_slow_rank_names_it_the_straggler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: int
+) -> None:
+    d = torchrun_job(tmp_path, monkeypatch, slow)
     job = d.job
     assert job is not None
     assert job.matched >= 3
-    assert [s.rank for s in job.stragglers] == [1]
+    assert [s.rank for s in job.stragglers] == [slow]
     assert job.stragglers[0].late_share >= 0.6
-    slow, waiting = d.ranks[1], d.ranks[0]
+    by_rank = {r.rank: r for r in d.ranks}
+    late, waiting = by_rank[slow], by_rank[1 - slow]
     assert waiting.wait_s is not None
     assert waiting.wait_s > 0.015  # most of the 30 ms sleep
-    assert slow.wait_s is not None
-    assert slow.wait_s < 0.25 * waiting.wait_s
+    assert late.wait_s is not None
+    assert late.wait_s < 0.25 * waiting.wait_s
     assert d.findings[0].id == "straggler"
     assert job.max_clock_skew_s is not None
     assert job.max_clock_skew_s < 0.005  # one host
+
+
+@needs_torchrun
+def test_a_balanced_torchrun_job_has_no_rank_to_wait_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = torchrun_job(tmp_path, monkeypatch, -1)
+    job = d.job
+    assert job is not None
+    assert job.matched >= 3
+    # Neither rank waits for the other for long: no 30 ms sleep to wait out. Two ranks and the
+    # launcher share this machine's two cores, so one rank can still come in a millisecond or
+    # two late every step, and a step here is only a few ms: a straggler of that size may be
+    # named, never one that costs the other the slow case's ~30 ms.
+    assert all(r.wait_s is not None and r.wait_s < 0.005 for r in d.ranks)
+    assert all(s.wait_caused_s < 0.005 for s in job.stragglers)

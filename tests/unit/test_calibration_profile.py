@@ -232,6 +232,10 @@ def test_a_calibrated_cpu_profile_moves_the_ridge_of_a_cpu_trace(
     assert (calibrated.device.spec_source or "").startswith("calibrated: fp32, bf16")
     assert "nominal estimate" not in (calibrated.device.note or "")
     assert "nominal estimate" in (nominal.device.note or "")
+    # The verdict's fourth answer is judged against the measured peak, and no longer says that
+    # its peak is a guess.
+    assert "nominal estimate" in nominal.verdict.questions[3].detail
+    assert "nominal estimate" not in calibrated.verdict.questions[3].detail
 
 
 def test_analyze_takes_a_device_profile_flag(

@@ -10,7 +10,7 @@ import pytest
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder.analysis.collectives import bus_factor, collective_name, rank_collectives
-from wallfinder.api import analyze
+from wallfinder.api import DASK_MISSING, analyze
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
 from wallfinder.trace import load_trace
@@ -169,3 +169,18 @@ def test_a_scheduler_without_dask_installed_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
     with pytest.raises(WallfinderError, match=r"pip install 'wallfinder\[dask\]'"):
         analyze(write_job(tmp_path), scheduler="tcp://127.0.0.1:8786")
+
+
+def test_the_cli_without_dask_installed_exits_2_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from wallfinder.cli import main
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    folder = str(write_job(tmp_path))
+    assert main(["analyze", folder, "--scheduler", "tcp://127.0.0.1:8786"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == [f"wallfinder: error: {DASK_MISSING}"]

@@ -299,3 +299,6 @@ def test_cpu_only_trace_is_placed_on_the_cpu_profiles_roofline(tmp_path: Path) -
     assert d.mfu.value == pytest.approx(2.0 * n**3 / 2000e-6 / d.device.peak_flops["fp32"])
     assert d.verdict.questions[3].answer in ("yes", "no")
     assert "nominal estimate" in (d.device.note or "")
+    # The fourth answer says it was judged against an estimated peak, and how to measure it.
+    assert "nominal estimate of the peak" in d.verdict.questions[3].detail
+    assert "wallfinder calibrate" in d.verdict.questions[3].detail

@@ -168,7 +168,8 @@ def _result(
     timeline: StepTimeline | None = None,
     facts: Facts | None = None,
 ) -> Diagnosis:
-    verdict = decide(steps, bd, classes, thresholds, roofline)
+    estimate = (device.spec_source or "").startswith("estimate")
+    verdict = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
     return Diagnosis(
         source=trace.source,
         rank=trace.rank,

@@ -50,7 +50,11 @@ def decide(
     classes: list[ClassShare],
     thresholds: Thresholds = Thresholds(),
     roofline: Roofline | None = None,
+    *,
+    roof_estimate: bool = False,
 ) -> Verdict:
+    """The wall, from the first question answered "no". `roof_estimate` says the device's
+    peaks are a nominal estimate (a CPU with no spec file), which the fourth answer says."""
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
         question="Is step time stable?",
@@ -84,7 +88,7 @@ def decide(
             f"(matmul-bound at ≥ {thresholds.min_matmul:.0%})"
         ),
     )
-    q4 = _near_peak(roofline, thresholds)
+    q4 = _near_peak(roofline, thresholds, roof_estimate)
     questions = [q1, q2, q3, q4]
     if q1.answer == "no":
         spikes = "; ".join(
@@ -143,7 +147,7 @@ def decide(
     )
 
 
-def _near_peak(roofline: Roofline | None, thresholds: Thresholds) -> Question:
+def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool) -> Question:
     question = "Are the matmuls near peak?"
     value = roofline.pct_of_roof_matmul if roofline else None
     if value is None:
@@ -161,6 +165,11 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds) -> Question:
         detail += (
             f"; {roofline.fp32_matmul_without_tensor_cores_share:.0%} of busy time is fp32 "
             "matmul without tensor cores"
+        )
+    if estimate:
+        detail += (
+            "; against a nominal estimate of the peak, not this device's: `wallfinder "
+            "calibrate` measures it"
         )
     return Question(
         question=question,

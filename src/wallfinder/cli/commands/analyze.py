@@ -28,6 +28,12 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="processes for parsing (default: one per core)"
     )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="analyse the ranks on a running dask.distributed cluster (e.g. tcp://host:8786; "
+        "needs wallfinder[dask]); its workers must see PATH at the same absolute path",
+    )
     add_device_options(parser)
     add_model_options(parser)
 
@@ -102,7 +108,14 @@ def options_from(args: argparse.Namespace) -> Options:
 
 def run(args: argparse.Namespace) -> int:
     with _progress(args.path) as progress:
-        diagnosis = analyze(args.path, options_from(args), progress=progress, workers=args.workers)
+        diagnosis = analyze(
+            # Absolute, so that the cluster's workers open the same files.
+            args.path.absolute() if args.scheduler else args.path,
+            options_from(args),
+            progress=progress,
+            workers=args.workers,
+            scheduler=args.scheduler,
+        )
     write_report(render(diagnosis, args.format), args.output)
     return 0
 
