@@ -68,6 +68,9 @@ PAGE_TAGS = {
     "td",
     "footer",
     "script",
+    "dl",
+    "dt",
+    "dd",
 }
 
 
@@ -372,6 +375,98 @@ def test_html_size_is_plotly_and_a_little_more(tmp_path: Path) -> None:
 
     page = render_html(analyze(nasty_trace(tmp_path)))
     assert len(page.encode()) - len(get_plotlyjs().encode()) < 100_000
+
+
+def job_folder(folder: Path) -> Path:
+    """Two ranks of a data-parallel job (the test_collectives.py recipe): 4 steps, each ending
+    in one all-reduce in a process group named with markup; rank 1 is 300 µs late to each (its
+    data loading is slower) and its clock 3 ms ahead. File names hold markup too."""
+    for rank, late_us in ((0, 0.0), (1, 300.0)):
+        b = TraceBuilder(rank=rank, world_size=2, base_us=1_700_000_000 + 3000 * rank)
+        training_trace(4, loader_us=100.0 + late_us, builder=b)
+        for s in range(4):
+            end = 2000.0 * (s + 1)
+            b.nccl(
+                end - 400.0 + late_us,
+                400.0 - late_us,
+                collective="allreduce",
+                nelems=64 << 20,
+                group=IMG_NAME,
+            )
+        b.write(folder / f"rank{rank}-{FILE_NAME}")
+    return folder
+
+
+def test_html_job_section_of_a_folder(tmp_path: Path) -> None:
+    folder = job_folder(tmp_path / "job")
+    out = tmp_path / "job.html"
+    assert main(["analyze", str(folder), "--workers", "1", "--format", "html", "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    d = analyze(folder, workers=1)
+    j = d.job
+    assert j is not None
+    assert [s.rank for s in j.stragglers] == [1]
+    p = Page(page)
+    assert ("section", {"id": "job", "class": "card job"}) in p.tags
+    assert ("a", {"href": "#job"}) in p.tags
+    visible = " ".join(p.visible.split())
+    assert "Clock skew (estimated)" in visible
+    assert f"{j.matched} matched across ranks, {j.unmatched} left out" in visible
+    assert "rank 1: last to arrive at 100% of collectives" in visible
+    assert " ".join(j.stragglers[0].doing.split()) in visible
+    assert j.reason in visible
+    # The collectives table: one row, the group's markup as text.
+    body = page.split('<section id="job"', 1)[1].split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    rows = [[c.strip() for c in Page(tr).text if c.strip()] for tr in body.split("<tr>")[1:]]
+    c = j.collectives[0]
+    assert rows == [
+        [
+            IMG_NAME,
+            "allreduce",
+            "2",
+            "4",
+            "134.2 MB",
+            "0.40",
+            f"{c.wait_s * 1e3:.2f}",
+            "1.3 TB/s",
+            "100%",
+        ]
+    ]
+    # The rank table's job columns: rank 0 waits, rank 1 is last at every collective, its
+    # clock is 3 ms ahead.
+    ranks = Page(page.split('<section id="ranks"', 1)[1].split("</section>", 1)[0]).visible
+    for column in ("wait ms/step", "last", "clock ms", "comm exposed"):
+        assert column in ranks
+    assert "+3.000" in ranks
+    assert "100%" in ranks
+    assert f"rank1-{FILE_NAME}" in ranks
+    # Still inert and self-contained, the CSP still matches the page's scripts.
+    test_html_report_has_no_markup_from_the_trace(page)
+    test_html_report_fetches_nothing(page)
+    test_content_security_policy_allows_only_the_pages_own_scripts(page)
+    # A single trace has no job section.
+    assert 'id="job"' not in render_html(analyze(nasty_trace(tmp_path)))
+
+
+def test_html_job_strings_are_inert(tmp_path: Path) -> None:
+    d = analyze(job_folder(tmp_path), workers=1)
+    assert d.job is not None
+    replace = msgspec.structs.replace
+    job = replace(
+        d.job,
+        reason=SCRIPT_NAME,
+        clock_basis=QUOTES_NAME,
+        link=IMG_NAME,
+        link_peak=450e9,
+        notes=[NASTY_NAME],
+        collectives=[replace(c, name=SCRIPT_NAME) for c in d.job.collectives],
+        stragglers=[replace(s, doing=IMG_NAME) for s in d.job.stragglers],
+    )
+    page = render_html(replace(d, job=job))
+    test_html_report_has_no_markup_from_the_trace(page)
+    visible = Page(page).visible
+    for name in NASTY:
+        assert name in visible
 
 
 # Markdown ----------------------------------------------------------------------------------------

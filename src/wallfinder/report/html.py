@@ -26,7 +26,13 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from wallfinder.diagnosis import Diagnosis, OpRoofRow, StepTimeline, TimelineGap
+from wallfinder.diagnosis import (
+    Diagnosis,
+    JobSummary,
+    OpRoofRow,
+    StepTimeline,
+    TimelineGap,
+)
 from wallfinder.report import _format as fmt
 
 __all__ = ["render_html"]
@@ -214,6 +220,7 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "names": _name_rows(d),
         "name_kind": "op" if d.cpu is not None else "kernel",
         "class_color": CLASS_COLOR,
+        "job": _job_view(d.job) if d.job is not None else None,
     }
 
 
@@ -316,6 +323,44 @@ def _name_rows(d: Diagnosis) -> list[dict[str, Any]]:
         }
         for k in d.kernels
     ]
+
+
+def _job_view(j: JobSummary) -> dict[str, Any]:
+    """The cross-rank summary, formatted: every figure is the JobSummary's own."""
+    return {
+        "cause": fmt.cause_label(j.wall, j.cause),
+        "world": f"{j.ranks} of {j.world_size}" if j.world_size else str(j.ranks),
+        "skew": None if j.max_clock_skew_s is None else fmt.duration(j.max_clock_skew_s),
+        "link": None
+        if j.link is None
+        else j.link + (f", {fmt.si(j.link_peak, 'B/s')} each way" if j.link_peak else ""),
+        "stragglers": [
+            {
+                "rank": s.rank,
+                "late": fmt.pct(s.late_share, 0),
+                "wait_ms": fmt.ms(s.wait_caused_s),
+                "share": fmt.pct(s.share),
+                "doing": s.doing,
+            }
+            for s in j.stragglers
+        ],
+        "collectives": [
+            {
+                "group": c.group,
+                "name": c.name,
+                "ranks": c.ranks,
+                "count": c.count,
+                "bytes": c.bytes,
+                "size": "?" if c.bytes is None else fmt.si(float(c.bytes), "B"),
+                "transfer_s": c.transfer_s,
+                "wait_s": c.wait_s,
+                "busbw": c.busbw,
+                "busbw_text": fmt.si(c.busbw, "B/s"),
+                "pct": c.pct_of_link,
+            }
+            for c in j.collectives
+        ],
+    }
 
 
 def _roofline_lines(d: Diagnosis) -> list[str]:
