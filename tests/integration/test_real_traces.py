@@ -152,6 +152,18 @@ def test_sampled_job_folder_gives_two_ranks() -> None:
     assert [r.rank for r in d.ranks] == [0, 1]
     assert (d.rank, d.world_size) == (0, 128)
     assert d.device.name is None
+    # The two ranks' collectives match one to one; their clocks agree to well under a ms; the
+    # 126 missing ranks are said, and the wait lands on both ranks (no single one to blame).
+    job = d.job
+    assert job is not None
+    assert (job.ranks, job.world_size) == (2, 128)
+    assert job.matched == 10
+    assert job.unmatched == 0
+    assert job.max_clock_skew_s is not None
+    assert 0 < job.max_clock_skew_s < 1e-3
+    assert any("missing" in n for n in job.notes)
+    assert job.stragglers == []
+    assert all(r.wait_s is not None and r.wait_s > 0 for r in d.ranks)
 
 
 def test_trace_without_profiler_steps_is_one_window() -> None:
