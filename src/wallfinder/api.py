@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose
 from wallfinder.analysis.collectives import RankCollectives, join, rank_collectives
-from wallfinder.diagnosis import Diagnosis, JobSummary
+from wallfinder.diagnosis import SCHEMA, Diagnosis, JobSummary
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
 from wallfinder.hardware.profile import load_device_profile
@@ -89,6 +93,53 @@ def analyze(
     if isinstance(results[0], str):
         raise WallfinderError(results[0])
     return results[0][0]
+
+
+_SCHEMA_KEY = re.compile(rb'"schema"\s*:\s*"(wallfinder\.[^"]{1,40})"')
+HEAD_BYTES = 4096
+"""How much of a file is read to tell a saved result from a trace (its `schema` key comes
+first in what wallfinder writes)."""
+
+
+def load_diagnosis(path: str | Path, options: Options | None = None) -> Diagnosis:
+    """A `Diagnosis` from a saved one (`analyze --format json`, told by its `schema` key) or
+    from analysing a trace file or a folder of rank traces (as `analyze`).
+    Raises `WallfinderError` for input that is neither."""
+    p = Path(path)
+    schema = saved_schema(p)
+    if schema is None:
+        return analyze(p, options)
+    if schema != SCHEMA:
+        raise WallfinderError(f"{p}: a {schema} file, not a diagnosis ({SCHEMA})")
+    try:
+        return Diagnosis.from_json(_read(p))
+    except msgspec.DecodeError as exc:
+        raise WallfinderError(f"{p}: not a readable {SCHEMA} file: {exc}") from None
+
+
+def saved_schema(path: Path) -> str | None:
+    """The `schema` of a result file wallfinder saved (e.g. "wallfinder.diagnosis/1"), or None
+    for anything else (a trace, a folder)."""
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as f:
+            head = f.read(HEAD_BYTES)
+        if head.startswith(b"\x1f\x8b"):
+            with gzip.open(path, "rb") as g:
+                head = g.read(HEAD_BYTES)
+    except (OSError, EOFError):
+        return None  # the trace loader says what is wrong with it
+    found = _SCHEMA_KEY.search(head)
+    return found.group(1).decode("utf-8", "replace") if found else None
+
+
+def _read(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+        return gzip.decompress(data) if data.startswith(b"\x1f\x8b") else data
+    except (OSError, EOFError) as exc:
+        raise WallfinderError(f"{path}: cannot read ({exc})") from None
 
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:

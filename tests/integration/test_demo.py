@@ -121,6 +121,31 @@ def test_workers_take_the_data_loading_out_of_the_step(runs: Runs) -> None:
     assert fastest_ms(fixed) < fastest_ms(broken)
 
 
+def test_diff_of_the_dataloader_demo_and_its_fix_shows_what_moved(runs: Runs) -> None:
+    from wallfinder.analysis.diff import diff
+
+    _, broken = runs("dataloader", False)
+    _, fixed = runs("dataloader", True)
+    d = diff(broken, fixed)
+    assert d.notes == []  # same device, same step source: everything compares
+    # The wall moved off data loading; its share dropped; the step got faster, beyond the noise.
+    assert (d.verdict.before_wall, d.verdict.before_cause) == ("overhead", "data_loading")
+    assert d.verdict.after_cause != "data_loading"
+    assert d.verdict.moved
+    loading = next(p for p in d.breakdown if p.part == "idle:data_loading")
+    assert loading.after < loading.before / 2
+    assert d.steps.after_s < d.steps.before_s
+    assert not d.steps.within_noise
+    assert any(f.id == "data-loading" and f.status == "resolved" for f in d.findings) or any(
+        f.id == "data-loading"
+        and f.status == "remaining"
+        and (f.share_after or 0) < (f.share_before or 0) / 2
+        for f in d.findings
+    )
+    # Same model, same shapes: the ops are matched by name and shapes.
+    assert any(m.kind in ("op", "cpu_op") and m.matched > 0 for m in d.matches)
+
+
 def test_batching_tiny_ops_makes_the_step_many_times_faster(runs: Runs) -> None:
     _, broken = runs("tiny-ops", False)
     _, fixed = runs("tiny-ops", True)

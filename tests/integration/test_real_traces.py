@@ -189,3 +189,24 @@ def test_real_trace_parsed_by_two_workers_matches(monkeypatch: pytest.MonkeyPatc
     parallel = load_trace(path, workers=2)
     assert_same_trace(parallel, whole)
     assert diagnose(parallel) == d
+
+
+def test_diff_of_runs_on_different_devices_says_so_and_still_compares_steps() -> None:
+    from wallfinder.analysis.diff import diff
+    from wallfinder.report import render_diff
+
+    before = loaded(trace_at("hta/a100_8rank_control_rank0.json.gz"))[1]
+    after = loaded(trace_at("hta/v100_2rank_test_rank0.json.gz"))[1]
+    x = diff(before, after)
+    assert any(n.startswith("different devices (NVIDIA A100") and "V100" in n for n in x.notes)
+    assert x.steps.before_s == before.steps.median_s
+    assert x.steps.after_s == after.steps.median_s
+    rows = {p.part: p for p in x.breakdown}
+    assert rows["compute"].before == before.breakdown.compute
+    assert rows["idle"].after == after.breakdown.idle
+    (kernels,) = [m for m in x.matches if m.kind == "kernel"]
+    assert kernels.matched > 0
+    assert kernels.matched + kernels.before_only == len({k.name for k in before.kernels})
+    text = render_diff(x, "text", width=100)
+    assert f"kernels: {kernels.matched} matched by name" in text
+    assert "note: different devices" in text

@@ -12,7 +12,9 @@ from typing import NoReturn
 from wallfinder import __version__
 from wallfinder.cli.commands import analyze as analyze_command
 from wallfinder.cli.commands import calibrate as calibrate_command
+from wallfinder.cli.commands import check as check_command
 from wallfinder.cli.commands import demo as demo_command
+from wallfinder.cli.commands import diff as diff_command
 from wallfinder.cli.commands import roofline as roofline_command
 from wallfinder.cli.commands import run as run_command
 from wallfinder.errors import WallfinderError
@@ -23,6 +25,8 @@ COMMANDS = {
     "demo": demo_command,
     "roofline": roofline_command,
     "calibrate": calibrate_command,
+    "diff": diff_command,
+    "check": check_command,
 }
 
 

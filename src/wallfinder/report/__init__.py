@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wallfinder.diagnosis import Diagnosis, Steps
+    from wallfinder.diagnosis import Diagnosis, DiagnosisDiff, Steps
 
-__all__ = ["FORMATS", "render", "render_steps"]
+__all__ = ["DIFF_FORMATS", "FORMATS", "render", "render_diff", "render_steps"]
 
 FORMATS = ("text", "json", "md", "html")
+DIFF_FORMATS = ("text", "json", "md")
 
 
 def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
@@ -40,3 +41,18 @@ def render_steps(steps: Steps, fmt: str, *, width: int | None = None) -> str:
     from wallfinder.report.terminal import render_steps as text
 
     return text(steps, width=width)
+
+
+def render_diff(diff: DiagnosisDiff, fmt: str, *, width: int | None = None) -> str:
+    """A diff of two diagnoses in format `fmt`: "text", "json" or "md"."""
+    if fmt == "json":
+        return diff.to_json() + "\n"
+    if fmt == "md":
+        from wallfinder.report.diff import render_diff_markdown
+
+        return render_diff_markdown(diff)
+    if fmt != "text":
+        raise ValueError(f"unknown diff format {fmt!r}: one of {', '.join(DIFF_FORMATS)}")
+    from wallfinder.report.diff import render_diff_text
+
+    return render_diff_text(diff, width=width)

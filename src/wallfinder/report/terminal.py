@@ -411,16 +411,17 @@ def _job(d: Diagnosis) -> Iterator[RenderableType]:
 
 def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) -> str:
     """The terminal report as plain text (or with ANSI colour)."""
-    return _print(renderables(d), width=width, color=color)
+    return print_parts(renderables(d), width=width, color=color)
 
 
 def render_steps(s: Steps, *, width: int | None = None) -> str:
     """Step times alone (the step timer's result) as plain text."""
     title = Text(f"wallfinder: step times ({s.source})", style="bold")
-    return _print([title, step_text(s)], width=width, color=False)
+    return print_parts([title, step_text(s)], width=width, color=False)
 
 
-def _print(parts: Iterable[RenderableType], *, width: int | None, color: bool) -> str:
+def print_parts(parts: Iterable[RenderableType], *, width: int | None, color: bool) -> str:
+    """`parts` printed one after another, a blank line between them, as text."""
     buffer = io.StringIO()
     console = Console(
         file=buffer,

@@ -1,0 +1,225 @@
+"""What moved between two diagnoses: `diff(before, after) -> DiagnosisDiff` (pure, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from wallfinder.diagnosis import (
+    Diagnosis,
+    DiagnosisDiff,
+    FindingChange,
+    MatchCount,
+    MfuChange,
+    NameChange,
+    PartChange,
+    StepChange,
+    VerdictChange,
+)
+
+__all__ = ["TOP_MOVED", "diff"]
+
+TOP_MOVED = 10
+"""Matched ops and kernels kept in `moved`, largest change first."""
+
+PARTS = ("compute", "comm_exposed", "copy_exposed", "idle")
+
+_Kind = Literal["op", "kernel", "cpu_op"]
+
+_Rows = dict[tuple[str, str | None], float]
+"""(name, shapes or None) -> seconds per steady-state step."""
+
+
+def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
+    """Compare two diagnoses: step time (with a noise judgement), the breakdown side by side,
+    the verdict, findings resolved / new / remaining, the ops and kernels whose time per step
+    moved most, and MFU. What cannot be compared is said in `notes`, never hidden."""
+    notes: list[str] = []
+    same_basis = before.breakdown.basis == after.breakdown.basis
+    if not same_basis:
+        notes.append(
+            f"one run is CPU-only and the other has GPU kernels ({before.breakdown.basis} before, "
+            f"{after.breakdown.basis} after): the breakdowns measure different things (CPU "
+            "time vs GPU time) and kernels cannot be matched; only step time is comparable"
+        )
+    elif _device_key(before) != _device_key(after):
+        notes.append(
+            f"different devices ({before.device.name or 'unknown'} before, "
+            f"{after.device.name or 'unknown'} after): the changes mix what was changed in the "
+            "job with the change of hardware"
+        )
+    if before.steps.source != after.steps.source:
+        notes.append(
+            f"steps were found differently ({before.steps.source!r} before, "
+            f"{after.steps.source!r} after): step times may not cover the same work"
+        )
+    moved, matches = _moved(before, after, same_basis)
+    if same_basis and matches and all(m.matched == 0 for m in matches):
+        notes.append("no op or kernel name appears in both runs: nothing to match")
+    return DiagnosisDiff(
+        before_source=before.source,
+        after_source=after.source,
+        before_device=before.device.name,
+        after_device=after.device.name,
+        basis_before=before.breakdown.basis,
+        basis_after=after.breakdown.basis,
+        steps=_steps(before, after),
+        breakdown=_breakdown(before, after),
+        verdict=VerdictChange(
+            before_wall=before.verdict.wall,
+            before_cause=before.verdict.cause,
+            after_wall=after.verdict.wall,
+            after_cause=after.verdict.cause,
+            moved=(before.verdict.wall, before.verdict.cause)
+            != (after.verdict.wall, after.verdict.cause),
+        ),
+        findings=_findings(before, after),
+        moved=moved,
+        matches=matches,
+        mfu=MfuChange(
+            before=before.mfu.value,
+            after=after.mfu.value,
+            change=None
+            if before.mfu.value is None or after.mfu.value is None
+            else after.mfu.value - before.mfu.value,
+            basis_before=before.mfu.basis,
+            basis_after=after.mfu.basis,
+        ),
+        notes=notes,
+    )
+
+
+def _device_key(d: Diagnosis) -> tuple[str, str | None]:
+    return d.device.kind, d.device.matched_spec or d.device.name
+
+
+def _steps(before: Diagnosis, after: Diagnosis) -> StepChange:
+    b, a = before.steps, after.steps
+    change_s = a.median_s - b.median_s
+    # Two standard deviations of the noisier run: a change smaller than that could be the
+    # runs' own variation. (The min-max range would let one spike hide any change.)
+    noise_s = 2 * max(b.cv * b.mean_s, a.cv * a.mean_s)
+    within = abs(change_s) <= noise_s
+    spread = (
+        f"2 x the larger step standard deviation: {noise_s * 1e3:.3g} ms; CV "
+        f"{b.cv * 100:.1f}% before, {a.cv * 100:.1f}% after"
+    )
+    if min(b.count, a.count) < 2:
+        note = "one steady-state step on a side: no spread to judge the change against"
+        within = change_s == 0
+    else:
+        where = "within" if within else "beyond"
+        than = "no larger" if within else "larger"
+        note = (
+            f"{where} the noise: the change ({abs(change_s) * 1e3:.3g} ms) is {than} than "
+            f"the steps' spread ({spread})"
+        )
+    return StepChange(
+        before_s=b.median_s,
+        after_s=a.median_s,
+        change_s=change_s,
+        change=change_s / b.median_s if b.median_s > 0 else 0.0,
+        speedup=b.median_s / a.median_s if a.median_s > 0 else None,
+        cv_before=b.cv,
+        cv_after=a.cv,
+        noise_s=noise_s,
+        within_noise=within,
+        note=note,
+    )
+
+
+def _breakdown(before: Diagnosis, after: Diagnosis) -> list[PartChange]:
+    step_b = before.breakdown.per_step_ms.get("step", before.steps.mean_s * 1e3) * 1e-3
+    step_a = after.breakdown.per_step_ms.get("step", after.steps.mean_s * 1e3) * 1e-3
+
+    def row(part: str, fb: float, fa: float) -> PartChange:
+        return PartChange(part=part, before=fb, after=fa, before_s=fb * step_b, after_s=fa * step_a)
+
+    rows = [row(p, getattr(before.breakdown, p), getattr(after.breakdown, p)) for p in PARTS]
+    causes_b, causes_a = before.breakdown.idle_causes, after.breakdown.idle_causes
+    causes = list(causes_b) + [c for c in causes_a if c not in causes_b]
+    rows += [row(f"idle:{c}", causes_b.get(c, 0.0), causes_a.get(c, 0.0)) for c in causes]
+    return rows
+
+
+def _findings(before: Diagnosis, after: Diagnosis) -> list[FindingChange]:
+    b = {f.id: f for f in before.findings}
+    a = {f.id: f for f in after.findings}
+    rows = [
+        FindingChange(
+            id=i,
+            title=(a.get(i) or f).title,
+            status="remaining" if i in a else "resolved",
+            share_before=f.share,
+            share_after=a[i].share if i in a else None,
+        )
+        for i, f in b.items()
+    ]
+    rows += [
+        FindingChange(id=i, title=f.title, status="new", share_before=None, share_after=f.share)
+        for i, f in a.items()
+        if i not in b
+    ]
+    order = {"resolved": 0, "new": 1, "remaining": 2}
+    return sorted(rows, key=lambda r: (order[r.status], -(r.share_before or r.share_after or 0)))
+
+
+def _moved(
+    before: Diagnosis, after: Diagnosis, same_basis: bool
+) -> tuple[list[NameChange], list[MatchCount]]:
+    if not same_basis:
+        return [], []
+    kinds: list[tuple[_Kind, _Rows, _Rows]] = []
+    if before.cpu is not None and after.cpu is not None:
+        kinds.append(("cpu_op", _cpu_ops(before), _cpu_ops(after)))
+    else:
+        kinds.append(("kernel", _kernels(before), _kernels(after)))
+    if before.roofline is not None and after.roofline is not None:
+        kinds.append(("op", _roof_ops(before), _roof_ops(after)))
+    moved: list[NameChange] = []
+    matches: list[MatchCount] = []
+    for kind, rb, ra in kinds:
+        both = [k for k in rb if k in ra]
+        matches.append(
+            MatchCount(
+                kind=kind,
+                matched=len(both),
+                before_only=len(rb) - len(both),
+                after_only=len(ra) - len(both),
+            )
+        )
+        moved += [
+            NameChange(
+                kind=kind,
+                name=name,
+                shapes=shapes,
+                before_s=rb[name, shapes],
+                after_s=ra[name, shapes],
+                change_s=ra[name, shapes] - rb[name, shapes],
+            )
+            for name, shapes in both
+        ]
+    moved.sort(key=lambda m: (-abs(m.change_s), m.kind, m.name))
+    return moved[:TOP_MOVED], matches
+
+
+def _per_step(d: Diagnosis, rows: Iterable[tuple[str, str | None, float]]) -> _Rows:
+    steps = max(d.steps.count, 1)
+    out: _Rows = {}
+    for name, shapes, time_s in rows:
+        out[name, shapes] = out.get((name, shapes), 0.0) + time_s / steps
+    return out
+
+
+def _kernels(d: Diagnosis) -> _Rows:
+    return _per_step(d, ((k.name, None, k.time_s) for k in d.kernels))
+
+
+def _cpu_ops(d: Diagnosis) -> _Rows:
+    return _per_step(d, ((o.name, None, o.time_s) for o in (d.cpu.top_ops if d.cpu else [])))
+
+
+def _roof_ops(d: Diagnosis) -> _Rows:
+    r = d.roofline
+    ops = [*r.ops, *r.more_ops] if r is not None else []
+    return _per_step(d, ((o.name, o.shapes, o.time_s) for o in ops))

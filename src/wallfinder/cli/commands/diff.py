@@ -1,0 +1,35 @@
+"""`wallfinder diff BEFORE AFTER`: what moved between two runs of a job."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from wallfinder.analysis.diff import diff
+from wallfinder.api import Options, load_diagnosis
+from wallfinder.cli.commands.analyze import add_device_options, write_report
+from wallfinder.report import DIFF_FORMATS, render_diff
+
+HELP = "show what moved between two runs: step time, breakdown, wall, findings, kernels"
+
+_INPUT = "a trace file, a folder of rank traces, or a saved diagnosis (analyze --format json)"
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("before", type=Path, help=f"the run before: {_INPUT}")
+    parser.add_argument("after", type=Path, help=f"the run after: {_INPUT}")
+    parser.add_argument("--format", choices=DIFF_FORMATS, default="text", help="output format")
+    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_device_options(parser)
+
+
+def options_from(args: argparse.Namespace) -> Options:
+    """The device flags as analysis options (they apply to traces, not saved diagnoses)."""
+    return Options(device=args.device, spec_file=args.spec, device_profile=args.device_profile)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from(args)
+    result = diff(load_diagnosis(args.before, options), load_diagnosis(args.after, options))
+    write_report(render_diff(result, args.format), args.output)
+    return 0
