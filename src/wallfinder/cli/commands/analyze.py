@@ -11,7 +11,9 @@ from pathlib import Path
 
 from wallfinder.analysis import ModelFlops
 from wallfinder.api import Options, analyze
+from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
+from wallfinder.history import History, git_commit, this_host
 from wallfinder.report import FORMATS, render
 from wallfinder.trace import Progress
 
@@ -36,6 +38,47 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     add_device_options(parser)
     add_model_options(parser)
+    add_record_options(parser)
+
+
+def add_record_options(parser: argparse.ArgumentParser) -> None:
+    """`--record NAME` and `--db PATH` (analyze and run)."""
+    record = parser.add_argument_group("history (see `wallfinder history`)")
+    record.add_argument(
+        "--record",
+        metavar="NAME",
+        help="record this run's figures and diagnosis under NAME (with the git commit of the "
+        "current directory and the host name)",
+    )
+    add_db_option(record)
+
+
+def add_db_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--db",
+        type=Path,
+        metavar="PATH",
+        help="the history database (default: $WALLFINDER_DB, else history.sqlite3 in the "
+        "user's data folder)",
+    )
+
+
+def record_if_asked(args: argparse.Namespace, diagnosis: Diagnosis) -> None:
+    """Record `diagnosis` when --record was given (a note on stderr says where)."""
+    if args.record is None:
+        return
+    with History(args.db) as history:
+        run = history.record(args.record, diagnosis, commit=git_commit(), host=this_host())
+        where = history.path
+    print(f"wallfinder: recorded as {run.name!r} run {run.id} in {where}", file=sys.stderr)
+
+
+def check_record_options(args: argparse.Namespace) -> None:
+    """Refuse --db without --record before any work is done."""
+    if args.db is not None and args.record is None:
+        raise WallfinderError("--db is for --record NAME (or `wallfinder history`)")
+    if args.record is not None and not args.record.strip():
+        raise WallfinderError("--record needs a non-empty name")
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +150,7 @@ def options_from(args: argparse.Namespace) -> Options:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_record_options(args)
     with _progress(args.path) as progress:
         diagnosis = analyze(
             # Absolute, so that the cluster's workers open the same files.
@@ -117,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             scheduler=args.scheduler,
         )
     write_report(render(diagnosis, args.format), args.output)
+    record_if_asked(args, diagnosis)
     return 0
 
 

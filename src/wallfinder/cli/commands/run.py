@@ -13,8 +13,11 @@ from wallfinder.capture.run import RunSettings, prepare_trace_dir, program_comma
 from wallfinder.cli.commands.analyze import (
     add_device_options,
     add_model_options,
+    add_record_options,
+    check_record_options,
     options_from,
     positive_int,
+    record_if_asked,
     write_report,
 )
 from wallfinder.errors import WallfinderError
@@ -67,6 +70,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
     add_device_options(parser)
     add_model_options(parser)
+    add_record_options(parser)
     parser.add_argument(
         "program",
         nargs=argparse.REMAINDER,
@@ -77,6 +81,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.timer_only and args.format not in ("text", "json"):
         raise WallfinderError("--timer-only gives step times only: --format text or json")
+    if args.timer_only and args.record:
+        raise WallfinderError("--timer-only gives step times only: nothing to --record")
+    check_record_options(args)
     require_torch("wallfinder run")
     settings = RunSettings(
         steps=args.steps,
@@ -104,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     target = outcome.traces[0] if len(outcome.traces) == 1 else trace_dir
     diagnosis = analyze(target, options_from(args))
     write_report(render(diagnosis, args.format), args.output)
+    record_if_asked(args, diagnosis)
     where = ", ".join(str(t) for t in outcome.traces[:4])
     more = f" and {len(outcome.traces) - 4} more" if len(outcome.traces) > 4 else ""
     print(f"wallfinder: traces kept in {where}{more}", file=sys.stderr)

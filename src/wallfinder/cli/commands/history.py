@@ -1,0 +1,38 @@
+"""`wallfinder history [NAME]`: the trend of a job's recorded runs, or the recorded names."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from wallfinder.cli.commands.analyze import add_db_option, positive_int, write_report
+from wallfinder.errors import WallfinderError
+from wallfinder.history import History
+from wallfinder.report.history import HISTORY_FORMATS, render_history, render_names
+
+HELP = "show how a job's recorded runs moved: step time, MFU, idle and the wall over runs"
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "name",
+        nargs="?",
+        help="the name runs were recorded under (analyze/run --record NAME); without it, "
+        "the recorded names and their run counts",
+    )
+    add_db_option(parser)
+    parser.add_argument("--format", choices=HISTORY_FORMATS, default="text", help="output format")
+    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    parser.add_argument("--last", type=positive_int, metavar="N", help="only the last N runs")
+
+
+def run(args: argparse.Namespace) -> int:
+    with History(args.db) as history:
+        if args.name is None:
+            if args.format == "html":
+                raise WallfinderError("the list of names is text, md or json: give a NAME for html")
+            text = render_names(history.names(), args.format)
+        else:
+            text = render_history(history.trend(args.name, last=args.last), args.format)
+    write_report(text, args.output)
+    return 0
