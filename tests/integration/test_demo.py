@@ -146,6 +146,20 @@ def test_diff_of_the_dataloader_demo_and_its_fix_shows_what_moved(runs: Runs) ->
     assert any(m.kind in ("op", "cpu_op") and m.matched > 0 for m in d.matches)
 
 
+def test_diff_of_the_tiny_ops_demo_and_its_fix_shows_the_overhead_shrinking(runs: Runs) -> None:
+    from wallfinder.analysis.diff import diff
+
+    _, broken = runs("tiny-ops", False)
+    _, fixed = runs("tiny-ops", True)
+    d = diff(broken, fixed)
+    overhead = next(p for p in d.breakdown if p.part == "idle:host_overhead")
+    # Batched, the per-op overhead per step falls with the number of ops: many times less time.
+    assert overhead.after_s < overhead.before_s / 5
+    assert d.steps.speedup is not None
+    assert d.steps.speedup > 5
+    assert not d.steps.within_noise
+
+
 def test_batching_tiny_ops_makes_the_step_many_times_faster(runs: Runs) -> None:
     _, broken = runs("tiny-ops", False)
     _, fixed = runs("tiny-ops", True)

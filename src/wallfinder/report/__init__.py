@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 __all__ = ["DIFF_FORMATS", "FORMATS", "render", "render_diff", "render_steps"]
 
 FORMATS = ("text", "json", "md", "html")
-DIFF_FORMATS = ("text", "json", "md")
+DIFF_FORMATS = ("text", "json", "md", "html")
 
 
 def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
@@ -44,9 +44,14 @@ def render_steps(steps: Steps, fmt: str, *, width: int | None = None) -> str:
 
 
 def render_diff(diff: DiagnosisDiff, fmt: str, *, width: int | None = None) -> str:
-    """A diff of two diagnoses in format `fmt`: "text", "json" or "md"."""
+    """A diff of two diagnoses in format `fmt`: "text", "json", "md" or "html" (one
+    self-contained page)."""
     if fmt == "json":
         return diff.to_json() + "\n"
+    if fmt == "html":
+        from wallfinder.report.diff import render_diff_html
+
+        return render_diff_html(diff)
     if fmt == "md":
         from wallfinder.report.diff import render_diff_markdown
 

@@ -1,10 +1,13 @@
-"""Reports of a `DiagnosisDiff` (`wallfinder diff`): the terminal form and Markdown. Every
-figure comes from the diff; this module only formats."""
+"""Reports of a `DiagnosisDiff` (`wallfinder diff`): the terminal form, Markdown and one
+self-contained HTML page (the report page's inlined plotly, script and Content-Security-Policy).
+Every figure comes from the diff; this module only formats."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+from markupsafe import Markup
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -12,7 +15,7 @@ from rich.text import Text
 from wallfinder.diagnosis import DiagnosisDiff, PartChange
 from wallfinder.report import _format as fmt
 
-__all__ = ["render_diff_markdown", "render_diff_text", "verdict_line"]
+__all__ = ["render_diff_html", "render_diff_markdown", "render_diff_text", "verdict_line"]
 
 _PARTS = {
     "compute": "compute",
@@ -22,6 +25,8 @@ _PARTS = {
 }
 _KIND = {"op": "op", "kernel": "kernel", "cpu_op": "CPU op"}
 _STATUS_ORDER = ("resolved", "new", "remaining")
+NAME_CHARS = 90
+"""The longest name the HTML page shows in a cell (the whole name is its tooltip)."""
 
 
 def part_label(part: str) -> str:
@@ -221,3 +226,174 @@ def render_diff_markdown(x: DiagnosisDiff) -> str:
         out += ["", *(f"- _note:_ {text(n)}" for n in x.notes)]
     out += ["", f"<sub>wallfinder · {x.schema}</sub>", ""]
     return "\n".join(out)
+
+
+# HTML ---------------------------------------------------------------------------------------
+
+
+def render_diff_html(x: DiagnosisDiff) -> str:
+    """The diff as one self-contained HTML page."""
+    from wallfinder.report.html import (
+        WALL_COLOR,
+        _asset,
+        _csp,
+        _environment,
+        _plotly_js,
+        _script_json,
+        _version,
+    )
+
+    plotly_js = _plotly_js()
+    page_js = _asset("report.js")
+    return (
+        _environment()
+        .from_string(_asset("diff.html"))
+        .render(
+            x=x,
+            step=_step_view(x),
+            verdict=_verdict_view(x),
+            breakdown=_breakdown_rows(x),
+            findings=_finding_rows(x),
+            moved=_moved_rows(x),
+            matches=match_lines(x),
+            mfu=mfu_line(x),
+            wall_color=WALL_COLOR,
+            csp=_csp((plotly_js, page_js)),
+            css=Markup(_asset("report.css")),
+            plotly_js=Markup(plotly_js),
+            page_js=Markup(page_js),
+            figures=Markup(_script_json(_figures(x))),
+            version=_version(),
+        )
+    )
+
+
+def _step_view(x: DiagnosisDiff) -> dict[str, Any]:
+    s = x.steps
+    if s.speedup is None:
+        speed = "—"
+    elif s.change_s == 0:
+        speed = "unchanged"
+    elif s.speedup >= 1:
+        speed = f"{s.speedup:.2f}x faster"
+    else:
+        speed = f"{1 / s.speedup:.2f}x slower"
+    judgement = "faster" if s.change_s < 0 else "slower"
+    if s.within_noise:
+        judgement = "within the noise"
+    return {
+        "before": fmt.ms(s.before_s),
+        "after": fmt.ms(s.after_s),
+        "change": f"{s.change_s * 1e3:+.2f} ms ({s.change * 100:+.1f}%)".replace("-", "−"),
+        "speed": speed,
+        "judgement": judgement,
+        "noise": f"±{fmt.ms(s.noise_s)} ms",
+        "cv": f"{fmt.pct(s.cv_before)} → {fmt.pct(s.cv_after)}",
+        "note": s.note,
+    }
+
+
+def _verdict_view(x: DiagnosisDiff) -> dict[str, Any]:
+    v = x.verdict
+    return {
+        "line": verdict_line(x),
+        "before_cause": fmt.cause_label(v.before_wall, v.before_cause),
+        "after_cause": fmt.cause_label(v.after_wall, v.after_cause),
+    }
+
+
+def _share(share: float | None) -> str:
+    return "—" if share is None else fmt.pct(share)
+
+
+def _breakdown_rows(x: DiagnosisDiff) -> list[dict[str, Any]]:
+    return [
+        {
+            "label": part_label(p.part).strip(),
+            "sub": p.part.startswith("idle:"),
+            "before": fmt.pct(p.before),
+            "after": fmt.pct(p.after),
+            "change": f"{(p.after - p.before) * 100:+.1f} pts".replace("-", "−"),
+            "before_ms": fmt.ms(p.before_s),
+            "after_ms": fmt.ms(p.after_s),
+        }
+        for p in _shown_parts(x)
+    ]
+
+
+def _finding_rows(x: DiagnosisDiff) -> list[dict[str, Any]]:
+    order = {status: i for i, status in enumerate(_STATUS_ORDER)}
+    return [
+        {
+            "status": f.status,
+            "status_v": order[f.status],
+            "id": f.id,
+            "title": f.title,
+            "before": _share(f.share_before),
+            "before_v": "" if f.share_before is None else f.share_before,
+            "after": _share(f.share_after),
+            "after_v": "" if f.share_after is None else f.share_after,
+        }
+        for f in x.findings
+    ]
+
+
+def _moved_rows(x: DiagnosisDiff) -> list[dict[str, Any]]:
+    rows = []
+    for m in x.moved:
+        name = (fmt.short_kernel(m.name) if m.kind == "kernel" else "") or m.name
+        rows.append(
+            {
+                "kind": _KIND[m.kind],
+                "name": fmt.ellipsize(name, NAME_CHARS),
+                "full": m.name,
+                "shapes": "" if m.shapes is None else fmt.ellipsize(m.shapes, NAME_CHARS),
+                "shapes_full": m.shapes or "",
+                "before": fmt.ms(m.before_s),
+                "before_v": m.before_s * 1e3,
+                "after": fmt.ms(m.after_s),
+                "after_v": m.after_s * 1e3,
+                "change": f"{m.change_s * 1e3:+.2f}".replace("-", "−"),
+                "change_v": m.change_s * 1e3,
+            }
+        )
+    return rows
+
+
+def _figures(x: DiagnosisDiff) -> dict[str, Any]:
+    """Grouped bars: each breakdown part and idle cause in ms per step, before and after
+    (horizontal, so that the parts' names read whole)."""
+    from wallfinder.report.html import _layout, _plot_text
+
+    parts = _shown_parts(x)
+    labels = [
+        _plot_text(("↳ " if p.part.startswith("idle:") else "") + part_label(p.part).strip())
+        for p in parts
+    ]
+    bars = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "name": name,
+            "y": labels,
+            "x": [getattr(p, name + "_s") * 1e3 for p in parts],
+            "customdata": [fmt.pct(getattr(p, name)) for p in parts],
+            "marker": {"color": color},
+            "hovertemplate": f"{name}: %{{x:.2f}} ms per step (%{{customdata}} of the step)"
+            "<extra></extra>",
+        }
+        for name, color in (("before", "#8c959f"), ("after", "#0969da"))
+    ]
+    return {
+        "plot-breakdown": {
+            "data": bars,
+            "layout": _layout(
+                height=120 + 44 * len(parts),
+                barmode="group",
+                legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
+                margin={"l": 60, "r": 16, "t": 32, "b": 48},
+                xaxis={"title": {"text": "ms per step"}, "rangemode": "tozero"},
+                yaxis={"type": "category", "autorange": "reversed"},
+            ),
+        }
+    }
