@@ -14,11 +14,13 @@ import msgspec
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose
 from wallfinder.analysis.collectives import RankCollectives, join, rank_collectives
-from wallfinder.diagnosis import SCHEMA, Diagnosis, JobSummary
+from wallfinder.analysis.memory import memory_report
+from wallfinder.diagnosis import SCHEMA, Diagnosis, JobSummary, MemoryReport
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
 from wallfinder.hardware.profile import load_device_profile
 from wallfinder.trace import Progress, Trace, find_trace_files, load_trace, process_context
+from wallfinder.trace.snapshot import load_snapshot
 
 
 @dataclass(frozen=True)
@@ -299,3 +301,10 @@ def _spec_of(d: Diagnosis) -> DeviceSpec | None:
         return get_spec(d.device.matched_spec)
     except WallfinderError:
         return None
+
+
+def analyze_memory(path: str | Path) -> MemoryReport:
+    """What fills GPU memory, from the CUDA allocator snapshot at `path`
+    (`torch.cuda.memory._dump_snapshot`, plain or gzip). The pickle is loaded without running
+    code: anything but plain data is refused with a `WallfinderError`."""
+    return memory_report(load_snapshot(path), source=str(path))

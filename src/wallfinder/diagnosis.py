@@ -543,3 +543,99 @@ class DiagnosisDiff(_Base, frozen=True, kw_only=True):
     @classmethod
     def from_json(cls, text: str | bytes) -> DiagnosisDiff:
         return msgspec.json.decode(text, type=cls)
+
+
+MEMORY_SCHEMA = "wallfinder.memory/1"
+
+
+class MemorySite(_Base, frozen=True):
+    """Live bytes from one call site: the first frame outside torch and site-packages (else
+    the innermost frame). `category` is a heuristic guess from the stack (see
+    `wallfinder.analysis.memory`)."""
+
+    site: str
+    category: str
+    bytes: int
+    count: int
+
+
+class MemoryBlock(_Base, frozen=True):
+    """One live allocation of the snapshot."""
+
+    device: int
+    bytes: int
+    site: str
+    category: str
+
+
+class DeviceMemory(_Base, frozen=True):
+    """One device's allocator state at the snapshot (bytes)."""
+
+    device: int
+    reserved: int
+    allocated: int
+    free: int
+    """Reserved but not allocated: cached by the allocator, unusable by other processes."""
+    segments: int
+    largest_free_block: int
+    categories: dict[str, int] = {}
+
+
+class MemoryPeak(_Base, frozen=True):
+    """The peak of allocated bytes over one device's recorded history (replaying alloc and
+    free events). `baseline` is what was already allocated when the history begins."""
+
+    device: int
+    bytes: int
+    index: int
+    events: int
+    time_us: int | None
+    baseline: int
+    start: int
+    end: int
+    growth: int
+    categories: dict[str, int] = {}
+    sites: list[MemorySite] = []
+
+
+class LeakSuspect(_Base, frozen=True):
+    """A call site whose allocations in the history are never freed, spread over it."""
+
+    device: int
+    site: str
+    category: str
+    count: int
+    bytes: int
+
+
+class OomEvent(_Base, frozen=True):
+    device: int
+    index: int
+    time_us: int | None
+    requested: int
+    device_free: int
+    allocated: int | None
+
+
+class MemoryFinding(_Base, frozen=True):
+    id: str
+    title: str
+    evidence: str
+    fix: str
+
+
+class MemoryReport(_Base, frozen=True, kw_only=True):
+    """What fills GPU memory, from an allocator snapshot (`wallfinder memory`): bytes in
+    integers, categories are heuristics on call stacks, never certainties."""
+
+    schema: str = MEMORY_SCHEMA
+    source: str
+    devices: list[DeviceMemory] = []
+    categories: dict[str, int] = {}
+    sites: list[MemorySite] = []
+    largest: list[MemoryBlock] = []
+    peaks: list[MemoryPeak] = []
+    leaks: list[LeakSuspect] = []
+    ooms: list[OomEvent] = []
+    findings: list[MemoryFinding] = []
+    notes: list[str] = []

@@ -16,6 +16,7 @@ from wallfinder.cli.commands import check as check_command
 from wallfinder.cli.commands import demo as demo_command
 from wallfinder.cli.commands import diff as diff_command
 from wallfinder.cli.commands import history as history_command
+from wallfinder.cli.commands import memory as memory_command
 from wallfinder.cli.commands import roofline as roofline_command
 from wallfinder.cli.commands import run as run_command
 from wallfinder.errors import WallfinderError
@@ -29,6 +30,7 @@ COMMANDS = {
     "diff": diff_command,
     "check": check_command,
     "history": history_command,
+    "memory": memory_command,
 }
 
 

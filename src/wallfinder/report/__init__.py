@@ -5,12 +5,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wallfinder.diagnosis import Diagnosis, DiagnosisDiff, Steps
+    from wallfinder.diagnosis import Diagnosis, DiagnosisDiff, MemoryReport, Steps
 
-__all__ = ["DIFF_FORMATS", "FORMATS", "render", "render_diff", "render_steps"]
+__all__ = [
+    "DIFF_FORMATS",
+    "FORMATS",
+    "MEMORY_FORMATS",
+    "render",
+    "render_diff",
+    "render_memory",
+    "render_steps",
+]
 
 FORMATS = ("text", "json", "md", "html")
 DIFF_FORMATS = ("text", "json", "md", "html")
+MEMORY_FORMATS = ("text", "json", "md")
 
 
 def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
@@ -61,3 +70,18 @@ def render_diff(diff: DiagnosisDiff, fmt: str, *, width: int | None = None) -> s
     from wallfinder.report.diff import render_diff_text
 
     return render_diff_text(diff, width=width)
+
+
+def render_memory(report: MemoryReport, fmt: str, *, width: int | None = None) -> str:
+    """A memory report (`wallfinder memory`) in format `fmt`: "text", "json" or "md"."""
+    if fmt == "json":
+        return report.to_json() + "\n"
+    if fmt == "md":
+        from wallfinder.report.memory import render_memory_markdown
+
+        return render_memory_markdown(report)
+    if fmt != "text":
+        raise ValueError(f"unknown memory format {fmt!r}: one of {', '.join(MEMORY_FORMATS)}")
+    from wallfinder.report.memory import render_memory_text
+
+    return render_memory_text(report, width=width)

@@ -1,0 +1,374 @@
+"""What fills GPU memory, from a CUDA allocator snapshot: pure functions, no file I/O.
+
+From the segments: reserved and allocated bytes per device, fragmentation, live blocks by
+call site, the largest allocations. From the recorded history (`device_traces`): the peak of
+allocated bytes and what was live then, growth over the history, call sites whose allocations
+are never freed, out-of-memory events.
+
+Categories (parameters, optimizer state, gradients, activations) are heuristics on the call
+stack of each allocation, not facts the allocator records: a stack through `torch/optim/` is
+optimizer state, one through autograd's backward is a gradient, one through `Module._apply`,
+`.to`, `.cuda` or parameter initialisation is a parameter, another through a `forward` is an
+activation or temporary, anything else is unknown.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from wallfinder.diagnosis import (
+    DeviceMemory,
+    LeakSuspect,
+    MemoryBlock,
+    MemoryFinding,
+    MemoryPeak,
+    MemoryReport,
+    MemorySite,
+    OomEvent,
+)
+from wallfinder.trace.snapshot import Snapshot, SnapshotFrame, TraceEntry
+
+__all__ = ["CATEGORIES", "MemoryThresholds", "call_site", "category", "memory_report"]
+
+GiB = 1024**3
+
+CATEGORIES = ("parameters", "optimizer", "gradients", "activations", "unknown")
+
+_PARAM_FUNCS = {"_apply", "to", "cuda", "reset_parameters", "__init__", "to_empty"}
+_BACKWARD_FUNCS = {"backward", "_engine_run_backward", "run_backward", "grad"}
+_FORWARD_FUNCS = {"forward", "_call_impl", "_wrapped_call_impl"}
+
+
+@dataclass(frozen=True)
+class MemoryThresholds:
+    """When a pattern becomes a finding."""
+
+    fragmentation_ratio: float = 1.5
+    fragmentation_free: int = GiB
+    activation_share: float = 0.5
+    optimizer_share: float = 0.3
+    optimizer_bytes: int = GiB
+    leak_min_count: int = 3
+    top: int = 10
+
+
+def _library(frame: SnapshotFrame) -> bool:
+    f = frame.filename.replace("\\", "/")
+    return (
+        not f.endswith(".py")
+        or "/torch/" in f
+        or f.startswith("torch/")
+        or "site-packages/" in f
+        or "dist-packages/" in f
+    )
+
+
+def call_site(frames: Sequence[SnapshotFrame]) -> str:
+    """The first frame (innermost first) outside torch and site-packages, else the first."""
+    if not frames:
+        return "unknown (no stack recorded)"
+    frame = next((f for f in frames if not _library(f)), frames[0])
+    return f"{frame.filename}:{frame.line} ({frame.name})"
+
+
+def category(frames: Sequence[SnapshotFrame]) -> str:
+    """A heuristic guess at what an allocation holds, from its call stack."""
+    files = [f.filename.replace("\\", "/") for f in frames]
+    if any("torch/optim/" in f for f in files):
+        return "optimizer"
+    if any(
+        f.name in _BACKWARD_FUNCS or "torch/autograd/" in p
+        for f, p in zip(frames, files, strict=True)
+    ):
+        return "gradients"
+    for f, p in zip(frames, files, strict=True):
+        if "nn/modules/module.py" in p and f.name in _PARAM_FUNCS:
+            return "parameters"
+        if p.endswith("nn/init.py") or f.name == "reset_parameters":
+            return "parameters"
+        if "nn/modules/" in p and f.name == "__init__":
+            return "parameters"
+    if any(f.name in _FORWARD_FUNCS for f in frames):
+        return "activations"
+    return "unknown"
+
+
+def _by_site(items: Sequence[tuple[int, Sequence[SnapshotFrame]]], top: int) -> list[MemorySite]:
+    # One row per call site and category: a training-loop line that builds both the
+    # parameters and the optimizer state shows as two rows, not one mislabelled one.
+    sizes: dict[tuple[str, str], int] = defaultdict(int)
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for size, frames in items:
+        key = (call_site(frames), category(frames))
+        sizes[key] += size
+        counts[key] += 1
+    ranked = sorted(sizes, key=lambda k: (-sizes[k], k))[:top]
+    return [
+        MemorySite(site=s, category=c, bytes=sizes[s, c], count=counts[s, c]) for s, c in ranked
+    ]
+
+
+def _categories(items: Sequence[tuple[int, Sequence[SnapshotFrame]]]) -> dict[str, int]:
+    out = dict.fromkeys(CATEGORIES, 0)
+    for size, frames in items:
+        out[category(frames)] += size
+    return out
+
+
+def _devices(snapshot: Snapshot) -> list[DeviceMemory]:
+    out = []
+    for device in sorted({s.device for s in snapshot.segments}):
+        segs = [s for s in snapshot.segments if s.device == device]
+        reserved = sum(s.reserved for s in segs)
+        allocated = sum(s.allocated for s in segs)
+        free_blocks = [b.size for s in segs for b in s.blocks if not b.live]
+        live = [(b.size, b.stack) for s in segs for b in s.blocks if b.live]
+        out.append(
+            DeviceMemory(
+                device=device,
+                reserved=reserved,
+                allocated=allocated,
+                free=max(0, reserved - allocated),
+                segments=len(segs),
+                largest_free_block=max(free_blocks, default=0),
+                categories=_categories(live),
+            )
+        )
+    return out
+
+
+@dataclass
+class _Replay:
+    peak: MemoryPeak
+    leaks: list[LeakSuspect]
+    ooms: list[OomEvent]
+
+
+def _replay(
+    device: int, entries: Sequence[TraceEntry], allocated_now: int | None, th: MemoryThresholds
+) -> _Replay:
+    # The history is a ring buffer: it may begin with memory already allocated. The snapshot's
+    # segments give the allocated bytes at its end, so the start is that minus the net change.
+    free_action = (
+        "free_completed" if any(e.action == "free_completed" for e in entries) else "free_requested"
+    )
+    curve = [0] * len(entries)
+    current = low = 0
+    seen: set[int] = set()
+    unmatched = 0
+    for i, e in enumerate(entries):
+        if e.action == "alloc":
+            current += e.size
+            seen.add(e.addr)
+        elif e.action == free_action:
+            current -= e.size
+            if e.addr not in seen:
+                unmatched += e.size
+        curve[i] = current
+        low = min(low, current)
+    baseline = max(unmatched, -low, 0)
+    if allocated_now is not None and allocated_now - current >= baseline:
+        baseline = allocated_now - current
+    peak_index = max(range(len(curve)), key=lambda i: (curve[i], -i))
+    live: dict[int, tuple[int, int, list[SnapshotFrame]]] = {}
+    at_peak: list[tuple[int, Sequence[SnapshotFrame]]] = []
+    ooms = []
+    for i, e in enumerate(entries):
+        if e.action == "alloc":
+            live[e.addr] = (i, e.size, e.frames)
+        elif e.action == free_action:
+            live.pop(e.addr, None)
+        elif e.action == "oom":
+            ooms.append(
+                OomEvent(
+                    device=device,
+                    index=i,
+                    time_us=e.time_us,
+                    requested=e.size,
+                    device_free=e.addr,
+                    allocated=baseline + curve[i],
+                )
+            )
+        if i == peak_index:
+            at_peak = [(size, frames) for _, size, frames in live.values()]
+    peak = MemoryPeak(
+        device=device,
+        bytes=baseline + curve[peak_index],
+        index=peak_index,
+        events=len(entries),
+        time_us=entries[peak_index].time_us,
+        baseline=baseline,
+        start=baseline,
+        end=baseline + current,
+        growth=current,
+        categories=_categories(at_peak),
+        sites=_by_site(at_peak, th.top),
+    )
+    return _Replay(peak=peak, leaks=_leaks(device, live, len(entries), th), ooms=ooms)
+
+
+def _leaks(
+    device: int,
+    live: dict[int, tuple[int, int, list[SnapshotFrame]]],
+    n: int,
+    th: MemoryThresholds,
+) -> list[LeakSuspect]:
+    # Never freed is not enough (parameters and optimizer state live for the whole run):
+    # a suspect site keeps allocating without freeing in every third of the history.
+    groups: dict[str, list[tuple[int, int, list[SnapshotFrame]]]] = defaultdict(list)
+    for item in live.values():
+        groups[call_site(item[2])].append(item)
+    out = []
+    for site, items in groups.items():
+        thirds = {3 * index // max(n, 1) for index, _, _ in items}
+        if len(items) >= th.leak_min_count and thirds == {0, 1, 2}:
+            out.append(
+                LeakSuspect(
+                    device=device,
+                    site=site,
+                    category=category(items[0][2]),
+                    count=len(items),
+                    bytes=sum(size for _, size, _ in items),
+                )
+            )
+    return sorted(out, key=lambda s: (-s.bytes, s.site))
+
+
+Rule = Callable[[MemoryReport, MemoryThresholds], MemoryFinding | None]
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB" if abs(n) >= GiB else f"{n / 1024**2:.1f} MiB"
+
+
+def fragmentation(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+    worst = max(r.devices, key=lambda d: d.free, default=None)
+    if worst is None or worst.free <= th.fragmentation_free:
+        return None
+    if worst.reserved <= th.fragmentation_ratio * worst.allocated:
+        return None
+    return MemoryFinding(
+        id="memory-fragmentation",
+        title=f"Allocator cache holds {_gib(worst.free)} it is not using (device {worst.device})",
+        evidence=f"reserved {_gib(worst.reserved)} vs allocated {_gib(worst.allocated)} in "
+        f"{worst.segments} segments; largest free block {_gib(worst.largest_free_block)}",
+        fix="set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow instead of "
+        "fragmenting; avoid many differently shaped allocations (pad or bucket shapes)",
+    )
+
+
+def activations(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+    if r.peaks:
+        peak = max(r.peaks, key=lambda p: p.bytes)
+        cats, total, where = peak.categories, peak.bytes, f"the peak (device {peak.device})"
+    else:
+        cats, total, where = r.categories, sum(d.allocated for d in r.devices), "the snapshot"
+    act = cats.get("activations", 0)
+    if total <= 0 or act / total < th.activation_share:
+        return None
+    return MemoryFinding(
+        id="memory-activations",
+        title=f"Activations and temporaries are {act / total:.0%} of memory at {where}",
+        evidence=f"{_gib(act)} of {_gib(total)} allocated from forward frames (heuristic)",
+        fix="activation checkpointing (torch.utils.checkpoint) on the largest blocks, bf16 "
+        "autocast, or a smaller micro-batch with gradient accumulation",
+    )
+
+
+def optimizer(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+    views = [(r.categories, sum(d.allocated for d in r.devices))]
+    views += [(p.categories, p.bytes) for p in r.peaks]
+    cats, total = max(views, key=lambda v: v[0].get("optimizer", 0))
+    opt = cats.get("optimizer", 0)
+    if total <= 0 or opt < th.optimizer_bytes or opt / total < th.optimizer_share:
+        return None
+    params = cats.get("parameters", 0)
+    ratio = f" ({opt / params:.1f}x the parameters)" if params else ""
+    return MemoryFinding(
+        id="memory-optimizer-state",
+        title=f"Optimizer state is {opt / total:.0%} of allocated memory",
+        evidence=f"{_gib(opt)} from torch/optim/ frames{ratio}, of {_gib(total)} (heuristic)",
+        fix="shard the optimizer state across ranks (FSDP, ZeRO via DeepSpeed or "
+        "ZeroRedundancyOptimizer), or use an 8-bit optimizer (bitsandbytes)",
+    )
+
+
+def leaks(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+    if not r.leaks:
+        return None
+    top = r.leaks[0]
+    return MemoryFinding(
+        id="memory-leak-suspect",
+        title=f"{len(r.leaks)} call site(s) keep allocating and never free",
+        evidence=f"{top.site}: {top.count} allocations, {_gib(top.bytes)} never freed over the "
+        f"history, found in every third of it",
+        fix="find tensors kept across steps (losses or outputs appended for logging): keep "
+        "`.detach()` or `.item()` values, every N steps, not tensors with their graph",
+    )
+
+
+def oom(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+    if not r.ooms:
+        return None
+    e = r.ooms[0]
+    held = f", {_gib(e.allocated)} allocated" if e.allocated is not None else ""
+    return MemoryFinding(
+        id="memory-oom",
+        title=f"Out of memory on device {e.device} ({len(r.ooms)} event(s))",
+        evidence=f"a request for {_gib(e.requested)} failed with {_gib(e.device_free)} free on "
+        f"the device{held}",
+        fix="lower the peak: see the call sites live at the peak; activation checkpointing, a "
+        "smaller micro-batch, or expandable_segments if reserved memory is fragmented",
+    )
+
+
+RULES: list[Rule] = [oom, fragmentation, activations, optimizer, leaks]
+
+
+def memory_report(
+    snapshot: Snapshot, *, source: str = "snapshot", thresholds: MemoryThresholds | None = None
+) -> MemoryReport:
+    """What fills GPU memory in `snapshot`, with the findings that follow from it."""
+    th = thresholds or MemoryThresholds()
+    devices = _devices(snapshot)
+    live = [(seg.device, block) for seg in snapshot.segments for block in seg.blocks if block.live]
+    items = [(b.size, b.stack) for _, b in live]
+    largest = sorted(live, key=lambda db: -db[1].size)[: th.top]
+    notes = []
+    allocated = {d.device: d.allocated for d in devices}
+    peaks, found_leaks, ooms = [], [], []
+    for device, entries in enumerate(snapshot.device_traces):
+        if not entries:
+            continue
+        replay = _replay(device, entries, allocated.get(device), th)
+        peaks.append(replay.peak)
+        found_leaks += replay.leaks
+        ooms += replay.ooms
+    if not peaks:
+        notes.append(
+            "no allocation history: call torch.cuda.memory._record_memory_history() before "
+            "the snapshot to see the peak, growth and leaks"
+        )
+    if not snapshot.segments:
+        notes.append("no segments: the snapshot holds no allocator state")
+    notes.append("categories are heuristics on call stacks, not recorded facts")
+    report = MemoryReport(
+        source=source,
+        devices=devices,
+        categories=_categories(items),
+        sites=_by_site(items, th.top),
+        largest=[
+            MemoryBlock(device=d, bytes=b.size, site=call_site(b.stack), category=category(b.stack))
+            for d, b in largest
+        ],
+        peaks=peaks,
+        leaks=found_leaks,
+        ooms=ooms,
+        notes=notes,
+    )
+    findings = [f for rule in RULES if (f := rule(report, th)) is not None]
+    return msgspec.structs.replace(report, findings=findings)

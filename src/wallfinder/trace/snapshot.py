@@ -1,0 +1,198 @@
+"""Loading PyTorch CUDA allocator snapshots (`torch.cuda.memory._dump_snapshot(path)`).
+
+A snapshot is a pickle, and a pickle can run code when it is loaded. The format is plain
+dicts, lists, strings and numbers, so the unpickler here refuses every global a pickle asks
+for (`find_class`): a pickle that needs one is not a plain snapshot, and nothing it names is
+ever imported or called. Gzip-compressed snapshots are read too. Every key is optional: older
+and newer torch versions add and drop fields.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import zlib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from wallfinder.errors import WallfinderError
+
+__all__ = [
+    "MAX_SNAPSHOT_BYTES",
+    "Snapshot",
+    "SnapshotBlock",
+    "SnapshotFrame",
+    "SnapshotSegment",
+    "TraceEntry",
+    "load_snapshot",
+    "parse_snapshot",
+]
+
+MAX_SNAPSHOT_BYTES = 4 * 1024**3
+"""The most bytes (after decompression) a snapshot may have: a guard against a file that is
+not a snapshot at all, or a compressed file that expands without end."""
+
+
+class SnapshotFrame(msgspec.Struct, frozen=True):
+    filename: str = "??"
+    line: int = 0
+    name: str = "??"
+
+
+class _HistoryEntry(msgspec.Struct, frozen=True):
+    frames: list[SnapshotFrame] = []
+
+
+class SnapshotBlock(msgspec.Struct, frozen=True):
+    """A block of a segment: a live allocation ("active_allocated", or "active_pending_free"
+    while its stream uses finish) or free space ("inactive"). `frames[0]` is the innermost."""
+
+    size: int = 0
+    requested_size: int | None = None
+    address: int | None = None
+    state: str = "inactive"
+    frames: list[SnapshotFrame] = []
+    history: list[_HistoryEntry] = []
+    """Older snapshots keep the frames here instead (the last entry is the current one)."""
+
+    @property
+    def live(self) -> bool:
+        return self.state.startswith("active")
+
+    @property
+    def stack(self) -> list[SnapshotFrame]:
+        if self.frames or not self.history:
+            return self.frames
+        return self.history[-1].frames
+
+
+class SnapshotSegment(msgspec.Struct, frozen=True):
+    device: int = 0
+    address: int | None = None
+    total_size: int | None = None
+    allocated_size: int | None = None
+    active_size: int | None = None
+    requested_size: int | None = None
+    stream: int | None = None
+    segment_type: str | None = None
+    blocks: list[SnapshotBlock] = []
+
+    @property
+    def reserved(self) -> int:
+        if self.total_size is not None:
+            return self.total_size
+        return sum(b.size for b in self.blocks)
+
+    @property
+    def allocated(self) -> int:
+        if self.allocated_size is not None:
+            return self.allocated_size
+        return sum(b.size for b in self.blocks if b.live)
+
+
+class TraceEntry(msgspec.Struct, frozen=True):
+    """One allocator event of the recorded history. For "oom", torch puts the device's free
+    memory in `addr` and the requested bytes in `size`."""
+
+    action: str = ""
+    addr: int = 0
+    size: int = 0
+    stream: int | None = None
+    frames: list[SnapshotFrame] = []
+    time_us: int | None = None
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    segments: list[SnapshotSegment] = []
+    device_traces: list[list[TraceEntry]] = []
+    allocator_settings: dict[str, Any] | None = None
+
+
+class _RefusedError(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Loads plain data only: any global (a class, a function) is refused before import."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        # os.system pickles as posix.system (nt.system on Windows): name it as people know it.
+        shown = "os" if module in ("posix", "nt") else module
+        raise _RefusedError(f"{shown}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _RefusedError("a persistent object")
+
+
+def _read(path: Path, max_bytes: int) -> bytes:
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            raise WallfinderError(f"{path}: is a folder, expected an allocator snapshot file")
+        if size == 0:
+            raise WallfinderError(f"{path}: empty file, expected an allocator snapshot")
+        with path.open("rb") as f:
+            head = f.read(2)
+            f.seek(0)
+            if head != b"\x1f\x8b":
+                if size > max_bytes:
+                    raise WallfinderError(_too_big(path, max_bytes))
+                return f.read()
+            with gzip.GzipFile(fileobj=f) as g:
+                data = g.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise WallfinderError(f"{path}: no such file") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error):
+        raise WallfinderError(f"{path}: truncated or damaged gzip file") from None
+    except OSError as exc:
+        raise WallfinderError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise WallfinderError(_too_big(path, max_bytes))
+    if not data:
+        raise WallfinderError(f"{path}: empty file, expected an allocator snapshot")
+    return data
+
+
+def _too_big(path: Path, max_bytes: int) -> str:
+    return f"{path}: larger than {max_bytes / 1024**3:.1f} GiB, too big for an allocator snapshot"
+
+
+def load_snapshot(path: str | Path, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> Snapshot:
+    """The allocator snapshot pickled at `path` (plain or gzip), loaded without running any
+    code it holds. Raises `WallfinderError` with one line for anything else."""
+    path = Path(path)
+    return parse_snapshot(_read(path, max_bytes), source=str(path))
+
+
+def parse_snapshot(data: bytes, *, source: str = "snapshot") -> Snapshot:
+    """The snapshot in the pickled bytes `data` (see `load_snapshot`)."""
+    try:
+        raw = _PlainUnpickler(io.BytesIO(data)).load()
+    except _RefusedError as exc:
+        raise WallfinderError(
+            f"{source}: not a plain allocator snapshot: the pickle asks for {exc.what} "
+            "(refused: a pickle can run code)"
+        ) from None
+    except EOFError:
+        raise WallfinderError(f"{source}: truncated pickle (the file ends early)") from None
+    except pickle.UnpicklingError as exc:
+        if "truncated" in str(exc):
+            raise WallfinderError(f"{source}: truncated pickle (the file ends early)") from None
+        raise WallfinderError(f"{source}: not a pickle ({exc})") from None
+    except Exception as exc:  # arbitrary bytes fail in many ways inside the unpickler
+        raise WallfinderError(f"{source}: not a pickle ({type(exc).__name__})") from None
+    if not isinstance(raw, dict) or not ("segments" in raw or "device_traces" in raw):
+        what = f"a dict with keys {sorted(map(str, raw))[:5]}" if isinstance(raw, dict) else None
+        raise WallfinderError(
+            f"{source}: not an allocator snapshot: a pickled {what or type(raw).__name__}, "
+            "expected a dict with 'segments' (torch.cuda.memory._dump_snapshot)"
+        )
+    try:
+        return msgspec.convert(raw, Snapshot)
+    except msgspec.ValidationError as exc:
+        raise WallfinderError(f"{source}: not a plain allocator snapshot: {exc}") from None

@@ -1,0 +1,362 @@
+"""`wallfinder memory`: allocator snapshots built here in torch's documented format, loaded
+safely, analysed, and rendered by the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wallfinder.analysis.memory import MemoryThresholds, call_site, category, memory_report
+from wallfinder.cli import main
+from wallfinder.errors import WallfinderError
+from wallfinder.trace.snapshot import SnapshotFrame, load_snapshot, parse_snapshot
+
+GiB = 1024**3
+MiB = 1024**2
+
+TRAIN = {"filename": "/home/me/train.py", "line": 40, "name": "train_step"}
+MODEL = {"filename": "/home/me/model.py", "line": 12, "name": "forward"}
+LOG = {"filename": "/home/me/train.py", "line": 55, "name": "log_loss"}
+LINEAR = {
+    "filename": "/venv/site-packages/torch/nn/modules/linear.py",
+    "line": 9,
+    "name": "forward",
+}
+CALL = {
+    "filename": "/venv/site-packages/torch/nn/modules/module.py",
+    "line": 1,
+    "name": "_call_impl",
+}
+APPLY = {"filename": "/venv/site-packages/torch/nn/modules/module.py", "line": 2, "name": "_apply"}
+TO = {"filename": "/venv/site-packages/torch/nn/modules/module.py", "line": 3, "name": "to"}
+ADAM = {"filename": "/venv/site-packages/torch/optim/adam.py", "line": 5, "name": "_init_group"}
+BACKWARD = {
+    "filename": "/venv/site-packages/torch/autograd/graph.py",
+    "line": 7,
+    "name": "_engine_run_backward",
+}
+
+ACTIVATION = [LINEAR, CALL, MODEL, CALL, TRAIN]
+PARAMETER = [APPLY, TO, TRAIN]
+OPTIMIZER = [ADAM, TRAIN]
+GRADIENT = [BACKWARD, TRAIN]
+
+
+class Builder:
+    """A snapshot in the format of torch.cuda.memory._snapshot(): segments of blocks, and a
+    recorded history per device."""
+
+    def __init__(self) -> None:
+        self.segments: list[dict[str, Any]] = []
+        self.trace: list[dict[str, Any]] = []
+        self.addr = 0x7F0000000000
+        self.time = 0
+
+    def segment(self, blocks: list[tuple[int, str, list[dict[str, Any]]]], device: int = 0) -> None:
+        base = self.addr
+        out = []
+        for size, state, frames in blocks:
+            out.append(
+                {
+                    "size": size,
+                    "requested_size": size,
+                    "address": self.addr,
+                    "state": state,
+                    "frames": frames,
+                }
+            )
+            self.addr += size
+        total = sum(b["size"] for b in out)
+        allocated = sum(b["size"] for b in out if b["state"] != "inactive")
+        self.segments.append(
+            {
+                "device": device,
+                "address": base,
+                "total_size": total,
+                "allocated_size": allocated,
+                "active_size": allocated,
+                "requested_size": allocated,
+                "stream": 0,
+                "segment_type": "large",
+                "blocks": out,
+            }
+        )
+
+    def alloc(self, size: int, frames: list[dict[str, Any]]) -> int:
+        self.addr += size
+        self._event("alloc", self.addr, size, frames)
+        return self.addr
+
+    def free(self, addr: int, size: int) -> None:
+        self._event("free_requested", addr, size, [])
+        self._event("free_completed", addr, size, [])
+
+    def oom(self, requested: int, device_free: int) -> None:
+        self._event("oom", device_free, requested, [])
+
+    def _event(self, action: str, addr: int, size: int, frames: list[dict[str, Any]]) -> None:
+        self.time += 10
+        self.trace.append(
+            {
+                "action": action,
+                "addr": addr,
+                "size": size,
+                "stream": 0,
+                "frames": frames,
+                "time_us": self.time,
+            }
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"segments": self.segments, "device_traces": [self.trace] if self.trace else []}
+
+    def write(self, path: Path, *, compress: bool = False) -> Path:
+        data = pickle.dumps(self.snapshot())
+        path.write_bytes(gzip.compress(data) if compress else data)
+        return path
+
+
+def training(steps: int = 6, leak: bool = True) -> Builder:
+    """Parameters and optimizer state once, then steps whose activations are freed; with
+    `leak`, each step keeps one tensor from the logging call site."""
+    b = Builder()
+    b.alloc(2 * GiB, PARAMETER)
+    b.alloc(4 * GiB, OPTIMIZER)
+    for _ in range(steps):
+        acts = [(b.alloc(3 * GiB, ACTIVATION), 3 * GiB) for _ in range(2)]
+        grad = b.alloc(1 * GiB, GRADIENT)
+        for addr, size in acts:
+            b.free(addr, size)
+        b.free(grad, 1 * GiB)
+        if leak:
+            b.alloc(8 * MiB, [LOG])
+    return b
+
+
+def report_of(b: Builder, **kwargs: Any) -> Any:
+    return memory_report(parse_snapshot(pickle.dumps(b.snapshot())), **kwargs)
+
+
+def test_call_site_is_the_first_frame_outside_torch_else_the_innermost() -> None:
+    frames = [SnapshotFrame(**f) for f in ACTIVATION]
+    assert call_site(frames) == "/home/me/model.py:12 (forward)"
+    assert call_site([SnapshotFrame(**LINEAR)]).startswith("/venv/site-packages/torch/nn")
+    assert call_site([]).startswith("unknown")
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        (ACTIVATION, "activations"),
+        (PARAMETER, "parameters"),
+        (OPTIMIZER, "optimizer"),
+        (GRADIENT, "gradients"),
+        ([TRAIN], "unknown"),
+    ],
+)
+def test_categories_are_guessed_from_the_stack(frames: list[dict[str, Any]], expected: str) -> None:
+    assert category([SnapshotFrame(**f) for f in frames]) == expected
+
+
+def test_peak_is_found_with_the_call_sites_live_then() -> None:
+    r = report_of(training(steps=3, leak=False))
+    (peak,) = r.peaks
+    # parameters 2 + optimizer 4 + two activations 3+3 + gradient 1
+    assert peak.bytes == 13 * GiB
+    assert peak.baseline == 0
+    assert peak.time_us is not None
+    assert r.peaks[0].sites[0].site == "/home/me/model.py:12 (forward)"
+    assert peak.sites[0].bytes == 6 * GiB
+    assert peak.sites[0].count == 2
+    assert peak.categories["activations"] == 6 * GiB
+    assert peak.categories["optimizer"] == 4 * GiB
+    assert peak.categories["parameters"] == 2 * GiB
+    assert peak.categories["gradients"] == 1 * GiB
+    assert peak.growth == 6 * GiB  # parameters and optimizer state stay
+    assert not r.leaks
+
+
+def test_history_that_starts_late_takes_its_baseline_from_the_segments() -> None:
+    b = Builder()
+    b.segment([(5 * GiB, "active_allocated", PARAMETER)])
+    a = b.alloc(1 * GiB, ACTIVATION)
+    b.free(a, 1 * GiB)
+    (peak,) = report_of(b).peaks
+    assert peak.baseline == 5 * GiB
+    assert peak.bytes == 6 * GiB
+
+
+def test_activations_dominating_the_peak_is_a_finding() -> None:
+    r = report_of(training(leak=False), thresholds=MemoryThresholds(activation_share=0.4))
+    assert "memory-activations" in {f.id for f in r.findings}
+    r = report_of(training(leak=False))  # 6 of 13 GiB: under one half
+    assert "memory-activations" not in {f.id for f in r.findings}
+
+
+def test_live_blocks_of_the_segments_are_grouped_by_call_site_and_category() -> None:
+    b = Builder()
+    b.segment([(2 * GiB, "active_allocated", PARAMETER), (6 * GiB, "active_allocated", OPTIMIZER)])
+    b.segment(
+        [(1 * GiB, "active_allocated", ACTIVATION), (1 * GiB, "active_allocated", ACTIVATION)]
+    )
+    r = report_of(b)
+    (device,) = r.devices
+    assert device.reserved == device.allocated == 10 * GiB
+    assert r.categories["optimizer"] == 6 * GiB
+    assert (r.sites[0].site, r.sites[0].category) == (
+        "/home/me/train.py:40 (train_step)",
+        "optimizer",
+    )
+    assert {s.site: s.count for s in r.sites}["/home/me/model.py:12 (forward)"] == 2
+    assert r.largest[0].bytes == 6 * GiB
+    assert r.largest[0].category == "optimizer"
+    ids = {f.id for f in r.findings}
+    assert "memory-optimizer-state" in ids
+    assert "memory-fragmentation" not in ids
+    assert any("no allocation history" in n for n in r.notes)
+
+
+def test_fragmented_cache_is_a_finding() -> None:
+    b = Builder()
+    for _ in range(4):
+        b.segment([(512 * MiB, "active_allocated", ACTIVATION), (1 * GiB, "inactive", [])])
+    r = report_of(b)
+    (device,) = r.devices
+    assert device.free == 4 * GiB
+    assert device.segments == 4
+    assert device.largest_free_block == 1 * GiB
+    (finding,) = [f for f in r.findings if f.id == "memory-fragmentation"]
+    assert "expandable_segments:True" in finding.fix
+
+
+def test_a_call_site_that_keeps_allocating_over_the_steps_is_a_leak_suspect() -> None:
+    r = report_of(training(steps=6, leak=True))
+    (leak,) = r.leaks
+    assert leak.site == "/home/me/train.py:55 (log_loss)"
+    assert leak.count == 6
+    assert leak.bytes == 48 * MiB
+    # parameters and optimizer state are never freed too, but they were allocated once
+    assert "memory-leak-suspect" in {f.id for f in r.findings}
+    assert r.peaks[0].growth == 6 * GiB + 48 * MiB
+
+
+def test_oom_is_reported_with_its_request() -> None:
+    b = training(steps=1, leak=False)
+    b.oom(requested=5 * GiB, device_free=1 * GiB)
+    r = report_of(b)
+    (oom,) = r.ooms
+    assert oom.requested == 5 * GiB
+    assert oom.device_free == 1 * GiB
+    assert oom.allocated == 6 * GiB
+    assert r.findings[0].id == "memory-oom"
+
+
+def test_missing_keys_are_tolerated() -> None:
+    raw = {"segments": [{"blocks": [{"size": 10, "state": "active_allocated"}]}]}
+    r = memory_report(parse_snapshot(pickle.dumps(raw)))
+    assert r.devices[0].allocated == 10
+    assert r.sites[0].site.startswith("unknown")
+
+
+class _RunsCode:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+class _OpensFile:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (str(self.marker), "w"))
+
+
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "x": _RunsCode(marker)}))
+    with pytest.raises(WallfinderError, match=r"asks for os\.system \(refused: a pickle can run"):
+        load_snapshot(path)
+    path.write_bytes(pickle.dumps(_OpensFile(marker), protocol=0))
+    with pytest.raises(WallfinderError, match=r"asks for (builtins|io)\.open"):
+        load_snapshot(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (pickle.dumps({"segments": []})[:-5], "truncated pickle"),
+        (b"hello, this is a text file\n", "not a pickle"),
+        (pickle.dumps([1, 2, 3]), "not an allocator snapshot: a pickled list"),
+        (pickle.dumps({"a": 1}), "not an allocator snapshot"),
+        (pickle.dumps({"segments": "no"}), "not a plain allocator snapshot"),
+        (gzip.compress(pickle.dumps({"segments": []}))[:-12], "truncated or damaged gzip"),
+    ],
+)
+def test_bad_files_give_one_clear_line(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(content)
+    with pytest.raises(WallfinderError, match=message):
+        load_snapshot(path)
+
+
+def test_size_guard_refuses_big_files(tmp_path: Path) -> None:
+    path = training().write(tmp_path / "snap.pickle")
+    with pytest.raises(WallfinderError, match="too big"):
+        load_snapshot(path, max_bytes=100)
+    gz = training().write(tmp_path / "snap.pickle.gz", compress=True)
+    with pytest.raises(WallfinderError, match="too big"):
+        load_snapshot(gz, max_bytes=100)
+
+
+def test_gzip_snapshots_load_like_plain_ones(tmp_path: Path) -> None:
+    plain = load_snapshot(training().write(tmp_path / "a.pickle"))
+    packed = load_snapshot(training().write(tmp_path / "b.pickle.gz", compress=True))
+    assert plain == packed
+
+
+def test_cli_prints_the_report_in_each_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    b = training(steps=6, leak=True)
+    b.segment([(512 * MiB, "active_allocated", ACTIVATION), (2 * GiB, "inactive", [])])
+    path = b.write(tmp_path / "snap.pickle")
+    assert main(["memory", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "peak on device 0: 13.04 GiB" in text
+    assert "/home/me/model.py:12 (forward)" in text
+    assert "leak suspects" in text
+    assert "expandable_segments:True" in text
+    assert main(["memory", str(path), "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == "wallfinder.memory/1"
+    assert data["peaks"][0]["bytes"] == 13 * GiB + 5 * 8 * MiB
+    out = tmp_path / "report.md"
+    assert main(["memory", str(path), "--format", "md", "-o", str(out)]) == 0
+    assert out.read_text().startswith("## wallfinder memory")
+
+
+def test_cli_bad_snapshot_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "evil.pickle"
+    path.write_bytes(pickle.dumps(_RunsCode(tmp_path / "pwned")))
+    assert main(["memory", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "refused: a pickle can run code" in err
+    assert main(["memory", str(tmp_path / "missing.pickle")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert not (tmp_path / "pwned").exists()
