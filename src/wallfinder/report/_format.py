@@ -9,9 +9,11 @@ __all__ = [
     "CAUSE_LABEL",
     "CPU_IDLE_LABEL",
     "IDLE_LABEL",
+    "breakdown_parts",
     "cause_label",
     "duration",
     "ellipsize",
+    "idle_causes",
     "idle_label",
     "ms",
     "part_label",
@@ -158,6 +160,20 @@ _PART_LABEL = {
         "idle": "overhead and waiting",
     },
 }
+
+
+def breakdown_parts(d: Diagnosis) -> list[tuple[str, float]]:
+    """The breakdown's parts in report order with their shares of the step (a CPU trace has no
+    copies row)."""
+    b = d.breakdown
+    parts = ("compute", "comm_exposed", "copy_exposed", "idle")
+    return [(p, getattr(b, p)) for p in parts if not (b.basis == "cpu" and p == "copy_exposed")]
+
+
+def idle_causes(d: Diagnosis) -> list[tuple[str, float]]:
+    """The idle causes that took any time, largest first, with their shares of the step."""
+    ranked = sorted(d.breakdown.idle_causes.items(), key=lambda kv: -kv[1])
+    return [(cause, share) for cause, share in ranked if share > 0]
 
 
 def part_label(d: Diagnosis, part: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from markupsafe import Markup
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -233,38 +232,20 @@ def render_diff_markdown(x: DiagnosisDiff) -> str:
 
 def render_diff_html(x: DiagnosisDiff) -> str:
     """The diff as one self-contained HTML page."""
-    from wallfinder.report.html import (
-        WALL_COLOR,
-        _asset,
-        _csp,
-        _environment,
-        _plotly_js,
-        _script_json,
-        _version,
-    )
+    from wallfinder.report.html import WALL_COLOR, render_page
 
-    plotly_js = _plotly_js()
-    page_js = _asset("report.js")
-    return (
-        _environment()
-        .from_string(_asset("diff.html"))
-        .render(
-            x=x,
-            step=_step_view(x),
-            verdict=_verdict_view(x),
-            breakdown=_breakdown_rows(x),
-            findings=_finding_rows(x),
-            moved=_moved_rows(x),
-            matches=match_lines(x),
-            mfu=mfu_line(x),
-            wall_color=WALL_COLOR,
-            csp=_csp((plotly_js, page_js)),
-            css=Markup(_asset("report.css")),
-            plotly_js=Markup(plotly_js),
-            page_js=Markup(page_js),
-            figures=Markup(_script_json(_figures(x))),
-            version=_version(),
-        )
+    return render_page(
+        "diff.html",
+        _figures(x),
+        x=x,
+        step=_step_view(x),
+        verdict=_verdict_view(x),
+        breakdown=_breakdown_rows(x),
+        findings=_finding_rows(x),
+        moved=_moved_rows(x),
+        matches=match_lines(x),
+        mfu=mfu_line(x),
+        wall_color=WALL_COLOR,
     )
 
 

@@ -7,23 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from markupsafe import Markup
 from rich.table import Table
 from rich.text import Text
 
 from wallfinder.history import NameCount, RunRecord, Trend
 from wallfinder.report import _format as fmt
-from wallfinder.report.html import (
-    WALL_COLOR,
-    _asset,
-    _csp,
-    _environment,
-    _layout,
-    _plot_text,
-    _plotly_js,
-    _script_json,
-    _version,
-)
+from wallfinder.report.html import WALL_COLOR, _layout, _plot_text, render_page
 from wallfinder.report.terminal import print_parts
 
 __all__ = ["HISTORY_FORMATS", "render_history", "render_names"]
@@ -166,24 +155,7 @@ def _markdown(t: Trend) -> str:
 
 
 def _html(t: Trend) -> str:
-    plotly_js = _plotly_js()
-    page_js = _asset("report.js")
-    figures = _figures(t)
-    return (
-        _environment()
-        .from_string(_asset("history.html"))
-        .render(
-            t=t,
-            rows=_rows(t),
-            summary=summary(t),
-            csp=_csp((plotly_js, page_js)),
-            css=Markup(_asset("report.css")),
-            plotly_js=Markup(plotly_js),
-            page_js=Markup(page_js),
-            figures=Markup(_script_json(figures)),
-            version=_version(),
-        )
-    )
+    return render_page("history.html", _figures(t), t=t, rows=_rows(t), summary=summary(t))
 
 
 def _figures(t: Trend) -> dict[str, Any]:

@@ -78,21 +78,38 @@ _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-se
 
 def render_html(d: Diagnosis) -> str:
     """The report as one self-contained HTML page."""
-    plotly_js = _plotly_js()
-    page_js = _asset("report.js")
-    template = _environment().from_string(_asset("report.html"))
     figures = _figures(d)
-    return template.render(
+    return render_page(
+        "report.html",
+        figures,
+        webgl=_uses_webgl(figures),
         d=d,
         v=_view(d, figures),
-        csp=_csp((plotly_js, page_js), webgl=_uses_webgl(figures)),
-        css=Markup(_asset("report.css")),
-        plotly_js=Markup(plotly_js),
-        page_js=Markup(page_js),
-        figures=Markup(_script_json(figures)),
         wall_color=WALL_COLOR,
         cause_label=fmt.cause_label,
-        version=_version(),
+    )
+
+
+def render_page(
+    template: str, figures: dict[str, Any], *, webgl: bool = False, **context: Any
+) -> str:
+    """One self-contained page from `template` (which extends `page.html`): the stylesheet,
+    plotly and the page script inlined, `figures` as inert JSON, and the Content-Security-
+    Policy that allows exactly those scripts. `context` is what the template shows."""
+    plotly_js = _plotly_js()
+    page_js = _asset("report.js")
+    return (
+        _environment()
+        .get_template(template)
+        .render(
+            **context,
+            csp=_csp((plotly_js, page_js), webgl=webgl),
+            css=Markup(_asset("report.css")),
+            plotly_js=Markup(plotly_js),
+            page_js=Markup(page_js),
+            figures=Markup(_script_json(figures)),
+            version=_version(),
+        )
     )
 
 
@@ -128,6 +145,7 @@ def _inline_script(js: str) -> str:
 @cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
+        loader=jinja2.FunctionLoader(_asset),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -232,14 +250,7 @@ def _breakdown_rows(d: Diagnosis) -> list[dict[str, Any]]:
     b = d.breakdown
     step_ms = b.per_step_ms["step"]
     rows = []
-    for part, share in (
-        ("compute", b.compute),
-        ("comm_exposed", b.comm_exposed),
-        ("copy_exposed", b.copy_exposed),
-        ("idle", b.idle),
-    ):
-        if b.basis == "cpu" and part == "copy_exposed":
-            continue
+    for part, share in fmt.breakdown_parts(d):
         rows.append(
             {
                 "label": fmt.part_label(d, part),
@@ -249,17 +260,16 @@ def _breakdown_rows(d: Diagnosis) -> list[dict[str, Any]]:
                 "color": PART_COLOR.get(part, IDLE_TOTAL_COLOR),
             }
         )
-    for cause, share in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
-        if share > 0:
-            rows.append(
-                {
-                    "label": fmt.idle_label(d, cause),
-                    "share": share,
-                    "ms": share * step_ms,
-                    "sub": True,
-                    "color": IDLE_COLOR.get(cause, "#c7c7c7"),
-                }
-            )
+    for cause, share in fmt.idle_causes(d):
+        rows.append(
+            {
+                "label": fmt.idle_label(d, cause),
+                "share": share,
+                "ms": share * step_ms,
+                "sub": True,
+                "color": IDLE_COLOR.get(cause, "#c7c7c7"),
+            }
+        )
     return rows
 
 

@@ -116,21 +116,11 @@ def _breakdown(d: Diagnosis) -> list[str]:
     b = d.breakdown
     step_ms = b.per_step_ms["step"]
     rows = ["| part | share | ms/step |", "|---|---:|---:|"]
-    for part, share in (
-        ("compute", b.compute),
-        ("comm_exposed", b.comm_exposed),
-        ("copy_exposed", b.copy_exposed),
-        ("idle", b.idle),
-    ):
-        if b.basis == "cpu" and part == "copy_exposed":
-            continue
+    for part, share in fmt.breakdown_parts(d):
         rows.append(f"| {fmt.part_label(d, part)} | {fmt.pct(share)} | {share * step_ms:.2f} |")
         if part == "idle":
-            for cause, c in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
-                if c > 0:
-                    rows.append(
-                        f"| ↳ {fmt.idle_label(d, cause)} | {fmt.pct(c)} | {c * step_ms:.2f} |"
-                    )
+            for cause, c in fmt.idle_causes(d):
+                rows.append(f"| ↳ {fmt.idle_label(d, cause)} | {fmt.pct(c)} | {c * step_ms:.2f} |")
     return rows
 
 

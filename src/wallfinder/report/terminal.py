@@ -14,8 +14,10 @@ from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow, Steps
 from wallfinder.report._format import (
     COLLECTIVE_COLUMNS,
     CPU_IDLE_LABEL,
+    breakdown_parts,
     cause_label,
     collective_cells,
+    idle_causes,
     idle_label,
     job_lines,
     part_label,
@@ -23,8 +25,6 @@ from wallfinder.report._format import (
     si,
     tensor_core_fix,
 )
-
-BREAKDOWN_PARTS = ("compute", "comm_exposed", "copy_exposed", "idle")
 
 NAME_WIDTH = 52
 """Kernel and op names are cut to this many characters so the figures beside them fit in 100
@@ -190,12 +190,10 @@ def _breakdown(d: Diagnosis) -> Table:
     table.add_column("part")
     table.add_column("share", justify="right")
     table.add_column("ms/step", justify="right")
-    parts = ("compute", "comm_exposed", "idle") if cpu else BREAKDOWN_PARTS
-    for part in parts:
-        share = getattr(b, part)
+    for part, share in breakdown_parts(d):
         table.add_row(part_label(d, part), _pct(share), f"{share * step_ms:.2f}")
-    for cause, share in sorted(b.idle_causes.items(), key=lambda kv: -kv[1]):
-        if share > 0 and (cause in CPU_IDLE_LABEL or not cpu):
+    for cause, share in idle_causes(d):
+        if cause in CPU_IDLE_LABEL or not cpu:
             table.add_row(
                 f"  └ {idle_label(d, cause)}", _pct(share), f"{share * step_ms:.2f}", style="dim"
             )
