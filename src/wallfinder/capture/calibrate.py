@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from wallfinder.capture import INSTALL_TORCH
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec, match_device
 from wallfinder.hardware.profile import Calibration, write_device_profile
 
 __all__ = [
-    "INSTALL_HINT",
     "SCHEMA",
     "CalibrationResult",
     "Figure",
@@ -37,7 +37,6 @@ __all__ = [
     "calibrate",
 ]
 
-INSTALL_HINT = "pip install 'wallfinder[torch]'"
 SCHEMA = "wallfinder.calibration/1"
 
 _GPU_DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -346,7 +345,7 @@ def _import_torch() -> Any:
         import torch
     except ImportError:
         raise WallfinderError(
-            f"calibrate measures the device with torch, which is not installed: {INSTALL_HINT}"
+            f"calibrate measures the device with torch, which is not installed: {INSTALL_TORCH}"
         ) from None
     return torch
 
