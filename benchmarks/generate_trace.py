@@ -14,7 +14,7 @@ and the output depends only on --seed and --size-mb.
 
     python benchmarks/generate_trace.py -o /tmp/big.json --size-mb 1000
     python benchmarks/generate_trace.py -o /tmp/small.json --size-mb 50 --check
-    python benchmarks/generate_trace.py -o /tmp/job/rank3.json --size-mb 8 --rank 3 --world-size 64
+    python benchmarks/generate_trace.py -o job/rank3.json --size-mb 8 --rank 3 --world-size 64
 """
 
 from __future__ import annotations

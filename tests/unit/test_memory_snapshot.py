@@ -20,9 +20,9 @@ from wallfinder.trace.snapshot import SnapshotFrame, load_snapshot, parse_snapsh
 GiB = 1024**3
 MiB = 1024**2
 
-TRAIN = {"filename": "/home/me/train.py", "line": 40, "name": "train_step"}
-MODEL = {"filename": "/home/me/model.py", "line": 12, "name": "forward"}
-LOG = {"filename": "/home/me/train.py", "line": 55, "name": "log_loss"}
+TRAIN = {"filename": "project/train.py", "line": 40, "name": "train_step"}
+MODEL = {"filename": "project/model.py", "line": 12, "name": "forward"}
+LOG = {"filename": "project/train.py", "line": 55, "name": "log_loss"}
 LINEAR = {
     "filename": "/venv/site-packages/torch/nn/modules/linear.py",
     "line": 9,
@@ -145,7 +145,7 @@ def report_of(b: Builder, **kwargs: Any) -> Any:
 
 def test_call_site_is_the_first_frame_outside_torch_else_the_innermost() -> None:
     frames = [SnapshotFrame(**f) for f in ACTIVATION]
-    assert call_site(frames) == "/home/me/model.py:12 (forward)"
+    assert call_site(frames) == "project/model.py:12 (forward)"
     assert call_site([SnapshotFrame(**LINEAR)]).startswith("/venv/site-packages/torch/nn")
     assert call_site([]).startswith("unknown")
 
@@ -171,7 +171,7 @@ def test_peak_is_found_with_the_call_sites_live_then() -> None:
     assert peak.bytes == 13 * GiB
     assert peak.baseline == 0
     assert peak.time_us is not None
-    assert r.peaks[0].sites[0].site == "/home/me/model.py:12 (forward)"
+    assert r.peaks[0].sites[0].site == "project/model.py:12 (forward)"
     assert peak.sites[0].bytes == 6 * GiB
     assert peak.sites[0].count == 2
     assert peak.categories["activations"] == 6 * GiB
@@ -210,10 +210,10 @@ def test_live_blocks_of_the_segments_are_grouped_by_call_site_and_category() -> 
     assert device.reserved == device.allocated == 10 * GiB
     assert r.categories["optimizer"] == 6 * GiB
     assert (r.sites[0].site, r.sites[0].category) == (
-        "/home/me/train.py:40 (train_step)",
+        "project/train.py:40 (train_step)",
         "optimizer",
     )
-    assert {s.site: s.count for s in r.sites}["/home/me/model.py:12 (forward)"] == 2
+    assert {s.site: s.count for s in r.sites}["project/model.py:12 (forward)"] == 2
     assert r.largest[0].bytes == 6 * GiB
     assert r.largest[0].category == "optimizer"
     ids = {f.id for f in r.findings}
@@ -238,7 +238,7 @@ def test_fragmented_cache_is_a_finding() -> None:
 def test_a_call_site_that_keeps_allocating_over_the_steps_is_a_leak_suspect() -> None:
     r = report_of(training(steps=6, leak=True))
     (leak,) = r.leaks
-    assert leak.site == "/home/me/train.py:55 (log_loss)"
+    assert leak.site == "project/train.py:55 (log_loss)"
     assert leak.count == 6
     assert leak.bytes == 48 * MiB
     # parameters and optimizer state are never freed too, but they were allocated once
@@ -336,7 +336,7 @@ def test_cli_prints_the_report_in_each_format(
     assert main(["memory", str(path)]) == 0
     text = capsys.readouterr().out
     assert "peak on device 0: 13.04 GiB" in text
-    assert "/home/me/model.py:12 (forward)" in text
+    assert "project/model.py:12 (forward)" in text
     assert "leak suspects" in text
     assert "expandable_segments:True" in text
     assert main(["memory", str(path), "--format", "json"]) == 0
