@@ -390,6 +390,117 @@ class Calculation(_Base, frozen=True, kw_only=True):
     time_saved_s: float | None = None
 
 
+MEMORY_CATEGORIES = (
+    "before_trace",
+    "activations",
+    "gradients",
+    "optimizer_state",
+    "temporaries",
+    "other",
+)
+"""What a block of memory in a profiler trace holds, from when it was allocated and freed
+(`wallfinder.analysis.memory_profile`): heuristics, not facts the allocator records."""
+
+
+class LiveBlock(_Base, frozen=True):
+    """One block live at the peak: its size, category, the op that allocated it, the call
+    site (the innermost frame outside torch, when the trace has Python stacks) and when."""
+
+    bytes: int
+    category: str
+    op: str | None
+    site: str | None
+    step: str | None
+    phase: str
+
+
+class LiveSite(_Base, frozen=True):
+    """Live bytes at the peak from one call site (or op, without stacks) and category."""
+
+    site: str
+    category: str
+    bytes: int
+    count: int
+
+
+class StepMemory(_Base, frozen=True):
+    """Allocated bytes at one step's start and its peak, and how often the allocator grew or
+    shrank its reserved memory (device mallocs/frees) during it. Seconds from trace start."""
+
+    step: str
+    start_s: float
+    end_s: float
+    start_allocated: int
+    peak_allocated: int
+    peak_reserved: int
+    reserved_changes: int
+    warmup: bool = False
+
+
+class LeakSite(_Base, frozen=True):
+    """Allocations from one call site, in several steps, never freed before the trace ends."""
+
+    site: str
+    op: str | None
+    count: int
+    bytes: int
+    steps: int
+
+
+class MemoryPoint(_Base, frozen=True):
+    """A point of the memory timeline (seconds from trace start): allocated and reserved
+    bytes, and allocated bytes by category."""
+
+    t_s: float
+    allocated: int
+    reserved: int
+    categories: dict[str, int] = {}
+
+
+class DeviceMemoryProfile(_Base, frozen=True):
+    """One device's memory over a profiler trace, from its `[memory]` events.
+
+    `peak_*` are the allocator's own totals. `categories` split what is live at the peak;
+    `before_trace` is what was allocated before the trace's first event (on the CPU the
+    profiler counts only blocks allocated while it records, so it is 0 there).
+    `growth_per_step` is the median rise of allocated bytes from one steady-state step's start
+    to the next; `leak` says it rises at most steps, by enough to matter."""
+
+    device: str
+    events: int
+    capacity: int | None
+    capacity_source: str | None
+    peak_allocated: int
+    peak_reserved: int
+    peak_time_s: float
+    peak_step: str | None
+    peak_phase: str
+    peak_op: str | None
+    before_trace: int
+    categories: dict[str, int] = {}
+    largest: list[LiveBlock] = []
+    sites: list[LiveSite] = []
+    steps: list[StepMemory] = []
+    growth_per_step: float | None = None
+    leak: bool = False
+    leak_sites: list[LeakSite] = []
+    reserved_at_peak: int = 0
+    """Reserved bytes when allocated peaks: reserved - allocated is cached but unused."""
+    reserved_grows: int = 0
+    reserved_shrinks: int = 0
+    steady_reserved_changes_per_step: float = 0.0
+    timeline: list[MemoryPoint] = []
+
+
+class MemoryProfile(_Base, frozen=True):
+    """Memory from the trace's `[memory]` events (`profile_memory=True`), per device, with
+    findings on the analysed device."""
+
+    devices: list[DeviceMemoryProfile] = []
+    findings: list[MemoryFinding] = []
+    notes: list[str] = []
+
+
 class Diagnosis(_Base, frozen=True, kw_only=True):
     """Where a job's step time goes and which wall it hits. Renders itself in a terminal
     (rich) and in a notebook; `to_json()` gives the contract form."""
@@ -414,6 +525,8 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     timeline: StepTimeline | None = None
     job: JobSummary | None = None
     """The cross-rank view, for a folder of a job's rank traces."""
+    memory: MemoryProfile | None = None
+    """Memory from the trace's `[memory]` events (null when it has none)."""
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = msgspec.to_builtins(self)
@@ -618,10 +731,15 @@ class OomEvent(_Base, frozen=True):
 
 
 class MemoryFinding(_Base, frozen=True):
+    """A way to need less memory: what shows it, the fix, and `saving_bytes`, the most the
+    fix can free at the peak (null when the evidence gives no bound)."""
+
     id: str
     title: str
     evidence: str
     fix: str
+    saving_bytes: int | None = None
+    device: str | None = None
 
 
 class MemoryReport(_Base, frozen=True, kw_only=True):

@@ -14,7 +14,7 @@ import wallfinder.trace as trace_module
 import wallfinder.trace._reader as reader_module
 from tracegen import DATALOADER, NASTY_NAME, TraceBuilder, assert_same_trace, training_trace
 from wallfinder.analysis import diagnose
-from wallfinder.trace import NONE, Kind, MemorySample, Trace, find_trace_files, load_trace
+from wallfinder.trace import NONE, Kind, Trace, find_trace_files, load_trace
 
 
 def counts(t: Trace) -> dict[Kind, int]:
@@ -465,14 +465,29 @@ def test_memory_events_become_samples_in_ns(tmp_path: Path) -> None:
             "pid": b.pid,
             "tid": b.tid,
             "ts": 12.5,
-            "args": {"Device Id": 0, "Total Allocated": 1 << 20, "Total Reserved": 2 << 20},
+            "args": {
+                "Device Id": 0,
+                "Device Type": 1,
+                "Addr": 4096,
+                "Bytes": 512,
+                "Total Allocated": 1 << 20,
+                "Total Reserved": 2 << 20,
+            },
         }
     )
     t = load_trace(b.write(tmp_path / "t.json"))
     assert counts(t)[Kind.MEMORY] == 1
-    assert t.memory == [
-        MemorySample(ts=12_500, device=0, total_allocated=1 << 20, total_reserved=2 << 20)
-    ]
+    m = t.memory
+    assert len(m) == 1
+    assert (m.ts[0], m.device_type[0], m.device_id[0], m.addr[0], m.bytes[0]) == (
+        12_500,
+        1,
+        0,
+        4096,
+        512,
+    )
+    assert (m.total_allocated[0], m.total_reserved[0]) == (1 << 20, 2 << 20)
+    assert m.thread[0] == t.events.thread[t.events.kind == Kind.MEMORY][0]
 
 
 def test_parallel_parse_of_a_plain_file_in_regions_gives_the_serial_result(

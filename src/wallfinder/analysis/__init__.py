@@ -21,6 +21,7 @@ from wallfinder.analysis.gpu import (
     is_data_loading,
 )
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.roofline import (
     KernelCost,
     ModelFlops,
@@ -46,6 +47,7 @@ from wallfinder.diagnosis import (
     DroppedStep,
     FusionCandidate,
     KernelRow,
+    MemoryProfile,
     Mfu,
     OpRow,
     Roofline,
@@ -121,6 +123,16 @@ def diagnose(
         )
     elif unlaunched > 0.05 * len(dev.ops):
         warnings.append(f"{unlaunched} of {len(dev.ops)} device ops have no launch record")
+    capacity, capacity_source = _capacity(trace, dev.device, spec)
+    memory = memory_profile(
+        trace,
+        spans,
+        kept,
+        device=dev.device,
+        capacity=capacity,
+        capacity_source=capacity_source,
+        world_size=trace.world_size,
+    )
     return _result(
         trace,
         _device(trace, dev, spec),
@@ -146,8 +158,10 @@ def diagnose(
             window_start=start[kept],
             window_end=end[kept],
             sm_count=spec.sm_count if spec else None,
-            mem_bytes=spec.mem_bytes if spec else None,
+            mem_bytes=capacity,
+            memory=memory,
         ),
+        memory=memory,
     )
 
 
@@ -167,6 +181,7 @@ def _result(
     fusion: list[FusionCandidate] | None = None,
     timeline: StepTimeline | None = None,
     facts: Facts | None = None,
+    memory: MemoryProfile | None = None,
 ) -> Diagnosis:
     estimate = (device.spec_source or "").startswith("estimate")
     verdict = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
@@ -187,6 +202,7 @@ def _result(
         fusion=fusion or [],
         warnings=warnings,
         timeline=timeline,
+        memory=memory,
     )
 
 
@@ -213,6 +229,17 @@ def _device(trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> Device:
         mem_bandwidth=spec.mem_bandwidth if spec else None,
         note=note,
     )
+
+
+def _capacity(trace: Trace, device: int, spec: DeviceSpec | None) -> tuple[int | None, str | None]:
+    """The device's memory capacity in bytes, and where it comes from."""
+    if spec is not None and spec.mem_bytes:
+        return int(spec.mem_bytes), f"datasheet: {spec.name}"
+    for props in trace.device_properties:
+        total = props.get("totalGlobalMem")
+        if props.get("id") == device and isinstance(total, int | float) and total > 0:
+            return int(total), "trace deviceProperties"
+    return None, None
 
 
 def timed_steps(
@@ -428,6 +455,7 @@ def _diagnose_cpu(
             else ""
         ),
     )
+    memory = memory_profile(trace, spans, kept, device=None, world_size=trace.world_size)
     facts = Facts(
         trace=trace,
         dev=None,
@@ -442,6 +470,7 @@ def _diagnose_cpu(
         cpu_dispatch=dispatch.summary(
             mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP)), start[kept], end[kept]
         ),
+        memory=memory,
     )
     return _result(
         trace,
@@ -455,6 +484,7 @@ def _diagnose_cpu(
         roofline=roof,
         mfu=mfu_,
         facts=facts,
+        memory=memory,
     )
 
 

@@ -28,6 +28,7 @@ from wallfinder.diagnosis import (
     Breakdown,
     Finding,
     FusionCandidate,
+    MemoryProfile,
     Roofline,
     Steps,
     Wall,
@@ -80,6 +81,7 @@ class Facts:
     sm_count: int | None = None
     mem_bytes: float | None = None
     cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
+    memory: MemoryProfile | None = None
 
     @property
     def step_s(self) -> float:
@@ -92,10 +94,7 @@ class Facts:
     def user_frames(self) -> Events:
         """Python frames of the user's code (traces recorded with stacks), found once for
         every rule that names call sites."""
-        py = self.trace.of_kind(Kind.PYTHON)
-        if len(py) == 0:
-            return py
-        return py.take(np.flatnonzero(np.isin(py.name, self.trace.names_matching(_is_user_frame))))
+        return user_frames(self.trace)
 
 
 Rule = Callable[[Facts], Finding | None]
@@ -376,6 +375,14 @@ def allocator_churn(f: Facts) -> Finding | None:
     )
 
 
+def user_frames(trace: Trace) -> Events:
+    """The trace's Python frames of the user's code (recorded with stacks), by start time."""
+    py = trace.of_kind(Kind.PYTHON)
+    if len(py) == 0:
+        return py
+    return py.take(np.flatnonzero(np.isin(py.name, trace.names_matching(_is_user_frame))))
+
+
 def _is_user_frame(name: str) -> bool:
     """A Python frame of the user's code: not torch, a built-in, or the standard library."""
     if name.startswith(("torch/", "<", "site-packages/")) or "(" not in name:
@@ -603,16 +610,15 @@ def _blocks(raw: bytes) -> int:
 
 def memory_peak(f: Facts) -> Finding | None:
     """Device memory at its peak near capacity: not a time cost, a limit (batch size, OOM)."""
-    if not f.mem_bytes or f.dev is None:
+    if f.memory is None or not f.memory.devices or f.dev is None:
         return None
-    samples = [m for m in f.trace.memory if m.device == f.dev.device]
-    if not samples:
+    m = f.memory.devices[0]
+    if not m.capacity or m.device == "cpu":
         return None
-    reserved = max(m.total_reserved for m in samples)
-    allocated = max(m.total_allocated for m in samples)
-    ratio = reserved / f.mem_bytes
+    ratio = m.peak_reserved / m.capacity
     if ratio < MEMORY_NEAR_FULL:
         return None
+    when = ", ".join(x for x in (m.peak_step, m.peak_phase, m.peak_op) if x)
     return Finding(
         id="memory-peak",
         wall="overhead",
@@ -620,9 +626,10 @@ def memory_peak(f: Facts) -> Finding | None:
         share=0.0,
         max_speedup=1.0,
         evidence=(
-            f"peak reserved {reserved / 2**30:.1f} GiB ({ratio:.0%} of "
-            f"{f.mem_bytes / 2**30:.0f} GiB), peak allocated {allocated / 2**30:.1f} GiB; no "
-            "direct speedup: it caps the batch size and risks running out of memory"
+            f"peak reserved {m.peak_reserved / 2**30:.1f} GiB ({ratio:.0%} of "
+            f"{m.capacity / 2**30:.0f} GiB), peak allocated {m.peak_allocated / 2**30:.1f} GiB "
+            f"({when}); no direct speedup: it caps the batch size and risks running out of "
+            "memory (the memory findings say what fills it)"
         ),
         fix="activation checkpointing, bf16 autocast, a smaller micro-batch with gradient "
         "accumulation, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, sharded optimizer "

@@ -33,7 +33,7 @@ from wallfinder.trace._reader import (
     text_size,
 )
 from wallfinder.trace._schema import Header
-from wallfinder.trace.model import NONE, Events, Kind, MemorySample, Trace, thread_key
+from wallfinder.trace.model import NONE, Events, Kind, MemoryEvents, Trace, thread_key
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -43,7 +43,7 @@ __all__ = [
     "NONE",
     "Events",
     "Kind",
-    "MemorySample",
+    "MemoryEvents",
     "Progress",
     "Trace",
     "find_trace_files",
@@ -202,7 +202,7 @@ def _decode(piece: Piece) -> Chunk:
 
 
 def _build(
-    source: str, events: Events, memory: list[MemorySample], assembler: Assembler, header: Header
+    source: str, events: Events, memory: MemoryEvents, assembler: Assembler, header: Header
 ) -> Trace:
     if len(events) == 0:
         raise WallfinderError(f"{source}: the trace has no events")

@@ -23,7 +23,15 @@ import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._schema import Event, Scalar
-from wallfinder.trace.model import NONE, Events, Kind, MemorySample, kind_of
+from wallfinder.trace.model import (
+    MEMORY_COLUMNS,
+    NONE,
+    Events,
+    Kind,
+    MemoryEvents,
+    kind_of,
+    thread_key,
+)
 
 _GPU_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_SYNC, Kind.GPU_ANNOTATION)
 _CORRELATED = (Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_SYNC)
@@ -142,7 +150,7 @@ class Chunk:
     ids: list[Scalar] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
     labels: dict[int, str] = field(default_factory=dict)
-    memory: list[tuple[float, int, int, int]] = field(default_factory=list)
+    memory: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     begins: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     problem: tuple[Any, ...] | None = None
@@ -230,7 +238,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
     chunk.grid = _sparse_raw(events, kind, raw, "args.grid", (Kind.KERNEL,))
     chunk.comm = _comm(events, kind, raw)
     chunk.labels = {ids[pid]: label for pid, label in labels.items()}
-    chunk.memory = _memory(events, kind, chunk.ts_us)
+    chunk.memory = _memory(events, kind, chunk)
     for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
         codes = [i for i, (p, _) in enumerate(pair_codes) if p == phase]
         if codes:
@@ -340,21 +348,31 @@ def _is_str(value: Scalar) -> bool:
     return isinstance(value, str)
 
 
-def _memory(
-    events: Sequence[Event], kind: npt.NDArray[np.int8], ts_us: npt.NDArray[np.float64]
-) -> list[tuple[float, int, int, int]]:
-    samples = []
-    for i in np.flatnonzero(kind == Kind.MEMORY).tolist():
-        args = events[i].args
-        samples.append(
-            (
-                float(ts_us[i]),
-                _as_int(args.device_id),
-                _as_int(args.total_allocated),
-                _as_int(args.total_reserved),
-            )
-        )
-    return samples
+_MEMORY_ARGS = (
+    "device_type",
+    "device_id",
+    "addr",
+    "bytes_upper",
+    "total_allocated",
+    "total_reserved",
+)
+
+
+def _memory(events: Sequence[Event], kind: npt.NDArray[np.int8], chunk: Chunk) -> dict[str, Any]:
+    """The `[memory]` events' columns: time (float us), the chunk's pid/tid codes, and their
+    args as int64 (NONE where absent)."""
+    rows = np.flatnonzero(kind == Kind.MEMORY)
+    if rows.size == 0:
+        return {}
+    args = [events[i].args for i in rows.tolist()]
+    out: dict[str, Any] = {
+        "ts_us": chunk.ts_us[rows],
+        "pid": chunk.pid[rows],
+        "tid": chunk.tid[rows],
+    }
+    for key in _MEMORY_ARGS:
+        out[key] = np.fromiter(map(_as_int, map(attrgetter(key), args)), np.int64, rows.size)
+    return out
 
 
 _MAX_NS = 100 * 365 * 86400 * 1e9
@@ -373,7 +391,7 @@ class Assembler:
         self.last_us: float | None = None
         self.origin_us = 0.0
         self.process_labels: dict[int, str] = {}
-        self.memory: list[tuple[float, int, int, int]] = []
+        self.memory: list[dict[str, npt.NDArray[Any]]] = []
         self.begins: list[int] = []
         self.ends: list[int] = []
         self.count = 0
@@ -428,7 +446,10 @@ class Assembler:
                 **chunk.ints,
             )
         )
-        self.memory.extend(chunk.memory)
+        if chunk.memory:
+            self.memory.append(
+                {**chunk.memory, "pid": ids[chunk.memory["pid"]], "tid": ids[chunk.memory["tid"]]}
+            )
         self.begins.extend(i + self.count for i in chunk.begins)
         self.ends.extend(i + self.count for i in chunk.ends)
         self.count += chunk.count
@@ -453,7 +474,7 @@ class Assembler:
             return WallfinderError(f"{self.source}: the JSON ends early (truncated file?)")
         return WallfinderError(f"{self.source}: not valid JSON ({text})")
 
-    def finish(self) -> tuple[Events, list[MemorySample]]:
+    def finish(self) -> tuple[Events, MemoryEvents]:
         if not self._parts:
             if self.metadata:
                 raise WallfinderError(
@@ -471,8 +492,21 @@ class Assembler:
         if self.begins or self.ends:
             keep = _pair_begin_end(parts, self.begins, self.ends)
         events = _sorted_by_kind_and_time(parts, keep)
-        memory = [MemorySample(round((t - origin) * 1000.0), d, a, r) for t, d, a, r in self.memory]
-        return events, memory
+        return events, self._memory_events(origin)
+
+    def _memory_events(self, origin: float) -> MemoryEvents:
+        if not self.memory:
+            return MemoryEvents.empty()
+        cols = {k: np.concatenate([m[k] for m in self.memory]) for k in self.memory[0]}
+        ts = np.rint((np.nan_to_num(cols["ts_us"]) - origin) * 1000.0).astype(np.int64)
+        order = np.argsort(ts, kind="stable")
+        table = {
+            "ts": ts,
+            "thread": thread_key(cols["pid"], cols["tid"]),
+            "bytes": cols["bytes_upper"],
+            **{k: cols[k] for k in MEMORY_COLUMNS if k in cols},
+        }
+        return MemoryEvents(**{k: table[k][order] for k in MEMORY_COLUMNS})
 
     def string_table(self) -> list[str]:
         return [k if isinstance(k, str) else _text(k) for k in self.strings]

@@ -49,6 +49,8 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     total_allocated: Scalar = msgspec.field(default=NO_ID, name="Total Allocated")
     total_reserved: Scalar = msgspec.field(default=NO_ID, name="Total Reserved")
     device_id: Scalar = msgspec.field(default=NO_ID, name="Device Id")
+    device_type: Scalar = msgspec.field(default=NO_ID, name="Device Type")
+    addr: Scalar = msgspec.field(default=NO_ID, name="Addr")
 
 
 EMPTY_ARGS = Args()

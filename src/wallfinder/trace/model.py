@@ -128,14 +128,43 @@ class Events:
         return thread_key(self.pid, self.tid)
 
 
-@dataclass(frozen=True)
-class MemorySample:
-    """Allocator totals recorded by a `[memory]` event (profile_memory=True)."""
+MEMORY_COLUMNS = (
+    "ts",
+    "thread",
+    "device_type",
+    "device_id",
+    "addr",
+    "bytes",
+    "total_allocated",
+    "total_reserved",
+)
 
-    ts: int
-    device: int
-    total_allocated: int
-    total_reserved: int
+
+@dataclass(frozen=True, eq=False)
+class MemoryEvents:
+    """The `[memory]` events of a trace recorded with `profile_memory=True`, as columns sorted
+    by time: one allocation (`bytes` > 0) or free (`bytes` < 0) of the block at `addr` on
+    device `device_type`:`device_id` (c10's device type: 0 CPU, 1 CUDA, ...; id -1 for the
+    CPU), by `thread` (a `thread_key`), with the allocator's totals after it."""
+
+    ts: I64
+    thread: I64
+    device_type: I64
+    device_id: I64
+    addr: I64
+    bytes: I64
+    total_allocated: I64
+    total_reserved: I64
+
+    @classmethod
+    def empty(cls) -> MemoryEvents:
+        return cls(**{c: np.empty(0, np.int64) for c in MEMORY_COLUMNS})
+
+    def __len__(self) -> int:
+        return int(self.ts.shape[0])
+
+    def take(self, index: npt.NDArray[Any] | slice) -> MemoryEvents:
+        return MemoryEvents(**{c: getattr(self, c)[index] for c in MEMORY_COLUMNS})
 
 
 @dataclass(eq=False)
@@ -158,7 +187,7 @@ class Trace:
     distributed: dict[str, object] = field(default_factory=dict)
     base_time_ns: int | None = None
     process_labels: dict[int, str] = field(default_factory=dict)
-    memory: list[MemorySample] = field(default_factory=list)
+    memory: MemoryEvents = field(default_factory=MemoryEvents.empty)
     warnings: list[str] = field(default_factory=list)
     cut_step: str | None = None
     """The `ProfilerStep#N` the program stopped inside, when wallfinder's capture says so."""

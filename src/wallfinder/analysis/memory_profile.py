@@ -1,0 +1,697 @@
+"""Memory from a profiler trace's `[memory]` events (`profile_memory=True`): pure functions.
+
+Each event is one allocation (bytes > 0) or free (bytes < 0) of the block at an address, with
+the allocator's totals after it. Per device, this finds the peak of allocated bytes and when
+it happens (step, phase, op), replays the events to say what is live then, measures the level
+at the start of each step (growth: a leak), and counts the allocator's reserved memory
+growing and shrinking (device mallocs and frees).
+
+What a block holds is a heuristic on when it was allocated and freed, not a fact the
+allocator records:
+- allocated in the forward pass and kept past it: activations (saved for backward, outputs);
+- allocated in the backward pass and kept past it: gradients;
+- allocated in the optimizer and kept past it: optimizer state;
+- allocated and freed within one phase of one step: temporaries;
+- allocated between steps: other (inputs, data); allocated before the trace: `before_trace`.
+
+The phase of an event comes from what encloses it on its thread: an
+`autograd::engine::evaluate_function` op or the `backward` Python call is the backward pass,
+an `Optimizer.step#`/`Optimizer.zero_grad#` annotation the optimizer, the rest of a step the
+forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.findings import user_frames
+from wallfinder.analysis.roofline import enclosing
+from wallfinder.analysis.steps import StepSpans
+from wallfinder.diagnosis import (
+    MEMORY_CATEGORIES,
+    DeviceMemoryProfile,
+    LeakSite,
+    LiveBlock,
+    LiveSite,
+    MemoryFinding,
+    MemoryPoint,
+    MemoryProfile,
+    StepMemory,
+)
+from wallfinder.trace import NONE, Events, Kind, MemoryEvents, Trace
+
+__all__ = ["MemoryLimits", "device_label", "memory_profile"]
+
+I64 = npt.NDArray[np.int64]
+NS = 1e-9
+MiB = 1 << 20
+
+PHASES = ("forward", "backward", "optimizer", "between steps")
+FORWARD, BACKWARD, OPTIMIZER, BETWEEN = range(4)
+_CAT = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
+# Category of a block kept past the phase that allocated it, by that phase.
+_KEPT = np.array([_CAT["activations"], _CAT["gradients"], _CAT["optimizer_state"], _CAT["other"]])
+
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia"}
+
+
+@dataclass(frozen=True)
+class MemoryLimits:
+    """When a pattern becomes a finding, and how much the profile lists."""
+
+    near_capacity: float = 0.9
+    activation_share: float = 0.4
+    state_share: float = 0.4
+    fp32_share: float = 0.5
+    fragmentation_ratio: float = 1.3
+    fragmentation_bytes: int = 256 * MiB
+    fragmentation_capacity_share: float = 0.05
+    leak_share: float = 0.01
+    """Growth over the steady-state steps, as a fraction of the peak, that can be a leak."""
+    leak_bytes: int = 64 * 1024
+    churn_per_step: float = 1.0
+    top: int = 10
+    timeline_points: int = 300
+
+
+def device_label(device_type: int, device_id: int) -> str:
+    """ "cuda:0", "cpu", ... from c10's device type and index."""
+    name = _DEVICE_TYPES.get(device_type, f"device-type-{device_type}")
+    return name if device_id < 0 else f"{name}:{device_id}"
+
+
+def memory_profile(
+    trace: Trace,
+    spans: StepSpans,
+    kept: npt.NDArray[np.bool_],
+    *,
+    device: int | None,
+    capacity: int | None = None,
+    capacity_source: str | None = None,
+    world_size: int | None = None,
+    limits: MemoryLimits | None = None,
+) -> MemoryProfile | None:
+    """The memory profile of every device with `[memory]` events (None when there are
+    none). `device` is the index of the analysed accelerator, None for the CPU of a CPU-only
+    trace; findings are about it, and `capacity` (bytes) is its capacity."""
+    limits = limits or MemoryLimits()
+    mem = trace.memory
+    usable = (mem.bytes != NONE) & (mem.total_allocated != NONE) & (mem.bytes != 0)
+    if not usable.any():
+        return None
+    mem = mem.take(np.flatnonzero(usable))
+    ctx = _Context.of(trace, mem, spans)
+    found = set(zip(mem.device_type.tolist(), mem.device_id.tolist(), strict=True))
+    main = (0, -1)
+    if device is not None:
+        accelerators = sorted(k for k in found if k[0] != 0)
+        main = next((k for k in accelerators if k[1] == device), None) or next(
+            iter(accelerators), (0, -1)
+        )
+    keys = sorted(found, key=lambda k: (k != main, k))
+    profiles: list[DeviceMemoryProfile] = []
+    notes: list[str] = []
+    findings: list[MemoryFinding] = []
+    for key in keys:
+        rows = np.flatnonzero((mem.device_type == key[0]) & (mem.device_id == key[1]))
+        is_main = key == main
+        dm = _device(
+            ctx,
+            rows,
+            spans,
+            kept,
+            key,
+            capacity if is_main else None,
+            capacity_source if is_main else None,
+            limits,
+        )
+        profiles.append(dm.profile)
+        notes.extend(dm.notes)
+        if is_main:
+            findings = _findings(dm, world_size, limits)
+    if main == (0, -1):
+        notes.append(
+            "on the CPU the profiler counts only memory allocated while it records: blocks "
+            "allocated before the trace (parameters, optimizer state) are not in these figures"
+        )
+    if not ctx.has_stacks:
+        notes.append(
+            "no Python stacks in the trace: call sites are ops (record with with_stack=True, "
+            "or wallfinder run --memory --stacks, for source lines)"
+        )
+    return MemoryProfile(devices=profiles, findings=findings, notes=notes)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """Per memory event: its op, call site, step and phase."""
+
+    trace: Trace
+    mem: MemoryEvents
+    op: I64
+    """Name code of the innermost CPU op around the event (NONE: none)."""
+    site: I64
+    """Name code of the innermost user-code Python frame around it (NONE: none)."""
+    op_row: I64
+    step: I64
+    """Index of the step it falls in (NONE: between steps)."""
+    phase: I64
+    has_stacks: bool
+    ops: Events
+
+    @classmethod
+    def of(cls, trace: Trace, mem: MemoryEvents, spans: StepSpans) -> _Context:
+        ops = trace.of_kind(Kind.CPU_OP)
+        # The innermost op that does more than allocate: `aten::empty` names no culprit.
+        ops = ops.take(np.flatnonzero(~np.isin(ops.name, trace.names_matching(_allocates_only))))
+        op_row, op = _innermost(ops, mem)
+        _, site = _innermost(user_frames(trace), mem)
+        step = np.searchsorted(spans.cpu_start, mem.ts, side="right") - 1
+        inside = (step >= 0) & (mem.ts < spans.cpu_end[np.maximum(step, 0)])
+        if spans.source != "ProfilerStep":
+            inside[:] = True
+            step[:] = 0
+        step = np.where(inside, step, NONE)
+        phase = np.full(len(mem), FORWARD, dtype=np.int64)
+        phase[_covered(trace, mem, _backward_codes(trace))] = BACKWARD
+        phase[_covered(trace, mem, _optimizer_codes(trace))] = OPTIMIZER
+        phase[~inside] = BETWEEN
+        return cls(
+            trace=trace,
+            mem=mem,
+            op=op,
+            site=site,
+            op_row=op_row,
+            step=step.astype(np.int64),
+            phase=phase,
+            has_stacks=len(trace.of_kind(Kind.PYTHON)) > 0,
+            ops=ops,
+        )
+
+    def name(self, code: int) -> str | None:
+        return self.trace.strings[code] if code >= 0 else None
+
+    def where(self, i: int) -> str:
+        """The call site of event `i` (else its op)."""
+        return self.name(int(self.site[i])) or self.name(int(self.op[i])) or "unknown"
+
+
+_ALLOCATION_OPS = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::empty_like",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+        "aten::resize_",
+        "aten::zeros",
+        "aten::zeros_like",
+        "aten::new_zeros",
+        "aten::zero_",
+        "aten::fill_",
+    }
+)
+
+
+def _allocates_only(name: str) -> bool:
+    return name in _ALLOCATION_OPS
+
+
+def _innermost(events: Events, mem: MemoryEvents) -> tuple[I64, I64]:
+    """Row and name code of the innermost of `events` around each memory event on its thread
+    (NONE: none)."""
+    if len(events) == 0:
+        none = np.full(len(mem), NONE, dtype=np.int64)
+        return none, none.copy()
+    row = np.asarray(enclosing(events, mem.thread, mem.ts), dtype=np.int64)
+    return row, np.where(row >= 0, events.name[np.maximum(row, 0)], NONE).astype(np.int64)
+
+
+def _backward_codes(trace: Trace) -> npt.NDArray[np.int32]:
+    return trace.names_matching(
+        lambda s: (
+            s.startswith("autograd::engine::evaluate_function")
+            or (
+                s.endswith("): backward")
+                and s.startswith(("torch/_tensor.py(", "torch/autograd/__init__.py("))
+            )
+        )
+    )
+
+
+def _optimizer_codes(trace: Trace) -> npt.NDArray[np.int32]:
+    return trace.names_matching(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#")))
+
+
+def _covered(
+    trace: Trace, mem: MemoryEvents, codes: npt.NDArray[np.int32]
+) -> npt.NDArray[np.bool_]:
+    """Whether each memory event lies inside one of the named events on its own thread."""
+    spans = trace.named((Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON), codes)
+    if len(spans) == 0 or len(mem) == 0:
+        return np.zeros(len(mem), dtype=bool)
+    _, rank = np.unique(np.concatenate([spans.thread, mem.thread]), return_inverse=True)
+    lo = int(min(spans.ts.min(), mem.ts.min()))
+    width = int(max(spans.end.max(), mem.ts.max()) - lo) + 2
+    key = rank.astype(np.int64) * width
+    s_key, m_key = key[: len(spans)], key[len(spans) :]
+    starts = s_key + (spans.ts - lo)
+    ends = s_key + (spans.end - lo)
+    order = np.argsort(starts, kind="stable")
+    starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    q = m_key + (mem.ts - lo)
+    i = np.searchsorted(starts, q, side="right") - 1
+    return (i >= 0) & (reach[np.maximum(i, 0)] >= q)
+
+
+@dataclass(frozen=True)
+class _DeviceResult:
+    profile: DeviceMemoryProfile
+    categories_at_peak: dict[str, int]
+    activation_fp32: int
+    notes: list[str]
+    label: str
+    growth: int
+    steady_steps: int
+
+
+def _device(
+    ctx: _Context,
+    rows: I64,
+    spans: StepSpans,
+    kept: npt.NDArray[np.bool_],
+    key: tuple[int, int],
+    capacity: int | None,
+    capacity_source: str | None,
+    limits: MemoryLimits,
+) -> _DeviceResult:
+    mem = ctx.mem.take(rows)
+    n = len(mem)
+    label = device_label(*key)
+    step, phase = ctx.step[rows], ctx.phase[rows]
+    free_of = _pair(mem)
+    alloc = mem.bytes > 0
+    # Category of each allocation, then of each event (a free takes its block's category).
+    freed = free_of >= 0
+    j = np.maximum(free_of, 0)
+    same = freed & (step[j] == step) & (phase[j] == phase) & (step >= 0)
+    block_cat = np.where(same, _CAT["temporaries"], _KEPT[phase])
+    event_cat = np.full(n, _CAT["before_trace"], dtype=np.int64)
+    event_cat[alloc] = block_cat[alloc]
+    matched_free = free_of[alloc & freed]
+    event_cat[matched_free] = block_cat[alloc & freed]
+    baseline = max(int(mem.total_allocated[0] - mem.bytes[0]), 0)
+    running = np.zeros((len(MEMORY_CATEGORIES), n), dtype=np.int64)
+    for c in range(len(MEMORY_CATEGORIES)):
+        running[c] = np.cumsum(np.where(event_cat == c, mem.bytes, 0))
+    running[_CAT["before_trace"]] += baseline
+    np.maximum(running, 0, out=running)
+
+    p = int(np.argmax(mem.total_allocated))
+    peak = int(mem.total_allocated[p])
+    at_peak = {c: int(running[i, p]) for i, c in enumerate(MEMORY_CATEGORIES)}
+    notes: list[str] = []
+    residual = peak - sum(at_peak.values())
+    if abs(residual) > 0.01 * max(peak, 1):
+        notes.append(
+            f"{label}: the allocator's total at the peak and the replayed events differ by "
+            f"{_size(abs(residual))} (events missing from the trace): categories are partial"
+        )
+    live = np.flatnonzero(alloc & (np.arange(n) <= p) & (~freed | (free_of > p)))
+    live = live[np.argsort(-mem.bytes[live], kind="stable")]
+    largest = [
+        LiveBlock(
+            bytes=int(mem.bytes[i]),
+            category=MEMORY_CATEGORIES[int(block_cat[i])],
+            op=ctx.name(int(ctx.op[rows[i]])),
+            site=ctx.name(int(ctx.site[rows[i]])),
+            step=_step_label(spans, int(step[i])),
+            phase=PHASES[int(phase[i])],
+        )
+        for i in live[: limits.top].tolist()
+    ]
+    sites = _live_sites(ctx, rows, live, mem.bytes, block_cat, limits.top)
+    steps = _steps(mem, spans, kept, baseline)
+    growth_per_step, growth, leak, steady = _growth(steps, peak, limits)
+    leak_sites = _leak_sites(ctx, rows, mem, free_of, step, kept) if leak else []
+    if leak and not leak_sites:
+        notes.append(
+            f"{label}: allocated memory grows every step, but no call site's blocks stay "
+            "allocated across steps in the trace: the growth is in blocks freed later"
+        )
+    reserved = mem.total_reserved
+    known_reserved = reserved != NONE
+    changes = np.zeros(n, dtype=bool)
+    if known_reserved.all() and n > 1:
+        changes[1:] = np.diff(reserved) != 0
+    diffs = np.diff(reserved) if known_reserved.all() else np.zeros(0, np.int64)
+    steady_changes = sum(s.reserved_changes for s in steps if not s.warmup)
+    profile = DeviceMemoryProfile(
+        device=label,
+        events=n,
+        capacity=capacity,
+        capacity_source=capacity_source,
+        peak_allocated=peak,
+        peak_reserved=int(reserved.max()) if known_reserved.all() else 0,
+        peak_time_s=float(mem.ts[p]) * NS,
+        peak_step=_step_label(spans, int(step[p])),
+        peak_phase=PHASES[int(phase[p])],
+        peak_op=ctx.name(int(ctx.op[rows[p]])),
+        before_trace=baseline,
+        categories=at_peak,
+        largest=largest,
+        sites=sites,
+        steps=steps,
+        growth_per_step=growth_per_step,
+        leak=leak,
+        leak_sites=leak_sites,
+        reserved_at_peak=int(reserved[p]) if known_reserved.all() else 0,
+        reserved_grows=int((diffs > 0).sum()),
+        reserved_shrinks=int((diffs < 0).sum()),
+        steady_reserved_changes_per_step=steady_changes / max(steady, 1) if steady else 0.0,
+        timeline=_timeline(mem, running, p, limits.timeline_points),
+    )
+    activations = alloc & (block_cat == _CAT["activations"])
+    act_live = live[activations[live]]
+    fp32 = _fp32_bytes(ctx, rows[act_live], mem.bytes[act_live])
+    return _DeviceResult(profile, at_peak, fp32, notes, label, growth, steady)
+
+
+def _pair(mem: MemoryEvents) -> I64:
+    """For each allocation, the index of the free of its block (-1: never freed in the
+    trace). A free with no allocation before it is of a block from before the trace."""
+    n = len(mem)
+    order = np.lexsort((np.arange(n), mem.addr))
+    addr, nbytes = mem.addr[order], mem.bytes[order]
+    free_of = np.full(n, -1, dtype=np.int64)
+    pairs = np.flatnonzero((addr[:-1] == addr[1:]) & (nbytes[:-1] > 0) & (nbytes[1:] < 0))
+    free_of[order[pairs]] = order[pairs + 1]
+    return free_of
+
+
+def _step_label(spans: StepSpans, step: int) -> str | None:
+    return spans.labels[step] if 0 <= step < len(spans.labels) else None
+
+
+def _live_sites(
+    ctx: _Context, rows: I64, live: I64, nbytes: I64, block_cat: I64, top: int
+) -> list[LiveSite]:
+    sizes: dict[tuple[str, str], int] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for i in live.tolist():
+        key = (ctx.where(int(rows[i])), MEMORY_CATEGORIES[int(block_cat[i])])
+        sizes[key] = sizes.get(key, 0) + int(nbytes[i])
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(sizes, key=lambda k: (-sizes[k], k))[:top]
+    return [LiveSite(site=s, category=c, bytes=sizes[s, c], count=counts[s, c]) for s, c in ranked]
+
+
+def _steps(
+    mem: MemoryEvents, spans: StepSpans, kept: npt.NDArray[np.bool_], baseline: int
+) -> list[StepMemory]:
+    if spans.source != "ProfilerStep":
+        return []
+    first = np.searchsorted(mem.ts, spans.cpu_start, side="left")
+    last = np.searchsorted(mem.ts, spans.cpu_end, side="left")
+    reserved = mem.total_reserved
+    out = []
+    for k, label in enumerate(spans.labels):
+        a, b = int(first[k]), int(last[k])
+        level = int(mem.total_allocated[a - 1]) if a > 0 else baseline
+        window = slice(a, b)
+        res = reserved[max(a - 1, 0) : b]
+        out.append(
+            StepMemory(
+                step=label,
+                start_s=float(spans.cpu_start[k]) * NS,
+                end_s=float(spans.cpu_end[k]) * NS,
+                start_allocated=level,
+                peak_allocated=max(level, int(mem.total_allocated[window].max(initial=0))),
+                peak_reserved=int(reserved[window].max(initial=0)),
+                reserved_changes=int((np.diff(res) != 0).sum()) if res.size > 1 else 0,
+                warmup=not bool(kept[k]) if k < kept.size else False,
+            )
+        )
+    return out
+
+
+def _growth(
+    steps: list[StepMemory], peak: int, limits: MemoryLimits
+) -> tuple[float | None, int, bool, int]:
+    """(median rise of allocated bytes from one steady step's start to the next, that rise
+    over the steady steps, whether it is a leak, steady steps)."""
+    steady = [s for s in steps if not s.warmup]
+    if len(steady) < 2:
+        return None, 0, False, len(steady)
+    levels = np.array([s.start_allocated for s in steady], dtype=np.float64)
+    diffs = np.diff(levels)
+    # The median rise, not the first-to-last difference: a first step that allocates what
+    # the loop then keeps (its outputs, lazily built state) is not a leak.
+    slope = float(np.median(diffs))
+    growth = int(slope * diffs.size)
+    rising = int((diffs > 0).sum())
+    leak = (
+        len(steady) >= 3
+        and growth >= max(limits.leak_bytes, limits.leak_share * peak)
+        and rising >= math.ceil(0.75 * diffs.size)
+    )
+    return slope, growth, leak, len(steady)
+
+
+def _leak_sites(
+    ctx: _Context,
+    rows: I64,
+    mem: MemoryEvents,
+    free_of: I64,
+    step: I64,
+    kept: npt.NDArray[np.bool_],
+) -> list[LeakSite]:
+    """Call sites whose blocks, allocated in at least two of the steady-state steps before
+    the last, are never freed in the trace."""
+    steady = np.flatnonzero(kept)
+    if steady.size < 2:
+        return []
+    candidates = np.flatnonzero(
+        (mem.bytes > 0) & (free_of < 0) & np.isin(step, steady[:-1]) & (step >= 0)
+    )
+    groups: dict[str, list[int]] = {}
+    for i in candidates.tolist():
+        groups.setdefault(ctx.where(int(rows[i])), []).append(i)
+    out = []
+    for site, members in groups.items():
+        seen = len({int(step[i]) for i in members})
+        if seen < 2:
+            continue
+        ops = [ctx.name(int(ctx.op[rows[i]])) for i in members]
+        op = max(set(ops), key=ops.count, default=None)
+        out.append(
+            LeakSite(
+                site=site,
+                op=op,
+                count=len(members),
+                bytes=int(mem.bytes[members].sum()),
+                steps=seen,
+            )
+        )
+    out.sort(key=lambda s: -s.bytes)
+    return out[:5]
+
+
+def _timeline(mem: MemoryEvents, running: I64, peak: int, points: int) -> list[MemoryPoint]:
+    """At most `points` points: in each slice of time, the event with the most allocated
+    bytes, and the peak itself."""
+    n = len(mem)
+    if n == 0:
+        return []
+    edges = np.linspace(float(mem.ts[0]), float(mem.ts[-1]) + 1.0, points + 1)
+    bucket = np.searchsorted(edges, mem.ts, side="right") - 1
+    starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+    best = [
+        int(a + np.argmax(mem.total_allocated[a:b]))
+        for a, b in zip(starts.tolist(), [*starts[1:].tolist(), n], strict=True)
+    ]
+    chosen = sorted({*best, peak, 0, n - 1})
+    return [
+        MemoryPoint(
+            t_s=float(mem.ts[i]) * NS,
+            allocated=int(mem.total_allocated[i]),
+            reserved=int(mem.total_reserved[i]) if mem.total_reserved[i] != NONE else 0,
+            categories={c: int(running[k, i]) for k, c in enumerate(MEMORY_CATEGORIES)},
+        )
+        for i in chosen
+    ]
+
+
+def _fp32_bytes(ctx: _Context, rows: I64, nbytes: I64) -> int:
+    """Bytes of these allocations made by ops whose recorded inputs are fp32 tensors."""
+    total = 0
+    raw = ctx.trace.raw
+    for r, b in zip(ctx.op_row[rows].tolist(), nbytes.tolist(), strict=True):
+        if r < 0:
+            continue
+        code = int(ctx.ops.input_type[r])
+        if code <= 0:
+            continue
+        try:
+            types = json.loads(raw[code])
+        except ValueError:
+            continue
+        if (
+            isinstance(types, list)
+            and "float" in types
+            and not ({"c10::BFloat16", "c10::Half"} & {t for t in types if isinstance(t, str)})
+        ):
+            total += b
+    return total
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _findings(
+    dm: _DeviceResult, world_size: int | None, limits: MemoryLimits
+) -> list[MemoryFinding]:
+    p = dm.profile
+    cats = dm.categories_at_peak
+    peak = max(p.peak_allocated, 1)
+    where = (
+        f"at the peak ({_size(p.peak_allocated)} allocated"
+        + (f", {p.peak_step}" if p.peak_step else "")
+        + f", {p.peak_phase}"
+        + (f", in {p.peak_op}" if p.peak_op else "")
+        + ")"
+    )
+    out: list[MemoryFinding] = []
+
+    def add(id_: str, title: str, evidence: str, fix: str, saving: int | None) -> None:
+        out.append(
+            MemoryFinding(
+                id=id_,
+                title=title,
+                evidence=evidence,
+                fix=fix,
+                saving_bytes=saving,
+                device=dm.label,
+            )
+        )
+
+    act = cats["activations"]
+    temps = cats["temporaries"]
+    if act >= limits.activation_share * peak:
+        add(
+            "memory-activations",
+            "Activations fill most of the memory at the peak",
+            f"activations are {_size(act)} ({act / peak:.0%}) {where}",
+            "activation checkpointing (torch.utils.checkpoint around the blocks that keep the "
+            "most, or FSDP/DeepSpeed activation checkpointing): they are recomputed in the "
+            "backward pass, at the cost of about one more forward pass of compute",
+            act,
+        )
+        if dm.activation_fp32 >= limits.fp32_share * act:
+            add(
+                "memory-bf16",
+                "Activations are kept in fp32",
+                f"{_size(dm.activation_fp32)} of the activations live {where} come from ops "
+                "with fp32 inputs",
+                "bf16 autocast (torch.autocast(device_type, dtype=torch.bfloat16)) halves "
+                "what the activations take",
+                dm.activation_fp32 // 2,
+            )
+        add(
+            "memory-micro-batch",
+            "A smaller micro-batch would lower the peak",
+            f"activations and temporaries are {_size(act + temps)} "
+            f"({(act + temps) / peak:.0%}) {where}; they grow with the batch",
+            "halve the micro-batch and accumulate gradients over two of them (the same "
+            "effective batch; more, smaller steps)",
+            (act + temps) // 2,
+        )
+    state = cats["before_trace"] + cats["optimizer_state"] + cats["gradients"]
+    near = p.capacity is not None and p.peak_reserved >= limits.near_capacity * p.capacity
+    if state >= limits.state_share * peak and (near or cats["optimizer_state"] > 0):
+        what = (
+            f"parameters, gradients and optimizer state ({_size(cats['before_trace'])} "
+            f"allocated before the trace, {_size(cats['gradients'])} of gradients, "
+            f"{_size(cats['optimizer_state'])} of optimizer state) are {_size(state)} "
+            f"({state / peak:.0%}) {where}"
+        )
+        if world_size is not None and world_size > 1:
+            add(
+                "memory-shard-state",
+                "Each rank keeps a full copy of the model's state",
+                what,
+                f"shard optimizer state, gradients and parameters across the {world_size} "
+                "ranks (FSDP, or ZeRO stages 1-3)",
+                int(state * (1 - 1 / world_size)),
+            )
+        else:
+            add(
+                "memory-offload",
+                "The model's state takes most of the memory",
+                what,
+                "offload optimizer state to host memory (FSDP CPUOffload, DeepSpeed ZeRO "
+                "offload), or shard it across GPUs; an 8-bit optimizer shrinks it",
+                cats["optimizer_state"] + cats["before_trace"] or None,
+            )
+    cached = p.reserved_at_peak - p.peak_allocated
+    if (
+        p.device != "cpu"
+        and p.reserved_at_peak >= limits.fragmentation_ratio * p.peak_allocated
+        and cached
+        >= max(
+            limits.fragmentation_bytes,
+            limits.fragmentation_capacity_share * (p.capacity or 0),
+        )
+    ):
+        add(
+            "memory-fragmentation",
+            "Reserved memory is far above what is allocated",
+            f"{_size(p.reserved_at_peak)} reserved but {_size(p.peak_allocated)} allocated "
+            f"at the peak: {_size(cached)} held by the allocator but unused (freed blocks from "
+            "an earlier, larger peak, or fragments too small for the requests; "
+            f"{p.reserved_grows} segment allocations in the trace)",
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead of "
+            "splitting; keep tensor shapes stable",
+            cached,
+        )
+    if p.device != "cpu" and p.steady_reserved_changes_per_step >= limits.churn_per_step:
+        add(
+            "memory-churn",
+            "The allocator gets and releases device memory every step",
+            f"reserved memory changed {p.steady_reserved_changes_per_step:.1f} times per "
+            "steady-state step (device mallocs and frees, which synchronise)",
+            "no torch.cuda.empty_cache() in the loop; PYTORCH_CUDA_ALLOC_CONF="
+            "expandable_segments:True; stable shapes (pad or bucket variable lengths)",
+            None,
+        )
+    if p.leak:
+        sites = "; ".join(
+            f"{s.site} ({_size(s.bytes)} in {s.count} blocks over {s.steps} steps)"
+            for s in p.leak_sites[:3]
+        )
+        rate = p.growth_per_step or 0.0
+        horizon = ""
+        if p.capacity and rate > 0:
+            left = max(p.capacity - p.peak_reserved, 0)
+            horizon = f"; at this rate the device is full in about {left / rate:,.0f} more steps"
+        add(
+            "memory-leak",
+            "Allocated memory grows every step",
+            f"allocated memory at the start of each step rises by {_size(rate)} per step "
+            f"({_size(dm.growth)} over {dm.steady_steps} steady-state steps){horizon}"
+            + (f"; never freed: {sites}" if sites else ""),
+            "do not keep tensors that hold their graph: log loss.item() or loss.detach() "
+            "(every N steps), run evaluation under torch.no_grad(), and clear lists of "
+            "outputs kept across steps",
+            dm.growth,
+        )
+    return out
