@@ -120,6 +120,42 @@ class TraceBuilder:
         """The host blocked until the GPU drains its stream."""
         self.runtime(name, start, dur, correlation=self.new_id())
 
+    def memory(
+        self,
+        at: float,
+        addr: int,
+        nbytes: int,
+        total_allocated: int,
+        total_reserved: int,
+        *,
+        device_type: int = 1,
+        device: int | None = None,
+        tid: int | None = None,
+    ) -> None:
+        """A `[memory]` instant (profile_memory=True): `nbytes` > 0 allocates the block at
+        `addr`, < 0 frees it; the totals are the allocator's after it."""
+        self.events.append(
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[memory]",
+                "pid": self.pid,
+                "tid": self.tid if tid is None else tid,
+                "ts": at,
+                "args": {
+                    "Device Type": device_type,
+                    "Device Id": (self.device if device is None else device)
+                    if device_type != 0
+                    else -1,
+                    "Addr": addr,
+                    "Bytes": nbytes,
+                    "Total Allocated": total_allocated,
+                    "Total Reserved": total_reserved,
+                },
+            }
+        )
+
     # Device side -----------------------------------------------------------------------------
 
     def _device_event(

@@ -393,6 +393,7 @@ class Calculation(_Base, frozen=True, kw_only=True):
 MEMORY_CATEGORIES = (
     "before_trace",
     "activations",
+    "retained",
     "gradients",
     "optimizer_state",
     "temporaries",
@@ -472,6 +473,7 @@ class DeviceMemoryProfile(_Base, frozen=True):
     capacity_source: str | None
     peak_allocated: int
     peak_reserved: int
+    """0 where the device reports no reserved memory (the CPU)."""
     peak_time_s: float
     peak_step: str | None
     peak_phase: str
@@ -631,6 +633,44 @@ class MfuChange(_Base, frozen=True):
     basis_after: str
 
 
+class BytesChange(_Base, frozen=True):
+    """A memory figure before and after, in bytes."""
+
+    before: int
+    after: int
+    change_bytes: int
+    """after − before (negative: less memory)."""
+    change: float | None
+    """`change_bytes` as a fraction of before (null when before is 0)."""
+
+
+class CategoryChange(_Base, frozen=True):
+    """Bytes of one category (`MEMORY_CATEGORIES`) live at the peak, before and after."""
+
+    category: str
+    before: int
+    after: int
+    change_bytes: int
+
+
+class MemoryChange(_Base, frozen=True):
+    """The analysed device's memory before and after, when both runs profiled it (the same
+    device label). `categories` (those present on either side) are ordered by how much they
+    moved, largest first. `findings` are the memory findings by id; their `share_*` are null
+    (a memory finding frees bytes, not step time)."""
+
+    device: str
+    peak_allocated: BytesChange
+    peak_reserved: BytesChange
+    leak_before: bool
+    leak_after: bool
+    categories: list[CategoryChange] = []
+    growth_per_step_before: float | None = None
+    growth_per_step_after: float | None = None
+    """The median rise of allocated bytes from one steady-state step's start to the next."""
+    findings: list[FindingChange] = []
+
+
 class DiagnosisDiff(_Base, frozen=True, kw_only=True):
     """What moved between two diagnoses of the same job (`wallfinder diff BEFORE AFTER`).
     `notes` says what could not be compared, or only with care (another device, a CPU-only
@@ -652,6 +692,8 @@ class DiagnosisDiff(_Base, frozen=True, kw_only=True):
     matches: list[MatchCount] = []
     mfu: MfuChange
     notes: list[str] = []
+    memory: MemoryChange | None = None
+    """Memory before and after (null unless both runs profiled memory on the same device)."""
 
     @classmethod
     def from_json(cls, text: str | bytes) -> DiagnosisDiff:

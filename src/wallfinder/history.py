@@ -1,5 +1,5 @@
 """Run history: each recorded run's key figures and Diagnosis in a local SQLite database, and
-the trend of a job's step time, MFU, idle share and wall over its runs.
+the trend of a job's step time, MFU, idle share, peak memory and wall over its runs.
 
 The database is one file (`default_db_path()`, `WALLFINDER_DB`, or a path given) in WAL mode,
 so that two jobs recording at once neither block readers nor corrupt it: every write is one
@@ -121,6 +121,8 @@ class RunRecord(_Base, frozen=True):
     comm_exposed: float | None
     wall: str
     cause: str
+    peak_allocated: int | None = None
+    """Peak allocated bytes on the analysed device (null: no memory profile)."""
 
 
 class TrendRun(_Base, frozen=True):
@@ -184,7 +186,36 @@ def _v2(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX runs_by_name ON runs (name, id)")
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+class _PeakDevice(msgspec.Struct):
+    peak_allocated: int
+
+
+class _PeakMemory(msgspec.Struct):
+    devices: list[_PeakDevice] = []
+
+
+class _PeakOnly(msgspec.Struct):
+    """The one figure `_v3` reads from a stored Diagnosis (the rest is skipped unparsed)."""
+
+    memory: _PeakMemory | None = None
+
+
+def _v3(db: sqlite3.Connection) -> None:
+    """Peak allocated bytes, filled in from the stored Diagnosis of runs recorded with a
+    memory profile (a blob that does not read back leaves it null, as for any other run)."""
+    db.execute("ALTER TABLE runs ADD COLUMN peak_allocated INTEGER")
+    rows = db.execute("SELECT id, diagnosis FROM runs").fetchall()
+    for run_id, blob in rows:
+        try:
+            memory = msgspec.json.decode(zlib.decompress(blob), type=_PeakOnly).memory
+        except (zlib.error, msgspec.DecodeError, TypeError):
+            continue
+        if memory is not None and memory.devices:
+            peak = memory.devices[0].peak_allocated
+            db.execute("UPDATE runs SET peak_allocated = ? WHERE id = ?", (peak, run_id))
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
 """Migration k (from 1) brings a database from version k − 1 to version k. Append only."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -219,7 +250,7 @@ def _write(db: sqlite3.Connection) -> Iterator[None]:
 
 _COLUMNS = (
     "id, name, recorded_at, source, git_commit, host, device, step_s, cv, mfu, idle, "
-    "comm_exposed, wall, cause"
+    "comm_exposed, wall, cause, peak_allocated"
 )
 
 
@@ -288,14 +319,15 @@ class History:
             stored.breakdown.comm_exposed,
             stored.verdict.wall,
             stored.verdict.cause,
+            _peak_allocated(stored),
             zlib.compress(msgspec.json.encode(stored), 6),
         )
         try:
             with _write(self._db):
                 cursor = self._db.execute(
                     "INSERT INTO runs (name, recorded_at, source, git_commit, host, device, "
-                    "step_s, cv, mfu, idle, comm_exposed, wall, cause, diagnosis) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "step_s, cv, mfu, idle, comm_exposed, wall, cause, peak_allocated, "
+                    "diagnosis) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     row,
                 )
                 run_id = cursor.lastrowid
@@ -354,6 +386,13 @@ def trend(name: str, runs: list[RunRecord]) -> Trend:
         best=min(runs, key=lambda r: r.step_s),
         worst=max(runs, key=lambda r: r.step_s),
     )
+
+
+def _peak_allocated(d: Diagnosis) -> int | None:
+    """The peak allocated bytes of `d`'s analysed device (None: no memory profile)."""
+    if d.memory is None or not d.memory.devices:
+        return None
+    return d.memory.devices[0].peak_allocated
 
 
 def this_host() -> str | None:

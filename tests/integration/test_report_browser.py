@@ -200,6 +200,20 @@ def model_trace() -> TraceBuilder:
     return b
 
 
+def memory_trace() -> TraceBuilder:
+    """model_trace with memory events: 2 GiB allocated before the trace and 4 GiB reserved;
+    in each step, 256 MiB allocated in each of the first two matmuls, freed at its end."""
+    b = model_trace()
+    gib, block = 1 << 30, 256 << 20
+    for s in range(5):
+        t0 = s * 1000.0
+        b.memory(t0 + 202.0, 0x1000, block, 2 * gib + block, 4 * gib)
+        b.memory(t0 + 442.0, 0x2000, block, 2 * gib + 2 * block, 4 * gib)
+        b.memory(t0 + 950.0, 0x2000, -block, 2 * gib + block, 4 * gib)
+        b.memory(t0 + 951.0, 0x1000, -block, 2 * gib, 4 * gib)
+    return b
+
+
 def write_report(d: Diagnosis, folder: Path, name: str = "report.html") -> Path:
     path = folder / name
     path.write_text(render_html(d), encoding="utf-8")
@@ -243,6 +257,14 @@ def hover_lines(page: Any) -> list[str]:
         ".map(t => t.textContent)"
     )
     return lines
+
+
+def svg_texts(page: Any, selector: str) -> list[str]:
+    """The text of the SVG elements `selector` finds (SVG has no innerText)."""
+    texts: list[str] = page.evaluate(
+        f"[...document.querySelectorAll({selector!r})].map(t => t.textContent)"
+    )
+    return texts
 
 
 def plotted_ops(d: Diagnosis) -> int:
@@ -345,6 +367,39 @@ def test_many_roofline_points_draw_with_webgl(
     assert page.locator("#plot-roofline canvas").count() >= 1
     seen.assert_clean()
     seen.shoot(screenshots, "webgl")
+
+
+def test_memory_chart_draws_stacked_categories_reserved_and_the_peak(
+    open_report: Any, screenshots: Path, tmp_path: Path
+) -> None:
+    d = analyze(memory_trace().write(tmp_path / "memory.json"))
+    assert d.memory is not None
+    m = d.memory.devices[0]
+    seen = open_report(write_report(d, tmp_path, "memory.html"))
+    page = seen.page
+    assert "Memory" in page.inner_text("#memory h2")
+    data = page.evaluate("document.getElementById('plot-memory').data")
+    names = [t["name"] for t in data]
+    stacked = [t for t in data if t.get("stackgroup")]
+    assert stacked
+    assert {"allocated", "reserved", "peak"} <= set(names)
+    # Every trace is drawn in SVG: the stacked areas filled, the lines stroked, the peak marked.
+    drawn = [t for t in data if t.get("visible", True) is True]  # not "legendonly"
+    assert page.locator("#plot-memory .scatterlayer .trace").count() == len(drawn)
+    assert page.locator("#plot-memory .scatterlayer .trace path.js-fill").count() >= len(stacked)
+    assert page.locator("#plot-memory .scatterlayer .trace path.js-line").count() >= len(stacked)
+    assert page.locator("#plot-memory .scatterlayer .trace .points path.point").count() >= 1
+    labels = svg_texts(page, "#plot-memory .annotation-text")
+    assert any(label.startswith("peak ") for label in labels)
+    assert [s.step for s in m.steps] == [x for x in labels if x.startswith("step ")]
+    assert "GiB" in " ".join(svg_texts(page, "#plot-memory .ytick text"))
+    # Hovering the chart lists the categories and totals at that time.
+    page.locator("#plot-memory .nsewdrag").hover(force=True)  # its centre
+    page.wait_for_selector("#plot-memory .hoverlayer text")
+    hover = " ".join(svg_texts(page, "#plot-memory .hoverlayer text"))
+    assert "allocated: " in hover
+    seen.assert_clean()
+    seen.shoot(screenshots, "memory")
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """`wallfinder run` on real, unmodified programs (real torch on the CPU, in subprocesses):
-what the user gets when the program works, raises, exits early, never steps an optimizer, runs
-too few steps, is stopped after the measured steps, or is killed."""
+what the user gets when the program works, raises, runs out of memory, exits early, never steps
+an optimizer, runs too few steps, is stopped after the measured steps, or is killed."""
 
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ for i in range(1, steps + 1):
         sys.exit(3)
     if i == 6 and fault in ("SIGTERM", "SIGKILL"):
         os.kill(os.getpid(), getattr(signal, fault))
+    if i == 6 and fault == "oom":
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 ...")
 print("finished", steps, "steps")
 """
 
@@ -166,6 +168,80 @@ def test_a_killed_program_is_reported_with_its_signal(
     err = capfd.readouterr().err
     assert "killed by SIGKILL" in err
     assert "no trace was written" in err
+
+
+def test_memory_runs_give_the_peak_and_its_call_sites_in_source_lines(
+    tmp_path: Path, program: Path
+) -> None:
+    code, d = run_cli(tmp_path, program, "10", flags=("--memory",))
+    assert code == 0
+    assert d is not None
+    assert d["memory"] is not None
+    [cpu] = d["memory"]["devices"]
+    assert cpu["device"] == "cpu"
+    assert cpu["peak_allocated"] > 0
+    # --memory records Python stacks: call sites are the program's lines, not ops.
+    assert any("train.py(" in s["site"] for s in cpu["sites"])
+
+
+def test_a_program_that_runs_out_of_memory_is_told_so_with_its_steps_analysed(
+    tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, d = run_cli(tmp_path, program, "10", "oom", flags=("--memory",))
+    assert code == 1
+    err = capfd.readouterr().err
+    assert "torch.OutOfMemoryError: CUDA out of memory." in err  # the program's own traceback
+    assert (
+        "wallfinder: the program ran out of memory after 6 steps: CUDA out of memory. Tried to "
+        "allocate 2.00 GiB. GPU 0 ...\n" in err
+    )
+    assert "the program raised" not in err
+    assert "memory snapshot" not in err  # on the CPU, no CUDA allocator to snapshot
+    assert d is not None
+    assert d["steps"]["total"] == 3  # steps 4-6; the step it ran out in is left out
+    assert d["memory"] is not None
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir()) == ["trace_rank0.json"]
+
+
+FAKE_CUDA = """\
+import pickle, torch
+# CUDA "in use" here: the snapshot torch would dump when the allocator ran out.
+torch.cuda.is_initialized = lambda: True
+FRAMES = [{"filename": "project/train.py", "line": 40, "name": "train_step"}]
+def dump(path):
+    trace = [
+        {"action": "alloc", "addr": 4096, "size": 6 << 30, "frames": FRAMES, "time_us": 10},
+        {"action": "oom", "addr": 1 << 30, "size": 8 << 30, "frames": [], "time_us": 20},
+    ]
+    block = {"size": 6 << 30, "address": 4096, "state": "active_allocated", "frames": FRAMES}
+    segment = {"device": 0, "address": 4096, "total_size": 6 << 30, "blocks": [block]}
+    with open(path, "wb") as f:
+        pickle.dump({"segments": [segment], "device_traces": [trace]}, f)
+torch.cuda.memory._dump_snapshot = dump
+exec(open(__file__.replace("fake_cuda.py", "train.py")).read())
+"""
+
+
+def test_on_cuda_running_out_of_memory_keeps_the_snapshot_and_explains_it(
+    tmp_path: Path,
+    program: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "fake_cuda.py").write_text(FAKE_CUDA)
+    monkeypatch.setenv("COLUMNS", "120")
+    traces = tmp_path / "traces"
+    argv = ["run", "--memory", "--steps", "2", "--warmup", "2", "--trace-dir", str(traces)]
+    code = main([*argv, "--", sys.executable, str(tmp_path / "fake_cuda.py"), "10", "oom"])
+    assert code == 1
+    out, err = capfd.readouterr()
+    snapshot = traces / "memory_snapshot_rank0.pickle"
+    assert f"memory snapshot kept in {snapshot}" in err
+    assert "the program ran out of memory after 6 steps" in err
+    # The diagnosis of the recorded steps, then what `wallfinder memory` says of the snapshot.
+    assert out.index("wallfinder · trace_rank0.json") < out.index("wallfinder memory: ")
+    assert "OOM on device 0 at event 1: requested 8.00 GiB" in out
+    assert "project/train.py:40 (train_step)" in out
 
 
 def test_timer_only_times_the_steps_without_a_profiler(tmp_path: Path, program: Path) -> None:

@@ -14,11 +14,21 @@ from wallfinder.analysis.check import Bounds, check
 from wallfinder.analysis.diff import diff
 from wallfinder.api import load_diagnosis
 from wallfinder.cli import main
-from wallfinder.diagnosis import DiagnosisDiff, Mfu
+from wallfinder.cli.commands.check import parse_size
+from wallfinder.diagnosis import (
+    BytesChange,
+    DeviceMemoryProfile,
+    DiagnosisDiff,
+    MemoryFinding,
+    MemoryProfile,
+    Mfu,
+)
 from wallfinder.errors import WallfinderError
 from wallfinder.report import render_diff
 
 GEMM = "volta_sgemm_128x64_nn"
+MiB = 1 << 20
+GiB = 1 << 30
 
 
 def loader_bound(loader_us: float = 1000.0, steps: int = 4) -> TraceBuilder:
@@ -362,3 +372,452 @@ def test_check_config_file_with_an_unknown_key_is_one_clear_error(
     assert code == 2
     assert "unknown key 'max-step' in [tool.wallfinder.check]" in err
     assert "max-step-ms" in err
+
+
+# Memory in diff and check -------------------------------------------------------------------------
+
+
+def with_memory(
+    d: Diagnosis,
+    *,
+    peak: int,
+    reserved: int,
+    categories: dict[str, int],
+    growth: float | None = 0.0,
+    leak: bool = False,
+    findings: tuple[str, ...] = (),
+    device: str = "cuda:0",
+    capacity: int | None = 80 * GiB,
+) -> Diagnosis:
+    """`d` with a memory profile of its analysed device built by hand."""
+    profile = DeviceMemoryProfile(
+        device=device,
+        events=100,
+        capacity=capacity,
+        capacity_source=None if capacity is None else "datasheet",
+        peak_allocated=peak,
+        peak_reserved=reserved,
+        peak_time_s=0.001,
+        peak_step="step 2",
+        peak_phase="backward",
+        peak_op=None,
+        before_trace=categories.get("before_trace", 0),
+        categories=categories,
+        growth_per_step=growth,
+        leak=leak,
+    )
+    found = [
+        MemoryFinding(id=i, title=f"title of {i}", evidence="", fix="", device=device)
+        for i in findings
+    ]
+    return msgspec.structs.replace(d, memory=MemoryProfile(devices=[profile], findings=found))
+
+
+def leaking(d: Diagnosis) -> Diagnosis:
+    """12 GiB at the peak, 8 GiB of it activations, growing 64 MiB a step."""
+    return with_memory(
+        d,
+        peak=12 * GiB,
+        reserved=14 * GiB,
+        categories={"before_trace": 2 * GiB, "activations": 8 * GiB, "gradients": GiB}
+        | {"temporaries": GiB},
+        growth=64 * MiB,
+        leak=True,
+        findings=("memory-activations", "memory-leak", "memory-offload"),
+    )
+
+
+def checkpointed(d: Diagnosis) -> Diagnosis:
+    """Activation checkpointing and no more leak: 6 GiB at the peak."""
+    return with_memory(
+        d,
+        peak=6 * GiB,
+        reserved=9 * GiB,
+        categories={"before_trace": 2 * GiB, "activations": 2 * GiB, "gradients": GiB}
+        | {"temporaries": 512 * MiB, "other": 512 * MiB},
+        findings=("memory-offload", "memory-fragmentation"),
+    )
+
+
+@pytest.fixture
+def memory_fixed(before_path: Path, after_path: Path) -> DiagnosisDiff:
+    return diff(leaking(analyze(before_path)), checkpointed(analyze(after_path)))
+
+
+def test_diff_gives_the_peak_memory_before_and_after(memory_fixed: DiagnosisDiff) -> None:
+    m = memory_fixed.memory
+    assert m is not None
+    assert m.device == "cuda:0"
+    assert m.peak_allocated == BytesChange(
+        before=12 * GiB, after=6 * GiB, change_bytes=-6 * GiB, change=-0.5
+    )
+    assert m.peak_reserved == BytesChange(
+        before=14 * GiB, after=9 * GiB, change_bytes=-5 * GiB, change=-5 / 14
+    )
+    assert memory_fixed.notes == []
+
+
+def test_diff_orders_memory_categories_by_how_much_they_moved(
+    memory_fixed: DiagnosisDiff,
+) -> None:
+    assert memory_fixed.memory is not None
+    # Ties keep the categories' own order; optimizer state is on neither side: left out.
+    assert [
+        (c.category, c.before, c.after, c.change_bytes) for c in memory_fixed.memory.categories
+    ] == [
+        ("activations", 8 * GiB, 2 * GiB, -6 * GiB),
+        ("temporaries", GiB, 512 * MiB, -512 * MiB),
+        ("other", 0, 512 * MiB, 512 * MiB),
+        ("before_trace", 2 * GiB, 2 * GiB, 0),
+        ("gradients", GiB, GiB, 0),
+    ]
+
+
+def test_diff_says_the_leak_was_fixed_and_which_memory_findings_moved(
+    memory_fixed: DiagnosisDiff,
+) -> None:
+    m = memory_fixed.memory
+    assert m is not None
+    assert (m.leak_before, m.leak_after) == (True, False)
+    assert (m.growth_per_step_before, m.growth_per_step_after) == (64 * MiB, 0.0)
+    assert [(f.id, f.status) for f in m.findings] == [
+        ("memory-activations", "resolved"),
+        ("memory-leak", "resolved"),
+        ("memory-fragmentation", "new"),
+        ("memory-offload", "remaining"),
+    ]
+    assert all(f.share_before is None and f.share_after is None for f in m.findings)
+    assert m.findings[0].title == "title of memory-activations"
+
+
+def test_diff_renders_a_short_memory_part_in_text_and_markdown(
+    memory_fixed: DiagnosisDiff,
+) -> None:
+    text = render_diff(memory_fixed, "text", width=200)
+    lines = text.splitlines()
+    start = lines.index("Memory cuda:0")
+    assert lines[start + 1 : start + 6] == [
+        "peak allocated 12.00 GiB → 6.00 GiB (-6.00 GiB, -50.0%)",
+        "peak reserved 14.00 GiB → 9.00 GiB (-5.00 GiB, -35.7%)",
+        "moved most at the peak: activations -6.00 GiB (8.00 GiB → 2.00 GiB), temporaries "
+        "-512.00 MiB (1.00 GiB → 512.00 MiB), other +512.00 MiB (0 B → 512.00 MiB)",
+        "leak fixed: allocated memory grew 64.00 MiB per step before, 0 B after",
+        "memory findings resolved: memory-activations, memory-leak; new: memory-fragmentation; "
+        "remaining: memory-offload",
+    ]
+    assert all(
+        len(line) <= 100 for line in render_diff(memory_fixed, "text", width=100).splitlines()
+    )
+    md = render_diff(memory_fixed, "md")
+    assert (
+        "\n**Memory** `cuda:0`\n\n- peak allocated 12.00 GiB → 6.00 GiB (-6.00 GiB, -50.0%)\n" in md
+    )
+    assert "- leak fixed: allocated memory grew 64.00 MiB per step before, 0 B after\n" in md
+
+
+def test_diff_leaves_out_reserved_memory_when_neither_run_recorded_it(
+    before_path: Path, after_path: Path
+) -> None:
+    def cpu(d: Diagnosis, peak: int) -> Diagnosis:
+        # The CPU allocator reports no reserved total, and a CPU has no known capacity.
+        cats = {"activations": peak}
+        return with_memory(d, peak=peak, reserved=0, categories=cats, device="cpu", capacity=None)
+
+    x = diff(cpu(analyze(before_path), 4 * MiB), cpu(analyze(after_path), 4 * MiB))
+    assert x.memory is not None
+    assert x.memory.peak_reserved == BytesChange(before=0, after=0, change_bytes=0, change=None)
+    text = render_diff(x, "text", width=100)
+    assert "peak allocated 4.00 MiB → 4.00 MiB (unchanged)\nno category moved at the peak\n" in text
+    assert "reserved" not in text
+    assert "no leak before or after\nno memory findings before or after" in text
+
+
+def test_diff_html_page_has_a_memory_card(
+    memory_fixed: DiagnosisDiff, fixed: DiagnosisDiff
+) -> None:
+    from test_report_html import Page
+
+    visible = " ".join(Page(render_diff(memory_fixed, "html")).visible.split())
+    assert "Memory cuda:0, at the peak of allocated bytes" in visible
+    assert "12.00 GiB → 6.00 GiB (−6.00 GiB, −50.0%)" in visible
+    assert "leak fixed: allocated memory grew 64.00 MiB per step before, 0 B after" in visible
+    assert "activations 8.00 GiB 2.00 GiB −6.00 GiB" in visible
+    assert "resolved memory-activations title of memory-activations" in visible
+    assert "at the peak of allocated bytes" not in Page(render_diff(fixed, "html")).visible
+
+
+def test_diff_memory_change_survives_json(memory_fixed: DiagnosisDiff) -> None:
+    assert DiagnosisDiff.from_json(memory_fixed.to_json()) == memory_fixed
+    old = json.loads(memory_fixed.to_json())
+    del old["memory"]  # a diff written before memory was compared
+    assert DiagnosisDiff.from_json(json.dumps(old)).memory is None
+
+
+def test_diff_notes_memory_on_one_side_only(before_path: Path, after_path: Path) -> None:
+    d_before, d_after = analyze(before_path), analyze(after_path)
+    x = diff(leaking(d_before), d_after)
+    assert x.memory is None
+    assert x.notes == [
+        "only the run before has a memory profile ([memory] events, recorded with "
+        "profile_memory=True): memory cannot be compared"
+    ]
+    (note,) = diff(d_before, checkpointed(d_after)).notes
+    assert note.startswith("only the run after has a memory profile")
+    assert diff(d_before, d_after).memory is None
+
+
+def test_diff_notes_memory_profiled_on_different_devices(
+    before_path: Path, after_path: Path
+) -> None:
+    after = with_memory(analyze(after_path), peak=GiB, reserved=GiB, categories={}, device="cuda:1")
+    x = diff(leaking(analyze(before_path)), after)
+    assert x.memory is None
+    assert x.notes == [
+        "memory was profiled on different devices (cuda:0 before, cuda:1 after): memory "
+        "cannot be compared"
+    ]
+
+
+def memory_trace(*, leak: bool) -> TraceBuilder:
+    """Five steps, each allocating 64 MiB of temporaries and 8 MiB it keeps to the end of the
+    step; with `leak`, the 8 MiB is never freed."""
+    b = TraceBuilder()
+    total = 0
+
+    def event(at: float, addr: int, nbytes: int) -> None:
+        nonlocal total
+        total += nbytes
+        args = {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes}
+        args |= {"Total Allocated": total, "Total Reserved": 256 * MiB}
+        b.events.append(
+            {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": b.pid}
+            | {"tid": b.tid, "ts": at, "args": args}
+        )
+
+    for s in range(5):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.cpu_op("aten::mm", t0 + 10.0, 100.0)
+        event(t0 + 20.0, 0x1000 + s, 64 * MiB)
+        event(t0 + 30.0, 0x2000 + s, 8 * MiB)
+        b.kernel(GEMM, t0 + 200.0, 700.0, launch_at=t0 + 15.0)
+        event(t0 + 900.0, 0x1000 + s, -64 * MiB)
+        if not leak:
+            event(t0 + 950.0, 0x2000 + s, -8 * MiB)
+    return b
+
+
+def test_diff_of_traces_with_memory_events_shows_the_leak_fixed(tmp_path: Path) -> None:
+    before = analyze(memory_trace(leak=True).write(tmp_path / "leak.json"))
+    after = analyze(memory_trace(leak=False).write(tmp_path / "fixed.json"))
+    m = diff(before, after).memory
+    assert m is not None
+    # The leak keeps 4 x 8 MiB from earlier steps at the last step's peak.
+    assert m.peak_allocated == BytesChange(
+        before=104 * MiB, after=72 * MiB, change_bytes=-32 * MiB, change=-32 / 104
+    )
+    assert (m.peak_reserved.before, m.peak_reserved.after) == (256 * MiB, 256 * MiB)
+    assert (m.leak_before, m.leak_after) == (True, False)
+    assert m.growth_per_step_before == 8 * MiB
+    assert ("memory-leak", "resolved") in [(f.id, f.status) for f in m.findings]
+    assert sum(c.before for c in m.categories) == 104 * MiB
+
+
+def test_check_max_peak_memory_holds_and_breaks(before_path: Path) -> None:
+    d = leaking(analyze(before_path))
+    (held,) = check(d, Bounds(max_peak_memory=16 * GiB))
+    assert (held.held, held.line) == (
+        True,
+        "peak allocated memory 12.00 GiB on cuda:0 ≤ --max-peak-memory 16.00 GiB",
+    )
+    (broken,) = check(d, Bounds(max_peak_memory=8 * GiB))
+    assert (broken.held, broken.line) == (
+        False,
+        "peak allocated memory 12.00 GiB on cuda:0 > --max-peak-memory 8.00 GiB",
+    )
+
+
+def test_check_max_peak_memory_share_of_capacity(before_path: Path) -> None:
+    d = leaking(analyze(before_path))  # 12 of 80 GiB: 15%
+    (held,) = check(d, Bounds(max_peak_memory_share=0.2))
+    assert held.held
+    assert held.line == (
+        "peak allocated memory 15% of cuda:0's 80.00 GiB (12.00 GiB) ≤ --max-peak-memory-share 20%"
+    )
+    (broken,) = check(d, Bounds(max_peak_memory_share=0.1))
+    assert not broken.held
+    assert broken.line.endswith("> --max-peak-memory-share 10%")
+    no_capacity = with_memory(d, peak=GiB, reserved=GiB, categories={}, capacity=None)
+    (unknown,) = check(no_capacity, Bounds(max_peak_memory_share=0.9))
+    assert (unknown.held, unknown.line) == (
+        False,
+        "capacity of cuda:0 unknown — cannot check --max-peak-memory-share 90%",
+    )
+
+
+def test_check_no_memory_leak(before_path: Path) -> None:
+    d = analyze(before_path)
+    (leak,) = check(leaking(d), Bounds(no_memory_leak=True))
+    assert (leak.held, leak.line) == (
+        False,
+        "allocated memory grows 64.00 MiB per step on cuda:0: a leak, against --no-memory-leak",
+    )
+    (fine,) = check(checkpointed(d), Bounds(no_memory_leak=True))
+    assert (fine.held, fine.line) == (
+        True,
+        "allocated memory grows 0 B per step on cuda:0: no leak, as --no-memory-leak asks",
+    )
+    few_steps = with_memory(d, peak=GiB, reserved=GiB, categories={}, growth=None)
+    (unknown,) = check(few_steps, Bounds(no_memory_leak=True))
+    assert not unknown.held
+    assert unknown.line == (
+        "too few steady-state steps to measure growth — cannot check --no-memory-leak"
+    )
+    assert check(leaking(d), Bounds(no_memory_leak=False)) == []
+
+
+def test_check_memory_bounds_fail_clearly_without_a_memory_profile(before_path: Path) -> None:
+    d = analyze(before_path)
+    assert d.memory is None
+    results = check(
+        d, Bounds(max_peak_memory=20 * GiB, max_peak_memory_share=0.9, no_memory_leak=True)
+    )
+    why = "no memory profile ([memory] events: profile with profile_memory=True) — cannot check"
+    assert [(r.held, r.line) for r in results] == [
+        (False, f"{why} --max-peak-memory 20.00 GiB"),
+        (False, f"{why} --max-peak-memory-share 90%"),
+        (False, f"{why} --no-memory-leak"),
+    ]
+
+
+def test_bounds_given_counts_a_zero_bound_but_not_a_false_flag() -> None:
+    assert Bounds(max_idle=0.0, no_memory_leak=False).given() == ["max_idle"]
+    assert Bounds(no_memory_leak=True, max_peak_memory=1).given() == [
+        "max_peak_memory",
+        "no_memory_leak",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        ("20GiB", 20 * GiB),
+        ("20 GiB", 20 * GiB),
+        ("0.5gib", GiB // 2),
+        ("512MB", 512_000_000),
+        ("1e9", 1_000_000_000),
+        ("4096", 4096),
+        (2048, 2048),
+        (2e10, 20_000_000_000),
+    ],
+)
+def test_sizes_are_bytes_or_a_number_with_a_unit(value: object, size: int) -> None:
+    assert parse_size(value) == size
+
+
+@pytest.mark.parametrize("value", ["lots", "20G", "-1GiB", "0", True, [1]])
+def test_a_size_that_is_not_one_is_refused(value: object) -> None:
+    with pytest.raises(ValueError, match="size"):
+        parse_size(value)
+
+
+def test_cli_check_memory_bounds_on_saved_diagnoses(
+    before_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    d = analyze(before_path)
+    leaky, fixed = tmp_path / "leaky.json", tmp_path / "fixed.json"
+    leaky.write_text(leaking(d).to_json())
+    fixed.write_text(checkpointed(d).to_json())
+    bounds = ["--max-peak-memory", "20GiB", "--max-peak-memory-share", "90%", "--no-memory-leak"]
+    code, out, _ = run_cli(["check", str(leaky), *bounds], capsys)
+    assert code == 1
+    assert out == (
+        "allocated memory grows 64.00 MiB per step on cuda:0: a leak, against --no-memory-leak\n"
+    )
+    code, out, _ = run_cli(["check", str(fixed), *bounds], capsys)
+    assert code == 0
+    assert out.startswith("all 3 bounds hold: peak allocated memory 6.00 GiB on cuda:0 ≤ ")
+
+
+def test_cli_check_memory_bound_on_a_trace_without_memory_fails_in_one_line(
+    before_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["check", str(before_path), "--max-peak-memory", "1GiB"], capsys)
+    assert code == 1
+    assert err == ""
+    assert out == (
+        "no memory profile ([memory] events: profile with profile_memory=True) — cannot check "
+        "--max-peak-memory 1.00 GiB\n"
+    )
+
+
+def test_cli_check_reads_memory_bounds_from_pyproject_and_flags_win(
+    before_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    saved = tmp_path / "run.json"
+    saved.write_text(leaking(analyze(before_path)).to_json())
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.wallfinder.check]\n"
+        'max-peak-memory = "10GiB"\nmax-peak-memory-share = 0.1\nno-memory-leak = true\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(["check", str(saved)], capsys)
+    assert code == 1
+    leak = "allocated memory grows 64.00 MiB per step on cuda:0: a leak, against --no-memory-leak"
+    share = (
+        "peak allocated memory 15% of cuda:0's 80.00 GiB (12.00 GiB) > --max-peak-memory-share 10%"
+    )
+    assert out.splitlines() == [
+        "peak allocated memory 12.00 GiB on cuda:0 > --max-peak-memory 10.00 GiB",
+        share,
+        leak,
+    ]
+    code, out, _ = run_cli(["check", str(saved), "--max-peak-memory", "16384MiB"], capsys)
+    assert code == 1
+    assert out.splitlines() == [share, leak]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('max-peak-memory = "lots"', "max-peak-memory: not a size: 'lots'"),
+        ("max-peak-memory-share = 1.5", "max-peak-memory-share: must be a share from 0 to 1"),
+        ('no-memory-leak = "yes"', "no-memory-leak: must be true or false: 'yes'"),
+    ],
+)
+def test_cli_check_bad_memory_bounds_in_config_are_one_clear_error(
+    config: str,
+    message: str,
+    after_path: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    file = tmp_path / "pyproject.toml"
+    file.write_text(f"[tool.wallfinder.check]\n{config}\n")
+    code, out, err = run_cli(["check", str(after_path), "--config", str(file)], capsys)
+    assert code == 2
+    assert out == ""
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_cli_check_bad_memory_flags_exit_2(
+    after_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_cli(["check", str(after_path), "--max-peak-memory", "20G"], capsys)
+    assert code == 2
+    assert "not a size: '20G'" in err
+    code, _, err = run_cli(["check", str(after_path), "--max-peak-memory-share", "120%"], capsys)
+    assert code == 2
+    assert "must be a share from 0 to 1" in err

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from test_diff_and_check import gemm_bound, loader_bound
+from test_diff_and_check import GiB, checkpointed, gemm_bound, leaking, loader_bound
 from test_report_html import (
     test_content_security_policy_allows_only_the_pages_own_scripts as check_csp,
 )
@@ -127,6 +127,64 @@ def test_database_is_in_wal_mode(db: Path, slow: Diagnosis) -> None:
     con.close()
 
 
+def test_a_run_with_a_memory_profile_keeps_its_peak_allocated(
+    db: Path, slow: Diagnosis, fast: Diagnosis
+) -> None:
+    with History(db) as h:
+        h.record("job", leaking(slow), recorded_at=T0)
+        h.record("job", fast, recorded_at=T0 + timedelta(hours=1))
+        runs = h.runs("job")
+    assert [r.peak_allocated for r in runs] == [12 * GiB, None]
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT peak_allocated FROM runs ORDER BY id").fetchall() == [
+        (12 * GiB,),
+        (None,),
+    ]
+    con.close()
+
+
+def test_history_shows_peak_memory_only_when_a_run_profiled_it(
+    db: Path, slow: Diagnosis, fast: Diagnosis
+) -> None:
+    with History(db) as h:
+        h.record("memory", leaking(slow), recorded_at=T0)
+        h.record("memory", checkpointed(fast), recorded_at=T0 + timedelta(hours=1))
+        h.record("memory", fast, recorded_at=T0 + timedelta(hours=2))
+        h.record("time", slow, recorded_at=T0)
+        with_memory, without = h.trend("memory"), h.trend("time")
+    text = render_history(with_memory, "text", width=200)
+    header, *rows = text.splitlines()[2:6]
+    assert re.search(r"idle\s+peak alloc\s+wall · cause", header)
+    peaks = [re.findall(r"\s(\S+ GiB|—)\s+\w+:", row) for row in rows]
+    assert peaks == [["12.00 GiB"], ["6.00 GiB"], ["—"]]
+    assert "peak alloc" not in render_history(without, "text", width=200)
+    md = render_history(with_memory, "md")
+    assert "| idle | peak alloc | wall · cause |\n|--:|---|---|--:|--:|--:|--:|--:|---|" in md
+    assert "| 12.00 GiB | overhead: data loading (DataLoader) |" in md
+    assert "peak alloc" not in render_history(without, "md")
+
+
+def test_history_html_plots_peak_memory_when_a_run_profiled_it(
+    db: Path, slow: Diagnosis, fast: Diagnosis
+) -> None:
+    with History(db) as h:
+        h.record("memory", leaking(slow), recorded_at=T0)
+        h.record("memory", fast, recorded_at=T0 + timedelta(hours=1))
+        h.record("time", slow, recorded_at=T0)
+        page = render_history(h.trend("memory"), "html")
+        plain = render_history(h.trend("time"), "html")
+    check_figure_json(page)
+    check_csp(page)
+    check_fetches_nothing(page)
+    (figure_json,) = re.findall(r'id="wf-figures"[^>]*>(.*?)</script>', page, re.S)
+    figures = json.loads(figure_json)
+    assert figures["plot-memory"]["data"][0]["y"] == [12.0, None]
+    assert 'id="plot-memory"' in page
+    assert '<td class="num" data-v="12884901888">12.00 GiB</td>' in page
+    assert 'id="plot-memory"' not in plain
+    assert "peak alloc" not in plain
+
+
 def _write_runs(db: str, diagnosis_json: bytes, worker: int, barrier: object) -> None:
     d = Diagnosis.from_json(diagnosis_json)
     barrier.wait()  # type: ignore[attr-defined]
@@ -175,6 +233,36 @@ def test_a_version_1_database_is_migrated(db: Path) -> None:
     assert runs[0].host is None
     assert runs[0].comm_exposed is None
     assert runs[0].step_s == 0.01
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    con.close()
+
+
+def test_a_version_2_database_gets_peak_memory_from_the_stored_diagnoses(
+    db: Path, slow: Diagnosis
+) -> None:
+    db.parent.mkdir(parents=True)
+    con = sqlite3.connect(db, isolation_level=None)
+    MIGRATIONS[0](con)
+    MIGRATIONS[1](con)
+    con.execute("PRAGMA user_version = 2")
+    blobs = [
+        zlib.compress(msgspec.json.encode(leaking(slow))),  # recorded with a memory profile
+        zlib.compress(msgspec.json.encode(slow)),  # without one
+        b"\x00",  # a blob that does not read back
+    ]
+    for blob in blobs:
+        con.execute(
+            "INSERT INTO runs (name, recorded_at, source, git_commit, step_s, cv, mfu, idle, "
+            "wall, cause, diagnosis) VALUES ('old', '2026-01-01T00:00:00+00:00', 't.json', "
+            "NULL, 0.01, 0.02, NULL, 0.5, 'overhead', 'data_loading', ?)",
+            (blob,),
+        )
+    con.close()
+    assert SCHEMA_VERSION == 3
+    with History(db) as h:
+        runs = h.runs("old")
+    assert [r.peak_allocated for r in runs] == [12 * GiB, None, None]
     con = sqlite3.connect(db)
     assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     con.close()

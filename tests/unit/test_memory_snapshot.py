@@ -155,7 +155,7 @@ def test_call_site_is_the_first_frame_outside_torch_else_the_innermost() -> None
     [
         (ACTIVATION, "activations"),
         (PARAMETER, "parameters"),
-        (OPTIMIZER, "optimizer"),
+        (OPTIMIZER, "optimizer_state"),
         (GRADIENT, "gradients"),
         ([TRAIN], "unknown"),
     ],
@@ -175,7 +175,7 @@ def test_peak_is_found_with_the_call_sites_live_then() -> None:
     assert peak.sites[0].bytes == 6 * GiB
     assert peak.sites[0].count == 2
     assert peak.categories["activations"] == 6 * GiB
-    assert peak.categories["optimizer"] == 4 * GiB
+    assert peak.categories["optimizer_state"] == 4 * GiB
     assert peak.categories["parameters"] == 2 * GiB
     assert peak.categories["gradients"] == 1 * GiB
     assert peak.growth == 6 * GiB  # parameters and optimizer state stay
@@ -208,14 +208,14 @@ def test_live_blocks_of_the_segments_are_grouped_by_call_site_and_category() -> 
     r = report_of(b)
     (device,) = r.devices
     assert device.reserved == device.allocated == 10 * GiB
-    assert r.categories["optimizer"] == 6 * GiB
+    assert r.categories["optimizer_state"] == 6 * GiB
     assert (r.sites[0].site, r.sites[0].category) == (
         "project/train.py:40 (train_step)",
-        "optimizer",
+        "optimizer_state",
     )
     assert {s.site: s.count for s in r.sites}["project/model.py:12 (forward)"] == 2
     assert r.largest[0].bytes == 6 * GiB
-    assert r.largest[0].category == "optimizer"
+    assert r.largest[0].category == "optimizer_state"
     ids = {f.id for f in r.findings}
     assert "memory-optimizer-state" in ids
     assert "memory-fragmentation" not in ids
@@ -298,6 +298,8 @@ def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path: Path
         (b"", "empty file"),
         (pickle.dumps({"segments": []})[:-5], "truncated pickle"),
         (b"hello, this is a text file\n", "not a pickle"),
+        (b'{"traceEvents": []}', "a JSON file, not an allocator snapshot.*wallfinder analyze"),
+        (gzip.compress(b'  [{"ph": "X"}]'), "a JSON file, not an allocator snapshot"),
         (pickle.dumps([1, 2, 3]), "not an allocator snapshot: a pickled list"),
         (pickle.dumps({"a": 1}), "not an allocator snapshot"),
         (pickle.dumps({"segments": "no"}), "not a plain allocator snapshot"),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.diagnosis import DeviceMemoryProfile, Diagnosis
 from wallfinder.errors import WallfinderError
+from wallfinder.units import size
 
 __all__ = ["BoundCheck", "Bounds", "check"]
 
@@ -13,19 +14,31 @@ __all__ = ["BoundCheck", "Bounds", "check"]
 @dataclass(frozen=True)
 class Bounds:
     """The bounds to check; None leaves one out. `max_step_ms` is in milliseconds (the median
-    steady-state step); the others are fractions: `min_mfu` of peak, `max_idle` and
-    `max_exposed_comm` of the step, `max_regression` the median step's growth over a
-    baseline's."""
+    steady-state step); `min_mfu`, `max_idle`, `max_exposed_comm` and `max_regression` are
+    fractions: of peak, of the step, and the median step's growth over a baseline's.
+
+    The memory bounds are about the analysed device's memory profile (the trace's `[memory]`
+    events): `max_peak_memory` caps its peak of allocated bytes, `max_peak_memory_share` that
+    peak as a fraction of the device's capacity, and `no_memory_leak` (True) asks that
+    allocated memory does not grow step over step (False or None leaves it out)."""
 
     max_step_ms: float | None = None
     min_mfu: float | None = None
     max_idle: float | None = None
     max_exposed_comm: float | None = None
     max_regression: float | None = None
+    max_peak_memory: int | None = None
+    max_peak_memory_share: float | None = None
+    no_memory_leak: bool | None = None
 
     def given(self) -> list[str]:
         """The names of the bounds that are set."""
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+        # `is`, not `in (None, False)`: a bound of 0.0 equals False and is set.
+        return [
+            f.name
+            for f in fields(self)
+            if getattr(self, f.name) is not None and getattr(self, f.name) is not False
+        ]
 
 
 @dataclass(frozen=True)
@@ -39,8 +52,9 @@ class BoundCheck:
 
 def check(d: Diagnosis, bounds: Bounds, baseline: Diagnosis | None = None) -> list[BoundCheck]:
     """Each given bound checked against `d` (and `baseline` for `max_regression`), in the
-    order of `Bounds`' fields. A bound whose figure is unknown (MFU without a device's peak)
-    does not hold: a gate that cannot measure must not pass silently."""
+    order of `Bounds`' fields. A bound whose figure is unknown (MFU without a device's peak,
+    memory without a memory profile) does not hold: a gate that cannot measure must not pass
+    silently."""
     out: list[BoundCheck] = []
     step_ms = d.steps.median_s * 1e3
     if bounds.max_step_ms is not None:
@@ -77,7 +91,52 @@ def check(d: Diagnosis, bounds: Bounds, baseline: Diagnosis | None = None) -> li
         )
         limit_text = _pct(bounds.max_regression)
         out.append(_line("--max-regression", growth <= bounds.max_regression, what, limit_text))
+    out += _memory(d, bounds)
     return out
+
+
+_NO_PROFILE = "no memory profile ([memory] events: profile with profile_memory=True)"
+
+
+def _memory(d: Diagnosis, bounds: Bounds) -> list[BoundCheck]:
+    """The memory bounds, on the analysed device (the memory profile's first)."""
+    m = d.memory.devices[0] if d.memory is not None and d.memory.devices else None
+    out: list[BoundCheck] = []
+    if bounds.max_peak_memory is not None:
+        flag, limit = "--max-peak-memory", bounds.max_peak_memory
+        if m is None:
+            line = f"{_NO_PROFILE} — cannot check {flag} {size(limit)}"
+            out.append(BoundCheck(flag=flag, held=False, line=line))
+        else:
+            what = f"peak allocated memory {size(m.peak_allocated)} on {m.device}"
+            out.append(_line(flag, m.peak_allocated <= limit, what, size(limit)))
+    if bounds.max_peak_memory_share is not None:
+        flag, share = "--max-peak-memory-share", bounds.max_peak_memory_share
+        if m is None or not m.capacity:
+            why = _NO_PROFILE if m is None else f"capacity of {m.device} unknown"
+            line = f"{why} — cannot check {flag} {_pct(share)}"
+            out.append(BoundCheck(flag=flag, held=False, line=line))
+        else:
+            used = m.peak_allocated / m.capacity
+            what = (
+                f"peak allocated memory {_pct(used)} of {m.device}'s {size(m.capacity)} "
+                f"({size(m.peak_allocated)})"
+            )
+            out.append(_line(flag, used <= share, what, _pct(share)))
+    if bounds.no_memory_leak:
+        out.append(_leak(m))
+    return out
+
+
+def _leak(m: DeviceMemoryProfile | None) -> BoundCheck:
+    flag = "--no-memory-leak"
+    if m is None or m.growth_per_step is None:
+        why = _NO_PROFILE if m is None else "too few steady-state steps to measure growth"
+        return BoundCheck(flag=flag, held=False, line=f"{why} — cannot check {flag}")
+    growth = f"allocated memory grows {size(m.growth_per_step)} per step on {m.device}"
+    if m.leak:
+        return BoundCheck(flag=flag, held=False, line=f"{growth}: a leak, against {flag}")
+    return BoundCheck(flag=flag, held=True, line=f"{growth}: no leak, as {flag} asks")
 
 
 def _line(flag: str, held: bool, what: str, limit: str) -> BoundCheck:

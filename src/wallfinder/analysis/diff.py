@@ -6,10 +6,15 @@ from collections.abc import Iterable
 from typing import Literal
 
 from wallfinder.diagnosis import (
+    MEMORY_CATEGORIES,
+    BytesChange,
+    CategoryChange,
+    DeviceMemoryProfile,
     Diagnosis,
     DiagnosisDiff,
     FindingChange,
     MatchCount,
+    MemoryChange,
     MfuChange,
     NameChange,
     PartChange,
@@ -33,7 +38,8 @@ _Rows = dict[tuple[str, str | None], float]
 def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
     """Compare two diagnoses: step time (with a noise judgement), the breakdown side by side,
     the verdict, findings resolved / new / remaining, the ops and kernels whose time per step
-    moved most, and MFU. What cannot be compared is said in `notes`, never hidden."""
+    moved most, MFU, and memory when both runs profiled it. What cannot be compared is said in
+    `notes`, never hidden."""
     notes: list[str] = []
     same_basis = before.breakdown.basis == after.breakdown.basis
     if not same_basis:
@@ -56,6 +62,7 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
     moved, matches = _moved(before, after, same_basis)
     if same_basis and matches and all(m.matched == 0 for m in matches):
         notes.append("no op or kernel name appears in both runs: nothing to match")
+    memory = _memory(before, after, notes)
     return DiagnosisDiff(
         before_source=before.source,
         after_source=after.source,
@@ -86,6 +93,7 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
             basis_after=after.mfu.basis,
         ),
         notes=notes,
+        memory=memory,
     )
 
 
@@ -143,25 +151,99 @@ def _breakdown(before: Diagnosis, after: Diagnosis) -> list[PartChange]:
 
 
 def _findings(before: Diagnosis, after: Diagnosis) -> list[FindingChange]:
-    b = {f.id: f for f in before.findings}
-    a = {f.id: f for f in after.findings}
+    return _by_id(
+        {f.id: (f.title, f.share) for f in before.findings},
+        {f.id: (f.title, f.share) for f in after.findings},
+    )
+
+
+def _by_id(
+    b: dict[str, tuple[str, float | None]], a: dict[str, tuple[str, float | None]]
+) -> list[FindingChange]:
+    """Findings (id -> title, share) matched by id: resolved, then new, then remaining; each
+    by share, largest first (the title is the newer one)."""
     rows = [
         FindingChange(
             id=i,
-            title=(a.get(i) or f).title,
+            title=a[i][0] if i in a else title,
             status="remaining" if i in a else "resolved",
-            share_before=f.share,
-            share_after=a[i].share if i in a else None,
+            share_before=share,
+            share_after=a[i][1] if i in a else None,
         )
-        for i, f in b.items()
+        for i, (title, share) in b.items()
     ]
     rows += [
-        FindingChange(id=i, title=f.title, status="new", share_before=None, share_after=f.share)
-        for i, f in a.items()
+        FindingChange(id=i, title=title, status="new", share_before=None, share_after=share)
+        for i, (title, share) in a.items()
         if i not in b
     ]
     order = {"resolved": 0, "new": 1, "remaining": 2}
     return sorted(rows, key=lambda r: (order[r.status], -(r.share_before or r.share_after or 0)))
+
+
+def _memory(before: Diagnosis, after: Diagnosis, notes: list[str]) -> MemoryChange | None:
+    """Memory before and after on the analysed device (the first of each profile); a note
+    instead when only one run profiled memory or they profiled different devices."""
+    b = before.memory.devices[0] if before.memory and before.memory.devices else None
+    a = after.memory.devices[0] if after.memory and after.memory.devices else None
+    if b is None and a is None:
+        return None
+    if b is None or a is None:
+        which = "before" if a is None else "after"
+        notes.append(
+            f"only the run {which} has a memory profile ([memory] events, recorded with "
+            "profile_memory=True): memory cannot be compared"
+        )
+        return None
+    if b.device != a.device:
+        notes.append(
+            f"memory was profiled on different devices ({b.device} before, {a.device} after): "
+            "memory cannot be compared"
+        )
+        return None
+    return MemoryChange(
+        device=b.device,
+        peak_allocated=_bytes_change(b.peak_allocated, a.peak_allocated),
+        peak_reserved=_bytes_change(b.peak_reserved, a.peak_reserved),
+        categories=_categories(b, a),
+        leak_before=b.leak,
+        leak_after=a.leak,
+        growth_per_step_before=b.growth_per_step,
+        growth_per_step_after=a.growth_per_step,
+        findings=_by_id(_memory_findings(before), _memory_findings(after)),
+    )
+
+
+def _bytes_change(before: int, after: int) -> BytesChange:
+    change = after - before
+    return BytesChange(
+        before=before,
+        after=after,
+        change_bytes=change,
+        change=change / before if before > 0 else None,
+    )
+
+
+def _categories(b: DeviceMemoryProfile, a: DeviceMemoryProfile) -> list[CategoryChange]:
+    """Bytes live at the peak by category (those on either side), largest move first; equal
+    moves keep the order of MEMORY_CATEGORIES, then of first appearance."""
+    names = list(dict.fromkeys([*MEMORY_CATEGORIES, *b.categories, *a.categories]))
+    rows = [
+        CategoryChange(
+            category=c,
+            before=b.categories.get(c, 0),
+            after=a.categories.get(c, 0),
+            change_bytes=a.categories.get(c, 0) - b.categories.get(c, 0),
+        )
+        for c in names
+        if c in b.categories or c in a.categories
+    ]
+    return sorted(rows, key=lambda r: -abs(r.change_bytes))
+
+
+def _memory_findings(d: Diagnosis) -> dict[str, tuple[str, float | None]]:
+    """Memory findings by id, with no share: they free bytes at the peak, not step time."""
+    return {f.id: (f.title, None) for f in (d.memory.findings if d.memory else [])}
 
 
 def _moved(

@@ -31,12 +31,13 @@ from wallfinder.diagnosis import (
     OomEvent,
 )
 from wallfinder.trace.snapshot import Snapshot, SnapshotFrame, TraceEntry
+from wallfinder.units import size
 
 __all__ = ["CATEGORIES", "MemoryThresholds", "call_site", "category", "memory_report"]
 
 GiB = 1024**3
 
-CATEGORIES = ("parameters", "optimizer", "gradients", "activations", "unknown")
+CATEGORIES = ("parameters", "optimizer_state", "gradients", "activations", "unknown")
 
 _PARAM_FUNCS = {"_apply", "to", "cuda", "reset_parameters", "__init__", "to_empty"}
 _BACKWARD_FUNCS = {"backward", "_engine_run_backward", "run_backward", "grad"}
@@ -79,7 +80,7 @@ def category(frames: Sequence[SnapshotFrame]) -> str:
     """A heuristic guess at what an allocation holds, from its call stack."""
     files = [f.filename.replace("\\", "/") for f in frames]
     if any("torch/optim/" in f for f in files):
-        return "optimizer"
+        return "optimizer_state"
     if any(
         f.name in _BACKWARD_FUNCS or "torch/autograd/" in p
         for f, p in zip(frames, files, strict=True)
@@ -102,9 +103,9 @@ def _by_site(items: Sequence[tuple[int, Sequence[SnapshotFrame]]], top: int) -> 
     # parameters and the optimizer state shows as two rows, not one mislabelled one.
     sizes: dict[tuple[str, str], int] = defaultdict(int)
     counts: dict[tuple[str, str], int] = defaultdict(int)
-    for size, frames in items:
+    for nbytes, frames in items:
         key = (call_site(frames), category(frames))
-        sizes[key] += size
+        sizes[key] += nbytes
         counts[key] += 1
     ranked = sorted(sizes, key=lambda k: (-sizes[k], k))[:top]
     return [
@@ -114,8 +115,8 @@ def _by_site(items: Sequence[tuple[int, Sequence[SnapshotFrame]]], top: int) -> 
 
 def _categories(items: Sequence[tuple[int, Sequence[SnapshotFrame]]]) -> dict[str, int]:
     out = dict.fromkeys(CATEGORIES, 0)
-    for size, frames in items:
-        out[category(frames)] += size
+    for nbytes, frames in items:
+        out[category(frames)] += nbytes
     return out
 
 
@@ -241,10 +242,6 @@ def _leaks(
 Rule = Callable[[MemoryReport, MemoryThresholds], MemoryFinding | None]
 
 
-def _gib(n: float) -> str:
-    return f"{n / GiB:.2f} GiB" if abs(n) >= GiB else f"{n / 1024**2:.1f} MiB"
-
-
 def fragmentation(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     worst = max(r.devices, key=lambda d: d.free, default=None)
     if worst is None or worst.free <= th.fragmentation_free:
@@ -253,9 +250,9 @@ def fragmentation(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None
         return None
     return MemoryFinding(
         id="memory-fragmentation",
-        title=f"Allocator cache holds {_gib(worst.free)} it is not using (device {worst.device})",
-        evidence=f"reserved {_gib(worst.reserved)} vs allocated {_gib(worst.allocated)} in "
-        f"{worst.segments} segments; largest free block {_gib(worst.largest_free_block)}",
+        title=f"Allocator cache holds {size(worst.free)} it is not using (device {worst.device})",
+        evidence=f"reserved {size(worst.reserved)} vs allocated {size(worst.allocated)} in "
+        f"{worst.segments} segments; largest free block {size(worst.largest_free_block)}",
         fix="set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow instead of "
         "fragmenting; avoid many differently shaped allocations (pad or bucket shapes)",
     )
@@ -273,7 +270,7 @@ def activations(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     return MemoryFinding(
         id="memory-activations",
         title=f"Activations and temporaries are {act / total:.0%} of memory at {where}",
-        evidence=f"{_gib(act)} of {_gib(total)} allocated from forward frames (heuristic)",
+        evidence=f"{size(act)} of {size(total)} allocated from forward frames (heuristic)",
         fix="activation checkpointing (torch.utils.checkpoint) on the largest blocks, bf16 "
         "autocast, or a smaller micro-batch with gradient accumulation",
     )
@@ -282,8 +279,8 @@ def activations(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
 def optimizer(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     views = [(r.categories, sum(d.allocated for d in r.devices))]
     views += [(p.categories, p.bytes) for p in r.peaks]
-    cats, total = max(views, key=lambda v: v[0].get("optimizer", 0))
-    opt = cats.get("optimizer", 0)
+    cats, total = max(views, key=lambda v: v[0].get("optimizer_state", 0))
+    opt = cats.get("optimizer_state", 0)
     if total <= 0 or opt < th.optimizer_bytes or opt / total < th.optimizer_share:
         return None
     params = cats.get("parameters", 0)
@@ -291,7 +288,7 @@ def optimizer(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     return MemoryFinding(
         id="memory-optimizer-state",
         title=f"Optimizer state is {opt / total:.0%} of allocated memory",
-        evidence=f"{_gib(opt)} from torch/optim/ frames{ratio}, of {_gib(total)} (heuristic)",
+        evidence=f"{size(opt)} from torch/optim/ frames{ratio}, of {size(total)} (heuristic)",
         fix="shard the optimizer state across ranks (FSDP, ZeRO via DeepSpeed or "
         "ZeroRedundancyOptimizer), or use an 8-bit optimizer (bitsandbytes)",
     )
@@ -304,7 +301,7 @@ def leaks(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     return MemoryFinding(
         id="memory-leak-suspect",
         title=f"{len(r.leaks)} call site(s) keep allocating and never free",
-        evidence=f"{top.site}: {top.count} allocations, {_gib(top.bytes)} never freed over the "
+        evidence=f"{top.site}: {top.count} allocations, {size(top.bytes)} never freed over the "
         f"history, found in every third of it",
         fix="find tensors kept across steps (losses or outputs appended for logging): keep "
         "`.detach()` or `.item()` values, every N steps, not tensors with their graph",
@@ -315,11 +312,11 @@ def oom(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     if not r.ooms:
         return None
     e = r.ooms[0]
-    held = f", {_gib(e.allocated)} allocated" if e.allocated is not None else ""
+    held = f", {size(e.allocated)} allocated" if e.allocated is not None else ""
     return MemoryFinding(
         id="memory-oom",
         title=f"Out of memory on device {e.device} ({len(r.ooms)} event(s))",
-        evidence=f"a request for {_gib(e.requested)} failed with {_gib(e.device_free)} free on "
+        evidence=f"a request for {size(e.requested)} failed with {size(e.device_free)} free on "
         f"the device{held}",
         fix="lower the peak: see the call sites live at the peak; activation checkpointing, a "
         "smaller micro-batch, or expandable_segments if reserved memory is fragmented",

@@ -9,6 +9,7 @@ growing and shrinking (device mallocs and frees).
 What a block holds is a heuristic on when it was allocated and freed, not a fact the
 allocator records:
 - allocated in the forward pass and kept past it: activations (saved for backward, outputs);
+  `retained` when kept into a later step (outputs and losses kept across steps, or a leak);
 - allocated in the backward pass and kept past it: gradients;
 - allocated in the optimizer and kept past it: optimizer state;
 - allocated and freed within one phase of one step: temporaries;
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +45,7 @@ from wallfinder.diagnosis import (
     StepMemory,
 )
 from wallfinder.trace import NONE, Events, Kind, MemoryEvents, Trace
+from wallfinder.units import size
 
 __all__ = ["MemoryLimits", "device_label", "memory_profile"]
 
@@ -65,6 +67,9 @@ class MemoryLimits:
     """When a pattern becomes a finding, and how much the profile lists."""
 
     near_capacity: float = 0.9
+    pressure: float = 0.5
+    """Below this share of a known capacity, memory is not the limit: the fixes that trade
+    time for memory (checkpointing, smaller micro-batches, offload) are not suggested."""
     activation_share: float = 0.4
     state_share: float = 0.4
     fp32_share: float = 0.5
@@ -134,15 +139,24 @@ def memory_profile(
         notes.extend(dm.notes)
         if is_main:
             findings = _findings(dm, world_size, limits)
-    if main == (0, -1):
+            reserved = dm.profile.peak_reserved >= dm.profile.peak_allocated
+            used = max(dm.profile.peak_reserved, dm.profile.peak_allocated)
+            if capacity and used < limits.pressure * capacity:
+                notes.append(
+                    f"{dm.label}: peak {'reserved' if reserved else 'allocated'} memory "
+                    f"({size(used)}) is {used / capacity:.0%} of its "
+                    f"{size(capacity)}: memory is not the limit, so no fix that trades time for "
+                    "memory is suggested (a larger batch may use the device better)"
+                )
+    if any(k[0] == 0 for k in keys):
         notes.append(
-            "on the CPU the profiler counts only memory allocated while it records: blocks "
+            "cpu: the profiler counts only host memory allocated while it records: blocks "
             "allocated before the trace (parameters, optimizer state) are not in these figures"
         )
     if not ctx.has_stacks:
         notes.append(
             "no Python stacks in the trace: call sites are ops (record with with_stack=True, "
-            "or wallfinder run --memory --stacks, for source lines)"
+            "or wallfinder run --memory, for source lines)"
         )
     return MemoryProfile(devices=profiles, findings=findings, notes=notes)
 
@@ -156,7 +170,8 @@ class _Context:
     op: I64
     """Name code of the innermost CPU op around the event (NONE: none)."""
     site: I64
-    """Name code of the innermost user-code Python frame around it (NONE: none)."""
+    """Index in `sites` of its user-code call stack (NONE: no Python frames around it)."""
+    sites: list[str]
     op_row: I64
     step: I64
     """Index of the step it falls in (NONE: between steps)."""
@@ -170,7 +185,9 @@ class _Context:
         # The innermost op that does more than allocate: `aten::empty` names no culprit.
         ops = ops.take(np.flatnonzero(~np.isin(ops.name, trace.names_matching(_allocates_only))))
         op_row, op = _innermost(ops, mem)
-        _, site = _innermost(user_frames(trace), mem)
+        user = user_frames(trace)
+        frame, _ = _innermost(user, mem)
+        site, sites = _call_stacks(trace, user, frame)
         step = np.searchsorted(spans.cpu_start, mem.ts, side="right") - 1
         inside = (step >= 0) & (mem.ts < spans.cpu_end[np.maximum(step, 0)])
         if spans.source != "ProfilerStep":
@@ -186,6 +203,7 @@ class _Context:
             mem=mem,
             op=op,
             site=site,
+            sites=sites,
             op_row=op_row,
             step=step.astype(np.int64),
             phase=phase,
@@ -196,9 +214,13 @@ class _Context:
     def name(self, code: int) -> str | None:
         return self.trace.strings[code] if code >= 0 else None
 
+    def stack(self, i: int) -> str | None:
+        code = int(self.site[i])
+        return self.sites[code] if code >= 0 else None
+
     def where(self, i: int) -> str:
         """The call site of event `i` (else its op)."""
-        return self.name(int(self.site[i])) or self.name(int(self.op[i])) or "unknown"
+        return self.stack(i) or self.name(int(self.op[i])) or "unknown"
 
 
 _ALLOCATION_OPS = frozenset(
@@ -230,6 +252,45 @@ def _innermost(events: Events, mem: MemoryEvents) -> tuple[I64, I64]:
         return none, none.copy()
     row = np.asarray(enclosing(events, mem.thread, mem.ts), dtype=np.int64)
     return row, np.where(row >= 0, events.name[np.maximum(row, 0)], NONE).astype(np.int64)
+
+
+STACK_DEPTH = 3
+"""User-code frames named in a call site: the innermost and its callers."""
+
+
+def _call_stacks(trace: Trace, user: Events, frame: I64) -> tuple[I64, list[str]]:
+    """Each memory event's user-code call stack (innermost frame first, "a ← b ← c"), as an
+    index into the list of distinct stacks (NONE where no frame encloses it)."""
+    if len(user) == 0:
+        return frame, []
+    rows = np.unique(frame[frame >= 0])
+    levels = [rows]
+    for _ in range(STACK_DEPTH - 1):
+        levels.append(_caller(user, levels[-1]))
+    texts = [
+        " ← ".join(trace.strings[int(user.name[r])] for r in chain if r >= 0)
+        for chain in zip(*(level.tolist() for level in levels), strict=True)
+    ]
+    names, codes = np.unique(np.array(texts, dtype=object), return_inverse=True)
+    site = np.full(frame.size, NONE, dtype=np.int64)
+    known = frame >= 0
+    site[known] = codes[np.searchsorted(rows, frame[known])]
+    return site, [str(n) for n in names]
+
+
+def _caller(user: Events, rows: I64) -> I64:
+    """The user frame around each of `rows` (NONE: none, or `rows` is NONE)."""
+    out = np.full(rows.size, NONE, dtype=np.int64)
+    known = rows >= 0
+    if not known.any():
+        return out
+    r = rows[known]
+    parent = np.asarray(enclosing(user, user.thread[r], user.ts[r] - 1), dtype=np.int64)
+    # Just before a frame starts, the innermost frame around that instant is its caller,
+    # unless an earlier sibling ends right there: a caller must outlast the frame.
+    valid = (parent >= 0) & (user.end[np.maximum(parent, 0)] >= user.end[r])
+    out[np.flatnonzero(known)[valid]] = parent[valid]
+    return out
 
 
 def _backward_codes(trace: Trace) -> npt.NDArray[np.int32]:
@@ -291,16 +352,26 @@ def _device(
     limits: MemoryLimits,
 ) -> _DeviceResult:
     mem = ctx.mem.take(rows)
+    free_of = _pair(mem)
+    if key[0] == 0:
+        # The CPU's totals count what earlier profiling sessions of the process allocated, and
+        # some but not all of its frees: only the blocks allocated in the trace are counted.
+        mine = mem.bytes > 0
+        mine[free_of[free_of >= 0]] = True
+        mem = replace(mem, total_allocated=np.cumsum(np.where(mine, mem.bytes, 0)))
     n = len(mem)
     label = device_label(*key)
     step, phase = ctx.step[rows], ctx.phase[rows]
-    free_of = _pair(mem)
     alloc = mem.bytes > 0
     # Category of each allocation, then of each event (a free takes its block's category).
     freed = free_of >= 0
     j = np.maximum(free_of, 0)
     same = freed & (step[j] == step) & (phase[j] == phase) & (step >= 0)
     block_cat = np.where(same, _CAT["temporaries"], _KEPT[phase])
+    # Forward blocks that outlive their step: freed in a later one, or never while later
+    # steps ran.
+    later = np.where(freed, step[j] > step, step < step.max(initial=0))
+    block_cat[(phase == FORWARD) & (step >= 0) & later] = _CAT["retained"]
     event_cat = np.full(n, _CAT["before_trace"], dtype=np.int64)
     event_cat[alloc] = block_cat[alloc]
     matched_free = free_of[alloc & freed]
@@ -320,7 +391,7 @@ def _device(
     if abs(residual) > 0.01 * max(peak, 1):
         notes.append(
             f"{label}: the allocator's total at the peak and the replayed events differ by "
-            f"{_size(abs(residual))} (events missing from the trace): categories are partial"
+            f"{size(abs(residual))} (events missing from the trace): categories are partial"
         )
     live = np.flatnonzero(alloc & (np.arange(n) <= p) & (~freed | (free_of > p)))
     live = live[np.argsort(-mem.bytes[live], kind="stable")]
@@ -329,7 +400,7 @@ def _device(
             bytes=int(mem.bytes[i]),
             category=MEMORY_CATEGORIES[int(block_cat[i])],
             op=ctx.name(int(ctx.op[rows[i]])),
-            site=ctx.name(int(ctx.site[rows[i]])),
+            site=ctx.stack(int(rows[i])),
             step=_step_label(spans, int(step[i])),
             phase=PHASES[int(phase[i])],
         )
@@ -550,13 +621,6 @@ def _fp32_bytes(ctx: _Context, rows: I64, nbytes: I64) -> int:
     return total
 
 
-def _size(n: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def _findings(
     dm: _DeviceResult, world_size: int | None, limits: MemoryLimits
 ) -> list[MemoryFinding]:
@@ -564,7 +628,7 @@ def _findings(
     cats = dm.categories_at_peak
     peak = max(p.peak_allocated, 1)
     where = (
-        f"at the peak ({_size(p.peak_allocated)} allocated"
+        f"at the peak ({size(p.peak_allocated)} allocated"
         + (f", {p.peak_step}" if p.peak_step else "")
         + f", {p.peak_phase}"
         + (f", in {p.peak_op}" if p.peak_op else "")
@@ -586,11 +650,13 @@ def _findings(
 
     act = cats["activations"]
     temps = cats["temporaries"]
-    if act >= limits.activation_share * peak:
+    used = max(p.peak_reserved, p.peak_allocated)
+    pressure = p.capacity is None or used >= limits.pressure * p.capacity
+    if pressure and act >= limits.activation_share * peak:
         add(
             "memory-activations",
             "Activations fill most of the memory at the peak",
-            f"activations are {_size(act)} ({act / peak:.0%}) {where}",
+            f"activations are {size(act)} ({act / peak:.0%}) {where}",
             "activation checkpointing (torch.utils.checkpoint around the blocks that keep the "
             "most, or FSDP/DeepSpeed activation checkpointing): they are recomputed in the "
             "backward pass, at the cost of about one more forward pass of compute",
@@ -600,7 +666,7 @@ def _findings(
             add(
                 "memory-bf16",
                 "Activations are kept in fp32",
-                f"{_size(dm.activation_fp32)} of the activations live {where} come from ops "
+                f"{size(dm.activation_fp32)} of the activations live {where} come from ops "
                 "with fp32 inputs",
                 "bf16 autocast (torch.autocast(device_type, dtype=torch.bfloat16)) halves "
                 "what the activations take",
@@ -609,7 +675,7 @@ def _findings(
         add(
             "memory-micro-batch",
             "A smaller micro-batch would lower the peak",
-            f"activations and temporaries are {_size(act + temps)} "
+            f"activations and temporaries are {size(act + temps)} "
             f"({(act + temps) / peak:.0%}) {where}; they grow with the batch",
             "halve the micro-batch and accumulate gradients over two of them (the same "
             "effective batch; more, smaller steps)",
@@ -617,11 +683,11 @@ def _findings(
         )
     state = cats["before_trace"] + cats["optimizer_state"] + cats["gradients"]
     near = p.capacity is not None and p.peak_reserved >= limits.near_capacity * p.capacity
-    if state >= limits.state_share * peak and (near or cats["optimizer_state"] > 0):
+    if pressure and state >= limits.state_share * peak and (near or cats["optimizer_state"] > 0):
         what = (
-            f"parameters, gradients and optimizer state ({_size(cats['before_trace'])} "
-            f"allocated before the trace, {_size(cats['gradients'])} of gradients, "
-            f"{_size(cats['optimizer_state'])} of optimizer state) are {_size(state)} "
+            f"parameters, gradients and optimizer state ({size(cats['before_trace'])} "
+            f"allocated before the trace, {size(cats['gradients'])} of gradients, "
+            f"{size(cats['optimizer_state'])} of optimizer state) are {size(state)} "
             f"({state / peak:.0%}) {where}"
         )
         if world_size is not None and world_size > 1:
@@ -644,7 +710,8 @@ def _findings(
             )
     cached = p.reserved_at_peak - p.peak_allocated
     if (
-        p.device != "cpu"
+        pressure
+        and p.device != "cpu"
         and p.reserved_at_peak >= limits.fragmentation_ratio * p.peak_allocated
         and cached
         >= max(
@@ -655,10 +722,14 @@ def _findings(
         add(
             "memory-fragmentation",
             "Reserved memory is far above what is allocated",
-            f"{_size(p.reserved_at_peak)} reserved but {_size(p.peak_allocated)} allocated "
-            f"at the peak: {_size(cached)} held by the allocator but unused (freed blocks from "
-            "an earlier, larger peak, or fragments too small for the requests; "
-            f"{p.reserved_grows} segment allocations in the trace)",
+            f"{size(p.reserved_at_peak)} reserved but {size(p.peak_allocated)} allocated "
+            f"at the peak: {size(cached)} held by the allocator but unused (freed blocks from "
+            "an earlier, larger peak, or fragments too small for the requests)"
+            + (
+                f"; reserved memory grew {p.reserved_grows} times in the trace"
+                if p.reserved_grows
+                else ""
+            ),
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead of "
             "splitting; keep tensor shapes stable",
             cached,
@@ -675,7 +746,7 @@ def _findings(
         )
     if p.leak:
         sites = "; ".join(
-            f"{s.site} ({_size(s.bytes)} in {s.count} blocks over {s.steps} steps)"
+            f"{s.site} ({size(s.bytes)} in {s.count} blocks over {s.steps} steps)"
             for s in p.leak_sites[:3]
         )
         rate = p.growth_per_step or 0.0
@@ -686,9 +757,9 @@ def _findings(
         add(
             "memory-leak",
             "Allocated memory grows every step",
-            f"allocated memory at the start of each step rises by {_size(rate)} per step "
-            f"({_size(dm.growth)} over {dm.steady_steps} steady-state steps){horizon}"
-            + (f"; never freed: {sites}" if sites else ""),
+            f"allocated memory at the start of each step rises by {size(rate)} per step "
+            f"({size(dm.growth)} from the first to the last of {dm.steady_steps} steady-state "
+            f"steps){horizon}" + (f"; never freed: {sites}" if sites else ""),
             "do not keep tensors that hold their graph: log loss.item() or loss.detach() "
             "(every N steps), run evaluation under torch.no_grad(), and clear lists of "
             "outputs kept across steps",

@@ -85,7 +85,8 @@ class Profile(_StepMarks):
     optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
     itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
     and analysed: `diagnosis` holds the result and `trace_path` the file. A loop that stops
-    inside the active steps is analysed over the steps it completed.
+    inside the active steps is analysed over the steps it completed. `memory` records memory
+    events (and, unless `stacks` says otherwise, Python stacks for their call sites).
     """
 
     def __init__(
@@ -96,7 +97,7 @@ class Profile(_StepMarks):
         active: int = 5,
         trace_dir: str | os.PathLike[str] = "wallfinder-traces",
         memory: bool = False,
-        stacks: bool = False,
+        stacks: bool | None = None,
         auto_step: bool = True,
         options: Options | None = None,
     ) -> None:
@@ -105,7 +106,9 @@ class Profile(_StepMarks):
         super().__init__(auto_step)
         self.wait, self.warmup, self.active = wait, warmup, active
         self.trace_dir = Path(trace_dir)
-        self.memory, self.stacks = memory, stacks
+        # Memory call sites are source lines only with Python stacks: on with memory unless
+        # asked otherwise, as in `wallfinder run --memory`.
+        self.memory, self.stacks = memory, memory if stacks is None else stacks
         self.options = options
         self.trace_path: Path | None = None
         self.diagnosis: Diagnosis | None = None

@@ -11,6 +11,7 @@ classes in-process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -33,6 +34,13 @@ compile workers, subprocesses) are not measured as well."""
 STATUS_PREFIX = "status_"
 """Each measured process writes `status_rank{R}_{pid}.json` into the status folder at exit."""
 
+MEMORY_ENTRIES = 100_000
+"""Allocations and frees the CUDA memory history keeps (the newest; several KB each)."""
+
+_OOM_WORDS = ("out of memory", "cublas_status_alloc_failed")
+_HOST_OOM_WORDS = ("not enough memory", "can't allocate memory")
+"""How torch's CPU allocator says it ran out (DefaultCPUAllocator)."""
+
 
 def rank() -> int:
     """This process's rank: torch.distributed's when initialised, else the launcher's
@@ -48,6 +56,46 @@ def rank() -> int:
 
 def trace_name(rank_: int) -> str:
     return f"trace_rank{rank_}.json"
+
+
+def snapshot_name(rank_: int) -> str:
+    return f"memory_snapshot_rank{rank_}.pickle"
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message ("" when it has none), at most 500 characters."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:500] if text else ""
+
+
+def out_of_memory(exc: BaseException) -> BaseException | None:
+    """The out-of-memory error `exc` is, or was raised from (`raise ... from`, as torch.compile
+    does), else None: torch's `OutOfMemoryError` (`torch.cuda.OutOfMemoryError`), Python's
+    `MemoryError`, or a RuntimeError whose message says an allocator ran out ("CUDA error: out
+    of memory", "DefaultCPUAllocator: not enough memory", "can't allocate memory")."""
+    torch = sys.modules.get("torch")
+    kinds: list[type] = [MemoryError]
+    for owner in (torch, getattr(torch, "cuda", None)) if torch is not None else ():
+        kind = getattr(owner, "OutOfMemoryError", None)
+        if isinstance(kind, type):
+            kinds.append(kind)
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, tuple(kinds)):
+            return current
+        if isinstance(current, RuntimeError):
+            message = str(current).lower()
+            if any(w in message for w in (*_OOM_WORDS, *_HOST_OOM_WORDS)):
+                return current
+        current = current.__cause__
+    return None
+
+
+def host_out_of_memory(exc: BaseException) -> bool:
+    """The host ran out, not a device: a CUDA snapshot would not explain it."""
+    return isinstance(exc, MemoryError) or any(w in str(exc).lower() for w in _HOST_OOM_WORDS)
 
 
 class Recorder:
@@ -180,7 +228,12 @@ def schedule_after_first_step(warmup: int) -> tuple[int, int]:
 class Session:
     """One measured process under `wallfinder run`: steps are the first optimizer's steps;
     the profiler (or the step clock) starts at the end of the first step; at exit a status
-    file says what happened, for `wallfinder run` to report."""
+    file says what happened, for `wallfinder run` to report.
+
+    With `memory`, the CUDA allocator also records its history from the moment CUDA starts
+    (warm-up included, the newest `memory_entries` events), and when the program dies of an
+    out-of-memory error on the device, the allocator's snapshot at that moment is written to
+    `memory_snapshot_rank{R}.pickle` in the trace folder."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self.trace_dir = Path(settings["trace_dir"])
@@ -191,8 +244,16 @@ class Session:
         self.timer_only = bool(settings.get("timer_only", False))
         self.memory = bool(settings.get("memory", False))
         self.stacks = bool(settings.get("stacks", False))
+        self.memory_entries = int(settings.get("memory_entries") or MEMORY_ENTRIES)
         self.steps = 0
         self.error: str | None = None
+        self.oom: str | None = None
+        """The first line of the out-of-memory error that ended the program (its kind when
+        the message is empty), or None."""
+        self.history = False
+        self.history_error: str | None = None
+        self.snapshot: str | None = None
+        self.snapshot_error: str | None = None
         self.stopped = False
         self.signal: int | None = None
         self._first = FirstOptimizer()
@@ -236,11 +297,76 @@ class Session:
             if self._recorder.done:
                 self._recorder.stop()
 
+    def record_memory_history(self) -> None:
+        """Start the CUDA allocator's history (with Python stacks) when CUDA starts: queued on
+        torch's own lazy initialisation, so that a program that never uses CUDA is not made
+        to, nor is a program whose forked children do."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return
+
+        def start() -> None:
+            # Runs inside torch's CUDA initialisation: an exception would fail the program's
+            # first CUDA call.
+            try:
+                torch.cuda.memory._record_memory_history(
+                    enabled="all",
+                    context="all",
+                    stacks="python",
+                    max_entries=self.memory_entries,
+                )
+                self.history = True
+            except Exception as exc:
+                self.history_error = f"{type(exc).__name__}: {exc}"[:500]
+
+        try:
+            later = getattr(torch.cuda, "_lazy_call", None)
+            if later is None:
+                if torch.cuda.is_initialized():
+                    start()
+            else:
+                later(start)
+        except Exception as exc:
+            self.history_error = f"{type(exc).__name__}: {exc}"[:500]
+
     def on_exception(
         self, kind: type[BaseException], value: BaseException, tb: TracebackType | None
     ) -> None:
-        first = str(value).strip().splitlines()[0] if str(value).strip() else ""
+        first = first_line(value)
         self.error = f"{kind.__name__}: {first}"[:500] if first else kind.__name__
+        oom = out_of_memory(value)
+        if oom is None:
+            return
+        self.oom = first_line(oom) or type(oom).__name__
+        if self.memory and not host_out_of_memory(oom):
+            self._dump_snapshot()
+
+    def _dump_snapshot(self) -> None:
+        """The CUDA allocator's state and history now, while the frames of the error still
+        hold their tensors. A dump that fails is recorded, never raised: the program's own
+        error is what the user must see."""
+        torch = sys.modules.get("torch")
+        path = self.trace_dir / snapshot_name(rank())
+        try:
+            if torch is None or not torch.cuda.is_initialized():
+                return  # the program never used CUDA: nothing to snapshot
+            self.trace_dir.mkdir(parents=True, exist_ok=True)
+            torch.cuda.memory._dump_snapshot(str(path))
+            self.snapshot = path.name
+        except Exception as exc:
+            self.snapshot_error = f"{type(exc).__name__}: {exc}"[:500]
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)  # half a pickle helps no one
+
+    def _stop_memory_history(self) -> None:
+        if not self.history:
+            return
+        self.history = False
+        try:
+            torch = sys.modules["torch"]
+            torch.cuda.memory._record_memory_history(enabled=None)
+        except Exception:  # the process is ending; its history has served
+            pass
 
     def on_signal(self, signum: int) -> None:
         self.signal = signum
@@ -250,6 +376,10 @@ class Session:
         if self._finished:
             return
         self._finished = True
+        if self.error is None:
+            self._exception_left_unseen()
+        recorded_history = self.history
+        self._stop_memory_history()
         trace: str | None = None
         failure: str | None = None
         try:
@@ -272,9 +402,23 @@ class Session:
             "error": self.error,
             "signal": self.signal,
             "trace_error": failure,
+            "oom": self.oom is not None,
+            "oom_message": self.oom,
+            "memory_history": recorded_history,
+            "history_error": self.history_error,
+            "snapshot": self.snapshot,
+            "snapshot_error": self.snapshot_error,
         }
         path = self.status_dir / f"{STATUS_PREFIX}rank{status['rank']}_{os.getpid()}.json"
         path.write_text(json.dumps(status))
+
+    def _exception_left_unseen(self) -> None:
+        """The exception that ended the program when our excepthook was not called (the
+        program set its own, e.g. rich's tracebacks): Python keeps it in `sys.last_exc` (3.12)
+        or `sys.last_value` until the exit handlers have run."""
+        value = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if isinstance(value, BaseException):
+            self.on_exception(type(value), value, value.__traceback__)
 
 
 def _settings() -> dict[str, Any] | None:
@@ -307,6 +451,8 @@ def _attach(settings: dict[str, Any]) -> None:
 
     os.environ[ACTIVE_ENV] = str(os.getpid())
     session = Session(settings)
+    if session.memory:
+        session.record_memory_history()
     register_optimizer_step_post_hook(session.on_optimizer_step)
     atexit.register(session.finish)
     previous_hook = sys.excepthook
@@ -314,8 +460,11 @@ def _attach(settings: dict[str, Any]) -> None:
     def excepthook(
         kind: type[BaseException], value: BaseException, tb: TracebackType | None
     ) -> None:
-        session.on_exception(kind, value, tb)
-        previous_hook(kind, value, tb)
+        # The program's traceback first: an out-of-memory snapshot can take seconds to write.
+        try:
+            previous_hook(kind, value, tb)
+        finally:
+            session.on_exception(kind, value, tb)
 
     sys.excepthook = excepthook
     _on_termination(session)

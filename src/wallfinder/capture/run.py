@@ -5,8 +5,9 @@ The hook (`_hook.py`) reaches the program through a `sitecustomize` module put f
 `PYTHONPATH`, so it works for `python train.py`, `python -m pkg.train`, `torchrun ...` and
 scripts that start Python themselves. The program's own `sitecustomize`, if any, still runs.
 Each measured process writes a status file at exit; `run_program` reads them and returns a
-`RunOutcome`: the program's exit code, the traces written, and one line per thing the user
-should know (an exception, too few steps, no optimizer, a signal).
+`RunOutcome`: the program's exit code, the traces written, the memory snapshots taken when a
+process ran out of device memory, and one line per thing the user should know (an exception,
+running out of memory, too few steps, no optimizer, a signal).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from wallfinder.capture._hook import ACTIVE_ENV, CONFIG_ENV, STATUS_PREFIX
+from wallfinder.capture._hook import ACTIVE_ENV, CONFIG_ENV, MEMORY_ENTRIES, STATUS_PREFIX
 from wallfinder.errors import WallfinderError
 
 __all__ = ["ProcessStatus", "RunOutcome", "RunSettings", "program_command", "run_program"]
@@ -61,18 +62,31 @@ _LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
 @dataclass(frozen=True)
 class RunSettings:
     """What `wallfinder run` measures: `steps` steps after `warmup` warm-up steps (the first
-    step is always one), counted by the first optimizer's `step()`."""
+    step is always one), counted by the first optimizer's `step()`.
+
+    `memory` records the profiler's memory events and, on CUDA, the allocator's history (its
+    newest `memory_entries` allocations and frees) for a snapshot should the program run out
+    of device memory. `stacks` records Python stacks in the profiler; None (the default)
+    records them with `memory`, whose call sites are source lines only with them."""
 
     steps: int = 5
     warmup: int = 3
     memory: bool = False
-    stacks: bool = False
+    stacks: bool | None = None
     stop_after: bool = False
     timer_only: bool = False
+    memory_entries: int = MEMORY_ENTRIES
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.warmup < 1:
             raise WallfinderError("--steps and --warmup must be at least 1")
+        if self.memory_entries < 1:
+            raise WallfinderError("the memory history needs at least 1 entry")
+
+    @property
+    def python_stacks(self) -> bool:
+        """Whether the profiler records Python stacks."""
+        return self.memory if self.stacks is None else self.stacks
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,12 @@ class ProcessStatus:
     error: str | None
     signal: int | None
     trace_error: str | None
+    oom: str | None = None
+    """The first line of the out-of-memory error that ended the process, or None."""
+    snapshot: str | None = None
+    """The allocator snapshot taken then, a file name in the trace folder."""
+    snapshot_error: str | None = None
+    history_error: str | None = None
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> ProcessStatus:
@@ -99,19 +119,25 @@ class ProcessStatus:
             error=raw.get("error"),
             signal=raw.get("signal"),
             trace_error=raw.get("trace_error"),
+            oom=(raw.get("oom_message") or "out of memory") if raw.get("oom") else None,
+            snapshot=raw.get("snapshot"),
+            snapshot_error=raw.get("snapshot_error"),
+            history_error=raw.get("history_error"),
         )
 
 
 @dataclass(frozen=True)
 class RunOutcome:
     """The program's exit code (128 + N when a signal N ended it), the traces written, the
-    measured processes' statuses (by rank), and the lines that say what happened."""
+    measured processes' statuses (by rank), the lines that say what happened, and the
+    allocator snapshots taken when processes ran out of device memory (by rank)."""
 
     exit_code: int
     trace_dir: Path
     traces: list[Path]
     processes: list[ProcessStatus]
     notes: list[str] = field(default_factory=list)
+    snapshots: list[Path] = field(default_factory=list)
 
 
 def program_command(command: Sequence[str], module: str | None = None) -> list[str]:
@@ -183,7 +209,8 @@ def run_program(command: Sequence[str], settings: RunSettings, trace_dir: Path) 
                 "steps": settings.steps,
                 "warmup": settings.warmup,
                 "memory": settings.memory,
-                "stacks": settings.stacks,
+                "memory_entries": settings.memory_entries,
+                "stacks": settings.python_stacks,
                 "stop_after": settings.stop_after,
                 "timer_only": settings.timer_only,
                 "ranked": _launcher(command),
@@ -193,7 +220,9 @@ def run_program(command: Sequence[str], settings: RunSettings, trace_dir: Path) 
         statuses = _statuses(Path(hook_dir))
     traces = sorted(trace_dir.glob("trace_rank*.json"))
     notes = _notes(command, exit_code, statuses, settings, traces)
-    return RunOutcome(exit_code, trace_dir, traces, statuses, notes)
+    snapshots = [trace_dir / s.snapshot for s in statuses if s.snapshot]
+    snapshots = [p for p in snapshots if p.is_file()]
+    return RunOutcome(exit_code, trace_dir, traces, statuses, notes, snapshots)
 
 
 def _wait(command: list[str], env: dict[str, str]) -> int:
@@ -278,7 +307,14 @@ def _notes(
 
 def _process_notes(s: ProcessStatus, settings: RunSettings, wanted: int) -> list[str]:
     lines = []
-    if s.error:
+    if s.oom:
+        lines.append(f"the program ran out of memory after {s.steps} steps: {s.oom}")
+        if not settings.memory:
+            lines.append(
+                "run it again with --memory to see what filled memory (on CUDA: the "
+                "allocator's state when it ran out, with the call sites)"
+            )
+    elif s.error:
         lines.append(f"the program raised {s.error} after {s.steps} steps")
     if s.signal:
         lines.append(f"the program was stopped by {_signal_name(s.signal)} after {s.steps} steps")
@@ -305,4 +341,8 @@ def _process_notes(s: ProcessStatus, settings: RunSettings, wanted: int) -> list
         )
     if s.trace_error:
         lines.append(f"could not write the trace: {s.trace_error}")
+    if s.history_error:
+        lines.append(f"could not record the CUDA memory history: {s.history_error}")
+    if s.snapshot_error:
+        lines.append(f"could not write the memory snapshot: {s.snapshot_error}")
     return lines

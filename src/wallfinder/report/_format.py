@@ -3,23 +3,42 @@ comes from the Diagnosis)."""
 
 from __future__ import annotations
 
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.diagnosis import (
+    MEMORY_CATEGORIES,
+    DeviceMemoryProfile,
+    Diagnosis,
+    MemoryFinding,
+)
+from wallfinder.units import size
 
 __all__ = [
     "CAUSE_LABEL",
     "CPU_IDLE_LABEL",
     "IDLE_LABEL",
+    "MEMORY_CATEGORY_LABEL",
+    "MEMORY_TOP_SITES",
     "breakdown_parts",
     "cause_label",
     "duration",
     "ellipsize",
     "idle_causes",
     "idle_label",
+    "memory_capacity",
+    "memory_categories",
+    "memory_device_line",
+    "memory_growth_lines",
+    "memory_leak_line",
+    "memory_leak_sites",
+    "memory_main",
+    "memory_peak",
+    "memory_saving",
+    "memory_when",
     "ms",
     "part_label",
     "pct",
     "short_kernel",
     "si",
+    "size",
     "tensor_core_fix",
     "title_line",
 ]
@@ -223,3 +242,131 @@ def title_line(d: Diagnosis) -> str:
         parts.append(f"rank {d.rank}" + (f" of {d.world_size}" if d.world_size else ""))
     parts.append(f"{d.steps.total} steps ({d.steps.source})")
     return " · ".join(parts)
+
+
+# Memory (the Diagnosis's MemoryProfile) ---------------------------------------------------------
+
+MEMORY_TOP_SITES = 5
+"""Call sites the reports list as live at the memory peak (the JSON has up to ten)."""
+MEMORY_CATEGORY_LABEL = {
+    "before_trace": "before the trace (parameters, state)",
+    "activations": "activations",
+    "retained": "kept from earlier steps",
+    "gradients": "gradients",
+    "optimizer_state": "optimizer state",
+    "temporaries": "temporaries",
+    "other": "other (allocated between steps)",
+}
+_PHASE_LABEL = {
+    "forward": "forward pass",
+    "backward": "backward pass",
+    "optimizer": "optimizer step",
+}
+
+
+def memory_main(d: Diagnosis) -> DeviceMemoryProfile | None:
+    """The analysed device's memory profile (the first device); None without memory events."""
+    return d.memory.devices[0] if d.memory is not None and d.memory.devices else None
+
+
+def memory_peak(m: DeviceMemoryProfile) -> str:
+    """Peak allocated and reserved bytes, with their shares of the capacity when it is known
+    (what follows "peak")."""
+
+    def of(n: int, what: str) -> str:
+        return f" ({pct(n / m.capacity)}{what})" if m.capacity else ""
+
+    text = f"{size(m.peak_allocated)} allocated{of(m.peak_allocated, ' of capacity')}"
+    # The CPU allocator reports no reserved total: 0 means none recorded.
+    if m.peak_reserved:
+        text += f", {size(m.peak_reserved)} reserved{of(m.peak_reserved, '')}"
+    return text
+
+
+def memory_capacity(m: DeviceMemoryProfile) -> str | None:
+    """The device's capacity and where it comes from (None when unknown)."""
+    if not m.capacity:
+        return None
+    source = f" ({m.capacity_source})" if m.capacity_source else ""
+    return f"{size(m.capacity)}{source}"
+
+
+def memory_when(m: DeviceMemoryProfile) -> str:
+    """When allocated memory peaks: time into the trace, step, phase and op."""
+    parts = [f"{duration(m.peak_time_s)} into the trace"]
+    if m.peak_step:
+        parts.append(m.peak_step)
+    parts.append(_PHASE_LABEL.get(m.peak_phase, m.peak_phase))
+    if m.peak_op:
+        parts.append(f"in {m.peak_op}")
+    return ", ".join(parts)
+
+
+def memory_categories(m: DeviceMemoryProfile) -> list[tuple[str, str, int, float]]:
+    """What is live at the peak by category, largest first, categories with no bytes left out:
+    (category, label, bytes, share of the peak's allocated bytes)."""
+    peak = max(m.peak_allocated, 1)
+    rows = [(c, MEMORY_CATEGORY_LABEL.get(c, c), n, n / peak) for c, n in m.categories.items()]
+    order = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
+    rows.sort(key=lambda r: (-r[2], order.get(r[0], len(order))))
+    return [r for r in rows if r[2] > 0]
+
+
+def memory_growth_lines(m: DeviceMemoryProfile) -> list[str]:
+    """Growth across steps and how often the allocator reserved and released memory, one
+    sentence each (the leak has its own line, with its sites)."""
+    lines = []
+    g = m.growth_per_step
+    if g is not None and not m.leak:
+        change = "none" if g == 0 else ("+" if g > 0 else "-") + size(abs(g))
+        lines.append(
+            f"Growth per step: {change} (allocated bytes from one steady-state step's start "
+            "to the next, median)"
+        )
+    if m.reserved_grows or m.reserved_shrinks:
+        line = (
+            f"Reserved memory grew {m.reserved_grows} times and shrank {m.reserved_shrinks} "
+            "times in the trace (device mallocs and frees)"
+        )
+        if m.steady_reserved_changes_per_step:
+            line += f"; {m.steady_reserved_changes_per_step:.1f} changes per steady-state step"
+        lines.append(line)
+    elif m.steady_reserved_changes_per_step:
+        lines.append(
+            f"Reserved memory changed {m.steady_reserved_changes_per_step:.1f} times per "
+            "steady-state step"
+        )
+    return lines
+
+
+def memory_leak_line(m: DeviceMemoryProfile) -> str | None:
+    """The leak in one sentence, to follow a "LEAK" mark (None when there is none); its sites
+    are listed apart."""
+    if not m.leak:
+        return None
+    rate = f" by {size(m.growth_per_step)} per step" if m.growth_per_step else ""
+    where = " from these call sites:" if m.leak_sites else ""
+    return f"allocated memory grows{rate}, in blocks never freed{where}"
+
+
+def memory_leak_sites(m: DeviceMemoryProfile) -> list[str]:
+    """Each leak site in words: where, its op, bytes, blocks and steps."""
+    return [
+        f"{s.site}"
+        + (f" ({s.op})" if s.op and s.op != s.site else "")
+        + f": {size(s.bytes)} in {s.count} blocks over {s.steps} steps"
+        for s in m.leak_sites
+    ]
+
+
+def memory_saving(f: MemoryFinding) -> str:
+    """The most a memory finding's fix can free at the peak, in words."""
+    return "bound unknown" if f.saving_bytes is None else f"frees at most {size(f.saving_bytes)}"
+
+
+def memory_device_line(m: DeviceMemoryProfile) -> str:
+    """Another device's memory in one line: its peaks."""
+    line = f"{m.device}: peak {size(m.peak_allocated)} allocated"
+    if m.peak_reserved:
+        line += f", {size(m.peak_reserved)} reserved"
+    return line

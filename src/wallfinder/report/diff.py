@@ -11,10 +11,17 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from wallfinder.diagnosis import DiagnosisDiff, PartChange
+from wallfinder.diagnosis import BytesChange, DiagnosisDiff, MemoryChange, PartChange
 from wallfinder.report import _format as fmt
+from wallfinder.units import size
 
-__all__ = ["render_diff_html", "render_diff_markdown", "render_diff_text", "verdict_line"]
+__all__ = [
+    "memory_lines",
+    "render_diff_html",
+    "render_diff_markdown",
+    "render_diff_text",
+    "verdict_line",
+]
 
 _PARTS = {
     "compute": "compute",
@@ -26,6 +33,8 @@ _KIND = {"op": "op", "kernel": "kernel", "cpu_op": "CPU op"}
 _STATUS_ORDER = ("resolved", "new", "remaining")
 NAME_CHARS = 90
 """The longest name the HTML page shows in a cell (the whole name is its tooltip)."""
+TOP_CATEGORIES = 3
+"""Memory categories named in the text and Markdown forms (those that moved most)."""
 
 
 def part_label(part: str) -> str:
@@ -82,6 +91,69 @@ def match_lines(x: DiagnosisDiff) -> list[str]:
     ]
 
 
+def memory_lines(m: MemoryChange) -> list[str]:
+    """The memory change in a few sentences: the peaks, the categories that moved most at the
+    peak, the leak, and the memory findings by status."""
+    moved = [c for c in m.categories if c.change_bytes][:TOP_CATEGORIES]
+    categories = (
+        "moved most at the peak: "
+        + ", ".join(
+            f"{c.category.replace('_', ' ')} {_signed_size(c.change_bytes)} "
+            f"({size(c.before)} → {size(c.after)})"
+            for c in moved
+        )
+        if moved
+        else "no category moved at the peak"
+    )
+    by_status = {
+        status: ", ".join(f.id for f in m.findings if f.status == status)
+        for status in _STATUS_ORDER
+    }
+    findings = "; ".join(f"{status}: {ids}" for status, ids in by_status.items() if ids)
+    reserved = [f"peak reserved {_bytes_line(m.peak_reserved)}"] if _has_reserved(m) else []
+    return [
+        f"peak allocated {_bytes_line(m.peak_allocated)}",
+        *reserved,
+        categories,
+        leak_line(m),
+        f"memory findings {findings}" if findings else "no memory findings before or after",
+    ]
+
+
+def _has_reserved(m: MemoryChange) -> bool:
+    """Whether a reserved total was recorded (the CPU allocator reports none: 0 on both
+    sides)."""
+    return bool(m.peak_reserved.before or m.peak_reserved.after)
+
+
+def leak_line(m: MemoryChange) -> str:
+    """Whether allocated memory leaked (grew step over step) before and after."""
+    before, after = _growth(m.growth_per_step_before), _growth(m.growth_per_step_after)
+    if m.leak_before and not m.leak_after:
+        return f"leak fixed: allocated memory grew {before} per step before, {after} after"
+    if m.leak_before:
+        return f"still leaking: allocated memory grows {before} per step before, {after} after"
+    if m.leak_after:
+        return f"new leak: allocated memory grows {after} per step after ({before} before)"
+    return "no leak before or after"
+
+
+def _growth(bytes_per_step: float | None) -> str:
+    return "?" if bytes_per_step is None else size(bytes_per_step)
+
+
+def _signed_size(n: int) -> str:
+    return ("+" if n > 0 else "-" if n < 0 else "±") + size(abs(n))
+
+
+def _bytes_line(b: BytesChange) -> str:
+    """A change in bytes, e.g. "12.00 GiB → 8.00 GiB (-4.00 GiB, -33.3%)"."""
+    if b.change_bytes == 0:
+        return f"{size(b.before)} → {size(b.after)} (unchanged)"
+    share = "" if b.change is None else f", {b.change * 100:+.1f}%"
+    return f"{size(b.before)} → {size(b.after)} ({_signed_size(b.change_bytes)}{share})"
+
+
 def _shown_parts(x: DiagnosisDiff) -> list[PartChange]:
     """The breakdown rows, leaving out idle causes that are zero on both sides."""
     return [p for p in x.breakdown if not p.part.startswith("idle:") or p.before or p.after]
@@ -118,6 +190,11 @@ def renderables(x: DiagnosisDiff) -> Iterator[RenderableType]:
         yield _moved_table(x)
     lines = [*match_lines(x), f"MFU {mfu_line(x)}"]
     yield Text("\n".join(lines))
+    if x.memory is not None:
+        memory = Text()
+        memory.append("Memory", style="bold")
+        memory.append(f" {x.memory.device}\n" + "\n".join(memory_lines(x.memory)))
+        yield memory
     if x.notes:
         yield Text("\n".join(f"note: {n}" for n in x.notes), style="dim")
 
@@ -221,6 +298,9 @@ def render_diff_markdown(x: DiagnosisDiff) -> str:
         ]
     out += ["", *(f"- {text(line)}" for line in match_lines(x))]
     out += [f"- **MFU** {text(mfu_line(x))}"]
+    if x.memory is not None:
+        out += ["", f"**Memory** {code(x.memory.device)}", ""]
+        out += [f"- {text(line)}" for line in memory_lines(x.memory)]
     if x.notes:
         out += ["", *(f"- _note:_ {text(n)}" for n in x.notes)]
     out += ["", f"<sub>wallfinder · {x.schema}</sub>", ""]
@@ -245,6 +325,7 @@ def render_diff_html(x: DiagnosisDiff) -> str:
         moved=_moved_rows(x),
         matches=match_lines(x),
         mfu=mfu_line(x),
+        memory=_memory_view(x.memory),
         wall_color=WALL_COLOR,
     )
 
@@ -339,6 +420,34 @@ def _moved_rows(x: DiagnosisDiff) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _memory_view(m: MemoryChange | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    order = {status: i for i, status in enumerate(_STATUS_ORDER)}
+    return {
+        "device": m.device,
+        "allocated": _bytes_line(m.peak_allocated).replace("-", "−"),
+        "reserved": _bytes_line(m.peak_reserved).replace("-", "−") if _has_reserved(m) else None,
+        "leak": leak_line(m),
+        "categories": [
+            {
+                "label": c.category.replace("_", " "),
+                "before": size(c.before),
+                "before_v": c.before,
+                "after": size(c.after),
+                "after_v": c.after,
+                "change": _signed_size(c.change_bytes).replace("-", "−"),
+                "change_v": c.change_bytes,
+            }
+            for c in m.categories
+        ],
+        "findings": [
+            {"status": f.status, "status_v": order[f.status], "id": f.id, "title": f.title}
+            for f in m.findings
+        ],
+    }
 
 
 def _figures(x: DiagnosisDiff) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from wallfinder.history import NameCount, RunRecord, Trend
 from wallfinder.report import _format as fmt
 from wallfinder.report.html import WALL_COLOR, _layout, _plot_text, render_page
 from wallfinder.report.terminal import print_parts
+from wallfinder.units import size
 
 __all__ = ["HISTORY_FORMATS", "render_history", "render_names"]
 
@@ -32,10 +33,11 @@ def render_history(t: Trend, fmt_name: str, *, width: int | None = None) -> str:
     if fmt_name != "text":
         raise ValueError(f"unknown history format {fmt_name!r}: one of {HISTORY_FORMATS}")
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column, right in _HEADERS:
+    headers, keys = _columns(t)
+    for column, right in headers:
         table.add_column(column, justify="right" if right else "left")
     for row in _rows(t):
-        table.add_row(*(row[key] for key in _KEYS))
+        table.add_row(*(row[key] for key in keys))
     title = Text(f"wallfinder history: {t.name} ({_runs(len(t.runs))})", style="bold")
     return print_parts([title, table, Text(summary(t))], width=width, color=False)
 
@@ -86,6 +88,20 @@ _HEADERS = (
     ("wall · cause", False),
 )
 _KEYS = ("id", "when", "commit", "step", "change", "mfu", "idle", "wall")
+_PEAK = ("peak alloc", True)
+"""The peak allocated memory column, shown when a run of the trend profiled memory."""
+
+
+def _has_memory(t: Trend) -> bool:
+    return any(r.run.peak_allocated is not None for r in t.runs)
+
+
+def _columns(t: Trend) -> tuple[tuple[tuple[str, bool], ...], tuple[str, ...]]:
+    """The table's headers and row keys: the peak memory column before the wall's when a run
+    has a memory profile."""
+    if not _has_memory(t):
+        return _HEADERS, _KEYS
+    return (*_HEADERS[:-1], _PEAK, _HEADERS[-1]), (*_KEYS[:-1], "peak", _KEYS[-1])
 
 
 def _rows(t: Trend) -> list[dict[str, Any]]:
@@ -103,6 +119,8 @@ def _rows(t: Trend) -> list[dict[str, Any]]:
             "mfu_v": "" if r.run.mfu is None else r.run.mfu,
             "idle": fmt.pct(r.run.idle),
             "idle_v": r.run.idle,
+            "peak": "—" if r.run.peak_allocated is None else size(r.run.peak_allocated),
+            "peak_v": "" if r.run.peak_allocated is None else r.run.peak_allocated,
             "wall": _wall(r.run),
         }
         for r in t.runs
@@ -135,15 +153,16 @@ def _md(text: str) -> str:
 
 
 def _markdown(t: Trend) -> str:
+    headers, keys = _columns(t)
     lines = [
         f"### wallfinder history: {_md(t.name)} ({_runs(len(t.runs))})",
         "",
-        "| # | recorded (UTC) | commit | step ms | vs prev | MFU | idle | wall · cause |",
-        "|--:|---|---|--:|--:|--:|--:|---|",
+        "| " + " | ".join(name for name, _ in headers) + " |",
+        "|" + "|".join("--:" if right else "---" for _, right in headers) + "|",
     ]
     lines += [
         "| "
-        + " | ".join(_md(str(row[key])) if key in ("wall", "commit") else row[key] for key in _KEYS)
+        + " | ".join(_md(str(row[key])) if key in ("wall", "commit") else row[key] for key in keys)
         + " |"
         for row in _rows(t)
     ]
@@ -155,7 +174,14 @@ def _markdown(t: Trend) -> str:
 
 
 def _html(t: Trend) -> str:
-    return render_page("history.html", _figures(t), t=t, rows=_rows(t), summary=summary(t))
+    return render_page(
+        "history.html",
+        _figures(t),
+        t=t,
+        rows=_rows(t),
+        summary=summary(t),
+        memory=_has_memory(t),
+    )
 
 
 def _figures(t: Trend) -> dict[str, Any]:
@@ -193,7 +219,7 @@ def _figures(t: Trend) -> dict[str, Any]:
         },
     ]
     xaxis = {"type": "category", "title": {"text": "run"}}
-    return {
+    figures: dict[str, Any] = {
         "plot-step": {
             "data": [step],
             "layout": _layout(
@@ -212,3 +238,21 @@ def _figures(t: Trend) -> dict[str, Any]:
             ),
         },
     }
+    if _has_memory(t):
+        peak = {
+            **common,
+            "name": "peak allocated",
+            "y": [None if r.peak_allocated is None else r.peak_allocated / 2**30 for r in runs],
+            "line": {"color": "#8250df"},
+            "hovertemplate": "%{x} %{customdata}<br>peak allocated %{y:.2f} GiB<extra></extra>",
+        }
+        figures["plot-memory"] = {
+            "data": [peak],
+            "layout": _layout(
+                height=300,
+                showlegend=False,
+                xaxis=xaxis,
+                yaxis={"title": {"text": "GiB"}, "rangemode": "tozero"},
+            ),
+        }
+    return figures

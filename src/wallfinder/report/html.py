@@ -27,6 +27,8 @@ import jinja2
 from markupsafe import Markup
 
 from wallfinder.diagnosis import (
+    MEMORY_CATEGORIES,
+    DeviceMemoryProfile,
     Diagnosis,
     JobSummary,
     OpRoofRow,
@@ -72,6 +74,18 @@ IDLE_COLOR = {
     "other": "#c7c7c7",
 }
 IDLE_TOTAL_COLOR = "#6e7781"
+MEMORY_COLOR = {
+    "before_trace": "#8c959f",
+    "activations": "#1f77b4",
+    "retained": "#d62728",
+    "gradients": "#ff7f0e",
+    "optimizer_state": "#9467bd",
+    "temporaries": "#17becf",
+    "other": "#8c564b",
+}
+"""One colour per memory category, in the chart and the table beside it."""
+STEP_LABELS = 12
+"""At most this many step labels on the memory chart (every step still gets its line)."""
 WALL_COLOR = {"compute": "#1a7f37", "bandwidth": "#b7791f", "overhead": "#cf222e"}
 _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 
@@ -239,6 +253,7 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "name_kind": "op" if d.cpu is not None else "kernel",
         "class_color": CLASS_COLOR,
         "job": _job_view(d.job) if d.job is not None else None,
+        "memory": _memory_view(d, figures),
     }
 
 
@@ -373,6 +388,51 @@ def _job_view(j: JobSummary) -> dict[str, Any]:
     }
 
 
+def _memory_view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any] | None:
+    """The memory profile, formatted: every figure is the MemoryProfile's own."""
+    m = fmt.memory_main(d)
+    if d.memory is None or m is None:
+        return None
+    return {
+        "device": m.device,
+        "peak": fmt.memory_peak(m),
+        "capacity": fmt.memory_capacity(m),
+        "when": fmt.memory_when(m),
+        "plot": "plot-memory" in figures,
+        "reserved": m.peak_reserved > 0,
+        "steps": bool(m.steps),
+        "categories": [
+            {
+                "label": label,
+                "size": fmt.size(n),
+                "share": share,
+                "color": MEMORY_COLOR.get(c, "#8c8c8c"),
+            }
+            for c, label, n, share in fmt.memory_categories(m)
+        ],
+        "sites": [
+            {
+                "site": s.site,
+                "category": fmt.MEMORY_CATEGORY_LABEL.get(s.category, s.category),
+                "color": MEMORY_COLOR.get(s.category, "#8c8c8c"),
+                "bytes": s.bytes,
+                "size": fmt.size(s.bytes),
+                "count": s.count,
+            }
+            for s in m.sites[: fmt.MEMORY_TOP_SITES]
+        ],
+        "growth": fmt.memory_growth_lines(m),
+        "leak": fmt.memory_leak_line(m),
+        "leak_sites": fmt.memory_leak_sites(m),
+        "findings": [
+            {"title": f.title, "evidence": f.evidence, "fix": f.fix, "saving": fmt.memory_saving(f)}
+            for f in d.memory.findings
+        ],
+        "others": [fmt.memory_device_line(o) for o in d.memory.devices[1:]],
+        "notes": d.memory.notes,
+    }
+
+
 def _roofline_lines(d: Diagnosis) -> list[str]:
     r = d.roofline
     if r is None:
@@ -402,6 +462,9 @@ def _figures(d: Diagnosis) -> dict[str, Any]:
         figures["plot-steps"] = _steps_figure(d)
     if d.timeline is not None:
         figures["plot-timeline"] = _timeline_figure(d, d.timeline)
+    memory = fmt.memory_main(d)
+    if memory is not None and memory.timeline:
+        figures["plot-memory"] = _memory_figure(memory)
     if d.roofline is not None:
         roofline = _roofline_figure(d)
         if roofline is not None:
@@ -572,6 +635,214 @@ def _timeline_figure(d: Diagnosis, t: StepTimeline) -> dict[str, Any]:
             margin={"l": 120, "r": 16, "t": 8, "b": 48},
         ),
     }
+
+
+def _memory_figure(m: DeviceMemoryProfile) -> dict[str, Any]:
+    """The device's memory over the trace: allocated bytes stacked by category, the total,
+    the allocator's reserved bytes, the peak marked, and where each step starts."""
+    points = m.timeline
+    x = [p.t_s for p in points]
+    data: list[dict[str, Any]] = []
+    for cat in MEMORY_CATEGORIES:
+        ys = [p.categories.get(cat, 0) for p in points]
+        if not any(ys):
+            continue
+        label = fmt.MEMORY_CATEGORY_LABEL.get(cat, cat)
+        color = MEMORY_COLOR.get(cat, "#8c8c8c")
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "stackgroup": "allocated",
+                "name": _plot_text(label),
+                "x": x,
+                "y": ys,
+                "line": {"width": 0.5, "color": color},
+                "fillcolor": _rgba(color, 0.6),
+                "customdata": [fmt.size(v) for v in ys],
+                "hovertemplate": _plot_text(label) + ": %{customdata}<extra></extra>",
+            }
+        )
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "allocated",
+            "x": x,
+            "y": [p.allocated for p in points],
+            "line": {"width": 1, "color": "#24292f"},
+            "customdata": [fmt.size(p.allocated) for p in points],
+            "hovertemplate": "allocated: %{customdata}<extra></extra>",
+        }
+    )
+    if any(p.reserved for p in points):
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "reserved",
+                "x": x,
+                "y": [p.reserved for p in points],
+                "line": {"width": 1.5, "color": "#57606a", "dash": "dash"},
+                "customdata": [fmt.size(p.reserved) for p in points],
+                "hovertemplate": "reserved: %{customdata}<extra></extra>",
+            }
+        )
+    where = ", ".join(part for part in (m.peak_step, m.peak_phase) if part)
+    peak_label = f"peak {fmt.size(m.peak_allocated)}" + (f" · {where}" if where else "")
+    data.append(
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "peak",
+            "showlegend": False,
+            "x": [m.peak_time_s],
+            "y": [m.peak_allocated],
+            "marker": {"color": "#cf222e", "size": 10, "symbol": "diamond"},
+            "hovertemplate": _plot_text(f"peak allocated: {fmt.size(m.peak_allocated)}")
+            + "<br>"
+            + _plot_text(fmt.memory_when(m))
+            + "<extra></extra>",
+        }
+    )
+    top = max([m.peak_allocated, *(max(p.allocated, p.reserved) for p in points)])
+    if m.capacity and m.peak_reserved >= m.capacity / 2:
+        top = max(top, m.capacity)  # near full: the capacity belongs on the chart
+    if m.capacity:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"capacity {fmt.size(m.capacity)}",
+                "visible": True if top >= m.capacity else "legendonly",
+                "x": [min(x), max(x)],
+                "y": [m.capacity, m.capacity],
+                "line": {"width": 1.5, "color": "#cf222e", "dash": "dot"},
+                "hoverinfo": "name",
+            }
+        )
+    shapes, labels = _step_marks(m)
+    start = min([x[0], *(s.start_s for s in m.steps)])
+    end = max([x[-1], *(s.end_s for s in m.steps)])
+    ticks, texts = _byte_ticks(max(top * 1.15, 8.0))  # headroom for the peak's label
+    return {
+        "data": data,
+        "layout": _layout(
+            height=400,
+            hovermode="x unified",
+            shapes=shapes,
+            annotations=[
+                *labels,
+                {
+                    "x": m.peak_time_s,
+                    "y": m.peak_allocated,
+                    "xref": "x",
+                    "yref": "y",
+                    "text": _plot_text(peak_label),
+                    "showarrow": True,
+                    "arrowhead": 0,
+                    "arrowcolor": "#cf222e",
+                    "ax": 0,
+                    "ay": -28,
+                    # Near an edge the label reads away from it, not over the axis.
+                    "xanchor": _edge_anchor((m.peak_time_s - start) / max(end - start, 1e-12)),
+                    "font": {"color": "#cf222e", "size": 12},
+                    "bgcolor": "rgba(255,255,255,0.85)",
+                },
+            ],
+            xaxis={
+                "title": {"text": "time from the start of the trace"},
+                "range": [start, end],
+                "ticksuffix": " s",
+                "hoverformat": ".4f",
+            },
+            yaxis={"range": [0, ticks[-1]], "tickvals": ticks, "ticktext": texts},
+            legend={
+                "orientation": "h",
+                "y": -0.24,
+                "yanchor": "top",
+                "x": 0,
+                "traceorder": "normal",
+            },
+            margin={"l": 60, "r": 16, "t": 28, "b": 40},
+        ),
+    }
+
+
+def _edge_anchor(position: float) -> str:
+    """How to anchor a label at `position` (0: the plot's left edge, 1: its right edge)."""
+    return "left" if position < 0.15 else "right" if position > 0.85 else "center"
+
+
+def _step_marks(m: DeviceMemoryProfile) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A light line where each step starts (and the last ends), warm-up steps shaded, and the
+    steps' labels above the plot (every k-th when there are many)."""
+    shapes: list[dict[str, Any]] = []
+    labels: list[dict[str, Any]] = []
+    every = max(1, math.ceil(len(m.steps) / STEP_LABELS))
+    line = {"color": "#afb8c1", "width": 1, "dash": "dot"}
+    for i, s in enumerate(m.steps):
+        edge = {"type": "line", "xref": "x", "yref": "paper", "y0": 0, "y1": 1, "layer": "below"}
+        shapes.append({**edge, "x0": s.start_s, "x1": s.start_s, "line": line})
+        if i == len(m.steps) - 1:
+            shapes.append({**edge, "x0": s.end_s, "x1": s.end_s, "line": line})
+        if s.warmup:
+            shapes.append(
+                {
+                    "type": "rect",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": s.start_s,
+                    "x1": s.end_s,
+                    "y0": 0,
+                    "y1": 1,
+                    "fillcolor": "#eff1f3",
+                    "line": {"width": 0},
+                    "layer": "below",
+                }
+            )
+        if i % every == 0:
+            labels.append(
+                {
+                    "x": s.start_s,
+                    "y": 1,
+                    "xref": "x",
+                    "yref": "paper",
+                    "xanchor": "left",
+                    "yanchor": "bottom",
+                    "showarrow": False,
+                    "text": _plot_text(s.step + (" (warm-up)" if s.warmup else "")),
+                    "font": {"size": 11, "color": "#57606a"},
+                    "hovertext": _plot_text(
+                        f"{s.step}: starts with {fmt.size(s.start_allocated)} allocated, "
+                        f"peaks at {fmt.size(s.peak_allocated)}"
+                    ),
+                }
+            )
+    return shapes, labels
+
+
+def _byte_ticks(top: float) -> tuple[list[float], list[str]]:
+    """Tick values from 0 to at least `top` bytes, a round number of one binary unit apart,
+    and their labels (0, 2 GiB, 4 GiB, ...)."""
+    unit, scale = "B", 1
+    for name, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if top >= factor:
+            unit, scale = name, factor
+            break
+    span = max(top / scale, 1e-9)
+    rough = span / 5
+    magnitude = 10 ** math.floor(math.log10(rough))
+    step = next(k * magnitude for k in (1, 2, 2.5, 5, 10) if k * magnitude >= rough)
+    count = math.ceil(span / step - 1e-9)
+    values = [k * step for k in range(count + 1)]
+    return [v * scale for v in values], ["0" if v == 0 else f"{v:g} {unit}" for v in values]
+
+
+def _rgba(color: str, alpha: float) -> str:
+    """A #rrggbb colour with transparency."""
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
 
 
 def _hbar(

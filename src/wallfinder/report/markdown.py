@@ -50,6 +50,7 @@ def render_markdown(d: Diagnosis) -> str:
         "",
         *_breakdown(d),
         *_findings(d),
+        *_memory(d),
         *_top(d),
         "",
         _mfu(d),
@@ -140,6 +141,53 @@ def _findings(d: Diagnosis) -> list[str]:
                 f"   evidence: {text(f.evidence)}  ",
                 f"   fix: {text(f.fix)}",
             ]
+    return out
+
+
+def _memory(d: Diagnosis) -> list[str]:
+    """The analysed device's memory peak, what is live then, growth and leaks, the memory
+    findings with what each frees; other devices and notes as a list."""
+    m = fmt.memory_main(d)
+    if d.memory is None or m is None:
+        return []
+    out = ["", f"#### Memory on {code(m.device)}", "", f"**peak {text(fmt.memory_peak(m))}**  "]
+    capacity = fmt.memory_capacity(m)
+    if capacity:
+        out.append(f"capacity {text(capacity)}  ")
+    out.append(f"at the peak: {text(fmt.memory_when(m))}")
+    cats = fmt.memory_categories(m)
+    if cats:
+        out += ["", "| live at the peak | bytes | share |", "|---|---:|---:|"]
+        out += [
+            f"| {text(label)} | {fmt.size(n)} | {fmt.pct(share)} |" for _, label, n, share in cats
+        ]
+    if m.sites:
+        out += ["", "| call site | category | bytes | blocks |", "|---|---|---:|---:|"]
+        out += [
+            f"| {code(s.site, table=True)} | "
+            f"{text(fmt.MEMORY_CATEGORY_LABEL.get(s.category, s.category))} | "
+            f"{fmt.size(s.bytes)} | {s.count} |"
+            for s in m.sites[: fmt.MEMORY_TOP_SITES]
+        ]
+    lines = [f"- {text(line)}" for line in fmt.memory_growth_lines(m)]
+    leak = fmt.memory_leak_line(m)
+    if leak:
+        lines.append(f"- ⚠️ **LEAK**: {text(leak)}")
+        lines += [f"  - {text(site)}" for site in fmt.memory_leak_sites(m)]
+    if lines:
+        out += ["", *lines]
+    if d.memory.findings:
+        out += ["", "**Memory findings** (what each fix frees at the peak, at most)", ""]
+        for n, f in enumerate(d.memory.findings, 1):
+            out += [
+                f"{n}. **{text(f.title)}** — {text(fmt.memory_saving(f))}  ",
+                f"   evidence: {text(f.evidence)}  ",
+                f"   fix: {text(f.fix)}",
+            ]
+    rest = [f"- other device {text(fmt.memory_device_line(o))}" for o in d.memory.devices[1:]]
+    rest += [f"- _note:_ {text(n)}" for n in d.memory.notes]
+    if rest:
+        out += ["", *rest]
     return out
 
 

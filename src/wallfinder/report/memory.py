@@ -9,20 +9,9 @@ from rich.text import Text
 
 from wallfinder.diagnosis import MemoryReport, MemorySite
 from wallfinder.report.terminal import print_parts
+from wallfinder.units import size
 
 __all__ = ["render_memory_markdown", "render_memory_text"]
-
-
-def size(n: float | None) -> str:
-    """Bytes in binary units, e.g. 1.50 GiB."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} GiB"  # pragma: no cover
 
 
 def _categories(cats: dict[str, int]) -> str:

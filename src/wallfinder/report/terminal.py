@@ -14,15 +14,28 @@ from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow, Steps
 from wallfinder.report._format import (
     COLLECTIVE_COLUMNS,
     CPU_IDLE_LABEL,
+    MEMORY_CATEGORY_LABEL,
+    MEMORY_TOP_SITES,
     breakdown_parts,
     cause_label,
     collective_cells,
     idle_causes,
     idle_label,
     job_lines,
+    memory_capacity,
+    memory_categories,
+    memory_device_line,
+    memory_growth_lines,
+    memory_leak_line,
+    memory_leak_sites,
+    memory_main,
+    memory_peak,
+    memory_saving,
+    memory_when,
     part_label,
     short_kernel,
     si,
+    size,
     tensor_core_fix,
 )
 
@@ -48,6 +61,7 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
         yield _findings(d)
     yield _steps(d)
     yield _breakdown(d)
+    yield from _memory(d)
     if d.cpu is not None:
         yield _cpu_ops(d)
     elif d.kernels:
@@ -199,6 +213,73 @@ def _breakdown(d: Diagnosis) -> Table:
             )
     table.add_row("step (mean)", "100.0%", f"{step_ms:.2f}", style="bold")
     return table
+
+
+def _memory(d: Diagnosis) -> Iterator[RenderableType]:
+    """The analysed device's memory peak, what is live then (by category and call site),
+    growth and leaks, the allocator's reserving, the memory findings; other devices in a line."""
+    m = memory_main(d)
+    if d.memory is None or m is None:
+        return
+    text = Text()
+    text.append("Memory ", style="bold")
+    text.append(f"{m.device} — peak {memory_peak(m)}")
+    capacity = memory_capacity(m)
+    if capacity:
+        text.append(f"\n  capacity {capacity}")
+    text.append(f"\n  at the peak: {memory_when(m)}")
+    cats = memory_categories(m)
+    if not cats:
+        yield text
+    else:
+        table = Table(title="Live at the peak by category", title_justify="left", show_edge=False)
+        table.add_column("category")
+        table.add_column("bytes", justify="right", no_wrap=True)
+        table.add_column("share", justify="right", no_wrap=True)
+        for _, label, nbytes, share in cats:
+            table.add_row(label, size(nbytes), _pct(share))
+        yield Group(text, table)
+    if m.sites:
+        sites = Table(title="Live at the peak by call site", title_justify="left", show_edge=False)
+        sites.add_column("call site", overflow="fold", max_width=NAME_WIDTH)
+        sites.add_column("category", no_wrap=True)
+        sites.add_column("bytes", justify="right", no_wrap=True)
+        sites.add_column("blocks", justify="right", no_wrap=True)
+        for s in m.sites[:MEMORY_TOP_SITES]:
+            sites.add_row(
+                Text(s.site),
+                MEMORY_CATEGORY_LABEL.get(s.category, s.category),
+                size(s.bytes),
+                str(s.count),
+            )
+        yield sites
+    growth = Text("\n".join(memory_growth_lines(m)))
+    leak = memory_leak_line(m)
+    if leak:
+        if growth:
+            growth.append("\n")
+        growth.append("LEAK", style="bold red")
+        growth.append(f": {leak}", style="bold")
+        for line in memory_leak_sites(m):
+            growth.append(f"\n  • {line}")
+    if growth:
+        yield growth
+    if d.memory.findings:
+        found = Text()
+        found.append("Memory findings", style="bold")
+        found.append(" (what each fix frees at the peak, at most)", style="dim")
+        for f in d.memory.findings:
+            found.append(f"\n• {f.title}", style="bold")
+            found.append(f" — {memory_saving(f)}")
+            found.append("\n  evidence: ", style="dim")
+            found.append(f.evidence)
+            found.append("\n  fix: ", style="dim")
+            found.append(f.fix)
+        yield found
+    rest = [f"other device {memory_device_line(o)}" for o in d.memory.devices[1:]]
+    rest += [f"note: {n}" for n in d.memory.notes]
+    if rest:
+        yield Text("\n".join(rest), style="dim")
 
 
 def _classes(d: Diagnosis) -> Table:

@@ -171,6 +171,11 @@ def load_snapshot(path: str | Path, *, max_bytes: int = MAX_SNAPSHOT_BYTES) -> S
 
 def parse_snapshot(data: bytes, *, source: str = "snapshot") -> Snapshot:
     """The snapshot in the pickled bytes `data` (see `load_snapshot`)."""
+    if data.lstrip()[:1] in (b"{", b"["):
+        raise WallfinderError(
+            f"{source}: a JSON file, not an allocator snapshot; for a profiler trace's memory "
+            "(recorded with profile_memory=True), run `wallfinder analyze` on it"
+        )
     try:
         raw = _PlainUnpickler(io.BytesIO(data)).load()
     except _RefusedError as exc:

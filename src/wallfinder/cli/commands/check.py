@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from wallfinder.analysis.check import Bounds, check
 from wallfinder.api import load_diagnosis
@@ -16,7 +18,8 @@ from wallfinder.errors import WallfinderError
 from wallfinder.hardware._toml import read_toml_file
 
 HELP = (
-    "check a run against bounds (step time, MFU, idle, exposed comm, regression); exit 1 if broken"
+    "check a run against bounds (step time, MFU, idle, exposed comm, regression, peak memory, "
+    "memory leak); exit 1 if broken"
 )
 
 CONFIG_TABLE = "tool.wallfinder.check"
@@ -27,6 +30,9 @@ CONFIG_KEYS = {
     "max-exposed-comm": "max_exposed_comm",
     "max-regression": "max_regression",
     "baseline": "baseline",
+    "max-peak-memory": "max_peak_memory",
+    "max-peak-memory-share": "max_peak_memory_share",
+    "no-memory-leak": "no_memory_leak",
 }
 """The keys of `[tool.wallfinder.check]` (the flags' names) and the attributes they set."""
 
@@ -54,6 +60,24 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         type=fraction,
         metavar="F",
         help="how much the median step may grow over --baseline's",
+    )
+    bounds.add_argument(
+        "--max-peak-memory",
+        type=_size,
+        metavar="SIZE",
+        help='peak allocated memory on the device: bytes, or with a unit ("20GiB", "512 MB")',
+    )
+    bounds.add_argument(
+        "--max-peak-memory-share",
+        type=_share,
+        metavar="F",
+        help="peak allocated memory as a share of the device's capacity (0 to 1)",
+    )
+    bounds.add_argument(
+        "--no-memory-leak",
+        action="store_true",
+        default=None,
+        help="fail if allocated memory grows step over step (a leak)",
     )
     parser.add_argument(
         "--config",
@@ -87,6 +111,49 @@ def parse_fraction(value: object) -> float:
     return number
 
 
+def parse_share(value: object) -> float:
+    """A fraction from 0 to 1 (as `parse_fraction` reads it); ValueError otherwise."""
+    number = parse_fraction(value)
+    if number > 1:
+        raise ValueError(f'must be a share from 0 to 1: {value!r} (e.g. 0.9 or "90%")')
+    return number
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS |= {"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_size(value: object) -> int:
+    """Bytes from a number or a string with a unit: "20GiB", "512 MB", "1e9" (KiB, MiB,
+    GiB, TiB are powers of 1024; kB, MB, GB, TB of 1000); ValueError with the reason
+    otherwise."""
+    bad = f'not a size: {value!r} (bytes, or with a unit: "20GiB", "512 MB")'
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(bad)
+    match = _SIZE.fullmatch(str(value))
+    if match is None or match[2].lower() not in _UNITS:
+        raise ValueError(bad)
+    number = float(match[1]) * _UNITS[match[2].lower()]
+    if not math.isfinite(number) or number < 1:
+        raise ValueError(f"must be a positive size: {value!r}")
+    return round(number)
+
+
+def _share(text: str) -> float:
+    try:
+        return parse_share(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _milliseconds(text: str) -> float:
     try:
         value = float(text)
@@ -95,10 +162,6 @@ def _milliseconds(text: str) -> float:
     if not value > 0 or not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
     return value
-
-
-def _number(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def find_config(start: Path) -> Path | None:
@@ -139,6 +202,14 @@ def _config_value(file: Path, key: str, value: object) -> tuple[str, object]:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"must be a positive number of milliseconds: {value!r}")
             return "max_step_ms", float(value)
+        if key == "max-peak-memory":
+            return "max_peak_memory", parse_size(value)
+        if key == "max-peak-memory-share":
+            return "max_peak_memory_share", parse_share(value)
+        if key == "no-memory-leak":
+            if not isinstance(value, bool):
+                raise ValueError(f"must be true or false: {value!r}")
+            return "no_memory_leak", value
         return CONFIG_KEYS[key], parse_fraction(value)
     except ValueError as exc:
         raise WallfinderError(f"{file}: [{CONFIG_TABLE}] {key}: {exc}") from None
@@ -147,16 +218,18 @@ def _config_value(file: Path, key: str, value: object) -> tuple[str, object]:
 def run(args: argparse.Namespace) -> int:
     config_file = args.config or find_config(Path.cwd())
     config = read_config(config_file) if config_file is not None else {}
-    given: dict[str, float | None] = {}
+    # The config's values are checked and converted by read_config: each has its field's type.
+    given: dict[str, Any] = {}
     for f in fields(Bounds):
-        flag, configured = getattr(args, f.name), config.get(f.name)
-        given[f.name] = flag if flag is not None else _number(configured)
+        flag = getattr(args, f.name)
+        given[f.name] = flag if flag is not None else config.get(f.name)
     bounds = Bounds(**given)
     baseline_path = args.baseline or config.get("baseline")
     if not bounds.given():
         raise WallfinderError(
-            "no bound to check: give --max-step-ms, --min-mfu, --max-idle, --max-exposed-comm "
-            f"or --baseline with --max-regression (or set them in [{CONFIG_TABLE}])"
+            "no bound to check: give --max-step-ms, --min-mfu, --max-idle, --max-exposed-comm, "
+            "--max-peak-memory, --max-peak-memory-share, --no-memory-leak or --baseline with "
+            f"--max-regression (or set them in [{CONFIG_TABLE}])"
         )
     if (baseline_path is None) != (bounds.max_regression is None):
         raise WallfinderError("--baseline and --max-regression go together: give both")

@@ -7,9 +7,15 @@ import sys
 from pathlib import Path
 
 from wallfinder.analysis import timed_steps
-from wallfinder.api import analyze
+from wallfinder.api import analyze, analyze_memory
 from wallfinder.capture import require_torch
-from wallfinder.capture.run import RunSettings, prepare_trace_dir, program_command, run_program
+from wallfinder.capture.run import (
+    RunOutcome,
+    RunSettings,
+    prepare_trace_dir,
+    program_command,
+    run_program,
+)
 from wallfinder.cli.commands.analyze import (
     add_device_options,
     add_model_options,
@@ -21,7 +27,7 @@ from wallfinder.cli.commands.analyze import (
     write_report,
 )
 from wallfinder.errors import WallfinderError
-from wallfinder.report import FORMATS, render, render_steps
+from wallfinder.report import FORMATS, render, render_memory, render_steps
 
 HELP = "run a training script unmodified, profile its steps, and diagnose them"
 
@@ -33,7 +39,12 @@ examples:
   wallfinder run --timer-only -- python train.py
 
 Steps are counted by optimizer.step() (the first optimizer's, when there are several); the
-first step is always a warm-up step. The program's exit code is passed on."""
+first step is always a warm-up step. The program's exit code is passed on.
+
+--memory records the profiler's memory events with Python stacks (--no-stacks leaves them
+out) and, on CUDA, the allocator's history from the start: if the program runs out of device
+memory, the allocator's snapshot at that moment is kept and explained after the report (as
+wallfinder memory SNAPSHOT does)."""
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -48,8 +59,18 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         default=3,
         help="warm-up steps before them, not kept (default 3)",
     )
-    parser.add_argument("--memory", action="store_true", help="record memory events")
-    parser.add_argument("--stacks", action="store_true", help="record Python stacks")
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="record memory events, and on CUDA the allocator's history for a snapshot if the "
+        "program runs out of memory",
+    )
+    parser.add_argument(
+        "--stacks",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="record Python stacks (default: with --memory)",
+    )
     parser.add_argument(
         "--stop-after",
         action="store_true",
@@ -98,19 +119,28 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_program(command, settings, trace_dir)
     for note in outcome.notes:
         print(f"wallfinder: {note}", file=sys.stderr)
+    try:
+        return _report(args, settings, outcome)
+    finally:
+        _say_snapshots_kept(outcome, args.format)
+
+
+def _report(args: argparse.Namespace, settings: RunSettings, outcome: RunOutcome) -> int:
+    memory = _explain_snapshot(outcome, args.format)
     if settings.timer_only:
         timed = [s for s in outcome.processes if len(s.durations) > 0]
         if not timed:
-            return _nothing(outcome.exit_code, "no step was timed")
+            return _nothing(outcome.exit_code, "no step was timed", memory, args.output)
         # The lowest rank's steps (every rank runs the same steps in data-parallel jobs).
         steps = timed_steps(timed[0].durations, "step timer", None)
-        write_report(render_steps(steps, args.format), args.output)
+        write_report(_followed(render_steps(steps, args.format), memory), args.output)
         return outcome.exit_code
     if not outcome.traces:
-        return _nothing(outcome.exit_code, f"no trace was written to {trace_dir}")
-    target = outcome.traces[0] if len(outcome.traces) == 1 else trace_dir
+        what = f"no trace was written to {outcome.trace_dir}"
+        return _nothing(outcome.exit_code, what, memory, args.output)
+    target = outcome.traces[0] if len(outcome.traces) == 1 else outcome.trace_dir
     diagnosis = analyze(target, options_from(args))
-    write_report(render(diagnosis, args.format), args.output)
+    write_report(_followed(render(diagnosis, args.format), memory), args.output)
     record_if_asked(args, diagnosis)
     where = ", ".join(str(t) for t in outcome.traces[:4])
     more = f" and {len(outcome.traces) - 4} more" if len(outcome.traces) > 4 else ""
@@ -118,8 +148,37 @@ def run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-def _nothing(exit_code: int, what: str) -> int:
-    """Nothing to analyse: the program's own failure code when it failed, else ours."""
+def _explain_snapshot(outcome: RunOutcome, fmt: str) -> str:
+    """What `wallfinder memory` says of the snapshot taken when the program ran out of memory
+    (the lowest rank's), to follow the report; "" when there is none, or when the report's
+    format (JSON, HTML) is one document that nothing can follow."""
+    if not outcome.snapshots or fmt not in ("text", "md"):
+        return ""
+    try:
+        report = analyze_memory(outcome.snapshots[0])
+    except WallfinderError as exc:  # the program's own failure stays the news
+        print(f"wallfinder: cannot explain the memory snapshot: {exc}", file=sys.stderr)
+        return ""
+    return render_memory(report, fmt)
+
+
+def _followed(report: str, memory: str) -> str:
+    return f"{report}\n{memory}" if memory else report
+
+
+def _say_snapshots_kept(outcome: RunOutcome, fmt: str) -> None:
+    if not outcome.snapshots:
+        return
+    where = ", ".join(str(p) for p in outcome.snapshots)
+    how = "" if fmt in ("text", "md") else f": wallfinder memory {outcome.snapshots[0]} explains it"
+    print(f"wallfinder: memory snapshot kept in {where}{how}", file=sys.stderr)
+
+
+def _nothing(exit_code: int, what: str, memory: str, output: Path | None) -> int:
+    """Nothing to analyse: the program's own failure code when it failed, else ours. The
+    memory snapshot, if any, is still explained."""
+    if memory:
+        write_report(memory, output)
     if exit_code:
         print(f"wallfinder: {what}", file=sys.stderr)
         return exit_code
