@@ -432,6 +432,7 @@ class StepMemory(_Base, frozen=True):
     start_s: float
     end_s: float
     start_allocated: int
+    end_allocated: int
     peak_allocated: int
     peak_reserved: int
     reserved_changes: int
@@ -464,8 +465,9 @@ class DeviceMemoryProfile(_Base, frozen=True):
     `peak_*` are the allocator's own totals. `categories` split what is live at the peak;
     `before_trace` is what was allocated before the trace's first event (on the CPU the
     profiler counts only blocks allocated while it records, so it is 0 there).
-    `growth_per_step` is the median rise of allocated bytes from one steady-state step's start
-    to the next; `leak` says it rises at most steps, by enough to matter."""
+    `growth_per_step` is the slope of allocated bytes at the boundaries of the steady-state
+    steps (least squares, leaving out the first boundary: a first step that allocates what the
+    loop keeps is not a leak); `leak` says they rise and seldom fall, by enough to matter."""
 
     device: str
     events: int

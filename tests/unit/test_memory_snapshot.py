@@ -233,6 +233,8 @@ def test_fragmented_cache_is_a_finding() -> None:
     assert device.largest_free_block == 1 * GiB
     (finding,) = [f for f in r.findings if f.id == "memory-fragmentation"]
     assert "expandable_segments:True" in finding.fix
+    assert finding.saving_bytes == 4 * GiB
+    assert finding.device == "cuda:0"
 
 
 def test_a_call_site_that_keeps_allocating_over_the_steps_is_a_leak_suspect() -> None:
@@ -242,7 +244,8 @@ def test_a_call_site_that_keeps_allocating_over_the_steps_is_a_leak_suspect() ->
     assert leak.count == 6
     assert leak.bytes == 48 * MiB
     # parameters and optimizer state are never freed too, but they were allocated once
-    assert "memory-leak-suspect" in {f.id for f in r.findings}
+    (finding,) = [f for f in r.findings if f.id == "memory-leak-suspect"]
+    assert finding.saving_bytes == 48 * MiB
     assert r.peaks[0].growth == 6 * GiB + 48 * MiB
 
 

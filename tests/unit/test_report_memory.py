@@ -53,6 +53,7 @@ def step(label: str, start: float, *, warmup: bool = False) -> StepMemory:
         start_s=start,
         end_s=start + 0.01,
         start_allocated=10 * GiB,
+        end_allocated=10 * GiB,
         peak_allocated=40 * GiB,
         peak_reserved=60 * GiB,
         reserved_changes=2,

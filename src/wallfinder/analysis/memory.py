@@ -255,6 +255,8 @@ def fragmentation(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None
         f"{worst.segments} segments; largest free block {size(worst.largest_free_block)}",
         fix="set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True so segments grow instead of "
         "fragmenting; avoid many differently shaped allocations (pad or bucket shapes)",
+        saving_bytes=worst.free,
+        device=f"cuda:{worst.device}",
     )
 
 
@@ -273,6 +275,7 @@ def activations(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
         evidence=f"{size(act)} of {size(total)} allocated from forward frames (heuristic)",
         fix="activation checkpointing (torch.utils.checkpoint) on the largest blocks, bf16 "
         "autocast, or a smaller micro-batch with gradient accumulation",
+        saving_bytes=act,
     )
 
 
@@ -291,6 +294,7 @@ def optimizer(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
         evidence=f"{size(opt)} from torch/optim/ frames{ratio}, of {size(total)} (heuristic)",
         fix="shard the optimizer state across ranks (FSDP, ZeRO via DeepSpeed or "
         "ZeroRedundancyOptimizer), or use an 8-bit optimizer (bitsandbytes)",
+        saving_bytes=opt,
     )
 
 
@@ -305,6 +309,7 @@ def leaks(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
         f"history, found in every third of it",
         fix="find tensors kept across steps (losses or outputs appended for logging): keep "
         "`.detach()` or `.item()` values, every N steps, not tensors with their graph",
+        saving_bytes=sum(leak.bytes for leak in r.leaks),
     )
 
 

@@ -24,7 +24,6 @@ forward pass.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -76,9 +75,12 @@ class MemoryLimits:
     fragmentation_ratio: float = 1.3
     fragmentation_bytes: int = 256 * MiB
     fragmentation_capacity_share: float = 0.05
-    leak_share: float = 0.01
-    """Growth over the steady-state steps, as a fraction of the peak, that can be a leak."""
+    leak_share: float = 0.0
+    """Growth over the steady-state steps, as a fraction of the peak, that can be a leak (a
+    steady rise of `leak_bytes` is one already: the finding says when it fills the device)."""
     leak_bytes: int = 64 * 1024
+    leak_drops: float = 0.25
+    """At most this share of step boundaries may see the level fall in a leak."""
     churn_per_step: float = 1.0
     top: int = 10
     timeline_points: int = 300
@@ -118,6 +120,8 @@ def memory_profile(
         main = next((k for k in accelerators if k[1] == device), None) or next(
             iter(accelerators), (0, -1)
         )
+    if main not in found:  # e.g. a trace with device memory events but no kernels
+        main = min(found, key=lambda k: (k[0] == 0, k))
     keys = sorted(found, key=lambda k: (k != main, k))
     profiles: list[DeviceMemoryProfile] = []
     notes: list[str] = []
@@ -267,15 +271,16 @@ def _call_stacks(trace: Trace, user: Events, frame: I64) -> tuple[I64, list[str]
     levels = [rows]
     for _ in range(STACK_DEPTH - 1):
         levels.append(_caller(user, levels[-1]))
-    texts = [
-        " ← ".join(trace.strings[int(user.name[r])] for r in chain if r >= 0)
-        for chain in zip(*(level.tolist() for level in levels), strict=True)
+    # Name codes of each frame and its callers; stacks are few, frame events many.
+    chains = np.stack([np.where(r >= 0, user.name[np.maximum(r, 0)], NONE) for r in levels], 1)
+    distinct, codes = np.unique(chains, axis=0, return_inverse=True)
+    names = [
+        " ← ".join(trace.strings[int(c)] for c in chain if c >= 0) for chain in distinct.tolist()
     ]
-    names, codes = np.unique(np.array(texts, dtype=object), return_inverse=True)
     site = np.full(frame.size, NONE, dtype=np.int64)
     known = frame >= 0
-    site[known] = codes[np.searchsorted(rows, frame[known])]
-    return site, [str(n) for n in names]
+    site[known] = codes.reshape(-1)[np.searchsorted(rows, frame[known])]
+    return site, names
 
 
 def _caller(user: Events, rows: I64) -> I64:
@@ -502,6 +507,7 @@ def _steps(
                 start_s=float(spans.cpu_start[k]) * NS,
                 end_s=float(spans.cpu_end[k]) * NS,
                 start_allocated=level,
+                end_allocated=int(mem.total_allocated[b - 1]) if b > 0 else baseline,
                 peak_allocated=max(level, int(mem.total_allocated[window].max(initial=0))),
                 peak_reserved=int(reserved[window].max(initial=0)),
                 reserved_changes=int((np.diff(res) != 0).sum()) if res.size > 1 else 0,
@@ -514,22 +520,29 @@ def _steps(
 def _growth(
     steps: list[StepMemory], peak: int, limits: MemoryLimits
 ) -> tuple[float | None, int, bool, int]:
-    """(median rise of allocated bytes from one steady step's start to the next, that rise
-    over the steady steps, whether it is a leak, steady steps)."""
+    """(slope of allocated bytes at the steady steps' boundaries, per step; the growth it
+    makes over them; whether it is a leak; steady steps)."""
     steady = [s for s in steps if not s.warmup]
-    if len(steady) < 2:
+    levels = np.array(
+        [s.start_allocated for s in steady] + [steady[-1].end_allocated] if steady else [],
+        dtype=np.float64,
+    )
+    # Not the first boundary: a first step that allocates what the loop then keeps (its
+    # outputs, lazily built state, the CPU's counters starting) is not a leak.
+    if levels.size >= 4:
+        levels = levels[1:]
+    if levels.size < 3:
         return None, 0, False, len(steady)
-    levels = np.array([s.start_allocated for s in steady], dtype=np.float64)
     diffs = np.diff(levels)
-    # The median rise, not the first-to-last difference: a first step that allocates what
-    # the loop then keeps (its outputs, lazily built state) is not a leak.
-    slope = float(np.median(diffs))
+    slope = round(float(np.polyfit(np.arange(levels.size, dtype=np.float64), levels, 1)[0]), 1)
     growth = int(slope * diffs.size)
-    rising = int((diffs > 0).sum())
+    rises, drops = int((diffs > 0).sum()), int((diffs < 0).sum())
+    # A leak rises, if only every few steps, and seldom falls: batches of varying size move
+    # the level both ways.
     leak = (
-        len(steady) >= 3
-        and growth >= max(limits.leak_bytes, limits.leak_share * peak)
-        and rising >= math.ceil(0.75 * diffs.size)
+        growth >= max(limits.leak_bytes, limits.leak_share * peak)
+        and rises >= max(1, 2 * drops)
+        and drops <= limits.leak_drops * diffs.size
     )
     return slope, growth, leak, len(steady)
 

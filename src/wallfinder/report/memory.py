@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wallfinder.diagnosis import MemoryReport, MemorySite
+from wallfinder.report._format import memory_saving
 from wallfinder.report.terminal import print_parts
 from wallfinder.units import size
 
@@ -72,7 +73,8 @@ def _parts(r: MemoryReport) -> list[RenderableType]:
     if r.findings:
         lines = [Text("findings", style="bold")]
         lines += [
-            Text(f"- {f.title}\n  evidence: {f.evidence}\n  fix: {f.fix}") for f in r.findings
+            Text(f"- {f.title} ({memory_saving(f)})\n  evidence: {f.evidence}\n  fix: {f.fix}")
+            for f in r.findings
         ]
         parts.append(Text("\n").join(lines))
     else:
@@ -111,7 +113,9 @@ def render_memory_markdown(r: MemoryReport) -> str:
         out += [f"| {size(s.bytes)} | {s.count} | {s.category} | `{s.site}` |" for s in sites]
         out.append("")
     out.append("### Findings")
-    out += [f"- **{f.title}** — {f.evidence}. *Fix:* {f.fix}" for f in r.findings] or ["- none"]
+    out += [
+        f"- **{f.title}** ({memory_saving(f)}) — {f.evidence}. *Fix:* {f.fix}" for f in r.findings
+    ] or ["- none"]
     out.append("")
     out += [f"_{n}_" for n in r.notes]
     return "\n".join(out) + "\n"
