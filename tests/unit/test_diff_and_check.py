@@ -587,12 +587,7 @@ def memory_trace(*, leak: bool) -> TraceBuilder:
     def event(at: float, addr: int, nbytes: int) -> None:
         nonlocal total
         total += nbytes
-        args = {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": nbytes}
-        args |= {"Total Allocated": total, "Total Reserved": 256 * MiB}
-        b.events.append(
-            {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": b.pid}
-            | {"tid": b.tid, "ts": at, "args": args}
-        )
+        b.memory(at, addr, nbytes, total, 256 * MiB)
 
     for s in range(5):
         t0 = s * 1000.0

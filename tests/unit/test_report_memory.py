@@ -282,8 +282,8 @@ def test_terminal_growth_without_a_leak_and_a_cpu_peak_without_reserved(
         ["temporaries", "1.00 MiB", "33.3%"],
     ]
     assert (
-        "Growth per step: +4 B (allocated bytes from one steady-state step's start to the next, "
-        "median)" in lines
+        "Growth per step: +4 B (the trend of allocated bytes at the steady-state steps' "
+        "boundaries)" in lines
     )
     assert "LEAK" not in text
     assert "Reserved memory" not in text

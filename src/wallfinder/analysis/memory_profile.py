@@ -422,9 +422,6 @@ def _device(
         )
     reserved = mem.total_reserved
     known_reserved = reserved != NONE
-    changes = np.zeros(n, dtype=bool)
-    if known_reserved.all() and n > 1:
-        changes[1:] = np.diff(reserved) != 0
     diffs = np.diff(reserved) if known_reserved.all() else np.zeros(0, np.int64)
     steady_changes = sum(s.reserved_changes for s in steps if not s.warmup)
     profile = DeviceMemoryProfile(

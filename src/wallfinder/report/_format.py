@@ -320,8 +320,8 @@ def memory_growth_lines(m: DeviceMemoryProfile) -> list[str]:
     if g is not None and not m.leak:
         change = "none" if g == 0 else ("+" if g > 0 else "-") + size(abs(g))
         lines.append(
-            f"Growth per step: {change} (allocated bytes from one steady-state step's start "
-            "to the next, median)"
+            f"Growth per step: {change} (the trend of allocated bytes at the steady-state "
+            "steps' boundaries)"
         )
     if m.reserved_grows or m.reserved_shrinks:
         line = (

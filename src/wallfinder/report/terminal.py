@@ -122,13 +122,19 @@ def _findings(d: Diagnosis) -> Text:
         if label:
             text.append(f"\n{label}:", style="dim")
         for f in group:
-            text.append(f"\n• {f.title}", style="bold")
-            text.append(f" — up to {f.max_speedup:.2f}x faster ({f.share:.0%} of the step)")
-            text.append("\n  evidence: ", style="dim")
-            text.append(f.evidence)
-            text.append("\n  fix: ", style="dim")
-            text.append(f.fix)
+            gain = f"up to {f.max_speedup:.2f}x faster ({f.share:.0%} of the step)"
+            _append_finding(text, f.title, gain, f.evidence, f.fix)
     return text
+
+
+def _append_finding(text: Text, title: str, bound: str, evidence: str, fix: str) -> None:
+    """A finding as the terminal lists it: title, its bound, evidence and fix."""
+    text.append(f"\n• {title}", style="bold")
+    text.append(f" — {bound}")
+    text.append("\n  evidence: ", style="dim")
+    text.append(evidence)
+    text.append("\n  fix: ", style="dim")
+    text.append(fix)
 
 
 def _steps(d: Diagnosis) -> Text:
@@ -269,12 +275,7 @@ def _memory(d: Diagnosis) -> Iterator[RenderableType]:
         found.append("Memory findings", style="bold")
         found.append(" (what each fix frees at the peak, at most)", style="dim")
         for f in d.memory.findings:
-            found.append(f"\n• {f.title}", style="bold")
-            found.append(f" — {memory_saving(f)}")
-            found.append("\n  evidence: ", style="dim")
-            found.append(f.evidence)
-            found.append("\n  fix: ", style="dim")
-            found.append(f.fix)
+            _append_finding(found, f.title, memory_saving(f), f.evidence, f.fix)
         yield found
     rest = [f"other device {memory_device_line(o)}" for o in d.memory.devices[1:]]
     rest += [f"note: {n}" for n in d.memory.notes]
