@@ -248,6 +248,8 @@ class RankSummary(_Base, frozen=True):
     """Per step: time its matched collectives took beyond that (waiting for other ranks)."""
     late_share: float | None = None
     """Of the matched collectives it took part in, the fraction it arrived at last."""
+    peak_allocated: int | None = None
+    """Peak allocated bytes on its device, from its memory events (null: none recorded)."""
 
 
 class CollectiveRow(_Base, frozen=True):

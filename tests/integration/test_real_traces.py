@@ -73,6 +73,41 @@ def test_real_trace_diagnosis_keeps_the_invariants(path: Path) -> None:
     assert d.verdict.wall in ("compute", "bandwidth", "overhead")
     assert len(d.verdict.questions) == 4
     assert Diagnosis.from_json(d.to_json()) == d
+    for m in d.memory.devices if d.memory else []:
+        # What is live at the peak, by category, adds up to the allocator's peak.
+        assert sum(m.categories.values()) == m.peak_allocated
+        assert all(v >= 0 for v in m.categories.values())
+        assert max(p.allocated for p in m.timeline) == m.peak_allocated
+
+
+def test_v100_memory_events_give_the_peak_and_what_was_live() -> None:
+    _, d = loaded(trace_at("hta/v100_nccl_df_index_resolver.json.gz"))
+    assert d.memory is not None
+    m = d.memory.devices[0]
+    assert m.device == "cuda:1"  # the rank's GPU, not the host memory events beside it
+    # No --device: the capacity is the trace's own (deviceProperties), a V100-SXM2-32GB's.
+    assert (m.capacity, m.capacity_source) == (34_089_730_048, "trace deviceProperties")
+    assert (m.peak_allocated, m.peak_reserved) == (6_629_508_096, 12_782_141_440)
+    # 4.1 GB were allocated before the trace (parameters and state); the rest is the step's.
+    assert m.before_trace == 4_096_614_400
+    assert m.peak_phase == "backward"
+    assert m.categories["activations"] > m.categories["temporaries"] > 0
+    # Allocated memory is the same at every step's start: no leak.
+    assert {s.start_allocated for s in m.steps} == {4_096_614_400}
+    assert not m.leak
+    # 38% of the device's memory at its reserved peak: memory is not the limit.
+    assert d.memory.findings == []
+    assert any("memory is not the limit" in n for n in d.memory.notes)
+    assert [x.device for x in d.memory.devices[1:]] == ["cpu"]
+
+
+def test_mi300x_memory_events_are_on_the_hip_device_with_call_stacks() -> None:
+    _, d = loaded(trace_at("tracelens/mi300x_normalization_layers.json.gz"))
+    assert d.memory is not None
+    m = d.memory.devices[0]
+    assert m.device == "hip:0"
+    assert m.capacity == 206_141_652_992
+    assert any(" ← " in s.site and "forward" in s.site for s in m.sites)
 
 
 @pytest.mark.parametrize("path", real_traces())

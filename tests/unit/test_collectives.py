@@ -161,6 +161,28 @@ def test_the_job_section_is_rendered(tmp_path: Path) -> None:
         assert "allreduce" in out
 
 
+def test_each_rank_shows_its_peak_memory_when_its_trace_has_memory_events(
+    tmp_path: Path,
+) -> None:
+    from wallfinder.report import render
+
+    d = analyze(write_job(tmp_path), workers=1)
+    assert [r.peak_allocated for r in d.ranks] == [None, None]
+    assert "peak mem" not in render(d, "text")
+    for rank, peak in ((0, 3 << 30), (1, 5 << 30)):
+        b = rank_trace(rank, skew_us=3000 * rank)
+        b.memory(50.0, 0x1000, peak, peak, peak)
+        b.memory(60.0, 0x1000, -peak, 0, peak)
+        b.write(tmp_path / f"rank{rank}.json")
+    d = analyze(tmp_path, workers=1)
+    assert [r.peak_allocated for r in d.ranks] == [3 << 30, 5 << 30]
+    text = render(d, "text")
+    assert "peak" in text
+    assert "5.00 GiB" in text
+    assert "| 5.00 GiB |" in render(d, "md")
+    assert "5.00 GiB</td>" in render(d, "html")
+
+
 def test_a_scheduler_without_dask_installed_says_how_to_install_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -101,6 +101,7 @@ def render_html(d: Diagnosis) -> str:
         v=_view(d, figures),
         wall_color=WALL_COLOR,
         cause_label=fmt.cause_label,
+        ranks_memory=fmt.ranks_have_memory(d),
     )
 
 
@@ -165,7 +166,14 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(pct=fmt.pct, ms=fmt.ms, dur=fmt.duration, si=fmt.si, short=fmt.short_kernel)
+    env.filters.update(
+        pct=fmt.pct,
+        ms=fmt.ms,
+        dur=fmt.duration,
+        si=fmt.si,
+        short=fmt.short_kernel,
+        size=fmt.size,
+    )
     return env
 
 

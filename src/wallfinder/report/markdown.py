@@ -86,12 +86,15 @@ def text(value: str) -> str:
 def _job(d: Diagnosis) -> list[str]:
     if d.job is None:
         return []
+    memory = fmt.ranks_have_memory(d)
     out = [
         "",
         "**Ranks**",
         "",
-        "| rank | steps | median ms | compute | comm exposed | wait ms/step | last | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rank | steps | median ms | compute | comm exposed | wait ms/step | last | "
+        + ("peak mem | " if memory else "")
+        + "verdict |",
+        "|---|---|---|---|---|---|---|" + ("---|" if memory else "") + "---|",
     ]
     for r in d.ranks:
         out.append(  # noqa: PERF401 (one row per item, built in several lines)
@@ -99,7 +102,8 @@ def _job(d: Diagnosis) -> list[str]:
             f"{fmt.pct(r.compute)} | {fmt.pct(r.comm_exposed)} | "
             f"{'?' if r.wait_s is None else fmt.ms(r.wait_s)} | "
             f"{'?' if r.late_share is None else fmt.pct(r.late_share, 0)} | "
-            f"{text(fmt.cause_label(r.wall, r.cause))} |"
+            + (f"{fmt.size(r.peak_allocated)} | " if memory else "")
+            + f"{text(fmt.cause_label(r.wall, r.cause))} |"
         )
     out += ["", *(f"- {text(line)}" for line in fmt.job_lines(d))]
     rows = fmt.collective_cells(d)

@@ -33,6 +33,7 @@ from wallfinder.report._format import (
     memory_saving,
     memory_when,
     part_label,
+    ranks_have_memory,
     short_kernel,
     si,
     size,
@@ -439,10 +440,15 @@ def _ranks(d: Diagnosis) -> Table:
     job = d.job is not None
     columns = ["rank", "file", "steps", "median ms", "compute"]
     columns += ["comm exp.", "wait ms", "last", "clock ms"] if job else ["idle", "wall"]
+    memory = ranks_have_memory(d)
+    if memory:
+        columns.append("peak mem")
     longest = max((len(r.source) for r in d.ranks), default=4)
     for col in [*columns, "cause"]:
         if col == "file":
             table.add_column(col, no_wrap=True, min_width=min(longest, 40))
+        elif col == "peak mem":
+            table.add_column(col, no_wrap=True, justify="right")
         else:
             table.add_column(col, overflow="fold")
     for r in d.ranks:
@@ -462,6 +468,8 @@ def _ranks(d: Diagnosis) -> Table:
             ]
         else:
             cells += [_pct(r.idle), r.wall]
+        if memory:
+            cells.append(size(r.peak_allocated))
         cells.append(cause_label(r.wall, r.cause))
         table.add_row(*cells)
     return table
