@@ -20,6 +20,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -235,6 +236,20 @@ def _migrate(db: sqlite3.Connection, where: Path, target: int = SCHEMA_VERSION) 
             db.execute(f"PRAGMA user_version = {int(target)}")
 
 
+def _wal(db: sqlite3.Connection) -> str:
+    """Switch to WAL mode and return the mode now in force. Turning a new file to WAL while
+    other processes open it can fail with "database is locked" at once, without waiting for
+    the busy timeout: retried until that timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return str(db.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:  # noqa: PERF203 (a retry loop)
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 @contextmanager
 def _write(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("BEGIN IMMEDIATE")
@@ -270,7 +285,7 @@ class History:
             ) from None
         try:
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _wal(self._db)
             if str(mode).lower() != "wal":
                 raise WallfinderError(f"{self.path}: cannot use WAL mode here (got {mode})")
             self._db.execute("PRAGMA synchronous = NORMAL")

@@ -1,11 +1,16 @@
-"""How byte counts are written, in every layer: one formatter, so the evidence of a finding,
-a check's line and a report's table say the same size the same way."""
+"""How byte counts and source locations are written, in every layer: one way each, so that a
+finding's evidence, a check's line and a report's table say the same thing the same way."""
 
 from __future__ import annotations
 
-__all__ = ["size"]
+import re
+
+__all__ = ["short_frame", "short_path", "size"]
 
 _UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+_ABSOLUTE = re.compile(r"^(?:[A-Za-z]:)?[\\/]")
+_INSTALLED = re.compile(r".*/(?:site-packages|dist-packages|lib/python3(?:\.\d+)?)/")
+_FRAME = re.compile(r"^(?P<path>.+?)(?P<rest>\(\d+\): .*)$", re.DOTALL)
 
 
 def size(n: float | None) -> str:
@@ -16,3 +21,24 @@ def size(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def short_path(path: str) -> str:
+    """A source file's path without the machine's folders, which can name a user or a
+    project: an installed package's path starts at the package ("torch/nn/functional.py"),
+    another absolute path keeps its last two parts ("…/project/train.py"); a relative one (as
+    torch's profiler records most) is unchanged."""
+    if not _ABSOLUTE.match(path):
+        return path
+    unix = path.replace("\\", "/")
+    installed = _INSTALLED.search(unix)
+    if installed:  # a package's own path names nothing of the machine: torch/nn/...
+        return unix[installed.end() :]
+    parts = [p for p in unix.split("/") if p]
+    return "…/" + "/".join(parts[-2:])
+
+
+def short_frame(name: str) -> str:
+    """A profiler Python frame ("path(line): function") with its path shortened."""
+    m = _FRAME.match(name)
+    return short_path(m["path"]) + m["rest"] if m else name

@@ -34,6 +34,7 @@ from wallfinder.diagnosis import (
     Wall,
 )
 from wallfinder.trace import Events, Kind, Trace
+from wallfinder.units import short_frame
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -409,7 +410,7 @@ def call_sites(f: Facts, names: tuple[str, ...], kinds: tuple[Kind, ...]) -> str
     sites, counts = np.unique(user.name[rows], return_counts=True)
     top = np.argsort(-counts)[:3]
     listed = ", ".join(
-        f"{f.trace.strings[int(sites[i])]} ×{f.per_step(int(counts[i])):.0f}/step"
+        f"{short_frame(f.trace.strings[int(sites[i])])} ×{f.per_step(int(counts[i])):.0f}/step"
         for i in top.tolist()
     )
     return f"; called from {listed}"

@@ -31,7 +31,7 @@ from wallfinder.diagnosis import (
     OomEvent,
 )
 from wallfinder.trace.snapshot import Snapshot, SnapshotFrame, TraceEntry
-from wallfinder.units import size
+from wallfinder.units import short_path, size
 
 __all__ = ["CATEGORIES", "MemoryThresholds", "call_site", "category", "memory_report"]
 
@@ -73,7 +73,7 @@ def call_site(frames: Sequence[SnapshotFrame]) -> str:
     if not frames:
         return "unknown (no stack recorded)"
     frame = next((f for f in frames if not _library(f)), frames[0])
-    return f"{frame.filename}:{frame.line} ({frame.name})"
+    return f"{short_path(frame.filename)}:{frame.line} ({frame.name})"
 
 
 def category(frames: Sequence[SnapshotFrame]) -> str:

@@ -44,7 +44,7 @@ from wallfinder.diagnosis import (
     StepMemory,
 )
 from wallfinder.trace import NONE, Events, Kind, MemoryEvents, Trace
-from wallfinder.units import size
+from wallfinder.units import short_frame, size
 
 __all__ = ["MemoryLimits", "device_label", "memory_profile"]
 
@@ -275,7 +275,8 @@ def _call_stacks(trace: Trace, user: Events, frame: I64) -> tuple[I64, list[str]
     chains = np.stack([np.where(r >= 0, user.name[np.maximum(r, 0)], NONE) for r in levels], 1)
     distinct, codes = np.unique(chains, axis=0, return_inverse=True)
     names = [
-        " ← ".join(trace.strings[int(c)] for c in chain if c >= 0) for chain in distinct.tolist()
+        " ← ".join(short_frame(trace.strings[int(c)]) for c in chain if c >= 0)
+        for chain in distinct.tolist()
     ]
     site = np.full(frame.size, NONE, dtype=np.int64)
     known = frame >= 0

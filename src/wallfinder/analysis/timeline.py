@@ -13,6 +13,7 @@ from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps, IdlePieces, idle_p
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.diagnosis import StepTimeline, TimelineGap, TimelineSpan
 from wallfinder.trace import Kind, Trace, thread_key
+from wallfinder.units import short_frame
 
 I64 = npt.NDArray[np.int64]
 Lane = Literal["compute", "communication", "copy"]
@@ -164,5 +165,5 @@ def _host_activity(
             continue
         good = np.flatnonzero(2 * overlap >= best)
         pick = good[np.argmin((end - ts)[good])]
-        out[k] = trace.strings[int(name[pick])]
+        out[k] = short_frame(trace.strings[int(name[pick])])
     return out
