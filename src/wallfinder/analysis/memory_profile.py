@@ -160,7 +160,7 @@ def memory_profile(
     if not ctx.has_stacks:
         notes.append(
             "no Python stacks in the trace: call sites are ops (record with with_stack=True, "
-            "or wallfinder run --memory, for source lines)"
+            "or wallfinder run --memory, for the Python functions)"
         )
     return MemoryProfile(devices=profiles, findings=findings, notes=notes)
 

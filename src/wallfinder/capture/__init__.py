@@ -106,7 +106,7 @@ class Profile(_StepMarks):
         super().__init__(auto_step)
         self.wait, self.warmup, self.active = wait, warmup, active
         self.trace_dir = Path(trace_dir)
-        # Memory call sites are source lines only with Python stacks: on with memory unless
+        # Memory call sites are Python functions only with Python stacks: on with memory unless
         # asked otherwise, as in `wallfinder run --memory`.
         self.memory, self.stacks = memory, memory if stacks is None else stacks
         self.options = options

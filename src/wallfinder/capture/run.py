@@ -67,7 +67,7 @@ class RunSettings:
     `memory` records the profiler's memory events and, on CUDA, the allocator's history (its
     newest `memory_entries` allocations and frees) for a snapshot should the program run out
     of device memory. `stacks` records Python stacks in the profiler; None (the default)
-    records them with `memory`, whose call sites are source lines only with them."""
+    records them with `memory`, whose call sites are Python functions only with them."""
 
     steps: int = 5
     warmup: int = 3
