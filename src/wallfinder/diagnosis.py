@@ -506,6 +506,11 @@ class MemoryProfile(_Base, frozen=True):
     findings: list[MemoryFinding] = []
     notes: list[str] = []
 
+    @property
+    def main(self) -> DeviceMemoryProfile | None:
+        """The analysed device's profile (the first), None when no device has one."""
+        return self.devices[0] if self.devices else None
+
 
 class Diagnosis(_Base, frozen=True, kw_only=True):
     """Where a job's step time goes and which wall it hits. Renders itself in a terminal
@@ -533,6 +538,11 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     """The cross-rank view, for a folder of a job's rank traces."""
     memory: MemoryProfile | None = None
     """Memory from the trace's `[memory]` events (null when it has none)."""
+
+    @property
+    def main_memory(self) -> DeviceMemoryProfile | None:
+        """The analysed device's memory profile (None: the trace has no memory events)."""
+        return self.memory.main if self.memory is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = msgspec.to_builtins(self)

@@ -405,9 +405,8 @@ def trend(name: str, runs: list[RunRecord]) -> Trend:
 
 def _peak_allocated(d: Diagnosis) -> int | None:
     """The peak allocated bytes of `d`'s analysed device (None: no memory profile)."""
-    if d.memory is None or not d.memory.devices:
-        return None
-    return d.memory.devices[0].peak_allocated
+    m = d.main_memory
+    return m.peak_allocated if m is not None else None
 
 
 def this_host() -> str | None:

@@ -367,10 +367,12 @@ def test_cli_bad_snapshot_is_one_line_and_exit_2(
     assert not (tmp_path / "pwned").exists()
 
 
-def test_call_sites_keep_no_machine_folders() -> None:
+def test_call_sites_keep_no_machine_folders(tmp_path: Path) -> None:
+    installed = tmp_path / "lib" / "python3.11" / "site-packages" / "torch" / "nn"
     frames = [
-        SnapshotFrame("/usr/lib/python3/site-packages/torch/nn/functional.py", 10, "linear"),
-        SnapshotFrame("/home/someone/project/model.py", 12, "forward"),
+        SnapshotFrame(str(installed / "functional.py"), 10, "linear"),
+        SnapshotFrame(str(tmp_path / "project" / "model.py"), 12, "forward"),
     ]
     assert call_site(frames) == "…/project/model.py:12 (forward)"
+    assert call_site(frames[:1]) == "torch/nn/functional.py:10 (linear)"
     assert call_site([SnapshotFrame("C:\\Users\\someone\\w\\t.py", 3, "f")]) == "…/w/t.py:3 (f)"

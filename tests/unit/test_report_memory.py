@@ -550,7 +550,7 @@ def test_reports_show_the_memory_analysed_from_a_trace(tmp_path: Path) -> None:
         b.memory(t0 + 102.0, 0x1000, 64 * MiB, GiB + 64 * MiB, 2 * GiB)
         b.memory(t0 + 400.0, 0x1000, -64 * MiB, GiB, 2 * GiB)
     d = analyze(b.write(tmp_path / "t.json"))
-    m = fmt.memory_main(d)
+    m = d.main_memory
     assert m is not None
     assert (m.device, m.peak_allocated, m.peak_reserved) == ("cuda:0", GiB + 64 * MiB, 2 * GiB)
     text = render_text(d, width=120)

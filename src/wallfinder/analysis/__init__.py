@@ -158,7 +158,6 @@ def diagnose(
             window_start=start[kept],
             window_end=end[kept],
             sm_count=spec.sm_count if spec else None,
-            mem_bytes=capacity,
             memory=memory,
         ),
         memory=memory,

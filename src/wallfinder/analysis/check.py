@@ -100,7 +100,7 @@ _NO_PROFILE = "no memory profile ([memory] events: profile with profile_memory=T
 
 def _memory(d: Diagnosis, bounds: Bounds) -> list[BoundCheck]:
     """The memory bounds, on the analysed device (the memory profile's first)."""
-    m = d.memory.devices[0] if d.memory is not None and d.memory.devices else None
+    m = d.main_memory
     out: list[BoundCheck] = []
     if bounds.max_peak_memory is not None:
         flag, limit = "--max-peak-memory", bounds.max_peak_memory

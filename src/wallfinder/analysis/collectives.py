@@ -259,9 +259,7 @@ def rank_summary(d: Diagnosis) -> RankSummary:
         wall=d.verdict.wall,
         cause=d.verdict.cause,
         comm_exposed=d.breakdown.comm_exposed,
-        peak_allocated=d.memory.devices[0].peak_allocated
-        if d.memory is not None and d.memory.devices
-        else None,
+        peak_allocated=d.main_memory.peak_allocated if d.main_memory else None,
     )
 
 

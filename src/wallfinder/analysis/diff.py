@@ -184,8 +184,7 @@ def _by_id(
 def _memory(before: Diagnosis, after: Diagnosis, notes: list[str]) -> MemoryChange | None:
     """Memory before and after on the analysed device (the first of each profile); a note
     instead when only one run profiled memory or they profiled different devices."""
-    b = before.memory.devices[0] if before.memory and before.memory.devices else None
-    a = after.memory.devices[0] if after.memory and after.memory.devices else None
+    b, a = before.main_memory, after.main_memory
     if b is None and a is None:
         return None
     if b is None or a is None:

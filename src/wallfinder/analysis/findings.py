@@ -80,7 +80,6 @@ class Facts:
     window_start: np.ndarray  # steady-state steps: [start, end) in trace ns
     window_end: np.ndarray
     sm_count: int | None = None
-    mem_bytes: float | None = None
     cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
     memory: MemoryProfile | None = None
 
@@ -611,10 +610,8 @@ def _blocks(raw: bytes) -> int:
 
 def memory_peak(f: Facts) -> Finding | None:
     """Device memory at its peak near capacity: not a time cost, a limit (batch size, OOM)."""
-    if f.memory is None or not f.memory.devices or f.dev is None:
-        return None
-    m = f.memory.devices[0]
-    if not m.capacity or m.device == "cpu":
+    m = f.memory.main if f.memory is not None else None
+    if m is None or f.dev is None or not m.capacity or m.device == "cpu":
         return None
     ratio = m.peak_reserved / m.capacity
     if ratio < MEMORY_NEAR_FULL:

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.findings import user_frames
+from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.roofline import enclosing
 from wallfinder.analysis.steps import StepSpans
 from wallfinder.diagnosis import (
@@ -114,14 +115,7 @@ def memory_profile(
     mem = mem.take(np.flatnonzero(usable))
     ctx = _Context.of(trace, mem, spans)
     found = set(zip(mem.device_type.tolist(), mem.device_id.tolist(), strict=True))
-    main = (0, -1)
-    if device is not None:
-        accelerators = sorted(k for k in found if k[0] != 0)
-        main = next((k for k in accelerators if k[1] == device), None) or next(
-            iter(accelerators), (0, -1)
-        )
-    if main not in found:  # e.g. a trace with device memory events but no kernels
-        main = min(found, key=lambda k: (k[0] == 0, k))
+    main = _main_device(found, device)
     keys = sorted(found, key=lambda k: (k != main, k))
     profiles: list[DeviceMemoryProfile] = []
     notes: list[str] = []
@@ -143,14 +137,14 @@ def memory_profile(
         notes.extend(dm.notes)
         if is_main:
             findings = _findings(dm, world_size, limits)
-            reserved = dm.profile.peak_reserved >= dm.profile.peak_allocated
-            used = max(dm.profile.peak_reserved, dm.profile.peak_allocated)
-            if capacity and used < limits.pressure * capacity:
+            p = dm.profile
+            if p.capacity and not _under_pressure(p, limits):
+                what = "reserved" if p.peak_reserved >= p.peak_allocated else "allocated"
                 notes.append(
-                    f"{dm.label}: peak {'reserved' if reserved else 'allocated'} memory "
-                    f"({size(used)}) is {used / capacity:.0%} of its "
-                    f"{size(capacity)}: memory is not the limit, so no fix that trades time for "
-                    "memory is suggested (a larger batch may use the device better)"
+                    f"{p.device}: peak {what} memory ({size(_in_use(p))}) is "
+                    f"{_in_use(p) / p.capacity:.0%} of its {size(p.capacity)}: memory is not "
+                    "the limit, so no fix that trades time for memory is suggested (a larger "
+                    "batch may use the device better)"
                 )
     if any(k[0] == 0 for k in keys):
         notes.append(
@@ -165,18 +159,40 @@ def memory_profile(
     return MemoryProfile(devices=profiles, findings=findings, notes=notes)
 
 
+def _main_device(found: set[tuple[int, int]], device: int | None) -> tuple[int, int]:
+    """The (device type, index) the findings are about: the analysed accelerator; the CPU
+    of a CPU-only trace; else an accelerator, when the trace has its memory events but no
+    kernels."""
+    if device is not None:
+        match = [k for k in found if k[0] != 0 and k[1] == device]
+        if match:
+            return min(match)
+    elif (0, -1) in found:
+        return (0, -1)
+    return min(found, key=lambda k: (k[0] == 0, k))
+
+
+def _in_use(p: DeviceMemoryProfile) -> int:
+    return max(p.peak_reserved, p.peak_allocated)
+
+
+def _under_pressure(p: DeviceMemoryProfile, limits: MemoryLimits) -> bool:
+    """Whether memory may be the limit: the peak uses enough of a known capacity (an unknown
+    capacity may be full)."""
+    return p.capacity is None or _in_use(p) >= limits.pressure * p.capacity
+
+
 @dataclass(frozen=True)
 class _Context:
     """Per memory event: its op, call site, step and phase."""
 
     trace: Trace
     mem: MemoryEvents
-    op: I64
-    """Name code of the innermost CPU op around the event (NONE: none)."""
+    op_row: I64
+    """Row in `ops` of the innermost CPU op around the event (NONE: none)."""
     site: I64
     """Index in `sites` of its user-code call stack (NONE: no Python frames around it)."""
     sites: list[str]
-    op_row: I64
     step: I64
     """Index of the step it falls in (NONE: between steps)."""
     phase: I64
@@ -188,9 +204,9 @@ class _Context:
         ops = trace.of_kind(Kind.CPU_OP)
         # The innermost op that does more than allocate: `aten::empty` names no culprit.
         ops = ops.take(np.flatnonzero(~np.isin(ops.name, trace.names_matching(_allocates_only))))
-        op_row, op = _innermost(ops, mem)
+        op_row = _innermost(ops, mem)
         user = user_frames(trace)
-        frame, _ = _innermost(user, mem)
+        frame = _innermost(user, mem)
         site, sites = _call_stacks(trace, user, frame)
         step = np.searchsorted(spans.cpu_start, mem.ts, side="right") - 1
         inside = (step >= 0) & (mem.ts < spans.cpu_end[np.maximum(step, 0)])
@@ -205,10 +221,9 @@ class _Context:
         return cls(
             trace=trace,
             mem=mem,
-            op=op,
+            op_row=op_row,
             site=site,
             sites=sites,
-            op_row=op_row,
             step=step.astype(np.int64),
             phase=phase,
             has_stacks=len(trace.of_kind(Kind.PYTHON)) > 0,
@@ -218,13 +233,18 @@ class _Context:
     def name(self, code: int) -> str | None:
         return self.trace.strings[code] if code >= 0 else None
 
+    def op(self, i: int) -> str | None:
+        """The op around event `i`."""
+        row = int(self.op_row[i])
+        return self.trace.strings[int(self.ops.name[row])] if row >= 0 else None
+
     def stack(self, i: int) -> str | None:
         code = int(self.site[i])
         return self.sites[code] if code >= 0 else None
 
     def where(self, i: int) -> str:
         """The call site of event `i` (else its op)."""
-        return self.stack(i) or self.name(int(self.op[i])) or "unknown"
+        return self.stack(i) or self.op(i) or "unknown"
 
 
 _ALLOCATION_OPS = frozenset(
@@ -248,14 +268,12 @@ def _allocates_only(name: str) -> bool:
     return name in _ALLOCATION_OPS
 
 
-def _innermost(events: Events, mem: MemoryEvents) -> tuple[I64, I64]:
-    """Row and name code of the innermost of `events` around each memory event on its thread
-    (NONE: none)."""
+def _innermost(events: Events, mem: MemoryEvents) -> I64:
+    """Row of the innermost of `events` around each memory event on its thread (NONE:
+    none)."""
     if len(events) == 0:
-        none = np.full(len(mem), NONE, dtype=np.int64)
-        return none, none.copy()
-    row = np.asarray(enclosing(events, mem.thread, mem.ts), dtype=np.int64)
-    return row, np.where(row >= 0, events.name[np.maximum(row, 0)], NONE).astype(np.int64)
+        return np.full(len(mem), NONE, dtype=np.int64)
+    return np.asarray(enclosing(events, mem.thread, mem.ts), dtype=np.int64)
 
 
 STACK_DEPTH = 3
@@ -327,22 +345,16 @@ def _covered(
     width = int(max(spans.end.max(), mem.ts.max()) - lo) + 2
     key = rank.astype(np.int64) * width
     s_key, m_key = key[: len(spans)], key[len(spans) :]
-    starts = s_key + (spans.ts - lo)
-    ends = s_key + (spans.end - lo)
-    order = np.argsort(starts, kind="stable")
-    starts, reach = starts[order], np.maximum.accumulate(ends[order])
-    q = m_key + (mem.ts - lo)
-    i = np.searchsorted(starts, q, side="right") - 1
-    return (i >= 0) & (reach[np.maximum(i, 0)] >= q)
+    # One time line with each thread's events in a band of its own.
+    cover = Coverage.of(s_key + (spans.ts - lo), s_key + (spans.end - lo))
+    return cover.contains(m_key + (mem.ts - lo))
 
 
 @dataclass(frozen=True)
 class _DeviceResult:
     profile: DeviceMemoryProfile
-    categories_at_peak: dict[str, int]
     activation_fp32: int
     notes: list[str]
-    label: str
     growth: int
     steady_steps: int
 
@@ -405,7 +417,7 @@ def _device(
         LiveBlock(
             bytes=int(mem.bytes[i]),
             category=MEMORY_CATEGORIES[int(block_cat[i])],
-            op=ctx.name(int(ctx.op[rows[i]])),
+            op=ctx.op(int(rows[i])),
             site=ctx.stack(int(rows[i])),
             step=_step_label(spans, int(step[i])),
             phase=PHASES[int(phase[i])],
@@ -422,8 +434,8 @@ def _device(
             "allocated across steps in the trace: the growth is in blocks freed later"
         )
     reserved = mem.total_reserved
-    known_reserved = reserved != NONE
-    diffs = np.diff(reserved) if known_reserved.all() else np.zeros(0, np.int64)
+    known_reserved = bool((reserved != NONE).all())
+    diffs = np.diff(reserved) if known_reserved else np.zeros(0, np.int64)
     steady_changes = sum(s.reserved_changes for s in steps if not s.warmup)
     profile = DeviceMemoryProfile(
         device=label,
@@ -431,11 +443,11 @@ def _device(
         capacity=capacity,
         capacity_source=capacity_source,
         peak_allocated=peak,
-        peak_reserved=int(reserved.max()) if known_reserved.all() else 0,
+        peak_reserved=int(reserved.max()) if known_reserved else 0,
         peak_time_s=float(mem.ts[p]) * NS,
         peak_step=_step_label(spans, int(step[p])),
         peak_phase=PHASES[int(phase[p])],
-        peak_op=ctx.name(int(ctx.op[rows[p]])),
+        peak_op=ctx.op(int(rows[p])),
         before_trace=baseline,
         categories=at_peak,
         largest=largest,
@@ -444,7 +456,7 @@ def _device(
         growth_per_step=growth_per_step,
         leak=leak,
         leak_sites=leak_sites,
-        reserved_at_peak=int(reserved[p]) if known_reserved.all() else 0,
+        reserved_at_peak=int(reserved[p]) if known_reserved else 0,
         reserved_grows=int((diffs > 0).sum()),
         reserved_shrinks=int((diffs < 0).sum()),
         steady_reserved_changes_per_step=steady_changes / max(steady, 1) if steady else 0.0,
@@ -453,7 +465,7 @@ def _device(
     activations = alloc & (block_cat == _CAT["activations"])
     act_live = live[activations[live]]
     fp32 = _fp32_bytes(ctx, rows[act_live], mem.bytes[act_live])
-    return _DeviceResult(profile, at_peak, fp32, notes, label, growth, steady)
+    return _DeviceResult(profile, fp32, notes, growth, steady)
 
 
 def _pair(mem: MemoryEvents) -> I64:
@@ -509,7 +521,7 @@ def _steps(
                 peak_allocated=max(level, int(mem.total_allocated[window].max(initial=0))),
                 peak_reserved=int(reserved[window].max(initial=0)),
                 reserved_changes=int((np.diff(res) != 0).sum()) if res.size > 1 else 0,
-                warmup=not bool(kept[k]) if k < kept.size else False,
+                warmup=not bool(kept[k]),
             )
         )
     return out
@@ -569,7 +581,7 @@ def _leak_sites(
         seen = len({int(step[i]) for i in members})
         if seen < 2:
             continue
-        ops = [ctx.name(int(ctx.op[rows[i]])) for i in members]
+        ops = [ctx.op(int(rows[i])) for i in members]
         op = max(set(ops), key=ops.count, default=None)
         out.append(
             LeakSite(
@@ -636,7 +648,7 @@ def _findings(
     dm: _DeviceResult, world_size: int | None, limits: MemoryLimits
 ) -> list[MemoryFinding]:
     p = dm.profile
-    cats = dm.categories_at_peak
+    cats = p.categories
     peak = max(p.peak_allocated, 1)
     where = (
         f"at the peak ({size(p.peak_allocated)} allocated"
@@ -655,14 +667,13 @@ def _findings(
                 evidence=evidence,
                 fix=fix,
                 saving_bytes=saving,
-                device=dm.label,
+                device=p.device,
             )
         )
 
     act = cats["activations"]
     temps = cats["temporaries"]
-    used = max(p.peak_reserved, p.peak_allocated)
-    pressure = p.capacity is None or used >= limits.pressure * p.capacity
+    pressure = _under_pressure(p, limits)
     if pressure and act >= limits.activation_share * peak:
         add(
             "memory-activations",

@@ -29,7 +29,6 @@ __all__ = [
     "memory_growth_lines",
     "memory_leak_line",
     "memory_leak_sites",
-    "memory_main",
     "memory_peak",
     "memory_saving",
     "memory_when",
@@ -267,11 +266,6 @@ _PHASE_LABEL = {
 def ranks_have_memory(d: Diagnosis) -> bool:
     """Whether any rank's trace recorded memory (its peak gets a column in the ranks' table)."""
     return any(r.peak_allocated is not None for r in d.ranks)
-
-
-def memory_main(d: Diagnosis) -> DeviceMemoryProfile | None:
-    """The analysed device's memory profile (the first device); None without memory events."""
-    return d.memory.devices[0] if d.memory is not None and d.memory.devices else None
 
 
 def memory_peak(m: DeviceMemoryProfile) -> str:

@@ -398,7 +398,7 @@ def _job_view(j: JobSummary) -> dict[str, Any]:
 
 def _memory_view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any] | None:
     """The memory profile, formatted: every figure is the MemoryProfile's own."""
-    m = fmt.memory_main(d)
+    m = d.main_memory
     if d.memory is None or m is None:
         return None
     return {
@@ -470,7 +470,7 @@ def _figures(d: Diagnosis) -> dict[str, Any]:
         figures["plot-steps"] = _steps_figure(d)
     if d.timeline is not None:
         figures["plot-timeline"] = _timeline_figure(d, d.timeline)
-    memory = fmt.memory_main(d)
+    memory = d.main_memory
     if memory is not None and memory.timeline:
         figures["plot-memory"] = _memory_figure(memory)
     if d.roofline is not None:

@@ -151,7 +151,7 @@ def _findings(d: Diagnosis) -> list[str]:
 def _memory(d: Diagnosis) -> list[str]:
     """The analysed device's memory peak, what is live then, growth and leaks, the memory
     findings with what each frees; other devices and notes as a list."""
-    m = fmt.memory_main(d)
+    m = d.main_memory
     if d.memory is None or m is None:
         return []
     out = ["", f"#### Memory on {code(m.device)}", "", f"**peak {text(fmt.memory_peak(m))}**  "]

@@ -28,7 +28,6 @@ from wallfinder.report._format import (
     memory_growth_lines,
     memory_leak_line,
     memory_leak_sites,
-    memory_main,
     memory_peak,
     memory_saving,
     memory_when,
@@ -225,7 +224,7 @@ def _breakdown(d: Diagnosis) -> Table:
 def _memory(d: Diagnosis) -> Iterator[RenderableType]:
     """The analysed device's memory peak, what is live then (by category and call site),
     growth and leaks, the allocator's reserving, the memory findings; other devices in a line."""
-    m = memory_main(d)
+    m = d.main_memory
     if d.memory is None or m is None:
         return
     text = Text()
