@@ -73,14 +73,27 @@ def test_importing_wallfinder_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_step_timer_times_each_optimizer_step_with_the_host_clock_on_the_cpu() -> None:
-    import time
+class FakeClock:
+    """Clock readings the test controls: each read returns the next of `readings`."""
 
+    def __init__(self, readings: list[float]) -> None:
+        self.readings = iter(readings)
+
+    def __call__(self) -> float:
+        return next(self.readings)
+
+
+def test_step_timer_marks_each_optimizer_step_and_drops_the_slow_first_one() -> None:
+    # The clock is read on entering and at each of 8 optimizer steps: a 100 ms first step,
+    # then steps of 20, 21, 19, 20, 22, 20 and 18 ms.
+    steps_ms = [100, 20, 21, 19, 20, 22, 20, 18]
+    readings = [0.0]
+    for ms in steps_ms:
+        readings.append(readings[-1] + ms / 1e3)
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with wallfinder.StepTimer() as t:
-        for i in range(8):
-            time.sleep(0.1 if i == 0 else 0.02)  # a slow first step, then steady ones
+    with wallfinder.StepTimer(clock=FakeClock(readings)) as t:
+        for _ in steps_ms:
             opt.zero_grad()
             model(torch.randn(4, 8)).sum().backward()
             opt.step()
@@ -89,8 +102,27 @@ def test_step_timer_times_each_optimizer_step_with_the_host_clock_on_the_cpu() -
     assert s.total == 8
     assert [d.step for d in s.dropped] == ["step 0"]  # the slow first step is warm-up
     assert s.count == 7
-    assert 0.02 <= s.median_s < 0.05
-    assert s.stable
+    assert s.median_s == pytest.approx(0.020)
+    assert s.min_s == pytest.approx(0.018)
+    kept = [ms / 1e3 for ms in steps_ms[1:]]
+    mean = sum(kept) / len(kept)
+    sd = (sum((k - mean) ** 2 for k in kept) / len(kept)) ** 0.5
+    assert s.cv == pytest.approx(sd / mean)
+    assert s.stable  # a CV of 6% is under the 10% bound
+
+
+def test_step_timer_calls_steps_that_vary_by_half_unstable() -> None:
+    durations = [0.02, 0.03, 0.02, 0.03, 0.02, 0.03]
+    readings = [0.0]
+    for d in durations:
+        readings.append(readings[-1] + d)
+    with wallfinder.StepTimer(auto_step=False, clock=FakeClock(readings)) as t:
+        for _ in durations:
+            t.step()
+    assert t.steps is not None
+    assert t.steps.count == 6
+    assert t.steps.cv == pytest.approx(0.2)
+    assert not t.steps.stable
 
 
 def test_step_timer_with_explicit_steps_and_no_step_is_a_clear_error() -> None:

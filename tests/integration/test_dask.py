@@ -18,6 +18,8 @@ distributed = pytest.importorskip(
     "distributed", reason="dask.distributed is not installed (pip install 'wallfinder[dask]')"
 )
 
+pytestmark = pytest.mark.slow
+
 NELEMS = 16 << 20
 WORLD = 3
 

@@ -12,6 +12,8 @@ import wallfinder
 from wallfinder.diagnosis import DeviceMemoryProfile, Diagnosis
 
 torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.slow
 nn = torch.nn
 
 WIDTH, HIDDEN, BATCH = 128, 1024, 256

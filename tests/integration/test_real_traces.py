@@ -1,7 +1,8 @@
 """Real profiler traces from other projects (see ../shared/traces/MANIFEST.md): every one
 loads and gives a diagnosis that keeps the invariants, and a few facts of them hold.
 
-The traces are not part of the repository; without them these tests are skipped."""
+The traces are not part of the repository: they are found as tests/realtraces.py says, and
+without them these tests are skipped (and the run says so once, at its end)."""
 
 from __future__ import annotations
 
@@ -10,30 +11,12 @@ from pathlib import Path
 import pytest
 
 import wallfinder.trace._reader as reader_module
+from invariants import assert_diagnosis_invariants, assert_findings_bounded
+from realtraces import real_trace, real_trace_params
 from tracegen import assert_same_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.analysis import diagnose
-from wallfinder.analysis.classify import KernelClass
 from wallfinder.trace import Kind, Trace, load_trace
-
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
-MISSING = f"real traces not found at {TRACES}"
-CLASSES = {c.value for c in KernelClass}
-
-
-def real_traces() -> list[object]:
-    files = sorted(TRACES.rglob("*.json.gz")) if TRACES.is_dir() else []
-    if not files:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=MISSING), id="no-traces")]
-    return [pytest.param(f, id=str(f.relative_to(TRACES))) for f in files]
-
-
-def trace_at(relative: str) -> Path:
-    path = TRACES / relative
-    if not path.exists():
-        pytest.skip(f"{MISSING} ({relative})")
-    return path
-
 
 _loaded: dict[Path, tuple[Trace, Diagnosis]] = {}
 
@@ -46,42 +29,15 @@ def loaded(path: Path) -> tuple[Trace, Diagnosis]:
     return _loaded[path]
 
 
-@pytest.mark.parametrize("path", real_traces())
+@pytest.mark.parametrize("path", real_trace_params())
 def test_real_trace_diagnosis_keeps_the_invariants(path: Path) -> None:
     trace, d = loaded(path)
     assert len(trace.events) > 0
-    b = d.breakdown
-    parts = [b.compute, b.comm_exposed, b.copy_exposed, b.idle]
-    assert all(0.0 <= x <= 1.0 for x in parts), parts
-    assert sum(parts) == pytest.approx(1.0, abs=1e-6)
-    assert all(0.0 <= x <= 1.0 for x in b.idle_causes.values())
-    assert sum(b.idle_causes.values()) == pytest.approx(b.idle, abs=1e-6)
-    assert d.steps.count >= 1
-    assert d.steps.total >= d.steps.count
-    assert d.steps.median_s > 0
-    for step in b.steps:
-        total = step.compute_s + step.comm_exposed_s + step.copy_exposed_s + step.idle_s
-        assert total == pytest.approx(step.duration_s, abs=2e-9)
-        assert sum(step.idle_causes_s.values()) == pytest.approx(step.idle_s, abs=2e-9)
-    for row in d.kernels:
-        assert row.cls in CLASSES
-        assert row.time_s >= 0
-        assert 0.0 <= row.share <= 1.0
-    if d.classes:
-        assert {c.cls for c in d.classes} <= CLASSES
-        assert sum(c.share for c in d.classes) == pytest.approx(1.0, abs=1e-6)
-    assert d.verdict.wall in ("compute", "bandwidth", "overhead")
-    assert len(d.verdict.questions) == 4
-    assert Diagnosis.from_json(d.to_json()) == d
-    for m in d.memory.devices if d.memory else []:
-        # What is live at the peak, by category, adds up to the allocator's peak.
-        assert sum(m.categories.values()) == m.peak_allocated
-        assert all(v >= 0 for v in m.categories.values())
-        assert max(p.allocated for p in m.timeline) == m.peak_allocated
+    assert_diagnosis_invariants(d)
 
 
 def test_v100_memory_events_give_the_peak_and_what_was_live() -> None:
-    _, d = loaded(trace_at("hta/v100_nccl_df_index_resolver.json.gz"))
+    _, d = loaded(real_trace("hta/v100_nccl_df_index_resolver.json.gz"))
     assert d.memory is not None
     m = d.memory.devices[0]
     assert m.device == "cuda:1"  # the rank's GPU, not the host memory events beside it
@@ -102,7 +58,7 @@ def test_v100_memory_events_give_the_peak_and_what_was_live() -> None:
 
 
 def test_mi300x_memory_events_are_on_the_hip_device_with_call_stacks() -> None:
-    _, d = loaded(trace_at("tracelens/mi300x_normalization_layers.json.gz"))
+    _, d = loaded(real_trace("tracelens/mi300x_normalization_layers.json.gz"))
     assert d.memory is not None
     m = d.memory.devices[0]
     assert m.device == "hip:0"
@@ -110,31 +66,13 @@ def test_mi300x_memory_events_are_on_the_hip_device_with_call_stacks() -> None:
     assert any(" ← " in s.site and "forward" in s.site for s in m.sites)
 
 
-@pytest.mark.parametrize("path", real_traces())
+@pytest.mark.parametrize("path", real_trace_params())
 def test_real_trace_findings_claim_no_more_than_the_time_they_explain(path: Path) -> None:
     _, d = loaded(path)
-    b = d.breakdown
-    explained = {
-        "data-loading": b.idle_causes.get("data_loading", 0.0),
-        "sync-in-step": b.idle_causes.get("synchronization", 0.0),
-        "launch-bound": b.idle_causes.get("host_overhead", 0.0)
-        + b.idle_causes.get("launch_latency", 0.0),
-        "exposed-comm": b.comm_exposed,
-        "exposed-copies": b.copy_exposed,
-    }
-    for f in d.findings:
-        assert 0.0 < f.share <= 1.0, f.id
-        assert f.max_speedup >= 1.0, f.id
-        if f.id in explained:
-            assert f.share <= explained[f.id] + 1e-9, f.id
-        assert f.evidence
-        assert f.fix
-    # The verdict's wall's findings come first, each group by bound on gain.
-    order = [(f.wall != d.verdict.wall, -f.max_speedup) for f in d.findings]
-    assert order == sorted(order)
+    assert_findings_bounded(d)
 
 
-@pytest.mark.parametrize("path", real_traces())
+@pytest.mark.parametrize("path", real_trace_params())
 def test_real_trace_has_device_or_cpu_work_of_its_basis(path: Path) -> None:
     trace, d = loaded(path)
     device_work = len(trace.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
@@ -150,7 +88,7 @@ def test_real_trace_has_device_or_cpu_work_of_its_basis(path: Path) -> None:
 
 
 def test_v100_two_rank_trace_is_rank_1_of_2_with_6_steps() -> None:
-    trace, d = loaded(trace_at("hta/v100_2rank_test_rank0.json.gz"))
+    trace, d = loaded(real_trace("hta/v100_2rank_test_rank0.json.gz"))
     assert d.device.name == "Tesla V100-SXM2-16GB"
     assert (d.rank, d.world_size) == (1, 2)
     assert d.steps.total == 6
@@ -159,14 +97,14 @@ def test_v100_two_rank_trace_is_rank_1_of_2_with_6_steps() -> None:
 
 
 def test_cpu_only_trace_is_analysed_on_the_cpu_as_rank_34_of_300() -> None:
-    _, d = loaded(trace_at("hta/cpu_only_rank34.json.gz"))
+    _, d = loaded(real_trace("hta/cpu_only_rank34.json.gz"))
     assert d.breakdown.basis == "cpu"
     assert d.device.kind == "cpu"
     assert (d.rank, d.world_size) == (34, 300)
 
 
 def test_mi210_gpu_only_trace_loads_with_hip_names_and_kernels() -> None:
-    trace, d = loaded(trace_at("tracelens/mi210_gpu_only.json.gz"))
+    trace, d = loaded(real_trace("tracelens/mi210_gpu_only.json.gz"))
     runtime = {trace.strings[c] for c in set(trace.of_kind(Kind.RUNTIME).name.tolist())}
     assert any(name.startswith("hip") for name in runtime)
     assert len(trace.of_kind(Kind.KERNEL)) > 0
@@ -176,13 +114,13 @@ def test_mi210_gpu_only_trace_loads_with_hip_names_and_kernels() -> None:
 
 
 def test_mi250_trace_joins_hip_launches_to_kernels() -> None:
-    _, d = loaded(trace_at("hta/mi250_minitoy_train.json.gz"))
+    _, d = loaded(real_trace("hta/mi250_minitoy_train.json.gz"))
     assert d.breakdown.basis == "gpu"
     assert not any("no launch records" in w for w in d.warnings)
 
 
 def test_sampled_job_folder_gives_two_ranks() -> None:
-    folder = trace_at("hta/sampled_128rank_job")
+    folder = real_trace("hta/sampled_128rank_job")
     d = analyze(folder)
     assert [r.rank for r in d.ranks] == [0, 1]
     assert (d.rank, d.world_size) == (0, 128)
@@ -202,7 +140,7 @@ def test_sampled_job_folder_gives_two_ranks() -> None:
 
 
 def test_trace_without_profiler_steps_is_one_window() -> None:
-    _, d = loaded(trace_at("hta/a100_alexnet.json.gz"))
+    _, d = loaded(real_trace("hta/a100_alexnet.json.gz"))
     assert d.steps.total == 1
     assert d.steps.source.startswith("whole trace")
 
@@ -211,14 +149,14 @@ def test_trace_without_profiler_steps_is_one_window() -> None:
 
 
 def test_real_trace_parsed_in_small_chunks_matches(monkeypatch: pytest.MonkeyPatch) -> None:
-    path = trace_at("hta/a100_nccl_data.json.gz")
+    path = real_trace("hta/a100_nccl_data.json.gz")
     whole, _ = loaded(path)
     monkeypatch.setattr(reader_module, "BLOCK", 256 << 10)
     assert_same_trace(load_trace(path), whole)
 
 
 def test_real_trace_parsed_by_two_workers_matches(monkeypatch: pytest.MonkeyPatch) -> None:
-    path = trace_at("hta/v100_2rank_test_rank0.json.gz")
+    path = real_trace("hta/v100_2rank_test_rank0.json.gz")
     whole, d = loaded(path)
     monkeypatch.setattr(reader_module, "BLOCK", 1 << 20)
     parallel = load_trace(path, workers=2)
@@ -230,8 +168,8 @@ def test_diff_of_runs_on_different_devices_says_so_and_still_compares_steps() ->
     from wallfinder.analysis.diff import diff
     from wallfinder.report import render_diff
 
-    before = loaded(trace_at("hta/a100_8rank_control_rank0.json.gz"))[1]
-    after = loaded(trace_at("hta/v100_2rank_test_rank0.json.gz"))[1]
+    before = loaded(real_trace("hta/a100_8rank_control_rank0.json.gz"))[1]
+    after = loaded(real_trace("hta/v100_2rank_test_rank0.json.gz"))[1]
     x = diff(before, after)
     assert any(n.startswith("different devices (NVIDIA A100") and "V100" in n for n in x.notes)
     assert x.steps.before_s == before.steps.median_s

@@ -23,14 +23,16 @@ from typing import Any
 import msgspec
 import pytest
 
+from realtraces import real_trace
 from tracegen import DATALOADER, TraceBuilder, training_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.diagnosis import OpRoofRow
 from wallfinder.report.html import GL_POINTS, render_html
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 LOAD_TIMEOUT_MS = 20_000
+
+pytestmark = pytest.mark.slow
 
 SCRIPT_NAME = "k</script><script>window.pwned=1</script>"
 IMG_NAME = '<img src=x onerror="window.pwned=2">'
@@ -408,9 +410,7 @@ def test_memory_chart_draws_stacked_categories_reserved_and_the_peak(
 def test_real_trace_report_in_a_browser(
     open_report: Any, screenshots: Path, tmp_path: Path, relative: str
 ) -> None:
-    trace = TRACES / relative
-    if not trace.exists():
-        pytest.skip(f"real traces not found at {TRACES} ({relative})")
+    trace = real_trace(relative)
     d = analyze(trace)
     seen = open_report(write_report(d, tmp_path))
     page = seen.page

@@ -272,6 +272,42 @@ def test_two_steps_are_too_few_to_call_step_time_unstable(tmp_path: Path) -> Non
     assert all(f.id != "unstable-steps" for f in d.findings)
 
 
+def steps_of(lengths_us: list[float]) -> TraceBuilder:
+    """Back-to-back steps of the given lengths, each one busy kernel."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for s, length in enumerate(lengths_us):
+        b.step(s + 1, t0, length)
+        b.kernel(GEMM, t0 + 2.0, length - 4.0, launch_at=t0)
+        t0 += length
+    return b
+
+
+def test_unstable_steps_are_bounded_by_what_the_slow_steps_cost(tmp_path: Path) -> None:
+    # Step windows end where their kernel ends (2 µs before the next step): 998 µs, then
+    # 1000 µs, one of 1600 µs. Median 1000 µs: the slow step costs 600 µs of the 7598 µs.
+    d = analyze(
+        steps_of([1000.0, 1000.0, 1000.0, 1000.0, 1000.0, 1600.0, 1000.0]).write(
+            tmp_path / "t.json"
+        )
+    )
+    assert not d.steps.stable
+    [f] = [f for f in d.findings if f.id == "unstable-steps"]
+    assert f.share == pytest.approx(600 / 7598)
+    assert f.max_speedup == pytest.approx(amdahl(600 / 7598))
+
+
+def test_steps_faster_than_the_median_claim_no_gain(tmp_path: Path) -> None:
+    # Unstable because two steps ran fast: running every step at the median would make the
+    # job slower, so no instability finding claims a gain (never a bound under 1x).
+    d = analyze(
+        steps_of([1000.0, 1000.0, 1000.0, 400.0, 1000.0, 400.0, 1000.0]).write(tmp_path / "t.json")
+    )
+    assert not d.steps.stable
+    assert all(f.id != "unstable-steps" for f in d.findings)
+    assert all(f.max_speedup >= 1.0 for f in d.findings)
+
+
 def test_a_busy_gpu_in_pointwise_chains_is_bandwidth_bound_with_fusion_first(
     tmp_path: Path,
 ) -> None:

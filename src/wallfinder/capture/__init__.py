@@ -181,20 +181,31 @@ class StepTimer(_StepMarks):
         print(t.steps.median_s, t.steps.cv)
 
     The time from entering to the first mark is the first step; leading warm-up steps are
-    dropped as in a trace's analysis. `steps` is set on exit.
+    dropped as in a trace's analysis. `steps` is set on exit. `clock`, when given, is read at
+    each mark instead (seconds, on any device): another clock, or readings a test controls.
     """
 
-    def __init__(self, *, auto_step: bool = True, thresholds: Thresholds | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        auto_step: bool = True,
+        thresholds: Thresholds | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         super().__init__(auto_step)
         self.thresholds = thresholds
         self.steps: Steps | None = None
+        self._given_clock = clock
         self._clock: StepClock | None = None
 
     def __enter__(self) -> StepTimer:
         require_torch("wallfinder.StepTimer")
         import torch
 
-        self._clock = StepClock(use_cuda=torch.cuda.is_available())
+        if self._given_clock is not None:
+            self._clock = StepClock(use_cuda=False, clock=self._given_clock)
+        else:
+            self._clock = StepClock(use_cuda=torch.cuda.is_available())
         self._clock.mark()
         self._watch_optimizers()
         return self

@@ -167,13 +167,18 @@ class Recorder:
 class StepClock:
     """Step boundaries at almost no cost: a CUDA event recorded on the current stream at each
     mark when a GPU is in use (read once, at the end: no synchronisation in the loop), else
-    the host clock, which is the device's clock on the CPU, where ops run synchronously."""
+    the host clock, which is the device's clock on the CPU, where ops run synchronously.
+    `clock` is the host clock read at each mark (seconds; `time.perf_counter` by default): a
+    test gives readings it controls."""
 
-    def __init__(self, use_cuda: bool | None = None) -> None:
+    def __init__(
+        self, use_cuda: bool | None = None, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         if use_cuda is None:
             torch = sys.modules.get("torch")
             use_cuda = bool(torch is not None and torch.cuda.is_available())
         self.use_cuda = use_cuda
+        self._clock = clock
         self._marks: list[Any] = []
 
     @property
@@ -188,7 +193,7 @@ class StepClock:
             event.record()
             self._marks.append(event)
         else:
-            self._marks.append(time.perf_counter())
+            self._marks.append(self._clock())
 
     def durations(self) -> list[float]:
         """Seconds between consecutive marks (synchronises the device once)."""
