@@ -67,35 +67,38 @@ def bf16_matmuls_are_fast_here() -> bool:
     return bool(check()) if check is not None else False
 
 
+def faster(text: str, over: float, applies: Callable[[Diagnosis], bool] | None = None) -> Claim:
+    """The fix makes the median step more than `over` times faster (where `applies`)."""
+    return Claim(
+        text,
+        lambda b, f: (applies is not None and not applies(b)) or speedup(b, f) > over,
+        lambda b, f: f"{speedup(b, f):.2f}x",
+    )
+
+
+def waits_over(text: str, cause: str, share: float) -> Claim:
+    """As written, the idle cause takes more than `share` of the step."""
+    return Claim(text, lambda b, f: idle(b, cause) > share, lambda b, f: f"{idle(b, cause):.1%}")
+
+
+def lower_precision_pays(d: Diagnosis) -> bool:
+    """GPUs have TF32 and bf16 tensor cores; a CPU gains only with bf16 instructions."""
+    return d.device.kind != "cpu" or bf16_matmuls_are_fast_here()
+
+
 CLAIMS: dict[str, list[Claim]] = {
     "dataloader": [
-        Claim(
-            "the wait for data is over 15% of the step as written",
-            lambda b, f: idle(b, "data_loading") > 0.15,
-            lambda b, f: f"{idle(b, 'data_loading'):.1%}",
-        ),
+        waits_over("the wait for data is over 15% of the step as written", "data_loading", 0.15),
         Claim(
             "workers at least halve the wait",
             lambda b, f: idle(f, "data_loading") < idle(b, "data_loading") / 2,
             lambda b, f: f"{idle(b, 'data_loading'):.1%} -> {idle(f, 'data_loading'):.1%}",
         ),
-        Claim(
-            "the fixed step is faster",
-            lambda b, f: speedup(b, f) > 1,
-            lambda b, f: f"{speedup(b, f):.2f}x",
-        ),
+        faster("the fixed step is faster", 1.0),
     ],
     "tiny-ops": [
-        Claim(
-            "host overhead is over 40% of the step as written",
-            lambda b, f: idle(b, "host_overhead") > 0.4,
-            lambda b, f: f"{idle(b, 'host_overhead'):.1%}",
-        ),
-        Claim(
-            "batching makes the step over 5x faster",
-            lambda b, f: speedup(b, f) > 5,
-            lambda b, f: f"{speedup(b, f):.2f}x",
-        ),
+        waits_over("host overhead is over 40% of the step as written", "host_overhead", 0.4),
+        faster("batching makes the step over 5x faster", 5.0),
     ],
     "sync": [
         Claim(
@@ -104,34 +107,21 @@ CLAIMS: dict[str, list[Claim]] = {
             lambda b, f: f"{idle(b, 'synchronization'):.1%}",
         ),
     ],
-    "pointwise": [
-        Claim(
-            "the fused built-ins make the step over 2x faster",
-            lambda b, f: speedup(b, f) > 2,
-            lambda b, f: f"{speedup(b, f):.2f}x",
-        ),
-    ],
+    "pointwise": [faster("the fused built-ins make the step over 2x faster", 2.0)],
     "matmul": [
-        Claim(
-            "bf16 makes the step over 1.18x faster (where the CPU has bf16 instructions)",
-            lambda b, f: (
-                b.device.kind != "cpu"
-                or not bf16_matmuls_are_fast_here()
-                or speedup(b, f) > 1 / 0.85
-            ),
-            lambda b, f: f"{speedup(b, f):.2f}x",
-        ),
+        faster(
+            "bf16 makes the step over 1.18x faster (CPUs: only with bf16 instructions)",
+            1 / 0.85,
+            lower_precision_pays,
+        )
     ],
     "precision": [
-        Claim(
-            "TF32 (GPU) or bf16 (CPU with bf16 instructions) makes the step over 1.18x faster",
-            lambda b, f: (
-                b.device.kind != "cpu"
-                or not bf16_matmuls_are_fast_here()
-                or speedup(b, f) > 1 / 0.85
-            ),
-            lambda b, f: f"{speedup(b, f):.2f}x",
-        ),
+        faster(
+            "TF32 (GPU) or bf16 (CPU, only with bf16 instructions) makes the step over 1.18x "
+            "faster",
+            1 / 0.85,
+            lower_precision_pays,
+        )
     ],
 }
 
