@@ -3,8 +3,6 @@ the checks the real-trace and real-workload tests make of each result they get."
 
 from __future__ import annotations
 
-import pytest
-
 from wallfinder import Diagnosis
 from wallfinder.analysis.classify import KernelClass
 
@@ -12,37 +10,9 @@ CLASSES = {c.value for c in KernelClass}
 
 
 def assert_diagnosis_invariants(d: Diagnosis) -> None:
-    """The breakdown's parts sum to the step, every fraction is one, every kernel has a
-    class, the verdict answers the four questions, and the result survives JSON."""
-    b = d.breakdown
-    parts = [b.compute, b.comm_exposed, b.copy_exposed, b.idle]
-    assert all(0.0 <= x <= 1.0 for x in parts), parts
-    assert sum(parts) == pytest.approx(1.0, abs=1e-6)
-    assert all(0.0 <= x <= 1.0 for x in b.idle_causes.values())
-    assert sum(b.idle_causes.values()) == pytest.approx(b.idle, abs=1e-6)
-    assert d.steps.count >= 1
-    assert d.steps.total >= d.steps.count
-    assert d.steps.median_s > 0
-    assert d.steps.min_s <= d.steps.median_s <= d.steps.max_s
-    for step in b.steps:
-        total = step.compute_s + step.comm_exposed_s + step.copy_exposed_s + step.idle_s
-        assert total == pytest.approx(step.duration_s, abs=2e-9)
-        assert sum(step.idle_causes_s.values()) == pytest.approx(step.idle_s, abs=2e-9)
-    for row in d.kernels:
-        assert row.cls in CLASSES
-        assert row.time_s >= 0
-        assert 0.0 <= row.share <= 1.0
-    if d.classes:
-        assert {c.cls for c in d.classes} <= CLASSES
-        assert sum(c.share for c in d.classes) == pytest.approx(1.0, abs=1e-6)
-    assert d.verdict.wall in ("compute", "bandwidth", "overhead")
-    assert len(d.verdict.questions) == 4
+    """The diagnosis keeps its own invariants (`Diagnosis.self_check`) and survives JSON."""
+    d.self_check()
     assert Diagnosis.from_json(d.to_json()) == d
-    for m in d.memory.devices if d.memory else []:
-        # What is live at the peak, by category, adds up to the allocator's peak.
-        assert sum(m.categories.values()) == m.peak_allocated
-        assert all(v >= 0 for v in m.categories.values())
-        assert max(p.allocated for p in m.timeline) == m.peak_allocated
 
 
 def assert_findings_bounded(d: Diagnosis) -> None:

@@ -552,6 +552,20 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     def from_json(cls, text: str | bytes) -> Diagnosis:
         return msgspec.json.decode(text, type=cls)
 
+    def violations(self) -> list[str]:
+        """Each invariant this diagnosis breaks, in words (empty when it keeps them all):
+        the breakdown's parts and idle causes sum to the step, every share is a fraction,
+        every kernel's class is one of the classes, every finding's bound is at least 1x and
+        within Amdahl's for its share, and memory categories sum to the peak."""
+        return _violations(self)
+
+    def self_check(self) -> None:
+        """Raise AssertionError listing every broken invariant (see `violations`); tests call
+        it on every fixture and every real trace."""
+        problems = self.violations()
+        if problems:
+            raise AssertionError("diagnosis breaks its invariants: " + "; ".join(problems))
+
     def __rich_console__(self, console: Any, options: Any) -> Any:
         from wallfinder.report.terminal import renderables
 
@@ -813,3 +827,70 @@ class MemoryReport(_Base, frozen=True, kw_only=True):
     ooms: list[OomEvent] = []
     findings: list[MemoryFinding] = []
     notes: list[str] = []
+
+
+SUM_TOLERANCE = 1e-9
+"""How far fractions that must sum to a whole may miss it (float rounding)."""
+
+STEP_TOLERANCE_S = 2e-9
+"""How far a step's parts in seconds may miss its duration (nanosecond timestamps)."""
+
+
+def _fraction(x: float) -> bool:
+    return 0.0 <= x <= 1.0
+
+
+def _violations(d: Diagnosis) -> list[str]:
+    out: list[str] = []
+    b = d.breakdown
+    parts = {"compute": b.compute, "comm_exposed": b.comm_exposed}
+    parts |= {"copy_exposed": b.copy_exposed, "idle": b.idle}
+    out += [f"breakdown {k} {v} is not a fraction" for k, v in parts.items() if not _fraction(v)]
+    if abs(sum(parts.values()) - 1.0) > SUM_TOLERANCE:
+        out.append(f"breakdown parts sum to {sum(parts.values())}, not 1")
+    out += [
+        f"idle cause {k} {v} is not a fraction"
+        for k, v in b.idle_causes.items()
+        if not _fraction(v)
+    ]
+    if abs(sum(b.idle_causes.values()) - b.idle) > SUM_TOLERANCE:
+        out.append(f"idle causes sum to {sum(b.idle_causes.values())}, not idle {b.idle}")
+    for step in b.steps:
+        total = step.compute_s + step.comm_exposed_s + step.copy_exposed_s + step.idle_s
+        if min(step.compute_s, step.comm_exposed_s, step.copy_exposed_s, step.idle_s) < 0:
+            out.append(f"{step.step}: a part of the step is negative")
+        if abs(total - step.duration_s) > STEP_TOLERANCE_S:
+            out.append(f"{step.step}: parts sum to {total} s, not its {step.duration_s} s")
+        if abs(sum(step.idle_causes_s.values()) - step.idle_s) > STEP_TOLERANCE_S:
+            out.append(f"{step.step}: idle causes do not sum to its idle time")
+    s = d.steps
+    if s.count < 1 or s.total < s.count:
+        out.append(f"steps: {s.count} kept of {s.total}")
+    if not (0 < s.min_s <= s.median_s <= s.max_s):
+        out.append(f"steps: min {s.min_s}, median {s.median_s}, max {s.max_s} out of order")
+    classes = {c.cls for c in d.classes}
+    if d.classes and abs(sum(c.share for c in d.classes) - 1.0) > SUM_TOLERANCE:
+        out.append("class shares do not sum to 1")
+    for k in d.kernels:
+        if d.classes and k.cls not in classes:
+            out.append(f"kernel {k.name!r} has class {k.cls!r}, none of the classes")
+        if k.time_s < 0 or not _fraction(k.share):
+            out.append(f"kernel {k.name!r}: time {k.time_s} s, share {k.share}")
+        if k.pct_of_roof is not None and not _fraction(k.pct_of_roof):
+            out.append(f"kernel {k.name!r}: pct_of_roof {k.pct_of_roof} is not a fraction")
+    for f in d.findings:
+        if not (0.0 < f.share <= 1.0):
+            out.append(f"finding {f.id}: share {f.share} is not a fraction above 0")
+        amdahl = 1.0 / max(1.0 - min(f.share, 0.999), 1e-3)
+        if not (1.0 <= f.max_speedup <= amdahl * (1 + SUM_TOLERANCE)):
+            out.append(f"finding {f.id}: bound {f.max_speedup}x outside [1x, {amdahl}x]")
+    if len(d.verdict.questions) != 4:
+        out.append(f"the verdict answers {len(d.verdict.questions)} questions, not 4")
+    for m in d.memory.devices if d.memory else []:
+        if sum(m.categories.values()) != m.peak_allocated:
+            out.append(f"{m.device}: memory categories do not sum to the peak")
+        if any(v < 0 for v in m.categories.values()):
+            out.append(f"{m.device}: a memory category is negative")
+        if m.timeline and max(p.allocated for p in m.timeline) != m.peak_allocated:
+            out.append(f"{m.device}: the memory timeline misses the peak")
+    return out
