@@ -31,7 +31,9 @@ from wallfinder.report._format import (
     memory_peak,
     memory_saving,
     memory_when,
+    ms,
     part_label,
+    pct,
     ranks_have_memory,
     short_kernel,
     si,
@@ -44,14 +46,6 @@ NAME_WIDTH = 52
 columns; the JSON output has them whole."""
 
 _WALL_STYLE = {"compute": "bold green", "bandwidth": "bold yellow", "overhead": "bold red"}
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f}"
 
 
 def renderables(d: Diagnosis) -> Iterator[RenderableType]:
@@ -149,14 +143,14 @@ def step_text(s: Steps) -> Text:
     text = Text()
     text.append("Step time ", style="bold")
     text.append(
-        f"median {_ms(s.median_s)} ms, range {_ms(s.min_s)}–{_ms(s.max_s)} ms, "
-        f"CV {_pct(s.cv)} over {s.count} steps" + ("" if s.stable else " (unstable)")
+        f"median {ms(s.median_s)} ms, range {ms(s.min_s)}–{ms(s.max_s)} ms, "
+        f"CV {pct(s.cv)} over {s.count} steps" + ("" if s.stable else " (unstable)")
     )
     for drop in s.dropped:
-        text.append(f"\n  dropped {drop.step} ({_ms(drop.duration_s)} ms): {drop.reason}", "dim")
+        text.append(f"\n  dropped {drop.step} ({ms(drop.duration_s)} ms): {drop.reason}", "dim")
     for spike in s.spikes:
         text.append(
-            f"\n  slow {spike.step}: {_ms(spike.duration_s)} ms, +{_ms(spike.excess_s)} ms over "
+            f"\n  slow {spike.step}: {ms(spike.duration_s)} ms, +{ms(spike.excess_s)} ms over "
             f"the median, mostly {spike.part}"
         )
         if spike.kernels:
@@ -189,7 +183,7 @@ def _bar(d: Diagnosis) -> Text:
     text.append("  ")
     text.append(
         "  ".join(
-            f"{char} {key.replace('_exposed', '').replace('_', ' ')} {_pct(shares[key])}"
+            f"{char} {key.replace('_exposed', '').replace('_', ' ')} {pct(shares[key])}"
             for key, char, _ in _BAR_PARTS
             if shares[key] > 0
         ),
@@ -211,11 +205,11 @@ def _breakdown(d: Diagnosis) -> Table:
     table.add_column("share", justify="right")
     table.add_column("ms/step", justify="right")
     for part, share in breakdown_parts(d):
-        table.add_row(part_label(d, part), _pct(share), f"{share * step_ms:.2f}")
+        table.add_row(part_label(d, part), pct(share), f"{share * step_ms:.2f}")
     for cause, share in idle_causes(d):
         if cause in CPU_IDLE_LABEL or not cpu:
             table.add_row(
-                f"  └ {idle_label(d, cause)}", _pct(share), f"{share * step_ms:.2f}", style="dim"
+                f"  └ {idle_label(d, cause)}", pct(share), f"{share * step_ms:.2f}", style="dim"
             )
     table.add_row("step (mean)", "100.0%", f"{step_ms:.2f}", style="bold")
     return table
@@ -243,7 +237,7 @@ def _memory(d: Diagnosis) -> Iterator[RenderableType]:
         table.add_column("bytes", justify="right", no_wrap=True)
         table.add_column("share", justify="right", no_wrap=True)
         for _, label, nbytes, share in cats:
-            table.add_row(label, size(nbytes), _pct(share))
+            table.add_row(label, size(nbytes), pct(share))
         yield Group(text, table)
     if m.sites:
         sites = Table(title="Live at the peak by call site", title_justify="left", show_edge=False)
@@ -306,7 +300,7 @@ def _class_table(title: str, share_label: str, d: Diagnosis) -> Table:
     table.add_column("ms/step", justify="right")
     steps = max(d.steps.count, 1)
     for c in d.classes:
-        table.add_row(c.cls, _pct(c.share), f"{c.time_s * 1e3 / steps:.2f}")
+        table.add_row(c.cls, pct(c.share), f"{c.time_s * 1e3 / steps:.2f}")
     return table
 
 
@@ -321,7 +315,7 @@ def _name_table(title: str, what: str, rows: Sequence[KernelRow | OpRow], d: Dia
     for r in rows:
         # Names come from the trace: Text() keeps rich from reading them as markup.
         table.add_row(
-            Text(r.name), r.cls, str(r.count), _pct(r.share), f"{r.time_s * 1e3 / steps:.2f}"
+            Text(r.name), r.cls, str(r.count), pct(r.share), f"{r.time_s * 1e3 / steps:.2f}"
         )
     return table
 
@@ -357,19 +351,19 @@ def _roofline(d: Diagnosis) -> Group:
     text.append("Roofline ", style="bold")
     text.append(f"({r.device or 'unknown device: no roofs'}) ")
     text.append(
-        f"busy time {_pct(r.compute_bound_share)} compute-bound, "
-        f"{_pct(r.bandwidth_bound_share)} bandwidth-bound, {_pct(r.unknown_bound_share)} "
-        f"neither (communication, other); {_pct(r.costed_share)} of it has a cost model"
+        f"busy time {pct(r.compute_bound_share)} compute-bound, "
+        f"{pct(r.bandwidth_bound_share)} bandwidth-bound, {pct(r.unknown_bound_share)} "
+        f"neither (communication, other); {pct(r.costed_share)} of it has a cost model"
     )
     for label, value in (
         ("compute-bound kernels", r.pct_of_roof_compute),
         ("bandwidth-bound kernels", r.pct_of_roof_bandwidth),
     ):
         if value is not None:
-            text.append(f"\n  {label} run at {_pct(value)} of their roof (time-weighted)")
+            text.append(f"\n  {label} run at {pct(value)} of their roof (time-weighted)")
     if r.fp32_matmul_without_tensor_cores_share > 0:
         text.append(
-            f"\n  {_pct(r.fp32_matmul_without_tensor_cores_share)} of busy time "
+            f"\n  {pct(r.fp32_matmul_without_tensor_cores_share)} of busy time "
             f"({r.fp32_matmul_without_tensor_cores_s * 1e3:.2f} ms/step) is fp32 matmul on "
             f"kernels without tensor cores: {tensor_core_fix(d)}",
             style="bold",
@@ -393,7 +387,7 @@ def _roofline(d: Diagnosis) -> Group:
             "?" if o.ai is None else f"{o.ai:.3g}",
             si(o.achieved_flops, "FLOP/s") if compute else si(o.achieved_bandwidth, "B/s"),
             o.bound or "?",
-            "?" if o.pct_of_roof is None else _pct(o.pct_of_roof),
+            "?" if o.pct_of_roof is None else pct(o.pct_of_roof),
         )
     return Group(text, table)
 
@@ -428,7 +422,7 @@ def _mfu(d: Diagnosis) -> Text:
         text.append(f"unknown — {m.basis}")
     else:
         text.append(
-            f"{_pct(m.value)} ({si(m.achieved_flops, 'FLOP/s')} of "
+            f"{pct(m.value)} ({si(m.achieved_flops, 'FLOP/s')} of "
             f"{si(m.peak_flops, 'FLOP/s')} {m.dtype} peak) — {m.basis}"
         )
     return text
@@ -455,18 +449,18 @@ def _ranks(d: Diagnosis) -> Table:
             "?" if r.rank is None else str(r.rank),
             Text(r.source),
             str(r.steps),
-            _ms(r.median_step_s),
-            _pct(r.compute),
+            ms(r.median_step_s),
+            pct(r.compute),
         ]
         if job:
             cells += [
-                _pct(r.comm_exposed),
-                "?" if r.wait_s is None else _ms(r.wait_s),
+                pct(r.comm_exposed),
+                "?" if r.wait_s is None else ms(r.wait_s),
                 "?" if r.late_share is None else f"{r.late_share:.0%}",
                 "?" if r.clock_offset_s is None else f"{r.clock_offset_s * 1e3:+.3f}",
             ]
         else:
-            cells += [_pct(r.idle), r.wall]
+            cells += [pct(r.idle), r.wall]
         if memory:
             cells.append(size(r.peak_allocated))
         cells.append(cause_label(r.wall, r.cause))
