@@ -16,6 +16,7 @@ from realtraces import real_trace, real_trace_params
 from tracegen import assert_same_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.analysis import diagnose
+from wallfinder.cli import main
 from wallfinder.trace import Kind, Trace, load_trace
 
 _loaded: dict[Path, tuple[Trace, Diagnosis]] = {}
@@ -183,3 +184,15 @@ def test_diff_of_runs_on_different_devices_says_so_and_still_compares_steps() ->
     text = render_diff(x, "text", width=100)
     assert f"kernels: {kernels.matched} matched by name" in text
     assert "note: different devices" in text
+
+
+def test_a_trace_that_recorded_nothing_is_one_clear_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A real trace written by a profiler stopped before the job ran: its own span and instants.
+    path = real_trace("other/empty_trace.json")
+    assert main(["analyze", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "recorded no activity" in err

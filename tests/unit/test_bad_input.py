@@ -57,6 +57,39 @@ def raw_file(path: Path, data: bytes) -> Path:
     return path
 
 
+def profiler_span_only() -> bytes:
+    """What a profiler writes when it was stopped before the job ran anything: its own
+    `Trace` span, a metadata event and its instants."""
+    events = [
+        {
+            "ph": "X",
+            "cat": "Trace",
+            "name": "PyTorch Profiler (0)",
+            "pid": 1,
+            "tid": 1,
+            "ts": 100.0,
+            "dur": 1000.0,
+        },
+        {"ph": "M", "name": "process_sort_index", "pid": 1, "args": {"sort_index": 1}},
+        {
+            "ph": "i",
+            "s": "g",
+            "name": "Iteration Start: PyTorch Profiler",
+            "pid": 1,
+            "tid": 1,
+            "ts": 100.0,
+        },
+        {"ph": "i", "s": "g", "name": "Record Window End", "pid": 1, "tid": 1, "ts": 1100.0},
+    ]
+    return json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+
+
+def test_a_trace_that_recorded_no_activity_says_so(tmp_path: Path) -> None:
+    path = raw_file(tmp_path / "t.json", profiler_span_only())
+    with pytest.raises(WallfinderError, match="recorded no activity"):
+        analyze(path)
+
+
 # name: (file name, the file's bytes)
 CASES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "empty-file": ("t.json", lambda: b""),
@@ -85,6 +118,7 @@ CASES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "x-event-without-ts": ("t.json", lambda: without("ts")),
     "x-event-without-dur": ("t.json", lambda: without("dur")),
     "only-metadata": ("t.json", only_metadata),
+    "only-the-profilers-own-span": ("t.json", profiler_span_only),
     "mixed-time-units": ("t.json", mixed_units),
 }
 

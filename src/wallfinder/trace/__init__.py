@@ -221,8 +221,38 @@ def _build(
         memory=memory,
         cut_step=header.wallfinder_cut_step,
     )
+    _check_activity(trace)
     _check_time_units(trace)
     return trace
+
+
+_ACTIVITY = np.array(
+    [
+        Kind.CPU_OP,
+        Kind.ANNOTATION,
+        Kind.PYTHON,
+        Kind.RUNTIME,
+        Kind.KERNEL,
+        Kind.MEMCPY,
+        Kind.MEMSET,
+        Kind.GPU_ANNOTATION,
+        Kind.GPU_SYNC,
+    ],
+    np.int8,
+)
+"""What a profiler records of a job: every kind of event but its own span, instants and
+metadata."""
+
+
+def _check_activity(trace: Trace) -> None:
+    """Refuse a trace that recorded nothing of the job: only the profiler's own `Trace` span,
+    its instants and metadata (a profiler stopped before any op ran). Analysing it would give
+    a verdict about nothing."""
+    if len(trace.memory) == 0 and not np.isin(trace.events.kind, _ACTIVITY).any():
+        raise WallfinderError(
+            f"{trace.source}: the trace recorded no activity (no ops, annotations, runtime "
+            "calls, kernels or memory events): was the profiler stopped before the job ran?"
+        )
 
 
 def _check_time_units(trace: Trace) -> None:
