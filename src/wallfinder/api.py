@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 from collections import Counter
@@ -19,7 +18,15 @@ from wallfinder.diagnosis import SCHEMA, Diagnosis, JobSummary, MemoryReport
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
 from wallfinder.hardware.profile import load_device_profile
-from wallfinder.trace import Progress, Trace, find_trace_files, load_trace, process_context
+from wallfinder.trace import (
+    GZIP_DATA_ERRORS,
+    Progress,
+    Trace,
+    find_trace_files,
+    gunzipped,
+    load_trace,
+    process_context,
+)
 from wallfinder.trace.snapshot import load_snapshot
 
 
@@ -119,18 +126,19 @@ def load_diagnosis(path: str | Path, options: Options | None = None) -> Diagnosi
         raise WallfinderError(f"{p}: not a readable {SCHEMA} file: {exc}") from None
 
 
+_UNREADABLE: tuple[type[Exception], ...] = (OSError, EOFError, *GZIP_DATA_ERRORS)
+"""What reading a saved result file can raise: the file, or its gzip data, is damaged."""
+
+
 def saved_schema(path: Path) -> str | None:
     """The `schema` of a result file wallfinder saved (e.g. "wallfinder.diagnosis/1"), or None
     for anything else (a trace, a folder)."""
     if not path.is_file():
         return None
     try:
-        with path.open("rb") as f:
-            head = f.read(HEAD_BYTES)
-        if head.startswith(b"\x1f\x8b"):
-            with gzip.open(path, "rb") as g:
-                head = g.read(HEAD_BYTES)
-    except (OSError, EOFError):
+        with path.open("rb") as f, gunzipped(f) as g:
+            head = g.read(HEAD_BYTES)
+    except _UNREADABLE:
         return None  # the trace loader says what is wrong with it
     found = _SCHEMA_KEY.search(head)
     return found.group(1).decode("utf-8", "replace") if found else None
@@ -138,9 +146,9 @@ def saved_schema(path: Path) -> str | None:
 
 def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
-        return gzip.decompress(data) if data.startswith(b"\x1f\x8b") else data
-    except (OSError, EOFError) as exc:
+        with path.open("rb") as f, gunzipped(f) as g:
+            return g.read()
+    except _UNREADABLE as exc:
         raise WallfinderError(f"{path}: cannot read ({exc})") from None
 
 

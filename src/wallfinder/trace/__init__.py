@@ -22,11 +22,13 @@ import numpy as np
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._columns import Assembler, Chunk, decode_chunk
 from wallfinder.trace._reader import (
+    GZIP_DATA_ERRORS,
     ChunkReader,
     Cut,
     Progress,
     Region,
     Remainder,
+    gunzipped,
     iter_trace_files,
     merge_tail,
     split_remainder,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
 
 __all__ = [
+    "GZIP_DATA_ERRORS",
     "NONE",
     "Events",
     "Kind",
@@ -47,6 +50,7 @@ __all__ = [
     "Progress",
     "Trace",
     "find_trace_files",
+    "gunzipped",
     "load_trace",
     "process_context",
     "thread_key",

@@ -32,15 +32,17 @@ from wallfinder.trace._columns import Chunk, decode_chunk
 from wallfinder.trace._schema import Header
 
 _fast_gzip: Any
-_GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, zlib.error, ValueError)
+GZIP_DATA_ERRORS: tuple[type[Exception], ...] = (gzip.BadGzipFile, zlib.error)
+"""What reading damaged gzip data raises (a truncated stream raises EOFError)."""
 try:  # python-isal decompresses gzip several times faster than zlib.
     from isal import igzip as _fast_gzip
     from isal import isal_zlib
 
     # isal's IsalError (corrupt deflate data) derives from Exception alone.
-    _GZIP_ERRORS = (*_GZIP_ERRORS, cast("type[Exception]", isal_zlib.error))
+    GZIP_DATA_ERRORS = (*GZIP_DATA_ERRORS, cast("type[Exception]", isal_zlib.error))
 except ImportError:  # pragma: no cover - depends on the environment
     _fast_gzip = None
+_GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, *GZIP_DATA_ERRORS)
 
 BLOCK = 8 << 20
 """Bytes of (decompressed) text read per step; also the target size of a decoded chunk."""
@@ -148,12 +150,23 @@ def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
         raise WallfinderError(f"{path}: is a folder, expected a trace file") from None
     except OSError as exc:
         raise WallfinderError(f"{path}: cannot be read ({exc.strerror})") from None
-    if raw.read(2) == b"\x1f\x8b":
-        raw.seek(0)
-        module: Any = _fast_gzip if _fast_gzip is not None else gzip
-        return module.GzipFile(fileobj=raw, mode="rb"), raw
-    raw.seek(0)
-    return raw, raw
+    return gunzipped(raw), raw
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def gunzipped(f: BinaryIO) -> BinaryIO:
+    """`f` itself, or a stream of its decompressed bytes when it holds gzip (by its first two
+    bytes, whatever its name says), read from its start: the one place that tells them apart
+    for traces, snapshots and saved results."""
+    head = f.read(2)
+    f.seek(0)
+    if head != GZIP_MAGIC:
+        return f
+    module: Any = _fast_gzip if _fast_gzip is not None else gzip
+    stream: BinaryIO = module.GzipFile(fileobj=f, mode="rb")
+    return stream
 
 
 def text_size(path: Path) -> int:
@@ -161,7 +174,7 @@ def text_size(path: Path) -> int:
     records (modulo 4 GiB, so files over that are estimated from the compressed size)."""
     size = path.stat().st_size
     with path.open("rb") as f:
-        if f.read(2) != b"\x1f\x8b" or size < 18:
+        if f.read(2) != GZIP_MAGIC or size < 18:
             return size
         f.seek(-4, 2)
         recorded = int.from_bytes(f.read(4), "little")

@@ -9,16 +9,17 @@ and newer torch versions add and drop fields.
 
 from __future__ import annotations
 
-import gzip
 import io
 import pickle
-import zlib
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
+
+_DAMAGED: tuple[type[Exception], ...] = (EOFError, *GZIP_DATA_ERRORS)
 
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
@@ -136,18 +137,13 @@ def _read(path: Path, max_bytes: int) -> bytes:
             raise WallfinderError(f"{path}: is a folder, expected an allocator snapshot file")
         if size == 0:
             raise WallfinderError(f"{path}: empty file, expected an allocator snapshot")
-        with path.open("rb") as f:
-            head = f.read(2)
-            f.seek(0)
-            if head != b"\x1f\x8b":
-                if size > max_bytes:
-                    raise WallfinderError(_too_big(path, max_bytes))
-                return f.read()
-            with gzip.GzipFile(fileobj=f) as g:
-                data = g.read(max_bytes + 1)
+        with path.open("rb") as f, gunzipped(f) as g:
+            if g is f and size > max_bytes:  # plain: its size says it before reading it
+                raise WallfinderError(_too_big(path, max_bytes))
+            data = g.read(max_bytes + 1)
     except FileNotFoundError:
         raise WallfinderError(f"{path}: no such file") from None
-    except (EOFError, gzip.BadGzipFile, zlib.error):
+    except _DAMAGED:
         raise WallfinderError(f"{path}: truncated or damaged gzip file") from None
     except OSError as exc:
         raise WallfinderError(f"{path}: cannot read ({exc.strerror or exc})") from None
