@@ -295,6 +295,12 @@ def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path: Path
     assert not marker.exists()
 
 
+def damaged_deflate() -> bytes:
+    """A gzip file whose compressed data is garbage after a valid header."""
+    good = gzip.compress(pickle.dumps({"segments": list(range(1000))}))
+    return good[:10] + bytes(b ^ 0x5A for b in good[10:-8]) + good[-8:]
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
@@ -307,6 +313,7 @@ def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path: Path
         (pickle.dumps({"a": 1}), "not an allocator snapshot"),
         (pickle.dumps({"segments": "no"}), "not a plain allocator snapshot"),
         (gzip.compress(pickle.dumps({"segments": []}))[:-12], "truncated or damaged gzip"),
+        (damaged_deflate(), "truncated or damaged gzip"),
     ],
 )
 def test_bad_files_give_one_clear_line(tmp_path: Path, content: bytes, message: str) -> None:
