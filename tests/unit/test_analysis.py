@@ -147,7 +147,9 @@ def test_work_launched_during_a_gap_splits_it_into_host_time_and_launch_latency(
     [
         (10.0, {"dependency_wait": 150 * US}),  # queued 90 µs before the gap: waiting
         (49.0, {"dependency_wait": 150 * US}),  # 51 µs before
-        (50.0, {"launch_latency": 150 * US}),  # exactly 50 µs before: not yet "queued"
+        # Exactly 50 µs before: not yet "queued", but it starts 196 µs after its launch call
+        # returned: 4 µs of the gap are the call, the rest the work waiting after it.
+        (50.0, {"launch_latency": 4 * US, "dependency_wait": 146 * US}),
     ],
 )
 def test_work_queued_well_before_the_gap_is_a_dependency_wait(
@@ -160,6 +162,30 @@ def test_work_queued_well_before_the_gap_is_a_dependency_wait(
     wb = windows(b, tmp_path)
     assert wb.idle.tolist() == [150 * US]
     assert causes_ns(wb) == expected
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        # Starts 30 µs after its launch call returned: all launch path.
+        (234.0, {"host_overhead": 100 * US, "launch_latency": 34 * US}),
+        # Starts 2 ms after: 50 µs of launch path, then the work waited for something else.
+        (
+            2204.0,
+            {"host_overhead": 100 * US, "launch_latency": 54 * US, "dependency_wait": 1950 * US},
+        ),
+    ],
+)
+def test_work_that_starts_long_after_its_late_launch_waited_for_something_else(
+    tmp_path: Path, start: float, expected: dict[str, int]
+) -> None:
+    # The host runs an op for 100 µs after the GPU goes idle, then launches (a 4 µs call).
+    b = TraceBuilder()
+    b.step(1, 0.0, start + 100.0)
+    b.kernel(GEMM, 0.0, 100.0, launch_at=0.0)
+    b.cpu_op("aten::add", 100.0, 100.0)
+    b.kernel(GEMM, start, 100.0, launch_at=200.0)
+    assert causes_ns(windows(b, tmp_path)) == expected
 
 
 def test_gap_before_work_with_no_launch_record_is_unexplained(tmp_path: Path) -> None:

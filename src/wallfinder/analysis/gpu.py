@@ -37,7 +37,10 @@ time nothing in the trace explains."""
 
 QUEUED_SLACK_NS = 50_000
 """Work launched more than this long before a gap began was already queued: the gap is a
-dependency wait, not launch latency."""
+dependency wait, not launch latency. Likewise, work that starts more than this long after its
+launch call returned was not held up by the launch path: the GPU was busy elsewhere or
+waiting (on another stream, an event, a peer, or work the trace did not record), and the
+time past this is a dependency wait too."""
 
 SYNC_RUNTIME = frozenset(
     {
@@ -80,6 +83,8 @@ class DeviceOps:
     cls: npt.NDArray[np.int8]
     launch_ts: I64
     launch_thread: I64
+    launch_end: I64
+    """When each op's launch call returned (NO_LAUNCH when it has none)."""
 
 
 def device_ops(trace: Trace) -> DeviceOps | None:
@@ -99,6 +104,7 @@ def device_ops(trace: Trace) -> DeviceOps | None:
 
     runtime = trace.of_kind(Kind.RUNTIME)
     launch_ts = np.full(len(ops), NO_LAUNCH, dtype=np.int64)
+    launch_end = np.full(len(ops), NO_LAUNCH, dtype=np.int64)
     launch_thread = np.full(len(ops), NONE, dtype=np.int64)
     has_corr = runtime.correlation >= 0
     if has_corr.any():
@@ -106,12 +112,14 @@ def device_ops(trace: Trace) -> DeviceOps | None:
         order = np.argsort(r_corr, kind="stable")
         r_corr = r_corr[order]
         r_ts = runtime.ts[has_corr][order]
+        r_end = runtime.end[has_corr][order]
         r_thread = runtime.thread[has_corr][order]
         pos = np.clip(np.searchsorted(r_corr, ops.correlation), 0, r_corr.size - 1)
         found = (ops.correlation >= 0) & (r_corr[pos] == ops.correlation)
         launch_ts[found] = r_ts[pos[found]]
+        launch_end[found] = r_end[pos[found]]
         launch_thread[found] = r_thread[pos[found]]
-    return DeviceOps(main, ops, _classes(trace, ops), launch_ts, launch_thread)
+    return DeviceOps(main, ops, _classes(trace, ops), launch_ts, launch_thread, launch_end)
 
 
 def _classes(trace: Trace, ops: Events) -> npt.NDArray[np.int8]:
@@ -220,6 +228,7 @@ def idle_pieces(
     has_next = next_op < op_starts.size
     nxt = np.minimum(next_op, op_starts.size - 1)
     launch = np.where(has_next, dev.launch_ts[nxt], NO_LAUNCH)
+    launched = np.where(has_next, dev.launch_end[nxt], NO_LAUNCH)
     thread = np.where(has_next, dev.launch_thread[nxt], NONE)
 
     piece_start, piece_end, owner = split_at(gap_start, gap_end, start[1:])
@@ -239,9 +248,13 @@ def idle_pieces(
     known = lt != NO_LAUNCH
     queued = known & (lt < g0 - QUEUED_SLACK_NS)
     host_end = np.where(known, np.clip(lt, piece_start, piece_end), piece_start)
-    latency = np.where(known & ~queued, piece_end - host_end, 0)
-    out["launch_latency"] += latency
+    # The launch path: the call itself, then at most QUEUED_SLACK_NS until the work starts.
+    # Past that the work sat launched while the GPU waited on something else.
+    path_end = np.clip(launched[owner] + QUEUED_SLACK_NS, host_end, piece_end)
+    late = known & ~queued
+    out["launch_latency"] += np.where(late, path_end - host_end, 0)
     out["dependency_wait"] += np.where(queued, piece_end - piece_start, 0)
+    out["dependency_wait"] += np.where(late, piece_end - path_end, 0)
     out["other"] += np.where(known, 0, piece_end - piece_start)
 
     host = host_end > piece_start
