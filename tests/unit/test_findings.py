@@ -308,6 +308,59 @@ def test_steps_faster_than_the_median_claim_no_gain(tmp_path: Path) -> None:
     assert all(f.max_speedup >= 1.0 for f in d.findings)
 
 
+def loader_steps(waits_us: list[float], kernel_us: float = 500.0) -> TraceBuilder:
+    """Steps that wait `waits_us[i]` for the DataLoader, then run one GEMM launched at once."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for s, wait in enumerate(waits_us):
+        length = wait + kernel_us + 10.0
+        b.step(s + 1, t0, length)
+        b.dataloader(t0, wait)
+        b.kernel(GEMM, t0 + wait + 5.0, kernel_us, launch_at=t0 + wait)
+        t0 += length
+    return b
+
+
+def test_slow_steps_that_wait_longer_for_data_keep_data_loading_the_wall(tmp_path: Path) -> None:
+    # A loader that cannot keep up: every third step waits 2 ms instead of 0.6 ms.
+    waits = [600.0, 600.0, 2000.0] * 3
+    d = analyze(loader_steps(waits).write(tmp_path / "t.json"))
+    assert not d.steps.stable
+    assert d.verdict.questions[0].answer == "no"
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "data_loading")
+    assert "step time is unstable" in d.verdict.reason
+    assert "grew mostly in idle: data loading" in d.verdict.reason
+    assert d.findings[0].id == "data-loading"
+
+
+def test_an_unstable_busy_job_keeps_the_wall_of_its_typical_step(tmp_path: Path) -> None:
+    # GEMM-busy steps; one step ran far faster than the rest (a smaller last batch): the job
+    # is compute-bound, and no step is "slow".
+    d = analyze(steps_of([1000.0] * 6 + [300.0]).write(tmp_path / "t.json"))
+    assert not d.steps.stable
+    assert d.verdict.wall == "compute"
+    assert "with no step much slower than the median" in d.verdict.reason
+    assert all(f.id != "unstable-steps" for f in d.findings)
+
+
+def test_slow_steps_that_cost_more_than_anything_else_head_the_verdict(tmp_path: Path) -> None:
+    # GEMM-busy steps of 1 ms; two of eight stall 3 ms with the GPU idle and nothing in the
+    # trace to say why: the stalls cost more than any other loss.
+    b = TraceBuilder()
+    t0 = 0.0
+    for s in range(8):
+        stall = 3000.0 if s in (3, 6) else 0.0
+        b.step(s + 1, t0, 1000.0 + stall)
+        b.kernel(GEMM, t0 + stall + 2.0, 996.0, launch_at=t0 + stall)
+        t0 += 1000.0 + stall
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "unstable")
+    top = d.findings[0]
+    assert top.id == "unstable-steps"
+    assert top.share == pytest.approx(6000 / 14000, abs=1e-3)
+    assert "more than any other loss" in d.verdict.reason
+
+
 def test_a_busy_gpu_in_pointwise_chains_is_bandwidth_bound_with_fusion_first(
     tmp_path: Path,
 ) -> None:

@@ -37,7 +37,7 @@ from wallfinder.analysis.roofline import (
 from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, cpu_steps, gpu_windows, warmup_steps
 from wallfinder.analysis.timeline import step_timeline
-from wallfinder.analysis.verdict import Thresholds, decide
+from wallfinder.analysis.verdict import Thresholds, decide, headline
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -183,7 +183,11 @@ def _result(
     memory: MemoryProfile | None = None,
 ) -> Diagnosis:
     estimate = (device.spec_source or "").startswith("estimate")
-    verdict = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
+    typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
+    findings = find(facts, typical.wall) if facts is not None else []
+    verdict = headline(typical, steps, findings)
+    if verdict.wall != typical.wall and facts is not None:
+        findings = find(facts, verdict.wall)  # the new wall's findings first
     return Diagnosis(
         source=trace.source,
         rank=trace.rank,
@@ -192,7 +196,7 @@ def _result(
         steps=steps,
         breakdown=bd,
         verdict=verdict,
-        findings=find(facts, verdict.wall) if facts is not None else [],
+        findings=findings,
         kernels=kernels or [],
         classes=classes,
         cpu=cpu,

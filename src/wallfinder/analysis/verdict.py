@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wallfinder.diagnosis import Breakdown, ClassShare, Question, Roofline, Steps, Verdict
+import msgspec
+
+from wallfinder.diagnosis import (
+    Breakdown,
+    ClassShare,
+    Finding,
+    Question,
+    Roofline,
+    Steps,
+    Verdict,
+)
 
 _CAUSE_TEXT = {
     "unstable": "unstable step time",
@@ -53,8 +63,10 @@ def decide(
     *,
     roof_estimate: bool = False,
 ) -> Verdict:
-    """The wall, from the first question answered "no". `roof_estimate` says the device's
-    peaks are a nominal estimate (a CPU with no spec file), which the fourth answer says."""
+    """The wall of the typical step: from the first of questions 2-4 answered "no" (whether
+    step time is stable is answered too, and weighed against the findings by `headline`).
+    `roof_estimate` says the device's peaks are a nominal estimate (a CPU with no spec file),
+    which the fourth answer says."""
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
         question="Is step time stable?",
@@ -90,20 +102,6 @@ def decide(
     )
     q4 = _near_peak(roofline, thresholds, roof_estimate)
     questions = [q1, q2, q3, q4]
-    if q1.answer == "no":
-        spikes = "; ".join(
-            f"{s.step} +{s.excess_s * 1e3:.1f} ms, mostly {s.part}" for s in steps.spikes[:3]
-        )
-        return Verdict(
-            wall="overhead",
-            cause="unstable",
-            reason=(
-                f"step time is unstable (CV {steps.cv:.0%}, median {steps.median_s * 1e3:.1f} ms, "
-                f"slowest {steps.max_s * 1e3:.1f} ms): the slow steps come first"
-                + (f"; {spikes}" if spikes else "")
-            ),
-            questions=questions,
-        )
     if q2.answer == "no":
         parts = {
             **breakdown.idle_causes,
@@ -177,3 +175,61 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
         value=value,
         detail=detail,
     )
+
+
+UNSTABLE = "unstable-steps"
+"""The finding of the time the slow steps cost over the median."""
+
+_PART_OF_CAUSE = {"comm_exposed": "exposed communication", "copy_exposed": "exposed copies"}
+
+
+def _part_of(verdict: Verdict) -> str:
+    """The breakdown part (as `Spike.part` names it) that the verdict's cause is."""
+    if verdict.wall != "overhead":
+        return "compute"  # matmuls and memory-bound kernels alike are compute time
+    return _PART_OF_CAUSE.get(verdict.cause, f"idle: {verdict.cause.replace('_', ' ')}")
+
+
+def headline(typical: Verdict, steps: Steps, findings: list[Finding]) -> Verdict:
+    """The verdict to show: the typical step's (`typical`), whose reason says when step time
+    is unstable and what grew in the slow steps; or instability itself, when the time the slow
+    steps cost over the median (the unstable-steps finding) is the largest recoverable loss of
+    all the findings and is not the typical step's own cause grown larger (slow steps that wait
+    longer for the DataLoader are a data-loading problem). `typical` is the wall of the steady
+    steps' time, slow ones included: what the job spends its time on. A step faster than the
+    median is never a slow one."""
+    if typical.questions[0].answer != "no":
+        return typical
+    grew: dict[str, float] = {}
+    for spike in steps.spikes:
+        grew[spike.part] = grew.get(spike.part, 0.0) + spike.excess_s
+    mostly = max(grew, key=lambda k: grew[k]) if grew else None
+    slow = "; ".join(
+        f"{s.step} +{s.excess_s * 1e3:.1f} ms, mostly {s.part}" for s in steps.spikes[:3]
+    )
+    unstable = (
+        f"step time is unstable (CV {steps.cv:.0%}, median {steps.median_s * 1e3:.1f} ms, "
+        f"slowest {steps.max_s * 1e3:.1f} ms)"
+    )
+    cost = next((f.share for f in findings if f.id == UNSTABLE), 0.0)
+    others = max((f.share for f in findings if f.id != UNSTABLE), default=0.0)
+    # Slow steps that grew in the typical step's own cause are that cause, larger (unless it
+    # is time nothing in the trace explains: then its being in a few steps is the news).
+    explained = mostly == _part_of(typical) and typical.cause != "other"
+    if cost > others and cost > 0 and not explained:
+        return Verdict(
+            wall="overhead",
+            cause="unstable",
+            reason=(
+                f"{unstable}: the slow steps cost {cost:.0%} of the time over the median, more "
+                "than any other loss" + (f"; {slow}" if slow else "")
+            ),
+            questions=typical.questions,
+        )
+    if mostly is None:
+        note = f"; {unstable}, with no step much slower than the median"
+    else:
+        note = f"; {unstable}: the slow steps grew mostly in {mostly}" + (
+            f" ({slow})" if slow else ""
+        )
+    return msgspec.structs.replace(typical, reason=typical.reason + note)
