@@ -538,3 +538,48 @@ def test_missing_launch_records_are_warned_about(tmp_path: Path) -> None:
     none.kernel(GEMM, 0.0, 100.0)
     warnings = load(none, tmp_path, "none.json").warnings
     assert any("no launch records" in w for w in warnings)
+
+
+# (h) steps without ProfilerStep markers ---------------------------------------------------------
+
+
+def optimizer_loop(iterations: int, *, first_us: float = 5000.0, names: int = 1) -> TraceBuilder:
+    """A loop without step markers: each 1000 µs iteration runs a 900 µs GEMM, then its
+    optimizer step(s) (`Optimizer.step#SGD.step`; with `names=2` also a second optimizer's);
+    the first iteration starts with `first_us` of start-up on the host."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for i in range(iterations):
+        setup = first_us if i == 0 else 0.0
+        if setup:
+            b.cpu_op("aten::to", t0, setup)
+        b.kernel(GEMM, t0 + setup + 10.0, 900.0, launch_at=t0 + setup + 2.0)
+        b.host("Optimizer.step#SGD.step", t0 + setup + 920.0, 30.0, cat="user_annotation")
+        if names == 2:
+            b.host("Optimizer.step#Adam.step", t0 + setup + 955.0, 30.0, cat="user_annotation")
+        t0 += setup + 1000.0
+    return b
+
+
+def test_iterations_between_optimizer_steps_are_the_steps_without_markers(
+    tmp_path: Path,
+) -> None:
+    d = load(optimizer_loop(6), tmp_path)
+    assert d.steps.source == "optimizer steps (no ProfilerStep)"
+    assert d.steps.total == 6
+    # The first iteration carries the 5 ms start-up: set aside as warm-up, and said.
+    assert [x.step for x in d.steps.dropped] == ["iteration 1"]
+    assert d.steps.median_s == pytest.approx(1000e-6, rel=0.02)
+    assert any("iterations between optimizer steps" in w for w in d.warnings)
+    assert d.verdict.wall == "compute"
+
+
+def test_only_the_first_optimizers_steps_mark_iterations(tmp_path: Path) -> None:
+    d = load(optimizer_loop(5, names=2), tmp_path)
+    assert d.steps.total == 5
+
+
+def test_too_few_optimizer_steps_leave_one_window(tmp_path: Path) -> None:
+    d = load(optimizer_loop(2), tmp_path)
+    assert d.steps.source == "whole trace (no ProfilerStep)"
+    assert d.steps.total == 1

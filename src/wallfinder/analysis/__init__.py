@@ -35,7 +35,14 @@ from wallfinder.analysis.roofline import (
     roofline,
 )
 from wallfinder.analysis.spikes import find_spikes
-from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, cpu_steps, gpu_windows, warmup_steps
+from wallfinder.analysis.steps import (
+    NO_LAUNCH,
+    OPTIMIZER_ITERATIONS,
+    StepSpans,
+    cpu_steps,
+    gpu_windows,
+    warmup_steps,
+)
 from wallfinder.analysis.timeline import step_timeline
 from wallfinder.analysis.verdict import Thresholds, decide, headline
 from wallfinder.diagnosis import (
@@ -86,10 +93,15 @@ def diagnose(
             f"{trace.cut_step.replace('ProfilerStep#', 'step ')} is not analysed: the program "
             "stopped during it"
         )
-    if spans.source != "ProfilerStep":
+    if spans.whole:
         warnings.append(
             "no ProfilerStep markers: the whole trace is analysed as one window "
             "(use torch.profiler's schedule and p.step() to get per-step figures)"
+        )
+    elif spans.source == OPTIMIZER_ITERATIONS:
+        warnings.append(
+            "no ProfilerStep markers: the steps are the iterations between optimizer steps "
+            "(the first runs from the trace's start, start-up included)"
         )
     if dev is None:
         return _diagnose_cpu(trace, spans, thresholds, warnings, spec, model)
@@ -185,7 +197,7 @@ def _result(
     estimate = (device.spec_source or "").startswith("estimate")
     typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
     findings = find(facts, typical.wall) if facts is not None else []
-    verdict = headline(typical, steps, findings)
+    verdict, findings = headline(typical, steps, findings)
     if verdict.wall != typical.wall and facts is not None:
         findings = find(facts, verdict.wall)  # the new wall's findings first
     return Diagnosis(

@@ -210,7 +210,7 @@ class _Context:
         site, sites = _call_stacks(trace, user, frame)
         step = np.searchsorted(spans.cpu_start, mem.ts, side="right") - 1
         inside = (step >= 0) & (mem.ts < spans.cpu_end[np.maximum(step, 0)])
-        if spans.source != "ProfilerStep":
+        if spans.whole:
             inside[:] = True
             step[:] = 0
         step = np.where(inside, step, NONE)
@@ -500,7 +500,7 @@ def _live_sites(
 def _steps(
     mem: MemoryEvents, spans: StepSpans, kept: npt.NDArray[np.bool_], baseline: int
 ) -> list[StepMemory]:
-    if spans.source != "ProfilerStep":
+    if spans.whole:
         return []
     first = np.searchsorted(mem.ts, spans.cpu_start, side="left")
     last = np.searchsorted(mem.ts, spans.cpu_end, side="left")

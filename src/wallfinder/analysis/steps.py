@@ -29,6 +29,13 @@ MAX_WARMUP_SHARE = 0.5
 """At most this share of the steps is ever dropped as warm-up."""
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+_OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+
+MIN_ITERATIONS = 3
+"""Optimizer steps needed to take them as the iterations of a trace without step markers."""
+
+WHOLE_TRACE = "whole trace (no ProfilerStep)"
+OPTIMIZER_ITERATIONS = "optimizer steps (no ProfilerStep)"
 
 
 @dataclass(frozen=True)
@@ -40,26 +47,41 @@ class StepSpans:
     cpu_end: I64
     source: str
 
+    @property
+    def whole(self) -> bool:
+        """One window over the whole trace: no steps could be found."""
+        return self.source == WHOLE_TRACE
+
+
+def _outermost(annotations: Events) -> npt.NDArray[np.intp]:
+    """Rows of `annotations` in time order, nested or repeated ones left out (some runners
+    record a step twice)."""
+    rows = np.arange(len(annotations))
+    starts, ends = annotations.ts, annotations.end
+    order = np.lexsort((-ends, starts))
+    rows, starts, ends = rows[order], starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    keep = np.ones(rows.size, dtype=bool)
+    keep[1:] = starts[1:] >= reach[:-1]
+    return rows[keep]
+
 
 def cpu_steps(trace: Trace) -> StepSpans:
-    """Steps from `ProfilerStep#N` annotations; with none, one window over the whole trace.
-    A step the program stopped inside (`trace.cut_step`) is not a step."""
+    """Steps from `ProfilerStep#N` annotations; with none, the iterations between the first
+    optimizer's steps (`Optimizer.step#...`, at least MIN_ITERATIONS of them); with neither,
+    one window over the whole trace. A step the program stopped inside (`trace.cut_step`) is
+    not a step."""
     codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
-    rows = np.arange(len(annotations))
-    if rows.size:
-        # Nested or repeated markers (some runners record the step twice): keep the outermost.
-        starts, ends = annotations.ts[rows], annotations.end[rows]
-        order = np.lexsort((-ends, starts))
-        rows, starts, ends = rows[order], starts[order], ends[order]
-        reach = np.maximum.accumulate(ends)
-        keep = np.ones(rows.size, dtype=bool)
-        keep[1:] = starts[1:] >= reach[:-1]
-        rows = rows[keep]
+    if len(annotations):
+        rows = _outermost(annotations)
         labels = [
             trace.strings[c].replace("ProfilerStep#", "step ") for c in annotations.name[rows]
         ]
         return StepSpans(labels, annotations.ts[rows], annotations.end[rows], "ProfilerStep")
+    iterations = _optimizer_iterations(trace)
+    if iterations is not None:
+        return iterations
     active = trace.of_kind(
         Kind.CPU_OP,
         Kind.RUNTIME,
@@ -73,9 +95,30 @@ def cpu_steps(trace: Trace) -> StepSpans:
         active = trace.of_kind(Kind.OTHER, Kind.GPU_ANNOTATION)
     start = int(active.ts.min()) if len(active) else 0
     end = int(active.end.max()) if len(active) else 0
-    return StepSpans(
-        ["whole trace"], np.array([start]), np.array([end]), "whole trace (no ProfilerStep)"
-    )
+    return StepSpans(["whole trace"], np.array([start]), np.array([end]), WHOLE_TRACE)
+
+
+def _optimizer_iterations(trace: Trace) -> StepSpans | None:
+    """The training iterations of a trace without step markers: each ends where an optimizer
+    step ends and begins where the previous one ended (the first, at the trace's first op, so
+    it carries the start-up and is set aside as warm-up when it stands out). Only the first
+    optimizer's steps count, so that a loop with two optimizers (a GAN) is not cut twice per
+    iteration; None with fewer than MIN_ITERATIONS."""
+    codes = trace.names_matching(lambda s: _OPTIMIZER_STEP.match(s) is not None)
+    steps = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+    if len(steps) < MIN_ITERATIONS:
+        return None
+    first = steps.name[int(np.argmin(steps.ts))]
+    steps = steps.take(np.flatnonzero(steps.name == first))
+    rows = _outermost(steps)
+    if rows.size < MIN_ITERATIONS:
+        return None
+    ends = steps.end[rows]
+    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+    begin = min(int(host.ts.min()), int(steps.ts[rows[0]]))
+    starts = np.concatenate([[begin], ends[:-1]]).astype(np.int64)
+    labels = [f"iteration {k + 1}" for k in range(rows.size)]
+    return StepSpans(labels, starts, ends.astype(np.int64), OPTIMIZER_ITERATIONS)
 
 
 def gpu_windows(spans: StepSpans, gpu: Events, launch_ts: I64) -> tuple[I64, I64]:
@@ -91,7 +134,7 @@ def gpu_windows(spans: StepSpans, gpu: Events, launch_ts: I64) -> tuple[I64, I64
     # With no GPU work launched in a step, the window ends with the CPU step; a whole-trace
     # window also keeps the CPU work after the last kernel.
     end = np.where(last_end != np.iinfo(np.int64).min, last_end, spans.cpu_end)
-    if spans.source != "ProfilerStep":
+    if spans.whole:
         end = np.maximum(end, spans.cpu_end)
     end = np.maximum.accumulate(np.maximum(end, spans.cpu_start))
     start = np.concatenate([[spans.cpu_start[0]], end[:-1]])

@@ -184,22 +184,23 @@ _PART_OF_CAUSE = {"comm_exposed": "exposed communication", "copy_exposed": "expo
 
 
 def _part_of(verdict: Verdict) -> str:
-    """The breakdown part (as `Spike.part` names it) that the verdict's cause is."""
-    if verdict.wall != "overhead":
-        return "compute"  # matmuls and memory-bound kernels alike are compute time
+    """The breakdown part (as `Spike.part` names it) that an overhead verdict's cause is."""
     return _PART_OF_CAUSE.get(verdict.cause, f"idle: {verdict.cause.replace('_', ' ')}")
 
 
-def headline(typical: Verdict, steps: Steps, findings: list[Finding]) -> Verdict:
+def headline(
+    typical: Verdict, steps: Steps, findings: list[Finding]
+) -> tuple[Verdict, list[Finding]]:
     """The verdict to show: the typical step's (`typical`), whose reason says when step time
     is unstable and what grew in the slow steps; or instability itself, when the time the slow
     steps cost over the median (the unstable-steps finding) is the largest recoverable loss of
     all the findings and is not the typical step's own cause grown larger (slow steps that wait
     longer for the DataLoader are a data-loading problem). `typical` is the wall of the steady
     steps' time, slow ones included: what the job spends its time on. A step faster than the
-    median is never a slow one."""
+    median is never a slow one. The findings come back without the unstable-steps one when
+    the slow steps are the wall's own cause: their time is that cause's finding already."""
     if typical.questions[0].answer != "no":
-        return typical
+        return typical, findings
     grew: dict[str, float] = {}
     for spike in steps.spikes:
         grew[spike.part] = grew.get(spike.part, 0.0) + spike.excess_s
@@ -213,18 +214,25 @@ def headline(typical: Verdict, steps: Steps, findings: list[Finding]) -> Verdict
     )
     cost = next((f.share for f in findings if f.id == UNSTABLE), 0.0)
     others = max((f.share for f in findings if f.id != UNSTABLE), default=0.0)
-    # Slow steps that grew in the typical step's own cause are that cause, larger (unless it
-    # is time nothing in the trace explains: then its being in a few steps is the news).
-    explained = mostly == _part_of(typical) and typical.cause != "other"
+    # Slow steps that grew in the overhead the wall is named for are that overhead, larger: its
+    # fix is theirs (unless it is time nothing in the trace explains: then its being in a few
+    # steps is the news). Slow steps with more compute are other work (evaluation, a
+    # checkpoint), which a faster kernel would not remove.
+    explained = (
+        typical.wall == "overhead" and typical.cause != "other" and mostly == _part_of(typical)
+    )
     if cost > others and cost > 0 and not explained:
-        return Verdict(
-            wall="overhead",
-            cause="unstable",
-            reason=(
-                f"{unstable}: the slow steps cost {cost:.0%} of the time over the median, more "
-                "than any other loss" + (f"; {slow}" if slow else "")
+        return (
+            Verdict(
+                wall="overhead",
+                cause="unstable",
+                reason=(
+                    f"{unstable}: the slow steps cost {cost:.0%} of the time over the median, "
+                    "more than any other loss" + (f"; {slow}" if slow else "")
+                ),
+                questions=typical.questions,
             ),
-            questions=typical.questions,
+            findings,
         )
     if mostly is None:
         note = f"; {unstable}, with no step much slower than the median"
@@ -232,4 +240,6 @@ def headline(typical: Verdict, steps: Steps, findings: list[Finding]) -> Verdict
         note = f"; {unstable}: the slow steps grew mostly in {mostly}" + (
             f" ({slow})" if slow else ""
         )
-    return msgspec.structs.replace(typical, reason=typical.reason + note)
+    if explained:
+        findings = [f for f in findings if f.id != UNSTABLE]
+    return msgspec.structs.replace(typical, reason=typical.reason + note), findings
