@@ -8,7 +8,8 @@ import pytest
 from test_roofline import A100, MM_DIMS, op_with_kernel
 
 from tracegen import TraceBuilder, training_trace
-from wallfinder import analyze
+from wallfinder import Options, Thresholds, analyze
+from wallfinder.analysis import MemoryThresholds
 from wallfinder.analysis.findings import amdahl
 
 GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
@@ -389,3 +390,23 @@ def test_compute_bound_matmuls_below_their_roof_are_found(tmp_path: Path) -> Non
     assert roof.pct_of_roof is not None
     saved = roof.time_s * (1 - roof.pct_of_roof) / d.steps.count
     assert f.share == pytest.approx(saved / (d.breakdown.per_step_ms["step"] / 1e3))
+
+
+def test_near_peak_moves_the_matmul_below_roof_finding_with_the_verdict(tmp_path: Path) -> None:
+    # The mm runs at ~44% of its roof: below the default 60%, above 40%. The finding and the
+    # verdict's fourth question read the one threshold (the finding used to keep the default).
+    from test_roofline import model_trace
+
+    path = model_trace().write(tmp_path / "t.json")
+    default = analyze(path)
+    assert default.verdict.questions[3].answer == "no"
+    assert "matmul-below-roof" in {f.id for f in default.findings}
+    lowered = analyze(path, Options(thresholds=Thresholds(near_peak=0.4)))
+    assert lowered.verdict.questions[3].answer == "yes"
+    assert "matmul-below-roof" not in {f.id for f in lowered.findings}
+
+
+def test_memory_peak_reads_the_memory_thresholds(tmp_path: Path) -> None:
+    path = model_trace_with_memory(reserved_gib=78.0).write(tmp_path / "t.json")  # 97.5%
+    full = Thresholds(memory=MemoryThresholds(near_capacity=0.99))
+    assert all(f.id != "memory-peak" for f in analyze(path, Options(thresholds=full)).findings)

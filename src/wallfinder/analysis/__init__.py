@@ -36,8 +36,15 @@ from wallfinder.analysis.roofline import (
 )
 from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, cpu_steps, gpu_windows, warmup_steps
+from wallfinder.analysis.thresholds import (
+    JobThresholds,
+    MemoryThresholds,
+    SnapshotThresholds,
+    Thresholds,
+    TimeThresholds,
+)
 from wallfinder.analysis.timeline import step_timeline
-from wallfinder.analysis.verdict import Thresholds, decide
+from wallfinder.analysis.verdict import decide
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -60,7 +67,16 @@ from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
 from wallfinder.trace import Events, Kind, Trace
 
-__all__ = ["ModelFlops", "Thresholds", "diagnose", "timed_steps"]
+__all__ = [
+    "JobThresholds",
+    "MemoryThresholds",
+    "ModelFlops",
+    "SnapshotThresholds",
+    "Thresholds",
+    "TimeThresholds",
+    "diagnose",
+    "timed_steps",
+]
 
 NS = 1e-9
 TOP_ROWS = 15
@@ -132,6 +148,7 @@ def diagnose(
         capacity=capacity,
         capacity_source=capacity_source,
         world_size=trace.world_size,
+        thresholds=thresholds,
     )
     return _result(
         trace,
@@ -157,6 +174,7 @@ def diagnose(
             peak_flops=dict(spec.peak_flops) if spec else {},
             window_start=start[kept],
             window_end=end[kept],
+            thresholds=thresholds,
             sm_count=spec.sm_count if spec else None,
             memory=memory,
         ),
@@ -454,7 +472,9 @@ def _diagnose_cpu(
             else ""
         ),
     )
-    memory = memory_profile(trace, spans, kept, device=None, world_size=trace.world_size)
+    memory = memory_profile(
+        trace, spans, kept, device=None, world_size=trace.world_size, thresholds=thresholds
+    )
     facts = Facts(
         trace=trace,
         dev=None,
@@ -466,6 +486,7 @@ def _diagnose_cpu(
         peak_flops={},
         window_start=start[kept],
         window_end=end[kept],
+        thresholds=thresholds,
         cpu_dispatch=dispatch.summary(
             mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP)), start[kept], end[kept]
         ),

@@ -1,13 +1,12 @@
 """The first verdict: which wall, from the breakdown and the class shares.
 
-The thresholds are named here and can be overridden with `Thresholds`; the questions are asked
-in the order of DESIGN.md §1 and every answer carries the number that decided it.
+The thresholds are `Thresholds`' top level (analysis/thresholds.py); the questions are asked in
+the order of DESIGN.md §1 and every answer carries the number that decided it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import Breakdown, ClassShare, Question, Roofline, Steps, Verdict
 
 _CAUSE_TEXT = {
@@ -28,33 +27,18 @@ MIN_STEPS_FOR_STABILITY = 3
 """With fewer steady-state steps, a coefficient of variation says nothing."""
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """Named, documented thresholds of the verdict."""
-
-    max_cv: float = 0.10
-    """Steps are stable when their coefficient of variation is at most this."""
-    min_busy: float = 0.75
-    """The device is busy when compute kernels cover at least this share of the step; below
-    it, the overhead wall (idle, exposed communication and copies) decides."""
-    min_matmul: float = 0.50
-    """The busy time is in matmuls when GEMM, attention and convolution take at least this
-    share of it; below it, the bandwidth wall decides."""
-    near_peak: float = 0.60
-    """The matmuls are near peak when their time-weighted % of roof is at least this."""
-
-
 def decide(
     steps: Steps,
     breakdown: Breakdown,
     classes: list[ClassShare],
-    thresholds: Thresholds = Thresholds(),
+    thresholds: Thresholds | None = None,
     roofline: Roofline | None = None,
     *,
     roof_estimate: bool = False,
 ) -> Verdict:
     """The wall, from the first question answered "no". `roof_estimate` says the device's
     peaks are a nominal estimate (a CPU with no spec file), which the fourth answer says."""
+    thresholds = thresholds or Thresholds()
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
         question="Is step time stable?",
