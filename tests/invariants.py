@@ -57,6 +57,7 @@ def assert_findings_bounded(d: Diagnosis) -> None:
         + b.idle_causes.get("launch_latency", 0.0),
         "exposed-comm": b.comm_exposed,
         "exposed-copies": b.copy_exposed,
+        "host-collective-wait": b.idle_causes.get("communication_wait", 0.0),
     }
     for f in d.findings:
         assert f.saves == "time", f.id

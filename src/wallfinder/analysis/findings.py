@@ -17,11 +17,11 @@ from functools import cached_property
 
 import numpy as np
 
-from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
 from wallfinder.analysis.intervals import in_windows
-from wallfinder.analysis.roofline import enclosing
+from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.thresholds import Thresholds
@@ -251,6 +251,46 @@ def dependency_wait(f: Facts) -> Finding | None:
         "find what it waits for: cross-stream waits (cudaStreamWaitEvent, copies on a side "
         "stream), a collective waiting for a slower rank (compare the ranks' traces), events "
         "recorded late; overlap or remove the dependency",
+        speedup=amdahl(share),
+    )
+
+
+@rule(Facts)
+def host_collective_wait(f: Facts) -> Finding | None:
+    """The GPU idle while the thread that launches its work is inside a collective on the host
+    (a blocking all_reduce or barrier, `.wait()` on async work): the idle cause the verdict
+    names `communication_wait`."""
+    share = f.breakdown.idle_causes.get("communication_wait", 0.0)
+    if share < f.thresholds.time.min_share:
+        return None  # before looking for the collectives' names
+    codes = f.trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    ops = f.trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
+    ops = ops.take(np.flatnonzero(in_windows(ops.ts, f.window_start, f.window_end)))
+    # The collectives called, not the ops inside them (c10d::allreduce_ holds
+    # record_param_comms and nccl:all_reduce): the outermost per thread.
+    top = np.zeros(len(ops), dtype=bool)
+    for thread in np.unique(ops.thread).tolist():
+        rows = np.flatnonzero(ops.thread == thread)
+        top[rows] = outermost(ops.take(rows))
+    called, counts = np.unique(ops.name[top], return_counts=True)
+    listed = ", ".join(
+        f"{f.trace.strings[int(called[i])]} ×{f.per_step(int(counts[i])):.0f}/step"
+        for i in np.argsort(-counts, kind="stable")[:3].tolist()
+    )
+    names = tuple(f.trace.strings[int(c)] for c in codes.tolist())
+    return _finding(
+        f,
+        "host-collective-wait",
+        "overhead",
+        "The host waits in collectives while the GPU idles",
+        share,
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the thread "
+        f"that launches its work is inside a collective{': ' + listed if listed else ''}"
+        + call_sites(f, names, (Kind.CPU_OP, Kind.ANNOTATION)),
+        "do not block the host on collectives in the step: async_op=True and wait() only "
+        "where the result is needed, let DDP/FSDP overlap gradient reduction with the backward "
+        "pass, reduce metrics and barrier() every N steps; if the wait is for a slower rank, "
+        "analyse the job's rank traces together (a folder) to find it",
         speedup=amdahl(share),
     )
 
