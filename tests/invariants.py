@@ -17,7 +17,8 @@ def assert_diagnosis_invariants(d: Diagnosis) -> None:
 
 def assert_findings_bounded(d: Diagnosis) -> None:
     """Each finding claims a share of the step no larger than the time it explains, a gain of
-    at least 1x, evidence and a fix; the verdict's wall's findings come first, by gain."""
+    at least 1x, evidence and a fix; the verdict's wall's findings come first, by gain. Memory
+    findings claim no step time and move no wall."""
     b = d.breakdown
     explained = {
         "data-loading": b.idle_causes.get("data_loading", 0.0),
@@ -26,8 +27,10 @@ def assert_findings_bounded(d: Diagnosis) -> None:
         + b.idle_causes.get("launch_latency", 0.0),
         "exposed-comm": b.comm_exposed,
         "exposed-copies": b.copy_exposed,
+        "host-collective-wait": b.idle_causes.get("communication_wait", 0.0),
     }
     for f in d.findings:
+        assert f.saves == "time", f.id
         assert 0.0 < f.share <= 1.0, f.id
         assert f.max_speedup >= 1.0, f.id
         if f.id in explained:
@@ -36,3 +39,5 @@ def assert_findings_bounded(d: Diagnosis) -> None:
         assert f.fix
     order = [(f.wall != d.verdict.wall, -f.max_speedup) for f in d.findings]
     assert order == sorted(order)
+    for f in d.memory.findings if d.memory is not None else []:
+        assert (f.saves, f.wall, f.share, f.max_speedup) == ("memory", None, 0.0, 1.0), f.id

@@ -14,7 +14,7 @@ import msgspec
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose
 from wallfinder.analysis.collectives import RankCollectives, join, rank_collectives
 from wallfinder.analysis.memory import memory_report
-from wallfinder.diagnosis import SCHEMA, Diagnosis, JobSummary, MemoryReport
+from wallfinder.diagnosis import DIAGNOSIS_SCHEMAS, SCHEMA, Diagnosis, JobSummary, MemoryReport
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
 from wallfinder.hardware.profile import load_device_profile
@@ -38,7 +38,8 @@ class Options:
     unknown or wrong; `spec_file` gives the device's figures in a TOML file (it wins over
     both); `device_profile` is a profile measured by `wallfinder calibrate`, whose roofs
     replace those of the spec for the dtypes it measured; `model` describes the model for true
-    MFU."""
+    MFU; `thresholds` decide the verdict and every finding (a rank's, its memory's, the job's,
+    and an allocator snapshot's in `analyze_memory`)."""
 
     thresholds: Thresholds = field(default_factory=Thresholds)
     device: str | None = None
@@ -118,7 +119,7 @@ def load_diagnosis(path: str | Path, options: Options | None = None) -> Diagnosi
     schema = saved_schema(p)
     if schema is None:
         return analyze(p, options)
-    if schema != SCHEMA:
+    if schema not in DIAGNOSIS_SCHEMAS:
         raise WallfinderError(f"{p}: a {schema} file, not a diagnosis ({SCHEMA})")
     try:
         return Diagnosis.from_json(_read(p))
@@ -241,7 +242,7 @@ def job_diagnosis(results: Sequence[RankResult], options: Options | None = None)
     kept, dropped = consistent_ranks(good)
     skipped += dropped
     main = kept[0][0]
-    job = join(kept, _spec_of(main))
+    job = join(kept, _spec_of(main), (options or Options()).thresholds)
     findings = sorted([*job.findings, *main.findings], key=lambda f: -f.max_speedup)
     notes = [*job.summary.notes, *_missing(kept)]
     summary = job.summary if notes == job.summary.notes else _with_notes(job.summary, notes)
@@ -311,8 +312,10 @@ def _spec_of(d: Diagnosis) -> DeviceSpec | None:
         return None
 
 
-def analyze_memory(path: str | Path) -> MemoryReport:
+def analyze_memory(path: str | Path, options: Options | None = None) -> MemoryReport:
     """What fills GPU memory, from the CUDA allocator snapshot at `path`
-    (`torch.cuda.memory._dump_snapshot`, plain or gzip). The pickle is loaded without running
-    code: anything but plain data is refused with a `WallfinderError`."""
-    return memory_report(load_snapshot(path), source=str(path))
+    (`torch.cuda.memory._dump_snapshot`, plain or gzip), with the findings its
+    `options.thresholds.snapshot` make. The pickle is loaded without running code: anything
+    but plain data is refused with a `WallfinderError`."""
+    thresholds = (options or Options()).thresholds
+    return memory_report(load_snapshot(path), source=str(path), thresholds=thresholds)

@@ -2,7 +2,8 @@
 
 The JSON form is the contract of DESIGN.md §5: times in seconds, rates per second, shares and
 `pct_of_roof` as fractions in [0, 1]. A field this version cannot compute is null, never
-invented. Old files keep loading: fields are only ever added, with defaults.
+invented. Old files keep loading: fields are added with defaults, and a change of shape bumps
+the schema's number, with `from_json` upgrading the older files it reads.
 """
 
 from __future__ import annotations
@@ -11,7 +12,11 @@ from typing import Any, Literal
 
 import msgspec
 
-SCHEMA = "wallfinder.diagnosis/1"
+SCHEMA = "wallfinder.diagnosis/2"
+_DIAGNOSIS_V1 = "wallfinder.diagnosis/1"
+DIAGNOSIS_SCHEMAS = (_DIAGNOSIS_V1, SCHEMA)
+"""Every diagnosis schema `Diagnosis.from_json` reads. /2: one `Finding` type for every
+finding (`saves`, `saving_bytes`, `device`), where /1 had a memory finding type of its own."""
 
 Wall = Literal["compute", "bandwidth", "overhead"]
 Answer = Literal["yes", "no", "unknown"]
@@ -21,6 +26,21 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
     def to_json(self, *, indent: int = 2) -> str:
         """The JSON form (the contract), indented."""
         return msgspec.json.format(msgspec.json.encode(self), indent=indent).decode()
+
+
+class _Schema(msgspec.Struct):
+    """Only the `schema` key of a saved result: which version to read it as."""
+
+    schema: str = ""
+
+
+def _upgrade_memory_findings(holder: dict[str, Any]) -> None:
+    """/1 → /2 in place: the memory findings under `holder["findings"]` (a /1 `MemoryFinding`:
+    id, title, evidence, fix, saving_bytes, device) as `Finding`s that save memory."""
+    holder["findings"] = [
+        {"wall": None, "share": 0.0, "max_speedup": 1.0, **f, "saves": "memory"}
+        for f in holder.get("findings") or []
+    ]
 
 
 class Device(_Base, frozen=True):
@@ -159,13 +179,53 @@ class Verdict(_Base, frozen=True):
 
 
 class Finding(_Base, frozen=True):
+    """Symptom → cause → fix: what shows it (`evidence`), the `fix`, and the most the fix can
+    save, which `saves` names:
+
+    - "time": `share` is the part of the step it can remove at most and `max_speedup` the
+      bound on the step's speed-up (Amdahl's over that share, or where stated a replay), for
+      the `wall` it moves; `saving_bytes` and `device` are null. A finding with nothing to
+      gain but a limit to say (memory-peak) is a time finding with share 0 and bound 1.
+    - "memory": `saving_bytes` is the most the fix frees at the memory peak of `device` (null
+      when the evidence gives no bound); it moves no wall (`wall` null) and claims no step
+      time (`share` 0, `max_speedup` 1). `Finding.memory` makes one.
+    """
+
     id: str
-    wall: Wall
+    wall: Wall | None
     title: str
     share: float
     max_speedup: float
     evidence: str
     fix: str
+    saves: Literal["time", "memory"] = "time"
+    saving_bytes: int | None = None
+    device: str | None = None
+
+    @classmethod
+    def memory(
+        cls,
+        *,
+        id: str,
+        title: str,
+        evidence: str,
+        fix: str,
+        saving_bytes: int | None = None,
+        device: str | None = None,
+    ) -> Finding:
+        """A finding that frees memory at the peak (see the class)."""
+        return cls(
+            id=id,
+            wall=None,
+            title=title,
+            share=0.0,
+            max_speedup=1.0,
+            evidence=evidence,
+            fix=fix,
+            saves="memory",
+            saving_bytes=saving_bytes,
+            device=device,
+        )
 
 
 class Mfu(_Base, frozen=True):
@@ -503,7 +563,9 @@ class MemoryProfile(_Base, frozen=True):
     findings on the analysed device."""
 
     devices: list[DeviceMemoryProfile] = []
-    findings: list[MemoryFinding] = []
+    findings: list[Finding] = []
+    """The memory findings (`saves` "memory") of the analysed device, in the order of their
+    rules."""
     notes: list[str] = []
 
     @property
@@ -514,7 +576,15 @@ class MemoryProfile(_Base, frozen=True):
 
 class Diagnosis(_Base, frozen=True, kw_only=True):
     """Where a job's step time goes and which wall it hits. Renders itself in a terminal
-    (rich) and in a notebook; `to_json()` gives the contract form."""
+    (rich) and in a notebook; `to_json()` gives the contract form.
+
+    Findings are of one type, `Finding`, in two places by what they save: `findings` holds
+    those that cost step time (`saves` "time": the rank's and, for a job, the job's),
+    ranked, those that move the verdict's wall first, each group by its bound; the memory
+    findings (`saves` "memory": bytes freed at the peak, no step time) stay with the memory
+    profile they are about, in `memory.findings`, in the order of their rules. So every
+    entry of the ranked list has a speed-up to rank by, and `findings[0]` stays the first fix
+    for the wall."""
 
     schema: str = SCHEMA
     source: str
@@ -550,7 +620,13 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Diagnosis:
-        return msgspec.json.decode(text, type=cls)
+        """A diagnosis from its JSON form, of this schema or an older one (upgraded)."""
+        if msgspec.json.decode(text, type=_Schema).schema != _DIAGNOSIS_V1:
+            return msgspec.json.decode(text, type=cls)
+        data = msgspec.json.decode(text)
+        if isinstance(data.get("memory"), dict):
+            _upgrade_memory_findings(data["memory"])
+        return msgspec.convert({**data, "schema": SCHEMA}, cls)
 
     def violations(self) -> list[str]:
         """Each invariant this diagnosis breaks, in words (empty when it keeps them all):
@@ -728,7 +804,10 @@ class DiagnosisDiff(_Base, frozen=True, kw_only=True):
         return msgspec.json.decode(text, type=cls)
 
 
-MEMORY_SCHEMA = "wallfinder.memory/1"
+MEMORY_SCHEMA = "wallfinder.memory/2"
+"""/2: findings of the one `Finding` type (`saves` "memory"); `MemoryReport.from_json` reads
+/1 too."""
+_MEMORY_V1 = "wallfinder.memory/1"
 
 
 class MemorySite(_Base, frozen=True):
@@ -800,18 +879,6 @@ class OomEvent(_Base, frozen=True):
     allocated: int | None
 
 
-class MemoryFinding(_Base, frozen=True):
-    """A way to need less memory: what shows it, the fix, and `saving_bytes`, the most the
-    fix can free at the peak (null when the evidence gives no bound)."""
-
-    id: str
-    title: str
-    evidence: str
-    fix: str
-    saving_bytes: int | None = None
-    device: str | None = None
-
-
 class MemoryReport(_Base, frozen=True, kw_only=True):
     """What fills GPU memory, from an allocator snapshot (`wallfinder memory`): bytes in
     integers, categories are heuristics on call stacks, never certainties."""
@@ -825,8 +892,17 @@ class MemoryReport(_Base, frozen=True, kw_only=True):
     peaks: list[MemoryPeak] = []
     leaks: list[LeakSuspect] = []
     ooms: list[OomEvent] = []
-    findings: list[MemoryFinding] = []
+    findings: list[Finding] = []
     notes: list[str] = []
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> MemoryReport:
+        """A memory report from its JSON form, of this schema or /1 (upgraded)."""
+        if msgspec.json.decode(text, type=_Schema).schema != _MEMORY_V1:
+            return msgspec.json.decode(text, type=cls)
+        data = msgspec.json.decode(text)
+        _upgrade_memory_findings(data)
+        return msgspec.convert({**data, "schema": MEMORY_SCHEMA}, cls)
 
 
 SUM_TOLERANCE = 1e-9
@@ -879,6 +955,8 @@ def _violations(d: Diagnosis) -> list[str]:
         if k.pct_of_roof is not None and not _fraction(k.pct_of_roof):
             out.append(f"kernel {k.name!r}: pct_of_roof {k.pct_of_roof} is not a fraction")
     for f in d.findings:
+        if f.saves != "time":
+            continue  # bytes at the memory peak: no share of the step to bound
         if not (0.0 < f.share <= 1.0):
             out.append(f"finding {f.id}: share {f.share} is not a fraction above 0")
         amdahl = 1.0 / max(1.0 - min(f.share, 0.999), 1e-3)

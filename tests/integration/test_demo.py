@@ -117,7 +117,7 @@ def test_demo_command_with_json_keeps_stdout_one_object(
     code = main([*args, "--out", str(out), "--format", "json"])
     assert code == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["schema"] == "wallfinder.diagnosis/1"
+    assert json.loads(captured.out)["schema"] == "wallfinder.diagnosis/2"
     assert str(out / "diagnosis.json") in captured.err
     assert "expected     compute" in captured.err
     assert "found " in captured.err

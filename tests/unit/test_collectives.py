@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tracegen import TraceBuilder, training_trace
+from wallfinder.analysis import JobThresholds, Thresholds, TimeThresholds
 from wallfinder.analysis.collectives import bus_factor, collective_name, rank_collectives
-from wallfinder.api import DASK_MISSING, analyze
+from wallfinder.api import DASK_MISSING, Options, analyze
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
 from wallfinder.trace import load_trace
@@ -206,3 +207,19 @@ def test_the_cli_without_dask_installed_exits_2_with_one_line(
     out, err = capsys.readouterr()
     assert out == ""
     assert err.splitlines() == [f"wallfinder: error: {DASK_MISSING}"]
+
+
+def test_the_job_thresholds_come_from_the_options(tmp_path: Path) -> None:
+    # 128 MiB all-reduces are not small by default; under a 1 GiB bound they are.
+    folder = write_job(tmp_path)
+    assert "small-messages" not in [f.id for f in analyze(folder, workers=1).findings]
+    big = Thresholds(job=JobThresholds(small_message_bytes=1 << 30))
+    d = analyze(folder, Options(thresholds=big), workers=1)
+    small = next(f for f in d.findings if f.id == "small-messages")
+    assert "4 collectives under 1024 MiB" in small.evidence
+    # A straggler must cost the others the time findings' minimum share of a step.
+    late = write_job(tmp_path / "late", r1=300.0)
+    strict = Thresholds(time=TimeThresholds(min_share=0.9))  # it costs about half a step
+    d = analyze(late, Options(thresholds=strict), workers=1)
+    assert d.job is not None
+    assert d.job.stragglers == []

@@ -19,7 +19,7 @@ from wallfinder.diagnosis import (
     BytesChange,
     DeviceMemoryProfile,
     DiagnosisDiff,
-    MemoryFinding,
+    Finding,
     MemoryProfile,
     Mfu,
 )
@@ -407,7 +407,7 @@ def with_memory(
         leak=leak,
     )
     found = [
-        MemoryFinding(id=i, title=f"title of {i}", evidence="", fix="", device=device)
+        Finding.memory(id=i, title=f"title of {i}", evidence="", fix="", device=device)
         for i in findings
     ]
     return msgspec.structs.replace(d, memory=MemoryProfile(devices=[profile], findings=found))

@@ -8,7 +8,8 @@ import pytest
 from test_roofline import A100, MM_DIMS, op_with_kernel
 
 from tracegen import TraceBuilder, training_trace
-from wallfinder import analyze
+from wallfinder import Options, Thresholds, analyze
+from wallfinder.analysis import MemoryThresholds, TimeThresholds
 from wallfinder.analysis.findings import amdahl
 
 GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
@@ -442,3 +443,62 @@ def test_compute_bound_matmuls_below_their_roof_are_found(tmp_path: Path) -> Non
     assert roof.pct_of_roof is not None
     saved = roof.time_s * (1 - roof.pct_of_roof) / d.steps.count
     assert f.share == pytest.approx(saved / (d.breakdown.per_step_ms["step"] / 1e3))
+
+
+def test_near_peak_moves_the_matmul_below_roof_finding_with_the_verdict(tmp_path: Path) -> None:
+    # The mm runs at ~44% of its roof: below the default 60%, above 40%. The finding and the
+    # verdict's fourth question read the one threshold (the finding used to keep the default).
+    from test_roofline import model_trace
+
+    path = model_trace().write(tmp_path / "t.json")
+    default = analyze(path)
+    assert default.verdict.questions[3].answer == "no"
+    assert "matmul-below-roof" in {f.id for f in default.findings}
+    lowered = analyze(path, Options(thresholds=Thresholds(near_peak=0.4)))
+    assert lowered.verdict.questions[3].answer == "yes"
+    assert "matmul-below-roof" not in {f.id for f in lowered.findings}
+
+
+def collective_on_the_host(steps: int = 4) -> TraceBuilder:
+    """Each 400 µs step: a 100 µs kernel, then the host inside an all_reduce (c10d's op with
+    the ops the profiler records inside it) for 200 µs, then the next kernel's launch."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 400.0
+        b.step(s + 1, t0, 400.0)
+        b.cpu_op("aten::mm", t0, 8.0)
+        b.kernel(GEMM, t0 + 10.0, 100.0, launch_at=t0 + 2.0)
+        b.cpu_op("c10d::allreduce_", t0 + 120.0, 200.0)
+        b.cpu_op("record_param_comms", t0 + 121.0, 198.0)
+        b.annotation("nccl:all_reduce", t0 + 122.0, 196.0)
+        b.cpu_op("aten::add", t0 + 330.0, 8.0)
+        b.kernel("vectorized_elementwise_kernel", t0 + 340.0, 50.0, launch_at=t0 + 332.0)
+    return b
+
+
+def test_a_host_blocked_in_a_collective_gets_its_finding(tmp_path: Path) -> None:
+    d = analyze(collective_on_the_host().write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "communication_wait")
+    top = d.findings[0]
+    assert top.id == "host-collective-wait"
+    assert top.share == pytest.approx(d.breakdown.idle_causes["communication_wait"])
+    assert top.share > 0.4  # 200 µs of each 400 µs step
+    assert top.max_speedup == pytest.approx(amdahl(top.share))
+    # The collective the program called, not the ops recorded inside it.
+    assert "inside a collective: c10d::allreduce_ ×1/step" in top.evidence
+    assert "record_param_comms" not in top.evidence
+    assert "async_op=True" in top.fix
+
+
+def test_a_collective_wait_under_min_share_is_not_reported(tmp_path: Path) -> None:
+    path = collective_on_the_host().write(tmp_path / "t.json")
+    high = Thresholds(time=TimeThresholds(min_share=0.9))
+    assert all(
+        f.id != "host-collective-wait" for f in analyze(path, Options(thresholds=high)).findings
+    )
+
+
+def test_memory_peak_reads_the_memory_thresholds(tmp_path: Path) -> None:
+    path = model_trace_with_memory(reserved_gib=78.0).write(tmp_path / "t.json")  # 97.5%
+    full = Thresholds(memory=MemoryThresholds(near_capacity=0.99))
+    assert all(f.id != "memory-peak" for f in analyze(path, Options(thresholds=full)).findings)

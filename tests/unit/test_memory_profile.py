@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tracegen import TraceBuilder, training_trace
-from wallfinder import analyze
+from wallfinder import Options, Thresholds, analyze
+from wallfinder.analysis import MemoryThresholds
 from wallfinder.diagnosis import MEMORY_CATEGORIES, Diagnosis
 
 MiB = 1 << 20
@@ -307,3 +308,12 @@ def test_call_sites_keep_no_machine_folders(tmp_path: Path) -> None:
     assert d.memory is not None
     assert [s.site for s in d.memory.devices[0].sites] == ["…/project/train.py(12): main"]
     assert str(tmp_path) not in d.to_json()
+
+
+def test_memory_thresholds_come_from_the_options(tmp_path: Path) -> None:
+    path = training_with_memory(churn=True).write(tmp_path / "t.json")
+    calm = Thresholds(memory=MemoryThresholds(churn_per_step=3.0))  # the trace has 2 a step
+    d = analyze(path, Options(thresholds=calm))
+    assert d.memory is not None
+    assert d.memory.devices[0].steady_reserved_changes_per_step == 2.0
+    assert "memory-churn" not in {f.id for f in d.memory.findings}

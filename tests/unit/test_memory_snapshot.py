@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from wallfinder.analysis.memory import MemoryThresholds, call_site, category, memory_report
+from wallfinder.analysis import SnapshotThresholds, Thresholds
+from wallfinder.analysis.memory import call_site, category, memory_report
+from wallfinder.api import Options, analyze_memory
 from wallfinder.cli import main
 from wallfinder.errors import WallfinderError
 from wallfinder.trace.snapshot import SnapshotFrame, load_snapshot, parse_snapshot
@@ -193,10 +195,19 @@ def test_history_that_starts_late_takes_its_baseline_from_the_segments() -> None
 
 
 def test_activations_dominating_the_peak_is_a_finding() -> None:
-    r = report_of(training(leak=False), thresholds=MemoryThresholds(activation_share=0.4))
+    th = Thresholds(snapshot=SnapshotThresholds(activation_share=0.4))
+    r = report_of(training(leak=False), thresholds=th)
     assert "memory-activations" in {f.id for f in r.findings}
     r = report_of(training(leak=False))  # 6 of 13 GiB: under one half
     assert "memory-activations" not in {f.id for f in r.findings}
+
+
+def test_the_snapshot_thresholds_come_from_the_options(tmp_path: Path) -> None:
+    path = training(leak=False).write(tmp_path / "snap.pickle")
+    assert "memory-activations" not in {f.id for f in analyze_memory(path).findings}
+    th = Thresholds(snapshot=SnapshotThresholds(activation_share=0.4))
+    found = analyze_memory(path, Options(thresholds=th)).findings
+    assert "memory-activations" in {f.id for f in found}
 
 
 def test_live_blocks_of_the_segments_are_grouped_by_call_site_and_category() -> None:
@@ -353,7 +364,7 @@ def test_cli_prints_the_report_in_each_format(
     assert "expandable_segments:True" in text
     assert main(["memory", str(path), "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["schema"] == "wallfinder.memory/1"
+    assert data["schema"] == "wallfinder.memory/2"
     assert data["peaks"][0]["bytes"] == 13 * GiB + 5 * 8 * MiB
     out = tmp_path / "report.md"
     assert main(["memory", str(path), "--format", "md", "-o", str(out)]) == 0

@@ -144,7 +144,7 @@ def test_json_output_keeps_the_contract(
     code, out, err = run_cli(["analyze", str(trace_path), "--format", "json"], capsys)
     assert (code, err) == (0, "")
     doc = json.loads(out)
-    assert doc["schema"] == "wallfinder.diagnosis/1"
+    assert doc["schema"] == "wallfinder.diagnosis/2"
     assert {"name", "matched_spec", "peak_flops", "mem_bandwidth"} <= set(doc["device"])
     assert doc["device"]["name"] == "NVIDIA H100 80GB HBM3"
     assert {"count", "median_s", "cv", "stable"} <= set(doc["steps"])
@@ -186,7 +186,7 @@ def test_output_file_gets_the_report(
         ["analyze", str(trace_path), "--format", "json", "-o", str(target)], capsys
     )
     assert (code, out, err) == (0, "", "")
-    assert json.loads(target.read_text())["schema"] == "wallfinder.diagnosis/1"
+    assert json.loads(target.read_text())["schema"] == "wallfinder.diagnosis/2"
     assert Diagnosis.from_json(target.read_text()) == analyze(trace_path)
 
 

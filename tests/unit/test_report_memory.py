@@ -18,9 +18,9 @@ from tracegen import NASTY_NAME, training_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.diagnosis import (
     DeviceMemoryProfile,
+    Finding,
     LeakSite,
     LiveSite,
-    MemoryFinding,
     MemoryPoint,
     MemoryProfile,
     StepMemory,
@@ -150,7 +150,7 @@ HOST = DeviceMemoryProfile(
     before_trace=0,
 )
 FINDINGS = [
-    MemoryFinding(
+    Finding.memory(
         id="memory-activations",
         title="Activations fill most of the memory at the peak",
         evidence="activations are 24.0 GiB (60%) at the peak",
@@ -158,7 +158,7 @@ FINDINGS = [
         saving_bytes=24 * GiB,
         device="cuda:0",
     ),
-    MemoryFinding(
+    Finding.memory(
         id="memory-churn",
         title="The allocator gets and releases device memory every step",
         evidence="reserved memory changed 1.5 times per steady-state step",

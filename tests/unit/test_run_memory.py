@@ -348,7 +348,7 @@ def test_run_as_json_keeps_one_document_and_names_the_snapshot(
     snapshot = fake_run(monkeypatch, tmp_path, trace=True)
     assert main(["run", "--memory", "--format", "json", "--", "train.py"]) == 1
     out, err = capsys.readouterr()
-    assert json.loads(out)["schema"] == "wallfinder.diagnosis/1"
+    assert json.loads(out)["schema"] == "wallfinder.diagnosis/2"
     assert f"wallfinder memory {snapshot} explains it" in err
 
 

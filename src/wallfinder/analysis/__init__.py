@@ -43,8 +43,15 @@ from wallfinder.analysis.steps import (
     gpu_windows,
     warmup_steps,
 )
+from wallfinder.analysis.thresholds import (
+    JobThresholds,
+    MemoryThresholds,
+    SnapshotThresholds,
+    Thresholds,
+    TimeThresholds,
+)
 from wallfinder.analysis.timeline import step_timeline
-from wallfinder.analysis.verdict import Thresholds, decide, headline
+from wallfinder.analysis.verdict import decide, headline
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -67,7 +74,16 @@ from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
 from wallfinder.trace import Events, Kind, Trace
 
-__all__ = ["ModelFlops", "Thresholds", "diagnose", "timed_steps"]
+__all__ = [
+    "JobThresholds",
+    "MemoryThresholds",
+    "ModelFlops",
+    "SnapshotThresholds",
+    "Thresholds",
+    "TimeThresholds",
+    "diagnose",
+    "timed_steps",
+]
 
 NS = 1e-9
 TOP_ROWS = 15
@@ -144,6 +160,7 @@ def diagnose(
         capacity=capacity,
         capacity_source=capacity_source,
         world_size=trace.world_size,
+        thresholds=thresholds,
     )
     return _result(
         trace,
@@ -169,6 +186,7 @@ def diagnose(
             peak_flops=dict(spec.peak_flops) if spec else {},
             window_start=start[kept],
             window_end=end[kept],
+            thresholds=thresholds,
             sm_count=spec.sm_count if spec else None,
             memory=memory,
         ),
@@ -470,7 +488,9 @@ def _diagnose_cpu(
             else ""
         ),
     )
-    memory = memory_profile(trace, spans, kept, device=None, world_size=trace.world_size)
+    memory = memory_profile(
+        trace, spans, kept, device=None, world_size=trace.world_size, thresholds=thresholds
+    )
     facts = Facts(
         trace=trace,
         dev=None,
@@ -482,6 +502,7 @@ def _diagnose_cpu(
         peak_flops={},
         window_start=start[kept],
         window_end=end[kept],
+        thresholds=thresholds,
         cpu_dispatch=dispatch.summary(
             mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP)), start[kept], end[kept]
         ),

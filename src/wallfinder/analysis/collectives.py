@@ -26,7 +26,9 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_kernel
-from wallfinder.analysis.findings import MIN_SHARE, amdahl
+from wallfinder.analysis.findings import amdahl
+from wallfinder.analysis.rules import evaluate, rule
+from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
     CollectiveRow,
     Diagnosis,
@@ -44,10 +46,6 @@ F64 = npt.NDArray[np.float64]
 
 DEFAULT_GROUP = "default"
 """The group of a collective whose trace does not name one (the default process group)."""
-
-SMALL_MESSAGE_BYTES = 1 << 20
-"""Below this a collective's time is mostly latency (NCCL's ring reaches bandwidth near
-several MB per message)."""
 
 _DTYPE_BYTES = {
     "double": 8,
@@ -263,11 +261,16 @@ def rank_summary(d: Diagnosis) -> RankSummary:
     )
 
 
-def join(ranks: Sequence[tuple[Diagnosis, RankCollectives]], spec: DeviceSpec | None = None) -> Job:
+def join(
+    ranks: Sequence[tuple[Diagnosis, RankCollectives]],
+    spec: DeviceSpec | None = None,
+    thresholds: Thresholds | None = None,
+) -> Job:
     """Match the ranks' collectives and say what the job's ranks wait for.
 
     `ranks` are in rank order. Instances are matched by (group, order in group); an instance
     whose name or size differs between ranks, or that only one rank has, is left out."""
+    thresholds = thresholds or Thresholds()
     diags = [d for d, _ in ranks]
     cols = [c for _, c in ranks]
     r_count = len(cols)
@@ -340,7 +343,9 @@ def join(ranks: Sequence[tuple[Diagnosis, RankCollectives]], spec: DeviceSpec | 
         )
     per_step_caused = caused / 1e9 / step_count
     waits = [r.wait_s or 0.0 for r in rank_rows]
-    stragglers = _stragglers(diags, waits, cols, per_step_caused, late_count, took_part, step_s)
+    stragglers = _stragglers(
+        diags, waits, cols, per_step_caused, late_count, took_part, step_s, thresholds
+    )
     link, peak = _link(spec)
     table = _table(m, matched, transfer, wait, peak)
     skew = (
@@ -356,8 +361,18 @@ def join(ranks: Sequence[tuple[Diagnosis, RankCollectives]], spec: DeviceSpec | 
         notes.append(
             f"no collective matched on rank(s) {', '.join(missing)}: their clocks are not aligned"
         )
-    findings = _findings(stragglers, rank_rows, step_s, m, matched, transfer, step_count)
-    wall, cause, reason = _verdict(diags, stragglers, findings)
+    findings = evaluate(
+        JobFacts(
+            stragglers=stragglers,
+            ranks=rank_rows,
+            step_s=step_s,
+            step_count=step_count,
+            message_bytes=m.bytes_hi[matched],
+            transfer=transfer,
+            thresholds=thresholds,
+        )
+    )
+    wall, cause, reason = _verdict(diags, stragglers, findings, thresholds)
     summary = JobSummary(
         ranks=r_count,
         world_size=next((c.world_size for c in cols if c.world_size), None),
@@ -529,6 +544,7 @@ def _stragglers(
     late_count: npt.NDArray[np.int64],
     took_part: npt.NDArray[np.int64],
     step_s: float,
+    thresholds: Thresholds,
 ) -> list[Straggler]:
     """Ranks whose lateness accounts for a large part of the others' wait: the one that caused
     the most, when it caused at least half of all of it and a visible share of a step."""
@@ -537,7 +553,7 @@ def _stragglers(
     order = np.argsort(-caused, kind="stable")
     top = int(order[0])
     total = float(caused.sum())
-    if caused[top] < 0.5 * total or caused[top] / step_s < MIN_SHARE:
+    if caused[top] < 0.5 * total or caused[top] / step_s < thresholds.time.min_share:
         return []
     if len(order) > 1 and caused[top] < 2.0 * caused[int(order[1])]:
         return []
@@ -609,94 +625,106 @@ def _table(
     return rows
 
 
-def _findings(
-    stragglers: list[Straggler],
-    ranks: list[RankSummary],
-    step_s: float,
-    m: _Matrix,
-    matched: npt.NDArray[np.bool_],
-    transfer: F64,
-    step_count: float,
-) -> list[Finding]:
-    out: list[Finding] = []
-    if step_s <= 0:
-        return out
-    for s in stragglers:
-        out.append(  # noqa: PERF401 (one row per item, built in several lines)
-            Finding(
-                id="straggler",
-                wall="overhead",
-                title=f"Rank {s.rank} is a straggler: the other ranks wait for it",
-                share=s.share,
-                max_speedup=amdahl(s.share),
-                evidence=(
-                    f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives; the "
-                    f"others wait {s.wait_caused_s * 1e3:.2f} ms per step for it "
-                    f"({s.share:.0%} of a {step_s * 1e3:.2f} ms step); it was {s.doing}"
-                ),
-                fix=(
-                    f"make rank {s.rank} as fast as the others: even out its data (equal shard "
-                    "and batch sizes, sequence-length bucketing), give it its share of CPU "
-                    "(DataLoader workers, no other process on its cores), check its GPU "
-                    "(clocks, throttling, a slow or shared device)"
-                ),
-            )
-        )
-    waits = [r.wait_s for r in ranks if r.wait_s is not None]
-    if waits and not stragglers:
-        share = min(float(np.median(waits)) / step_s, 1.0)
-        if share >= MIN_SHARE:
-            worst = max(ranks, key=lambda r: r.median_step_s)
-            out.append(
-                Finding(
-                    id="collective-wait",
-                    wall="overhead",
-                    title="Ranks wait for each other in collectives (load imbalance)",
-                    share=share,
-                    max_speedup=amdahl(share),
-                    evidence=(
-                        f"a rank waits a median {np.median(waits) * 1e3:.2f} ms per step in "
-                        f"collectives for slower ranks ({share:.0%} of the step), no single "
-                        f"rank to blame; the slowest step is rank {worst.rank}'s "
-                        f"({worst.median_step_s * 1e3:.2f} ms)"
-                    ),
-                    fix=(
-                        "balance the work per rank (equal batch and sequence lengths, "
-                        "bucketing by length), and keep host work off the critical path"
-                    ),
-                )
-            )
-    small = matched & (m.bytes_hi >= 0) & (m.bytes_hi < SMALL_MESSAGE_BYTES)
-    if small.any() and transfer.size:
-        t_small = float(transfer[small[matched]].sum()) / 1e9 / step_count
-        share = min(t_small / step_s, 1.0)
-        if share >= MIN_SHARE:
-            count = int(small.sum())
-            median_b = float(np.median(m.bytes_hi[small]))
-            out.append(
-                Finding(
-                    id="small-messages",
-                    wall="overhead",
-                    title="Many small collectives: latency-bound communication",
-                    share=share,
-                    max_speedup=amdahl(share),
-                    evidence=(
-                        f"{count} collectives under {SMALL_MESSAGE_BYTES >> 20} MiB (median "
-                        f"{median_b / 1024:.0f} KiB) take {t_small * 1e3:.2f} ms per step even "
-                        "at the fastest rank's pace"
-                    ),
-                    fix=(
-                        "send fewer, larger messages: a larger DDP bucket_cap_mb, coalesced "
-                        "collectives, FSDP wrapping larger units; avoid per-parameter or "
-                        "per-tensor collectives in the training loop"
-                    ),
-                )
-            )
-    return out
+@dataclass(frozen=True, eq=False)
+class JobFacts:
+    """What the job rules look at: the stragglers and the ranks' lines the join found, the
+    job's median step (seconds) and step count, per matched collective instance its message
+    size (bytes, -1 unknown) and transfer time (ns), and the thresholds."""
+
+    stragglers: list[Straggler]
+    ranks: list[RankSummary]
+    step_s: float
+    step_count: float
+    message_bytes: I64
+    transfer: F64
+    thresholds: Thresholds
+
+
+def _waiting(id_: str, title: str, share: float, evidence: str, fix: str) -> Finding:
+    """A job's finding: a share of the step lost waiting (the overhead wall), bounded by
+    Amdahl's law."""
+    return Finding(
+        id=id_,
+        wall="overhead",
+        title=title,
+        share=share,
+        max_speedup=amdahl(share),
+        evidence=evidence,
+        fix=fix,
+    )
+
+
+@rule(JobFacts)
+def straggler(f: JobFacts) -> Finding | None:
+    if f.step_s <= 0 or not f.stragglers:
+        return None
+    s = f.stragglers[0]  # at most one: the rank that caused most of the wait
+    return _waiting(
+        "straggler",
+        f"Rank {s.rank} is a straggler: the other ranks wait for it",
+        s.share,
+        f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives; the "
+        f"others wait {s.wait_caused_s * 1e3:.2f} ms per step for it "
+        f"({s.share:.0%} of a {f.step_s * 1e3:.2f} ms step); it was {s.doing}",
+        f"make rank {s.rank} as fast as the others: even out its data (equal shard "
+        "and batch sizes, sequence-length bucketing), give it its share of CPU "
+        "(DataLoader workers, no other process on its cores), check its GPU "
+        "(clocks, throttling, a slow or shared device)",
+    )
+
+
+@rule(JobFacts)
+def collective_wait(f: JobFacts) -> Finding | None:
+    waits = [r.wait_s for r in f.ranks if r.wait_s is not None]
+    if f.step_s <= 0 or not waits or f.stragglers:
+        return None
+    share = min(float(np.median(waits)) / f.step_s, 1.0)
+    if share < f.thresholds.time.min_share:
+        return None
+    worst = max(f.ranks, key=lambda r: r.median_step_s)
+    return _waiting(
+        "collective-wait",
+        "Ranks wait for each other in collectives (load imbalance)",
+        share,
+        f"a rank waits a median {np.median(waits) * 1e3:.2f} ms per step in "
+        f"collectives for slower ranks ({share:.0%} of the step), no single "
+        f"rank to blame; the slowest step is rank {worst.rank}'s "
+        f"({worst.median_step_s * 1e3:.2f} ms)",
+        "balance the work per rank (equal batch and sequence lengths, "
+        "bucketing by length), and keep host work off the critical path",
+    )
+
+
+@rule(JobFacts)
+def small_messages(f: JobFacts) -> Finding | None:
+    limit = f.thresholds.job.small_message_bytes
+    small = (f.message_bytes >= 0) & (f.message_bytes < limit)
+    if f.step_s <= 0 or not small.any():
+        return None
+    t_small = float(f.transfer[small].sum()) / 1e9 / f.step_count
+    share = min(t_small / f.step_s, 1.0)
+    if share < f.thresholds.time.min_share:
+        return None
+    count = int(small.sum())
+    median_b = float(np.median(f.message_bytes[small]))
+    return _waiting(
+        "small-messages",
+        "Many small collectives: latency-bound communication",
+        share,
+        f"{count} collectives under {limit >> 20} MiB (median "
+        f"{median_b / 1024:.0f} KiB) take {t_small * 1e3:.2f} ms per step even "
+        "at the fastest rank's pace",
+        "send fewer, larger messages: a larger DDP bucket_cap_mb, coalesced "
+        "collectives, FSDP wrapping larger units; avoid per-parameter or "
+        "per-tensor collectives in the training loop",
+    )
 
 
 def _verdict(
-    diags: Sequence[Diagnosis], stragglers: list[Straggler], findings: list[Finding]
+    diags: Sequence[Diagnosis],
+    stragglers: list[Straggler],
+    findings: list[Finding],
+    thresholds: Thresholds,
 ) -> tuple[Wall, str, str]:
     if stragglers:
         s = stragglers[0]
@@ -706,7 +734,7 @@ def _verdict(
             f"the ranks wait for rank {s.rank} ({s.share:.0%} of a step)",
         )
     wait = next((f for f in findings if f.id == "collective-wait"), None)
-    if wait is not None and wait.share >= 0.1:
+    if wait is not None and wait.share >= thresholds.job.wait_wall_share:
         return "overhead", "communication_wait", wait.evidence
     walls = [d.verdict.wall for d in diags]
     wall = max(set(walls), key=lambda w: (walls.count(w), w == diags[0].verdict.wall))

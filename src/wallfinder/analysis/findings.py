@@ -1,9 +1,10 @@
 """Findings: symptom → cause → fix, each with its evidence and the most it can gain.
 
-Each rule is a small function over the analysed facts returning a `Finding` or None; `RULES`
-is the list to extend. A finding's `share` is the part of the step it can remove at most, and
-`max_speedup` the Amdahl bound 1 / (1 − share): what fixing it could give if that share went
-to zero (or, where stated, to what the device's faster path would take).
+Each rule is a small function over one rank's `Facts` returning a `Finding` or None,
+registered with `@rule(Facts)` (analysis/rules.py). A finding's `share` is the part of the
+step it can remove at most, and `max_speedup` the Amdahl bound 1 / (1 − share): what fixing it
+could give if that share went to zero (or, where stated, to what the device's faster path
+would take).
 """
 
 from __future__ import annotations
@@ -11,19 +12,20 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
 from wallfinder.analysis.intervals import in_windows
-from wallfinder.analysis.roofline import enclosing
+from wallfinder.analysis.roofline import enclosing, outermost
+from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.steps import NO_LAUNCH
-from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY, Thresholds
+from wallfinder.analysis.thresholds import Thresholds
+from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import (
     Breakdown,
     Finding,
@@ -37,19 +39,6 @@ from wallfinder.trace import Events, Kind, Trace
 from wallfinder.units import short_frame
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
-
-NEAR_PEAK = Thresholds().near_peak
-"""Compute-bound matmuls below this share of their roof are a finding (the verdict's Q4
-threshold)."""
-
-MEMORY_NEAR_FULL = 0.90
-"""Reserved memory at this share of the device's capacity is a finding."""
-
-MIN_SHARE = 0.02
-"""Findings that explain less than this share of the step are not reported."""
-
-SHORT_KERNEL_NS = 10_000
-"""Kernels shorter than this are launch-overhead sized: the host can hardly keep up."""
 
 _SYNC_NAMES = (
     "aten::item",
@@ -79,6 +68,7 @@ class Facts:
     peak_flops: dict[str, float]
     window_start: np.ndarray  # steady-state steps: [start, end) in trace ns
     window_end: np.ndarray
+    thresholds: Thresholds
     sm_count: int | None = None
     cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
     memory: MemoryProfile | None = None
@@ -97,18 +87,23 @@ class Facts:
         return user_frames(self.trace)
 
 
-Rule = Callable[[Facts], Finding | None]
-
-
 def amdahl(share: float) -> float:
     """The most a fix that removes `share` of the step can speed it up."""
     return 1.0 / max(1.0 - min(share, 0.999), 1e-3)
 
 
 def _finding(
-    id: str, wall: Wall, title: str, share: float, evidence: str, fix: str, *, speedup: float
+    f: Facts,
+    id: str,
+    wall: Wall,
+    title: str,
+    share: float,
+    evidence: str,
+    fix: str,
+    *,
+    speedup: float,
 ) -> Finding | None:
-    if share < MIN_SHARE:
+    if share < f.thresholds.time.min_share:
         return None
     return Finding(
         id=id,
@@ -125,6 +120,7 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
+@rule(Facts)
 def data_loading(f: Facts) -> Finding | None:
     share = f.breakdown.idle_causes.get("data_loading", 0.0)
     workers = f.trace.code_of("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
@@ -144,6 +140,7 @@ def data_loading(f: Facts) -> Finding | None:
     # A CPU-only trace: the CPU is the device, and the training loop is what waits.
     waiter = "the GPU is idle while the host is" if f.dev is not None else "the training loop is"
     return _finding(
+        f,
         "data-loading",
         "overhead",
         "The GPU waits for the DataLoader"
@@ -157,11 +154,13 @@ def data_loading(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def synchronization(f: Facts) -> Finding | None:
     share = f.breakdown.idle_causes.get("synchronization", 0.0)
     names = _host_calls(f, _SYNC_NAMES)
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in names[:4]) or "synchronising calls"
     return _finding(
+        f,
         "sync-in-step",
         "overhead",
         "The host blocks on the GPU inside the step",
@@ -174,6 +173,7 @@ def synchronization(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def launch_bound(f: Facts) -> Finding | None:
     causes = f.breakdown.idle_causes
     share = causes.get("host_overhead", 0.0) + causes.get("launch_latency", 0.0)
@@ -183,7 +183,8 @@ def launch_bound(f: Facts) -> Finding | None:
     durations = f.dev.ops.dur[f.inside][kernels]
     if durations.size == 0:
         return None
-    short = float((durations < SHORT_KERNEL_NS).mean())
+    short_ns = f.thresholds.time.short_kernel_ns
+    short = float((durations < short_ns).mean())
     per_step = f.per_step(int(durations.size))
     # How far ahead the host runs: a shallow queue (kernels start right after their launch)
     # means the GPU is fed just in time.
@@ -197,13 +198,14 @@ def launch_bound(f: Facts) -> Finding | None:
         else ""
     )
     return _finding(
+        f,
         "launch-bound",
         "overhead",
         "The host cannot launch kernels fast enough",
         share,
         f"{share:.0%} of each step the GPU waits for the host to issue work (CPU ops, Python, "
         f"launch latency); {per_step:.0f} kernels per step, {short:.0%} of them under "
-        f"{SHORT_KERNEL_NS // 1000} µs, median {np.median(durations) / 1e3:.1f} µs{queue}",
+        f"{short_ns // 1000} µs, median {np.median(durations) / 1e3:.1f} µs{queue}",
         "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
         "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
         "optimizers",
@@ -218,6 +220,7 @@ def _dispatch_bound(f: Facts, share: float) -> Finding | None:
     if d is None or d.calls_per_step == 0:
         return None
     return _finding(
+        f,
         "launch-bound",
         "overhead",
         "Per-op overhead, not arithmetic, takes the CPU's time",
@@ -234,9 +237,11 @@ def _dispatch_bound(f: Facts, share: float) -> Finding | None:
     )
 
 
+@rule(Facts)
 def dependency_wait(f: Facts) -> Finding | None:
     share = f.breakdown.idle_causes.get("dependency_wait", 0.0)
     return _finding(
+        f,
         "dependency-wait",
         "overhead",
         "Queued work waits on another stream, an event or a peer",
@@ -250,9 +255,51 @@ def dependency_wait(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
+def host_collective_wait(f: Facts) -> Finding | None:
+    """The GPU idle while the thread that launches its work is inside a collective on the host
+    (a blocking all_reduce or barrier, `.wait()` on async work): the idle cause the verdict
+    names `communication_wait`."""
+    share = f.breakdown.idle_causes.get("communication_wait", 0.0)
+    if share < f.thresholds.time.min_share:
+        return None  # before looking for the collectives' names
+    codes = f.trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    ops = f.trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
+    ops = ops.take(np.flatnonzero(in_windows(ops.ts, f.window_start, f.window_end)))
+    # The collectives called, not the ops inside them (c10d::allreduce_ holds
+    # record_param_comms and nccl:all_reduce): the outermost per thread.
+    top = np.zeros(len(ops), dtype=bool)
+    for thread in np.unique(ops.thread).tolist():
+        rows = np.flatnonzero(ops.thread == thread)
+        top[rows] = outermost(ops.take(rows))
+    called, counts = np.unique(ops.name[top], return_counts=True)
+    listed = ", ".join(
+        f"{f.trace.strings[int(called[i])]} ×{f.per_step(int(counts[i])):.0f}/step"
+        for i in np.argsort(-counts, kind="stable")[:3].tolist()
+    )
+    names = tuple(f.trace.strings[int(c)] for c in codes.tolist())
+    return _finding(
+        f,
+        "host-collective-wait",
+        "overhead",
+        "The host waits in collectives while the GPU idles",
+        share,
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the thread "
+        f"that launches its work is inside a collective{': ' + listed if listed else ''}"
+        + call_sites(f, names, (Kind.CPU_OP, Kind.ANNOTATION)),
+        "do not block the host on collectives in the step: async_op=True and wait() only "
+        "where the result is needed, let DDP/FSDP overlap gradient reduction with the backward "
+        "pass, reduce metrics and barrier() every N steps; if the wait is for a slower rank, "
+        "analyse the job's rank traces together (a folder) to find it",
+        speedup=amdahl(share),
+    )
+
+
+@rule(Facts)
 def exposed_communication(f: Facts) -> Finding | None:
     share = f.breakdown.comm_exposed
     return _finding(
+        f,
         "exposed-comm",
         "overhead",
         "Collectives are not hidden behind compute",
@@ -266,6 +313,7 @@ def exposed_communication(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def exposed_copies(f: Facts) -> Finding | None:
     share = f.breakdown.copy_exposed
     if f.dev is None:
@@ -276,6 +324,7 @@ def exposed_copies(f: Facts) -> Finding | None:
     pageable = [n for n in names if "Pageable" in n]
     detail = f"; copies from pageable memory: {', '.join(pageable)}" if pageable else ""
     return _finding(
+        f,
         "exposed-copies",
         "overhead",
         "Memory copies stall the GPU" + (" (pageable host memory)" if pageable else ""),
@@ -287,6 +336,7 @@ def exposed_copies(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def fp32_matmul(f: Facts) -> Finding | None:
     r = f.roofline
     if r is None or f.step_s <= 0:
@@ -304,6 +354,7 @@ def fp32_matmul(f: Facts) -> Finding | None:
         else ""
     )
     return _finding(
+        f,
         "fp32-matmul",
         "compute",
         "Matmuls run in fp32 without tensor cores",
@@ -317,6 +368,7 @@ def fp32_matmul(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def fusion(f: Facts) -> Finding | None:
     if not f.fusion or f.step_s <= 0:
         return None
@@ -325,6 +377,7 @@ def fusion(f: Facts) -> Finding | None:
     top = f.fusion[0]
     ops = ", ".join(top.ops[:4]) or "unknown ops"
     return _finding(
+        f,
         "fusable-pointwise",
         "bandwidth",
         "Chains of memory-bound kernels could be fused",
@@ -337,6 +390,7 @@ def fusion(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def unstable_steps(f: Facts) -> Finding | None:
     s = f.steps
     if s.stable or s.mean_s <= 0 or s.count < MIN_STEPS_FOR_STABILITY:
@@ -348,6 +402,7 @@ def unstable_steps(f: Facts) -> Finding | None:
         return None
     share = float(np.maximum(kept - s.median_s, 0.0).sum() / kept.sum())
     return _finding(
+        f,
         "unstable-steps",
         "overhead",
         "Step time is unstable",
@@ -360,6 +415,7 @@ def unstable_steps(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def allocator_churn(f: Facts) -> Finding | None:
     calls = _host_calls(f, _ALLOC_NAMES)
     if not calls or f.step_s <= 0:
@@ -368,6 +424,7 @@ def allocator_churn(f: Facts) -> Finding | None:
     share = seconds / f.step_s
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in calls)
     return _finding(
+        f,
         "allocator-churn",
         "overhead",
         "Device memory is allocated and freed every step",
@@ -445,6 +502,7 @@ _DATALOADER_NAMES = (
 _CAST_NAMES = ("aten::to", "aten::_to_copy", "aten::copy_", "aten::contiguous", "aten::clone")
 
 
+@rule(Facts)
 def repeated_casts(f: Facts) -> Finding | None:
     if f.dev is None or f.step_s <= 0:
         return None
@@ -454,6 +512,7 @@ def repeated_casts(f: Facts) -> Finding | None:
     share = seconds / f.step_s
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in calls[:3]) or "copy kernels"
     return _finding(
+        f,
         "repeated-casts",
         "bandwidth",
         "Tensors are cast or copied over and over",
@@ -466,6 +525,7 @@ def repeated_casts(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def unfused_attention(f: Facts) -> Finding | None:
     """bmm/matmul → softmax → bmm/matmul on one thread: attention written by hand."""
     if f.dev is None or f.step_s <= 0:
@@ -493,6 +553,7 @@ def unfused_attention(f: Facts) -> Finding | None:
     seconds = float(f.dev.ops.dur[softmax_kernels].sum()) * 1e-9 / max(f.steps.count, 1)
     share = seconds / f.step_s
     return _finding(
+        f,
         "unfused-attention",
         "bandwidth",
         "Attention is computed unfused (bmm → softmax → bmm)",
@@ -506,6 +567,7 @@ def unfused_attention(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def slow_optimizer(f: Facts) -> Finding | None:
     """An optimizer step that launches many small kernels (not fused/foreach)."""
     if f.dev is None or f.step_s <= 0:
@@ -520,13 +582,14 @@ def slow_optimizer(f: Facts) -> Finding | None:
     in_step = (k >= 0) & (launch < spans.end[np.maximum(k, 0)]) & f.inside
     kernels = int(in_step.sum())
     per_step = f.per_step(kernels)
-    if per_step < 50:
+    if per_step < f.thresholds.time.optimizer_kernels:
         return None
     seconds = float(ops.dur[in_step].sum()) * 1e-9 / max(f.steps.count, 1)
     host = float(spans.dur.sum()) * 1e-9 / max(len(spans), 1)
     share = min(host, f.step_s) / f.step_s
     name = f.trace.strings[int(spans.name[0])]
     return _finding(
+        f,
         "slow-optimizer",
         "overhead",
         "The optimizer step launches many small kernels",
@@ -539,6 +602,7 @@ def slow_optimizer(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def warmup_cost(f: Facts) -> Finding | None:
     """Steps dropped as warm-up: a one-off cost (compilation, autotuning), shown as a share
     of the profiled time."""
@@ -549,6 +613,7 @@ def warmup_cost(f: Facts) -> Finding | None:
     total = extra + s.mean_s * s.count + s.median_s * len(s.dropped)
     share = extra / total
     return _finding(
+        f,
         "warm-up",
         "overhead",
         "The first steps pay a warm-up cost",
@@ -561,6 +626,7 @@ def warmup_cost(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
 def tiny_grids(f: Facts) -> Finding | None:
     """Kernels launched with fewer blocks than the device has SMs leave most of it idle."""
     if f.dev is None or not f.sm_count or f.step_s <= 0:
@@ -583,6 +649,7 @@ def tiny_grids(f: Facts) -> Finding | None:
     uniq, counts = np.unique(names, return_counts=True)
     top = [f.trace.strings[int(c)] for c in uniq[np.argsort(-counts)][:2].tolist()]
     return _finding(
+        f,
         "tiny-grids",
         "compute",
         "Kernels too small to fill the GPU",
@@ -613,33 +680,6 @@ def _blocks(raw: bytes) -> int:
     return total
 
 
-def memory_peak(f: Facts) -> Finding | None:
-    """Device memory at its peak near capacity: not a time cost, a limit (batch size, OOM)."""
-    m = f.memory.main if f.memory is not None else None
-    if m is None or f.dev is None or not m.capacity or m.device == "cpu":
-        return None
-    ratio = m.peak_reserved / m.capacity
-    if ratio < MEMORY_NEAR_FULL:
-        return None
-    when = ", ".join(x for x in (m.peak_step, m.peak_phase, m.peak_op) if x)
-    return Finding(
-        id="memory-peak",
-        wall="overhead",
-        title="Device memory peaks near capacity",
-        share=0.0,
-        max_speedup=1.0,
-        evidence=(
-            f"peak reserved {m.peak_reserved / 2**30:.1f} GiB ({ratio:.0%} of "
-            f"{m.capacity / 2**30:.0f} GiB), peak allocated {m.peak_allocated / 2**30:.1f} GiB "
-            f"({when}); no direct speedup: it caps the batch size and risks running out of "
-            "memory (the memory findings say what fills it)"
-        ),
-        fix="activation checkpointing, bf16 autocast, a smaller micro-batch with gradient "
-        "accumulation, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, sharded optimizer "
-        "state (FSDP/ZeRO)",
-    )
-
-
 _MATMUL_OPS = (
     "mm",
     "addmm",
@@ -661,6 +701,7 @@ def _compact(shapes: str) -> str:
     return re.sub(r"(,\[\])+\]$", "]", shapes.replace(" ", ""))
 
 
+@rule(Facts)
 def matmuls_below_roof(f: Facts) -> Finding | None:
     """Compute-bound matmul ops well below their roof: shapes, precision or the kernel."""
     r = f.roofline
@@ -672,7 +713,7 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
         for o in r.ops
         if o.bound == "compute"
         and o.pct_of_roof is not None
-        and o.pct_of_roof < NEAR_PEAK
+        and o.pct_of_roof < f.thresholds.near_peak
         and any(m in o.name for m in _MATMUL_OPS)
     ]
     if not slow:
@@ -685,6 +726,7 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
         for o in slow[:3]
     )
     return _finding(
+        f,
         "matmul-below-roof",
         "compute",
         "Matmuls run well below their roof",
@@ -697,28 +739,8 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
     )
 
 
-RULES: list[Rule] = [
-    data_loading,
-    synchronization,
-    launch_bound,
-    dependency_wait,
-    exposed_communication,
-    exposed_copies,
-    fp32_matmul,
-    fusion,
-    unstable_steps,
-    allocator_churn,
-    repeated_casts,
-    unfused_attention,
-    slow_optimizer,
-    warmup_cost,
-    tiny_grids,
-    matmuls_below_roof,
-    memory_peak,
-]
-
-
 def find(facts: Facts, wall: Wall) -> list[Finding]:
-    """Every rule's finding, the ones that move `wall` first, each group by bound on gain."""
-    found = [x for rule in RULES if (x := rule(facts)) is not None]
+    """Every rank rule's finding, the ones that move `wall` first, each group by bound on
+    gain."""
+    found = evaluate(facts)
     return sorted(found, key=lambda x: (x.wall != wall, -x.max_speedup))

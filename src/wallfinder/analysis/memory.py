@@ -15,16 +15,18 @@ activation or temporary, anything else is unknown.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
 
+from wallfinder.analysis.rules import evaluate, rule
+from wallfinder.analysis.thresholds import SnapshotThresholds, Thresholds
 from wallfinder.diagnosis import (
     DeviceMemory,
+    Finding,
     LeakSuspect,
     MemoryBlock,
-    MemoryFinding,
     MemoryPeak,
     MemoryReport,
     MemorySite,
@@ -33,28 +35,13 @@ from wallfinder.diagnosis import (
 from wallfinder.trace.snapshot import Snapshot, SnapshotFrame, TraceEntry
 from wallfinder.units import short_path, size
 
-__all__ = ["CATEGORIES", "MemoryThresholds", "call_site", "category", "memory_report"]
-
-GiB = 1024**3
+__all__ = ["CATEGORIES", "SnapshotFacts", "call_site", "category", "memory_report"]
 
 CATEGORIES = ("parameters", "optimizer_state", "gradients", "activations", "unknown")
 
 _PARAM_FUNCS = {"_apply", "to", "cuda", "reset_parameters", "__init__", "to_empty"}
 _BACKWARD_FUNCS = {"backward", "_engine_run_backward", "run_backward", "grad"}
 _FORWARD_FUNCS = {"forward", "_call_impl", "_wrapped_call_impl"}
-
-
-@dataclass(frozen=True)
-class MemoryThresholds:
-    """When a pattern becomes a finding."""
-
-    fragmentation_ratio: float = 1.5
-    fragmentation_free: int = GiB
-    activation_share: float = 0.5
-    optimizer_share: float = 0.3
-    optimizer_bytes: int = GiB
-    leak_min_count: int = 3
-    top: int = 10
 
 
 def _library(frame: SnapshotFrame) -> bool:
@@ -150,7 +137,7 @@ class _Replay:
 
 
 def _replay(
-    device: int, entries: Sequence[TraceEntry], allocated_now: int | None, th: MemoryThresholds
+    device: int, entries: Sequence[TraceEntry], allocated_now: int | None, th: SnapshotThresholds
 ) -> _Replay:
     # The history is a ring buffer: it may begin with memory already allocated. The snapshot's
     # segments give the allocated bytes at its end, so the start is that minus the net change.
@@ -216,7 +203,7 @@ def _leaks(
     device: int,
     live: dict[int, tuple[int, int, list[SnapshotFrame]]],
     n: int,
-    th: MemoryThresholds,
+    th: SnapshotThresholds,
 ) -> list[LeakSuspect]:
     # Never freed is not enough (parameters and optimizer state live for the whole run):
     # a suspect site keeps allocating without freeing in every third of the history.
@@ -239,16 +226,44 @@ def _leaks(
     return sorted(out, key=lambda s: (-s.bytes, s.site))
 
 
-Rule = Callable[[MemoryReport, MemoryThresholds], MemoryFinding | None]
+@dataclass(frozen=True)
+class SnapshotFacts:
+    """What the snapshot rules look at: the report (without findings) and the thresholds."""
+
+    report: MemoryReport
+    thresholds: Thresholds
+
+    @property
+    def limits(self) -> SnapshotThresholds:
+        return self.thresholds.snapshot
 
 
-def fragmentation(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+@rule(SnapshotFacts)
+def oom(f: SnapshotFacts) -> Finding | None:
+    r = f.report
+    if not r.ooms:
+        return None
+    e = r.ooms[0]
+    held = f", {size(e.allocated)} allocated" if e.allocated is not None else ""
+    return Finding.memory(
+        id="memory-oom",
+        title=f"Out of memory on device {e.device} ({len(r.ooms)} event(s))",
+        evidence=f"a request for {size(e.requested)} failed with {size(e.device_free)} free on "
+        f"the device{held}",
+        fix="lower the peak: see the call sites live at the peak; activation checkpointing, a "
+        "smaller micro-batch, or expandable_segments if reserved memory is fragmented",
+    )
+
+
+@rule(SnapshotFacts)
+def fragmentation(f: SnapshotFacts) -> Finding | None:
+    r, th = f.report, f.limits
     worst = max(r.devices, key=lambda d: d.free, default=None)
     if worst is None or worst.free <= th.fragmentation_free:
         return None
     if worst.reserved <= th.fragmentation_ratio * worst.allocated:
         return None
-    return MemoryFinding(
+    return Finding.memory(
         id="memory-fragmentation",
         title=f"Allocator cache holds {size(worst.free)} it is not using (device {worst.device})",
         evidence=f"reserved {size(worst.reserved)} vs allocated {size(worst.allocated)} in "
@@ -260,7 +275,9 @@ def fragmentation(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None
     )
 
 
-def activations(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+@rule(SnapshotFacts)
+def activations(f: SnapshotFacts) -> Finding | None:
+    r, th = f.report, f.limits
     if r.peaks:
         peak = max(r.peaks, key=lambda p: p.bytes)
         cats, total, where = peak.categories, peak.bytes, f"the peak (device {peak.device})"
@@ -269,7 +286,7 @@ def activations(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     act = cats.get("activations", 0)
     if total <= 0 or act / total < th.activation_share:
         return None
-    return MemoryFinding(
+    return Finding.memory(
         id="memory-activations",
         title=f"Activations and temporaries are {act / total:.0%} of memory at {where}",
         evidence=f"{size(act)} of {size(total)} allocated from forward frames (heuristic)",
@@ -279,7 +296,9 @@ def activations(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     )
 
 
-def optimizer(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+@rule(SnapshotFacts)
+def optimizer(f: SnapshotFacts) -> Finding | None:
+    r, th = f.report, f.limits
     views = [(r.categories, sum(d.allocated for d in r.devices))]
     views += [(p.categories, p.bytes) for p in r.peaks]
     cats, total = max(views, key=lambda v: v[0].get("optimizer_state", 0))
@@ -288,7 +307,7 @@ def optimizer(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
         return None
     params = cats.get("parameters", 0)
     ratio = f" ({opt / params:.1f}x the parameters)" if params else ""
-    return MemoryFinding(
+    return Finding.memory(
         id="memory-optimizer-state",
         title=f"Optimizer state is {opt / total:.0%} of allocated memory",
         evidence=f"{size(opt)} from torch/optim/ frames{ratio}, of {size(total)} (heuristic)",
@@ -298,11 +317,13 @@ def optimizer(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     )
 
 
-def leaks(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
+@rule(SnapshotFacts)
+def leaks(f: SnapshotFacts) -> Finding | None:
+    r = f.report
     if not r.leaks:
         return None
     top = r.leaks[0]
-    return MemoryFinding(
+    return Finding.memory(
         id="memory-leak-suspect",
         title=f"{len(r.leaks)} call site(s) keep allocating and never free",
         evidence=f"{top.site}: {top.count} allocations, {size(top.bytes)} never freed over the "
@@ -313,29 +334,13 @@ def leaks(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
     )
 
 
-def oom(r: MemoryReport, th: MemoryThresholds) -> MemoryFinding | None:
-    if not r.ooms:
-        return None
-    e = r.ooms[0]
-    held = f", {size(e.allocated)} allocated" if e.allocated is not None else ""
-    return MemoryFinding(
-        id="memory-oom",
-        title=f"Out of memory on device {e.device} ({len(r.ooms)} event(s))",
-        evidence=f"a request for {size(e.requested)} failed with {size(e.device_free)} free on "
-        f"the device{held}",
-        fix="lower the peak: see the call sites live at the peak; activation checkpointing, a "
-        "smaller micro-batch, or expandable_segments if reserved memory is fragmented",
-    )
-
-
-RULES: list[Rule] = [oom, fragmentation, activations, optimizer, leaks]
-
-
 def memory_report(
-    snapshot: Snapshot, *, source: str = "snapshot", thresholds: MemoryThresholds | None = None
+    snapshot: Snapshot, *, source: str = "snapshot", thresholds: Thresholds | None = None
 ) -> MemoryReport:
-    """What fills GPU memory in `snapshot`, with the findings that follow from it."""
-    th = thresholds or MemoryThresholds()
+    """What fills GPU memory in `snapshot`, with the findings that follow from it (when:
+    `thresholds.snapshot`)."""
+    thresholds = thresholds or Thresholds()
+    th = thresholds.snapshot
     devices = _devices(snapshot)
     live = [(seg.device, block) for seg in snapshot.segments for block in seg.blocks if block.live]
     items = [(b.size, b.stack) for _, b in live]
@@ -372,5 +377,5 @@ def memory_report(
         ooms=ooms,
         notes=notes,
     )
-    findings = [f for rule in RULES if (f := rule(report, th)) is not None]
+    findings = evaluate(SnapshotFacts(report, thresholds))
     return msgspec.structs.replace(report, findings=findings)

@@ -25,21 +25,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.findings import user_frames
+from wallfinder.analysis.findings import Facts, user_frames
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.roofline import enclosing
+from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.steps import StepSpans
+from wallfinder.analysis.thresholds import MemoryThresholds, Thresholds
 from wallfinder.diagnosis import (
     MEMORY_CATEGORIES,
     DeviceMemoryProfile,
+    Finding,
     LeakSite,
     LiveBlock,
     LiveSite,
-    MemoryFinding,
     MemoryPoint,
     MemoryProfile,
     StepMemory,
@@ -47,11 +50,10 @@ from wallfinder.diagnosis import (
 from wallfinder.trace import NONE, Events, Kind, MemoryEvents, Trace
 from wallfinder.units import short_frame, size
 
-__all__ = ["MemoryLimits", "device_label", "memory_profile"]
+__all__ = ["MemoryFacts", "device_label", "memory_profile"]
 
 I64 = npt.NDArray[np.int64]
 NS = 1e-9
-MiB = 1 << 20
 
 PHASES = ("forward", "backward", "optimizer", "between steps")
 FORWARD, BACKWARD, OPTIMIZER, BETWEEN = range(4)
@@ -60,31 +62,6 @@ _CAT = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 _KEPT = np.array([_CAT["activations"], _CAT["gradients"], _CAT["optimizer_state"], _CAT["other"]])
 
 _DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia"}
-
-
-@dataclass(frozen=True)
-class MemoryLimits:
-    """When a pattern becomes a finding, and how much the profile lists."""
-
-    near_capacity: float = 0.9
-    pressure: float = 0.5
-    """Below this share of a known capacity, memory is not the limit: the fixes that trade
-    time for memory (checkpointing, smaller micro-batches, offload) are not suggested."""
-    activation_share: float = 0.4
-    state_share: float = 0.4
-    fp32_share: float = 0.5
-    fragmentation_ratio: float = 1.3
-    fragmentation_bytes: int = 256 * MiB
-    fragmentation_capacity_share: float = 0.05
-    leak_share: float = 0.0
-    """Growth over the steady-state steps, as a fraction of the peak, that can be a leak (a
-    steady rise of `leak_bytes` is one already: the finding says when it fills the device)."""
-    leak_bytes: int = 64 * 1024
-    leak_drops: float = 0.25
-    """At most this share of step boundaries may see the level fall in a leak."""
-    churn_per_step: float = 1.0
-    top: int = 10
-    timeline_points: int = 300
 
 
 def device_label(device_type: int, device_id: int) -> str:
@@ -102,12 +79,13 @@ def memory_profile(
     capacity: int | None = None,
     capacity_source: str | None = None,
     world_size: int | None = None,
-    limits: MemoryLimits | None = None,
+    thresholds: Thresholds | None = None,
 ) -> MemoryProfile | None:
     """The memory profile of every device with `[memory]` events (None when there are
     none). `device` is the index of the analysed accelerator, None for the CPU of a CPU-only
     trace; findings are about it, and `capacity` (bytes) is its capacity."""
-    limits = limits or MemoryLimits()
+    thresholds = thresholds or Thresholds()
+    limits = thresholds.memory
     mem = trace.memory
     usable = (mem.bytes != NONE) & (mem.total_allocated != NONE) & (mem.bytes != 0)
     if not usable.any():
@@ -119,11 +97,11 @@ def memory_profile(
     keys = sorted(found, key=lambda k: (k != main, k))
     profiles: list[DeviceMemoryProfile] = []
     notes: list[str] = []
-    findings: list[MemoryFinding] = []
+    findings: list[Finding] = []
     for key in keys:
         rows = np.flatnonzero((mem.device_type == key[0]) & (mem.device_id == key[1]))
         is_main = key == main
-        dm = _device(
+        facts, device_notes = _device(
             ctx,
             rows,
             spans,
@@ -131,13 +109,14 @@ def memory_profile(
             key,
             capacity if is_main else None,
             capacity_source if is_main else None,
-            limits,
+            world_size,
+            thresholds,
         )
-        profiles.append(dm.profile)
-        notes.extend(dm.notes)
+        profiles.append(facts.profile)
+        notes.extend(device_notes)
         if is_main:
-            findings = _findings(dm, world_size, limits)
-            p = dm.profile
+            findings = evaluate(facts)
+            p = facts.profile
             if p.capacity and not _under_pressure(p, limits):
                 what = "reserved" if p.peak_reserved >= p.peak_allocated else "allocated"
                 notes.append(
@@ -176,7 +155,7 @@ def _in_use(p: DeviceMemoryProfile) -> int:
     return max(p.peak_reserved, p.peak_allocated)
 
 
-def _under_pressure(p: DeviceMemoryProfile, limits: MemoryLimits) -> bool:
+def _under_pressure(p: DeviceMemoryProfile, limits: MemoryThresholds) -> bool:
     """Whether memory may be the limit: the peak uses enough of a known capacity (an unknown
     capacity may be full)."""
     return p.capacity is None or _in_use(p) >= limits.pressure * p.capacity
@@ -351,12 +330,44 @@ def _covered(
 
 
 @dataclass(frozen=True)
-class _DeviceResult:
+class MemoryFacts:
+    """What the memory rules look at: one device's memory profile from a trace's memory
+    events, what the replay measured beyond it, the job's world size and the thresholds."""
+
     profile: DeviceMemoryProfile
     activation_fp32: int
-    notes: list[str]
+    """Bytes of the activations live at the peak allocated by ops with fp32 inputs."""
     growth: int
+    """Growth of allocated bytes over the steady-state steps."""
     steady_steps: int
+    world_size: int | None
+    thresholds: Thresholds
+
+    @property
+    def limits(self) -> MemoryThresholds:
+        return self.thresholds.memory
+
+    @property
+    def peak(self) -> int:
+        """Allocated bytes at the peak (at least 1: shares are of it)."""
+        return max(self.profile.peak_allocated, 1)
+
+    @property
+    def pressure(self) -> bool:
+        """Whether memory may be the limit: else no fix that trades time for memory."""
+        return _under_pressure(self.profile, self.limits)
+
+    @cached_property
+    def where(self) -> str:
+        """The peak in words, for the evidence."""
+        p = self.profile
+        return (
+            f"at the peak ({size(p.peak_allocated)} allocated"
+            + (f", {p.peak_step}" if p.peak_step else "")
+            + f", {p.peak_phase}"
+            + (f", in {p.peak_op}" if p.peak_op else "")
+            + ")"
+        )
 
 
 def _device(
@@ -367,8 +378,11 @@ def _device(
     key: tuple[int, int],
     capacity: int | None,
     capacity_source: str | None,
-    limits: MemoryLimits,
-) -> _DeviceResult:
+    world_size: int | None,
+    thresholds: Thresholds,
+) -> tuple[MemoryFacts, list[str]]:
+    """The device's memory facts (its profile), and notes on what could not be measured."""
+    limits = thresholds.memory
     mem = ctx.mem.take(rows)
     free_of = _pair(mem)
     if key[0] == 0:
@@ -465,7 +479,7 @@ def _device(
     activations = alloc & (block_cat == _CAT["activations"])
     act_live = live[activations[live]]
     fp32 = _fp32_bytes(ctx, rows[act_live], mem.bytes[act_live])
-    return _DeviceResult(profile, fp32, notes, growth, steady)
+    return MemoryFacts(profile, fp32, growth, steady, world_size, thresholds), notes
 
 
 def _pair(mem: MemoryEvents) -> I64:
@@ -528,7 +542,7 @@ def _steps(
 
 
 def _growth(
-    steps: list[StepMemory], peak: int, limits: MemoryLimits
+    steps: list[StepMemory], peak: int, limits: MemoryThresholds
 ) -> tuple[float | None, int, bool, int]:
     """(slope of allocated bytes at the steady steps' boundaries, per step; the growth it
     makes over them; whether it is a leak; steady steps)."""
@@ -644,95 +658,139 @@ def _fp32_bytes(ctx: _Context, rows: I64, nbytes: I64) -> int:
     return total
 
 
-def _findings(
-    dm: _DeviceResult, world_size: int | None, limits: MemoryLimits
-) -> list[MemoryFinding]:
-    p = dm.profile
-    cats = p.categories
-    peak = max(p.peak_allocated, 1)
-    where = (
-        f"at the peak ({size(p.peak_allocated)} allocated"
-        + (f", {p.peak_step}" if p.peak_step else "")
-        + f", {p.peak_phase}"
-        + (f", in {p.peak_op}" if p.peak_op else "")
-        + ")"
+# The memory rules: findings on the analysed device, each with the most its fix frees at the
+# peak. The fixes that trade time for memory are for a device under pressure only.
+
+
+def _finding(
+    f: MemoryFacts, id_: str, title: str, evidence: str, fix: str, saving: int | None
+) -> Finding:
+    return Finding.memory(
+        id=id_,
+        title=title,
+        evidence=evidence,
+        fix=fix,
+        saving_bytes=saving,
+        device=f.profile.device,
     )
-    out: list[MemoryFinding] = []
 
-    def add(id_: str, title: str, evidence: str, fix: str, saving: int | None) -> None:
-        out.append(
-            MemoryFinding(
-                id=id_,
-                title=title,
-                evidence=evidence,
-                fix=fix,
-                saving_bytes=saving,
-                device=p.device,
-            )
-        )
 
-    act = cats["activations"]
-    temps = cats["temporaries"]
-    pressure = _under_pressure(p, limits)
-    if pressure and act >= limits.activation_share * peak:
-        add(
-            "memory-activations",
-            "Activations fill most of the memory at the peak",
-            f"activations are {size(act)} ({act / peak:.0%}) {where}",
-            "activation checkpointing (torch.utils.checkpoint around the blocks that keep the "
-            "most, or FSDP/DeepSpeed activation checkpointing): they are recomputed in the "
-            "backward pass, at the cost of about one more forward pass of compute",
-            act,
-        )
-        if dm.activation_fp32 >= limits.fp32_share * act:
-            add(
-                "memory-bf16",
-                "Activations are kept in fp32",
-                f"{size(dm.activation_fp32)} of the activations live {where} come from ops "
-                "with fp32 inputs",
-                "bf16 autocast (torch.autocast(device_type, dtype=torch.bfloat16)) halves "
-                "what the activations take",
-                dm.activation_fp32 // 2,
-            )
-        add(
-            "memory-micro-batch",
-            "A smaller micro-batch would lower the peak",
-            f"activations and temporaries are {size(act + temps)} "
-            f"({(act + temps) / peak:.0%}) {where}; they grow with the batch",
-            "halve the micro-batch and accumulate gradients over two of them (the same "
-            "effective batch; more, smaller steps)",
-            (act + temps) // 2,
-        )
+def _activations_fill(f: MemoryFacts) -> bool:
+    """Whether activations take enough of the peak, on a device under pressure."""
+    return f.pressure and f.profile.categories["activations"] >= f.limits.activation_share * f.peak
+
+
+@rule(MemoryFacts)
+def activations(f: MemoryFacts) -> Finding | None:
+    if not _activations_fill(f):
+        return None
+    act = f.profile.categories["activations"]
+    return _finding(
+        f,
+        "memory-activations",
+        "Activations fill most of the memory at the peak",
+        f"activations are {size(act)} ({act / f.peak:.0%}) {f.where}",
+        "activation checkpointing (torch.utils.checkpoint around the blocks that keep the "
+        "most, or FSDP/DeepSpeed activation checkpointing): they are recomputed in the "
+        "backward pass, at the cost of about one more forward pass of compute",
+        act,
+    )
+
+
+@rule(MemoryFacts)
+def fp32_activations(f: MemoryFacts) -> Finding | None:
+    act = f.profile.categories["activations"]
+    if not _activations_fill(f) or f.activation_fp32 < f.limits.fp32_share * act:
+        return None
+    return _finding(
+        f,
+        "memory-bf16",
+        "Activations are kept in fp32",
+        f"{size(f.activation_fp32)} of the activations live {f.where} come from ops "
+        "with fp32 inputs",
+        "bf16 autocast (torch.autocast(device_type, dtype=torch.bfloat16)) halves "
+        "what the activations take",
+        f.activation_fp32 // 2,
+    )
+
+
+@rule(MemoryFacts)
+def micro_batch(f: MemoryFacts) -> Finding | None:
+    if not _activations_fill(f):
+        return None
+    act, temps = f.profile.categories["activations"], f.profile.categories["temporaries"]
+    return _finding(
+        f,
+        "memory-micro-batch",
+        "A smaller micro-batch would lower the peak",
+        f"activations and temporaries are {size(act + temps)} "
+        f"({(act + temps) / f.peak:.0%}) {f.where}; they grow with the batch",
+        "halve the micro-batch and accumulate gradients over two of them (the same "
+        "effective batch; more, smaller steps)",
+        (act + temps) // 2,
+    )
+
+
+def _model_state(f: MemoryFacts) -> tuple[int, str] | None:
+    """Parameters, gradients and optimizer state at the peak (bytes, in words), when they
+    take enough of it on a device under pressure, near capacity or with optimizer state."""
+    p, cats = f.profile, f.profile.categories
     state = cats["before_trace"] + cats["optimizer_state"] + cats["gradients"]
-    near = p.capacity is not None and p.peak_reserved >= limits.near_capacity * p.capacity
-    if pressure and state >= limits.state_share * peak and (near or cats["optimizer_state"] > 0):
-        what = (
-            f"parameters, gradients and optimizer state ({size(cats['before_trace'])} "
-            f"allocated before the trace, {size(cats['gradients'])} of gradients, "
-            f"{size(cats['optimizer_state'])} of optimizer state) are {size(state)} "
-            f"({state / peak:.0%}) {where}"
-        )
-        if world_size is not None and world_size > 1:
-            add(
-                "memory-shard-state",
-                "Each rank keeps a full copy of the model's state",
-                what,
-                f"shard optimizer state, gradients and parameters across the {world_size} "
-                "ranks (FSDP, or ZeRO stages 1-3)",
-                int(state * (1 - 1 / world_size)),
-            )
-        else:
-            add(
-                "memory-offload",
-                "The model's state takes most of the memory",
-                what,
-                "offload optimizer state to host memory (FSDP CPUOffload, DeepSpeed ZeRO "
-                "offload), or shard it across GPUs; an 8-bit optimizer shrinks it",
-                cats["optimizer_state"] + cats["before_trace"] or None,
-            )
+    near = p.capacity is not None and p.peak_reserved >= f.limits.near_capacity * p.capacity
+    if not (
+        f.pressure
+        and state >= f.limits.state_share * f.peak
+        and (near or cats["optimizer_state"] > 0)
+    ):
+        return None
+    return state, (
+        f"parameters, gradients and optimizer state ({size(cats['before_trace'])} "
+        f"allocated before the trace, {size(cats['gradients'])} of gradients, "
+        f"{size(cats['optimizer_state'])} of optimizer state) are {size(state)} "
+        f"({state / f.peak:.0%}) {f.where}"
+    )
+
+
+@rule(MemoryFacts)
+def shard_state(f: MemoryFacts) -> Finding | None:
+    found = _model_state(f)
+    if found is None or f.world_size is None or f.world_size <= 1:
+        return None
+    state, what = found
+    return _finding(
+        f,
+        "memory-shard-state",
+        "Each rank keeps a full copy of the model's state",
+        what,
+        f"shard optimizer state, gradients and parameters across the {f.world_size} "
+        "ranks (FSDP, or ZeRO stages 1-3)",
+        int(state * (1 - 1 / f.world_size)),
+    )
+
+
+@rule(MemoryFacts)
+def offload_state(f: MemoryFacts) -> Finding | None:
+    found = _model_state(f)
+    if found is None or (f.world_size is not None and f.world_size > 1):
+        return None
+    cats = f.profile.categories
+    return _finding(
+        f,
+        "memory-offload",
+        "The model's state takes most of the memory",
+        found[1],
+        "offload optimizer state to host memory (FSDP CPUOffload, DeepSpeed ZeRO "
+        "offload), or shard it across GPUs; an 8-bit optimizer shrinks it",
+        cats["optimizer_state"] + cats["before_trace"] or None,
+    )
+
+
+@rule(MemoryFacts)
+def fragmentation(f: MemoryFacts) -> Finding | None:
+    p, limits = f.profile, f.limits
     cached = p.reserved_at_peak - p.peak_allocated
-    if (
-        pressure
+    if not (
+        f.pressure
         and p.device != "cpu"
         and p.reserved_at_peak >= limits.fragmentation_ratio * p.peak_allocated
         and cached
@@ -741,50 +799,94 @@ def _findings(
             limits.fragmentation_capacity_share * (p.capacity or 0),
         )
     ):
-        add(
-            "memory-fragmentation",
-            "Reserved memory is far above what is allocated",
-            f"{size(p.reserved_at_peak)} reserved but {size(p.peak_allocated)} allocated "
-            f"at the peak: {size(cached)} held by the allocator but unused (freed blocks from "
-            "an earlier, larger peak, or fragments too small for the requests)"
-            + (
-                f"; reserved memory grew {p.reserved_grows} times in the trace"
-                if p.reserved_grows
-                else ""
-            ),
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead of "
-            "splitting; keep tensor shapes stable",
-            cached,
-        )
-    if p.device != "cpu" and p.steady_reserved_changes_per_step >= limits.churn_per_step:
-        add(
-            "memory-churn",
-            "The allocator gets and releases device memory every step",
-            f"reserved memory changed {p.steady_reserved_changes_per_step:.1f} times per "
-            "steady-state step (device mallocs and frees, which synchronise)",
-            "no torch.cuda.empty_cache() in the loop; PYTORCH_CUDA_ALLOC_CONF="
-            "expandable_segments:True; stable shapes (pad or bucket variable lengths)",
-            None,
-        )
-    if p.leak:
-        sites = "; ".join(
-            f"{s.site} ({size(s.bytes)} in {s.count} blocks over {s.steps} steps)"
-            for s in p.leak_sites[:3]
-        )
-        rate = p.growth_per_step or 0.0
-        horizon = ""
-        if p.capacity and rate > 0:
-            left = max(p.capacity - p.peak_reserved, 0)
-            horizon = f"; at this rate the device is full in about {left / rate:,.0f} more steps"
-        add(
-            "memory-leak",
-            "Allocated memory grows every step",
-            f"allocated memory at the start of each step rises by {size(rate)} per step "
-            f"({size(dm.growth)} from the first to the last of {dm.steady_steps} steady-state "
-            f"steps){horizon}" + (f"; never freed: {sites}" if sites else ""),
-            "do not keep tensors that hold their graph: log loss.item() or loss.detach() "
-            "(every N steps), run evaluation under torch.no_grad(), and clear lists of "
-            "outputs kept across steps",
-            dm.growth,
-        )
-    return out
+        return None
+    return _finding(
+        f,
+        "memory-fragmentation",
+        "Reserved memory is far above what is allocated",
+        f"{size(p.reserved_at_peak)} reserved but {size(p.peak_allocated)} allocated "
+        f"at the peak: {size(cached)} held by the allocator but unused (freed blocks from "
+        "an earlier, larger peak, or fragments too small for the requests)"
+        + (
+            f"; reserved memory grew {p.reserved_grows} times in the trace"
+            if p.reserved_grows
+            else ""
+        ),
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead of "
+        "splitting; keep tensor shapes stable",
+        cached,
+    )
+
+
+@rule(MemoryFacts)
+def churn(f: MemoryFacts) -> Finding | None:
+    p = f.profile
+    if p.device == "cpu" or p.steady_reserved_changes_per_step < f.limits.churn_per_step:
+        return None
+    return _finding(
+        f,
+        "memory-churn",
+        "The allocator gets and releases device memory every step",
+        f"reserved memory changed {p.steady_reserved_changes_per_step:.1f} times per "
+        "steady-state step (device mallocs and frees, which synchronise)",
+        "no torch.cuda.empty_cache() in the loop; PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True; stable shapes (pad or bucket variable lengths)",
+        None,
+    )
+
+
+@rule(MemoryFacts)
+def leak(f: MemoryFacts) -> Finding | None:
+    p = f.profile
+    if not p.leak:
+        return None
+    sites = "; ".join(
+        f"{s.site} ({size(s.bytes)} in {s.count} blocks over {s.steps} steps)"
+        for s in p.leak_sites[:3]
+    )
+    rate = p.growth_per_step or 0.0
+    horizon = ""
+    if p.capacity and rate > 0:
+        left = max(p.capacity - p.peak_reserved, 0)
+        horizon = f"; at this rate the device is full in about {left / rate:,.0f} more steps"
+    return _finding(
+        f,
+        "memory-leak",
+        "Allocated memory grows every step",
+        f"allocated memory at the start of each step rises by {size(rate)} per step "
+        f"({size(f.growth)} from the first to the last of {f.steady_steps} steady-state "
+        f"steps){horizon}" + (f"; never freed: {sites}" if sites else ""),
+        "do not keep tensors that hold their graph: log loss.item() or loss.detach() "
+        "(every N steps), run evaluation under torch.no_grad(), and clear lists of "
+        "outputs kept across steps",
+        f.growth,
+    )
+
+
+@rule(Facts)
+def memory_peak(f: Facts) -> Finding | None:
+    """Device memory at its peak near capacity: not a time cost, a limit (batch size, OOM).
+    A rank's finding, ranked with the time findings."""
+    m = f.memory.main if f.memory is not None else None
+    if m is None or f.dev is None or not m.capacity or m.device == "cpu":
+        return None
+    ratio = m.peak_reserved / m.capacity
+    if ratio < f.thresholds.memory.near_capacity:
+        return None
+    when = ", ".join(x for x in (m.peak_step, m.peak_phase, m.peak_op) if x)
+    return Finding(
+        id="memory-peak",
+        wall="overhead",
+        title="Device memory peaks near capacity",
+        share=0.0,
+        max_speedup=1.0,
+        evidence=(
+            f"peak reserved {m.peak_reserved / 2**30:.1f} GiB ({ratio:.0%} of "
+            f"{m.capacity / 2**30:.0f} GiB), peak allocated {m.peak_allocated / 2**30:.1f} GiB "
+            f"({when}); no direct speedup: it caps the batch size and risks running out of "
+            "memory (the memory findings say what fills it)"
+        ),
+        fix="activation checkpointing, bf16 autocast, a smaller micro-batch with gradient "
+        "accumulation, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, sharded optimizer "
+        "state (FSDP/ZeRO)",
+    )

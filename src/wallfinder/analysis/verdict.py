@@ -1,15 +1,14 @@
 """The first verdict: which wall, from the breakdown and the class shares.
 
-The thresholds are named here and can be overridden with `Thresholds`; the questions are asked
-in the order of DESIGN.md §1 and every answer carries the number that decided it.
+The thresholds are `Thresholds`' top level (analysis/thresholds.py); the questions are asked in
+the order of DESIGN.md §1 and every answer carries the number that decided it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 
+from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -38,27 +37,11 @@ MIN_STEPS_FOR_STABILITY = 3
 """With fewer steady-state steps, a coefficient of variation says nothing."""
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """Named, documented thresholds of the verdict."""
-
-    max_cv: float = 0.10
-    """Steps are stable when their coefficient of variation is at most this."""
-    min_busy: float = 0.75
-    """The device is busy when compute kernels cover at least this share of the step; below
-    it, the overhead wall (idle, exposed communication and copies) decides."""
-    min_matmul: float = 0.50
-    """The busy time is in matmuls when GEMM, attention and convolution take at least this
-    share of it; below it, the bandwidth wall decides."""
-    near_peak: float = 0.60
-    """The matmuls are near peak when their time-weighted % of roof is at least this."""
-
-
 def decide(
     steps: Steps,
     breakdown: Breakdown,
     classes: list[ClassShare],
-    thresholds: Thresholds = Thresholds(),
+    thresholds: Thresholds | None = None,
     roofline: Roofline | None = None,
     *,
     roof_estimate: bool = False,
@@ -67,6 +50,7 @@ def decide(
     step time is stable is answered too, and weighed against the findings by `headline`).
     `roof_estimate` says the device's peaks are a nominal estimate (a CPU with no spec file),
     which the fourth answer says."""
+    thresholds = thresholds or Thresholds()
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
         question="Is step time stable?",

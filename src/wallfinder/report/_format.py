@@ -7,7 +7,7 @@ from wallfinder.diagnosis import (
     MEMORY_CATEGORIES,
     DeviceMemoryProfile,
     Diagnosis,
-    MemoryFinding,
+    Finding,
 )
 from wallfinder.units import size
 
@@ -358,7 +358,7 @@ def memory_leak_sites(m: DeviceMemoryProfile) -> list[str]:
     ]
 
 
-def memory_saving(f: MemoryFinding) -> str:
+def memory_saving(f: Finding) -> str:
     """The most a memory finding's fix can free at the peak, in words."""
     return "bound unknown" if f.saving_bytes is None else f"frees at most {size(f.saving_bytes)}"
 

@@ -1,0 +1,117 @@
+"""The one tree of thresholds: when a measurement answers a verdict's question or becomes a
+finding.
+
+`Thresholds` holds the verdict's thresholds at its top level and one frozen group per family
+of findings: `time` (findings that cost step time, a rank's and a job's), `memory` (a trace's
+`[memory]` events), `snapshot` (an allocator snapshot, `wallfinder memory`) and `job` (a job's
+collectives). It reaches every rule through the facts the rule is given, so one
+`Options(thresholds=...)` moves the verdict and the findings alike; no module keeps a copy of
+a default. A group is replaced whole or in part::
+
+    Thresholds(near_peak=0.8, memory=MemoryThresholds(near_capacity=0.95))
+    dataclasses.replace(t, time=dataclasses.replace(t.time, min_share=0.05))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "JobThresholds",
+    "MemoryThresholds",
+    "SnapshotThresholds",
+    "Thresholds",
+    "TimeThresholds",
+]
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class TimeThresholds:
+    """When step time lost becomes a finding (a rank's findings and a job's)."""
+
+    min_share: float = 0.02
+    """Findings that explain less than this share of the step are not reported; a rank whose
+    lateness costs the others less than this share is no straggler."""
+    short_kernel_ns: int = 10_000
+    """Kernels shorter than this are launch-overhead sized: the host can hardly keep up."""
+    optimizer_kernels: float = 50.0
+    """An optimizer step launching at least this many kernels per step is slow-optimizer."""
+
+
+@dataclass(frozen=True)
+class MemoryThresholds:
+    """When a trace's memory events (`profile_memory=True`) become a finding, and how much the
+    memory profile lists."""
+
+    near_capacity: float = 0.9
+    """Reserved memory at this share of the device's capacity is near full: the memory-peak
+    finding, and enough for the model's state to be worth offloading or sharding."""
+    pressure: float = 0.5
+    """Below this share of a known capacity, memory is not the limit: the fixes that trade
+    time for memory (checkpointing, smaller micro-batches, offload) are not suggested."""
+    activation_share: float = 0.4
+    state_share: float = 0.4
+    fp32_share: float = 0.5
+    fragmentation_ratio: float = 1.3
+    fragmentation_bytes: int = 256 * MiB
+    fragmentation_capacity_share: float = 0.05
+    leak_share: float = 0.0
+    """Growth over the steady-state steps, as a fraction of the peak, that can be a leak (a
+    steady rise of `leak_bytes` is one already: the finding says when it fills the device)."""
+    leak_bytes: int = 64 * 1024
+    leak_drops: float = 0.25
+    """At most this share of step boundaries may see the level fall in a leak."""
+    churn_per_step: float = 1.0
+    top: int = 10
+    timeline_points: int = 300
+
+
+@dataclass(frozen=True)
+class SnapshotThresholds:
+    """When a pattern of an allocator snapshot (`wallfinder memory`) becomes a finding, and
+    how much the report lists."""
+
+    fragmentation_ratio: float = 1.5
+    fragmentation_free: int = GiB
+    activation_share: float = 0.5
+    optimizer_share: float = 0.3
+    optimizer_bytes: int = GiB
+    leak_min_count: int = 3
+    top: int = 10
+
+
+@dataclass(frozen=True)
+class JobThresholds:
+    """When a job's collectives become a finding or its verdict."""
+
+    small_message_bytes: int = MiB
+    """Below this a collective's time is mostly latency (NCCL's ring reaches bandwidth near
+    several MB per message)."""
+    wait_wall_share: float = 0.10
+    """Ranks waiting for each other in collectives for this share of a step (and no single
+    straggler) makes communication wait the job's verdict."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Named, documented thresholds: the verdict's at the top level, the findings' in groups.
+    See the module's docstring."""
+
+    max_cv: float = 0.10
+    """Steps are stable when their coefficient of variation is at most this."""
+    min_busy: float = 0.75
+    """The device is busy when compute kernels cover at least this share of the step; below
+    it, the overhead wall (idle, exposed communication and copies) decides."""
+    min_matmul: float = 0.50
+    """The busy time is in matmuls when GEMM, attention and convolution take at least this
+    share of it; below it, the bandwidth wall decides."""
+    near_peak: float = 0.60
+    """The matmuls are near peak when their time-weighted % of roof is at least this; each
+    compute-bound matmul op below it is in the matmul-below-roof finding."""
+    time: TimeThresholds = field(default_factory=TimeThresholds)
+    memory: MemoryThresholds = field(default_factory=MemoryThresholds)
+    snapshot: SnapshotThresholds = field(default_factory=SnapshotThresholds)
+    job: JobThresholds = field(default_factory=JobThresholds)

@@ -1,0 +1,141 @@
+"""Results saved by older releases keep loading: tests/data holds a diagnosis and a memory
+report written by the release whose schemas were /1 (see the commit that added them: the
+diagnosis is `analyze --format json` of test_memory_profile's
+`training_with_memory(leak=MiB, churn=True)`), read here upgraded, and through diff, check and
+history."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from test_memory_profile import MiB, training_with_memory
+
+from wallfinder import analyze
+from wallfinder.analysis.check import Bounds, check
+from wallfinder.analysis.diff import diff
+from wallfinder.api import load_diagnosis
+from wallfinder.cli import main
+from wallfinder.diagnosis import MEMORY_SCHEMA, SCHEMA, Diagnosis, MemoryReport
+from wallfinder.history import History
+
+DATA = Path(__file__).parent.parent / "data"
+V1 = DATA / "diagnosis-v1.json"
+MEMORY_V1 = DATA / "memory-v1.json"
+
+
+def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
+    """A /2 JSON form as /1 wrote it: the findings without the fields /2 added."""
+    memory_only = ("wall", "share", "max_speedup", "saves")
+    out = {**d, "schema": "wallfinder.diagnosis/1"}
+    out["findings"] = [
+        {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device")}
+        for f in d["findings"]
+    ]
+    if d.get("memory"):
+        out["memory"] = {
+            **d["memory"],
+            "findings": [
+                {k: v for k, v in f.items() if k not in memory_only}
+                for f in d["memory"]["findings"]
+            ],
+        }
+    return out
+
+
+def test_a_v1_diagnosis_loads_as_v2_with_nothing_else_changed() -> None:
+    text = V1.read_text()
+    assert json.loads(text)["schema"] == "wallfinder.diagnosis/1"
+    d = load_diagnosis(V1)
+    assert d.schema == SCHEMA
+    assert [(f.id, f.saves) for f in d.findings] == [
+        ("data-loading", "time"),
+        ("launch-bound", "time"),
+        ("tiny-grids", "time"),
+    ]
+    assert d.memory is not None
+    mem = d.memory.findings
+    assert [f.id for f in mem] == ["memory-churn", "memory-leak"]
+    for f in mem:
+        assert (f.saves, f.wall, f.share, f.max_speedup, f.device) == (
+            "memory",
+            None,
+            0.0,
+            1.0,
+            "cuda:0",
+        )
+    assert mem[0].saving_bytes is None
+    assert mem[1].saving_bytes == 5 * MiB  # the growth over the steady steps
+    assert _as_v1(json.loads(d.to_json())) == json.loads(text)
+    # Saved again, it is a /2 file that reads back the same.
+    assert Diagnosis.from_json(d.to_json()) == d
+
+
+def test_a_v1_diagnosis_is_what_this_release_finds_in_the_same_trace(tmp_path: Path) -> None:
+    old = load_diagnosis(V1)
+    new = analyze(training_with_memory(leak=MiB, churn=True).write(tmp_path / "training.json"))
+    assert old.findings == new.findings
+    assert old.memory is not None
+    assert new.memory is not None
+    assert old.memory.findings == new.memory.findings
+
+
+def test_a_v1_diagnosis_diffs_and_checks_against_a_new_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    trace = training_with_memory(leak=MiB, churn=True).write(tmp_path / "training.json")
+    x = diff(load_diagnosis(V1), analyze(trace))
+    assert {(f.id, f.status) for f in x.findings} == {
+        ("data-loading", "remaining"),
+        ("launch-bound", "remaining"),
+        ("tiny-grids", "remaining"),
+    }
+    assert x.memory is not None
+    assert [(f.id, f.status) for f in x.memory.findings] == [
+        ("memory-churn", "remaining"),
+        ("memory-leak", "remaining"),
+    ]
+    assert main(["diff", str(V1), str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "memory findings remaining: memory-churn, memory-leak" in out
+    [leak] = check(load_diagnosis(V1), Bounds(no_memory_leak=True))
+    assert not leak.held
+    assert main(["check", str(V1), "--no-memory-leak"]) == 1
+    assert "a leak, against --no-memory-leak" in capsys.readouterr().out
+
+
+def test_a_v1_diagnosis_stored_in_the_history_loads(tmp_path: Path) -> None:
+    db = tmp_path / "history.sqlite3"
+    with History(db) as history:
+        run = history.record("job", load_diagnosis(V1), commit=None, host=None)
+    # As a release with schema /1 stored it: its own JSON, compressed.
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "UPDATE runs SET diagnosis = ? WHERE id = ?",
+            (zlib.compress(V1.read_bytes()), run.id),
+        )
+    con.close()
+    with History(db) as history:
+        assert history.diagnosis(run.id) == load_diagnosis(V1)
+
+
+def test_a_v1_memory_report_loads_as_v2() -> None:
+    text = MEMORY_V1.read_text()
+    r = MemoryReport.from_json(text)
+    assert r.schema == MEMORY_SCHEMA
+    assert [(f.id, f.saves, f.wall, f.device) for f in r.findings] == [
+        ("memory-fragmentation", "memory", None, "cuda:0"),
+        ("memory-optimizer-state", "memory", None, None),
+        ("memory-leak-suspect", "memory", None, None),
+    ]
+    again = msgspec.json.decode(r.to_json())
+    for f in again["findings"]:
+        for key in ("wall", "share", "max_speedup", "saves"):
+            del f[key]
+    assert {**again, "schema": "wallfinder.memory/1"} == json.loads(text)

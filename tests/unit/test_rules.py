@@ -1,0 +1,56 @@
+"""One registry of findings: every rule over one scope's facts, each scope's facts carrying
+the one thresholds tree, and a new finding added as one function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tracegen import training_trace
+from wallfinder import Thresholds, analyze
+from wallfinder.analysis import rules
+from wallfinder.analysis.collectives import JobFacts
+from wallfinder.analysis.findings import Facts
+from wallfinder.analysis.memory import SnapshotFacts
+from wallfinder.analysis.memory_profile import MemoryFacts
+from wallfinder.analysis.rules import RULES, TOPICS, evaluate, rule, rules_for
+from wallfinder.diagnosis import Finding
+
+
+def test_every_rule_reads_one_of_the_four_scopes_from_a_topic_module() -> None:
+    rules_for(Facts)  # imports every topic module, so that every rule is registered
+    assert {r.scope for r in RULES} == {Facts, MemoryFacts, SnapshotFacts, JobFacts}
+    assert {r.check.__module__ for r in RULES} == set(TOPICS)
+    names = [(r.scope, r.name) for r in RULES]
+    assert len(names) == len(set(names))
+    # Every scope's facts carry the thresholds.
+    for scope in (Facts, MemoryFacts, SnapshotFacts, JobFacts):
+        assert scope.__dataclass_fields__["thresholds"].type in ("Thresholds", Thresholds)
+
+
+def test_a_new_finding_is_one_registered_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rules, "RULES", list(RULES))  # the registration is undone after
+
+    @rule(Facts)
+    def step_count(f: Facts) -> Finding | None:
+        return Finding(
+            id="step-count",
+            wall="overhead",
+            title="Steps counted",
+            share=0.5,
+            max_speedup=2.0,
+            evidence=f"{f.steps.count} steps",
+            fix="none",
+        )
+
+    assert rules_for(Facts)[-1].check is step_count
+    d = analyze(training_trace(4).write(tmp_path / "t.json"))
+    found = next(f for f in d.findings if f.id == "step-count")
+    assert (found.evidence, found.saves) == ("4 steps", "time")
+
+
+def test_facts_of_a_scope_with_no_rules_find_nothing() -> None:
+    assert evaluate(object()) == []
