@@ -37,8 +37,9 @@ import torch
 import wallfinder
 from wallfinder.analysis.diff import diff
 from wallfinder.capture.run import RunSettings, run_program
-from wallfinder.capture.workloads import WORKLOADS, DemoResult, default_device, run_demo
+from wallfinder.capture.workloads import WORKLOADS, default_device
 from wallfinder.diagnosis import Diagnosis
+from wallfinder.measure import DemoResult, run_demo
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ communication/overhead — from its profiler traces.
 
 from wallfinder.analysis import ModelFlops, Thresholds
 from wallfinder.api import Options, analyze
-from wallfinder.capture import Profile, StepTimer, profile
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
+from wallfinder.measure import Profile, StepTimer, profile
 
 __all__ = [
     "Diagnosis",

@@ -1,22 +1,31 @@
-"""The library's entry points: `analyze` a trace file or a folder of rank traces."""
+"""The library's entry points: `analyze` a trace file or a folder of rank traces, and what
+the command line needs beside it: saved diagnoses (`load_diagnosis`), what moved between two
+runs (`diff`), bounds for a CI gate (`Bounds`, `check`), the roofline calculator (`calculate`,
+`cost_of`, `fusion`), allocator snapshots (`analyze_memory`) and the TOML file a CI gate's
+bounds live in (`read_toml`). The analyses themselves stay in `wallfinder.analysis`: the
+command line reaches them through this module only."""
 
 from __future__ import annotations
 
 import os
 import re
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose
-from wallfinder.analysis.collectives import RankCollectives, join, rank_collectives
+from wallfinder.analysis.calculator import calculate, cost_of, fusion
+from wallfinder.analysis.check import BoundCheck, Bounds, check
+from wallfinder.analysis.collectives import rank_collectives
+from wallfinder.analysis.diff import diff
+from wallfinder.analysis.job import RankResult, job_diagnosis
 from wallfinder.analysis.memory import memory_report
-from wallfinder.diagnosis import DIAGNOSIS_SCHEMAS, SCHEMA, Diagnosis, JobSummary, MemoryReport
+from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
+from wallfinder.diagnosis import DIAGNOSIS_SCHEMAS, SCHEMA, Calculation, Diagnosis, MemoryReport
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
+from wallfinder.hardware._toml import read_toml_file
 from wallfinder.hardware.profile import load_device_profile
 from wallfinder.trace import (
     GZIP_DATA_ERRORS,
@@ -28,6 +37,30 @@ from wallfinder.trace import (
     process_context,
 )
 from wallfinder.trace.snapshot import load_snapshot
+
+__all__ = [
+    "MIN_STEPS_FOR_STABILITY",
+    "BoundCheck",
+    "Bounds",
+    "Calculation",
+    "Diagnosis",
+    "ModelFlops",
+    "Options",
+    "Progress",
+    "RankResult",
+    "Thresholds",
+    "analyze",
+    "analyze_memory",
+    "analyze_rank",
+    "calculate",
+    "check",
+    "cost_of",
+    "diff",
+    "fusion",
+    "load_diagnosis",
+    "read_toml",
+    "saved_schema",
+]
 
 
 @dataclass(frozen=True)
@@ -95,10 +128,10 @@ def analyze(
     if len(files) == 1 and scheduler is None:
         return _diagnose(load_trace(files[0], progress, workers=workers), options)
     if scheduler is None:
-        return job_diagnosis(_in_processes(files, progress, workers, options), options)
+        return job_diagnosis(_in_processes(files, progress, workers, options), options.thresholds)
     results = _on_dask(scheduler, files, options, progress)
     if len(files) > 1:
-        return job_diagnosis(results, options)
+        return job_diagnosis(results, options.thresholds)
     # One file is one trace, not a job: the same diagnosis as without a scheduler.
     if isinstance(results[0], str):
         raise WallfinderError(results[0])
@@ -156,11 +189,6 @@ def _read(path: Path) -> bytes:
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
     spec = options.spec_for(trace)
     return diagnose(trace, options.thresholds, spec=spec, model=options.model)
-
-
-RankResult = tuple[Diagnosis, RankCollectives] | str
-"""What one rank's worker sends back: its diagnosis and collective records, or why it was
-skipped."""
 
 
 def analyze_rank(path: Path, options: Options) -> RankResult:
@@ -230,88 +258,6 @@ def _on_dask(
     return results
 
 
-def job_diagnosis(results: Sequence[RankResult], options: Options | None = None) -> Diagnosis:
-    """The job's diagnosis from its ranks' results: the lowest rank's diagnosis with a line per
-    rank, the cross-rank join (`job`) and its findings. Ranks that are not consistent with the
-    job are skipped and named in `warnings`; raises `WallfinderError` when none is left."""
-    good = [r for r in results if not isinstance(r, str)]
-    skipped = [f"skipped {r}" for r in results if isinstance(r, str)]
-    if not good:
-        raise WallfinderError(f"no rank trace could be analysed ({'; '.join(skipped)})")
-    good.sort(key=lambda r: (r[0].rank is None, r[0].rank or 0, r[0].source))
-    kept, dropped = consistent_ranks(good)
-    skipped += dropped
-    main = kept[0][0]
-    job = join(kept, _spec_of(main), (options or Options()).thresholds)
-    findings = sorted([*job.findings, *main.findings], key=lambda f: -f.max_speedup)
-    notes = [*job.summary.notes, *_missing(kept)]
-    summary = job.summary if notes == job.summary.notes else _with_notes(job.summary, notes)
-    return Diagnosis(
-        **{
-            **{f: getattr(main, f) for f in main.__struct_fields__},
-            "ranks": job.ranks,
-            "findings": findings,
-            "warnings": [*main.warnings, *skipped],
-            "job": summary,
-        }
-    )
-
-
-def _with_notes(summary: JobSummary, notes: list[str]) -> JobSummary:
-    import msgspec
-
-    return msgspec.structs.replace(summary, notes=notes)
-
-
-def consistent_ranks(
-    ranks: Sequence[tuple[Diagnosis, RankCollectives]],
-) -> tuple[list[tuple[Diagnosis, RankCollectives]], list[str]]:
-    """The ranks of one job: those with the most common world size (the lowest rank's job on a
-    tie), one file per rank (the first by name). Returns them and what was skipped, why."""
-    sizes = Counter(d.world_size for d, _ in ranks)
-    first = ranks[0][0].world_size
-    size = max(sizes, key=lambda s: (sizes[s], s == first))
-    kept: list[tuple[Diagnosis, RankCollectives]] = []
-    skipped: list[str] = []
-    seen: dict[int, str] = {}
-    for d, c in sorted(ranks, key=lambda r: (r[0].rank or 0, r[0].source)):
-        if d.world_size != size:
-            skipped.append(
-                f"skipped {d.source}: another job's rank (world size {d.world_size}, not {size})"
-            )
-        elif d.rank is not None and d.rank in seen:
-            skipped.append(f"skipped {d.source}: rank {d.rank} again (kept {seen[d.rank]})")
-        else:
-            if d.rank is not None:
-                seen[d.rank] = d.source
-            kept.append((d, c))
-    return kept, skipped
-
-
-def _missing(ranks: Sequence[tuple[Diagnosis, RankCollectives]]) -> list[str]:
-    world = ranks[0][0].world_size
-    if world is None:
-        return []
-    have = {d.rank for d, _ in ranks if d.rank is not None}
-    gone = [r for r in range(world) if r not in have]
-    if not gone:
-        return []
-    listed = ", ".join(map(str, gone[:10])) + (", ..." if len(gone) > 10 else "")
-    return [
-        f"{len(have)} of {world} ranks have a trace here; missing: {listed} "
-        "(collectives are matched among the ranks present)"
-    ]
-
-
-def _spec_of(d: Diagnosis) -> DeviceSpec | None:
-    if d.device.matched_spec is None:
-        return None
-    try:
-        return get_spec(d.device.matched_spec)
-    except WallfinderError:
-        return None
-
-
 def analyze_memory(path: str | Path, options: Options | None = None) -> MemoryReport:
     """What fills GPU memory, from the CUDA allocator snapshot at `path`
     (`torch.cuda.memory._dump_snapshot`, plain or gzip), with the findings its
@@ -319,3 +265,10 @@ def analyze_memory(path: str | Path, options: Options | None = None) -> MemoryRe
     but plain data is refused with a `WallfinderError`."""
     thresholds = (options or Options()).thresholds
     return memory_report(load_snapshot(path), source=str(path), thresholds=thresholds)
+
+
+def read_toml(path: str | os.PathLike[str], what: str) -> tuple[Path, dict[str, object]]:
+    """A TOML file (e.g. the `[tool.wallfinder.check]` bounds of a pyproject.toml) and its
+    document, read as the device spec files are: a missing, unreadable or malformed file is a
+    one-line `WallfinderError` in which `what` names the kind of file."""
+    return read_toml_file(path, what)

@@ -19,8 +19,9 @@ import pytest
 from invariants import assert_diagnosis_invariants, assert_findings_bounded
 from wallfinder import Diagnosis
 from wallfinder.capture import workloads
-from wallfinder.capture.workloads import WORKLOADS, run_demo
+from wallfinder.capture.workloads import WORKLOADS
 from wallfinder.cli import main
+from wallfinder.measure import run_demo
 
 torch = pytest.importorskip("torch")
 

@@ -1,30 +1,24 @@
-"""Capture: profile a real training loop with torch.profiler and diagnose what it recorded.
+"""Capture: record a training loop with torch.profiler (`Recording`), or time its steps with no
+profiler (`Timing`); `run` runs an unmodified program with a step hook, `workloads` the demo
+jobs, `calibrate` measures the device. Diagnosing what was captured is not done here:
+`wallfinder.measure` builds `wallfinder.profile` and `wallfinder.StepTimer` on these.
 
-The only package that imports torch, and only when a profile starts: importing wallfinder (or
+The only package that imports torch, and only when a capture starts: importing wallfinder (or
 this module) never does.
-
-    with wallfinder.profile(active=5) as p:
-        for batch in loader:
-            train_step(batch)      # p.step() each iteration, or let optimizer steps mark them
-    print(p.diagnosis)
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from wallfinder.analysis import Thresholds, timed_steps
-from wallfinder.api import Options, analyze
 from wallfinder.capture._hook import FirstOptimizer, Recorder, StepClock
-from wallfinder.diagnosis import Diagnosis, Steps
 from wallfinder.errors import WallfinderError
 
-__all__ = ["Profile", "StepTimer", "profile", "require_torch"]
+__all__ = ["Recording", "Timing", "require_torch"]
 
 INSTALL_TORCH = "pip install 'wallfinder[torch]'"
 
@@ -38,9 +32,6 @@ def require_torch(what: str) -> None:
             f"{what} needs PyTorch, which is not installed here: {INSTALL_TORCH} (or "
             "install the torch build for your accelerator); analysing saved traces needs none"
         )
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class _StepMarks:
@@ -77,16 +68,21 @@ class _StepMarks:
         self._mark()
 
 
-class Profile(_StepMarks):
+R = TypeVar("R", bound="Recording")
+T = TypeVar("T", bound="Timing")
+
+
+class Recording(_StepMarks):
     """A torch.profiler session over a training loop: `wait` steps ignored, `warmup` steps
     profiled but discarded (compilation, autotuning, allocator growth), `active` steps kept.
 
     Steps are marked by `step()`; with `auto_step` (the default), every step of the first
     optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
     itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
-    and analysed: `diagnosis` holds the result and `trace_path` the file. A loop that stops
-    inside the active steps is analysed over the steps it completed. `memory` records memory
-    events (and, unless `stacks` says otherwise, Python stacks for their call sites).
+    and `trace_path` names it; a loop that stops inside the active steps keeps the steps it
+    completed. `memory` records memory events (and, unless `stacks` says otherwise, Python
+    stacks for their call sites). A subclass acts on the trace in `recorded`
+    (`wallfinder.profile` diagnoses it).
     """
 
     def __init__(
@@ -99,7 +95,6 @@ class Profile(_StepMarks):
         memory: bool = False,
         stacks: bool | None = None,
         auto_step: bool = True,
-        options: Options | None = None,
     ) -> None:
         if wait < 0 or warmup < 0 or active < 1:
             raise WallfinderError("profile needs wait ≥ 0, warmup ≥ 0 and active ≥ 1 steps")
@@ -109,12 +104,11 @@ class Profile(_StepMarks):
         # Memory call sites are Python functions only with Python stacks: on with memory unless
         # asked otherwise, as in `wallfinder run --memory`.
         self.memory, self.stacks = memory, memory if stacks is None else stacks
-        self.options = options
         self.trace_path: Path | None = None
-        self.diagnosis: Diagnosis | None = None
         self._recorder: Recorder | None = None
 
-    def __enter__(self) -> Profile:
+    def __enter__(self: R) -> R:
+        # This class is what `wallfinder.profile` runs: the error names that.
         require_torch("wallfinder.profile")
         self._recorder = Recorder(
             self.trace_dir,
@@ -152,53 +146,28 @@ class Profile(_StepMarks):
                 f"steps before the {self.active} kept ones (mark steps with p.step(), or run "
                 "an optimizer step per iteration)"
             )
-        self.diagnosis = analyze(self.trace_path, self.options)
+        self.recorded(self.trace_path)
 
-    def __call__(self, fn: F) -> F:
-        """Use as a decorator: the function runs inside the profile; `diagnosis` after."""
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+    def recorded(self, trace_path: Path) -> None:
+        """Called when the loop ended without an exception and `trace_path` was written;
+        nothing more is done here."""
 
 
-profile = Profile
-"""`wallfinder.profile(...)`: `with wallfinder.profile() as p: ...`, then `p.diagnosis`; or
-`@wallfinder.profile()` on the function that runs the loop."""
-
-
-class StepTimer(_StepMarks):
+class Timing(_StepMarks):
     """Step times with no profiler, at almost no cost: CUDA events when a GPU is in use (read
-    once, at the end), the host clock on the CPU. Use it to see step time and its spread
-    before (and after) profiling.
-
-        with wallfinder.StepTimer() as t:
-            for batch in loader:
-                train_step(batch)     # t.step() each iteration, or let optimizer steps mark
-        print(t.steps.median_s, t.steps.cv)
-
-    The time from entering to the first mark is the first step; leading warm-up steps are
-    dropped as in a trace's analysis. `steps` is set on exit. `clock`, when given, is read at
-    each mark instead (seconds, on any device): another clock, or readings a test controls.
+    once, at the end), the host clock on the CPU. The time from entering to the first mark is
+    the first step. `clock`, when given, is read at each mark instead (seconds, on any
+    device): another clock, or readings a test controls. A subclass acts on the steps in
+    `timed` (`wallfinder.StepTimer` turns them into statistics).
     """
 
-    def __init__(
-        self,
-        *,
-        auto_step: bool = True,
-        thresholds: Thresholds | None = None,
-        clock: Callable[[], float] | None = None,
-    ) -> None:
+    def __init__(self, *, auto_step: bool = True, clock: Callable[[], float] | None = None) -> None:
         super().__init__(auto_step)
-        self.thresholds = thresholds
-        self.steps: Steps | None = None
         self._given_clock = clock
         self._clock: StepClock | None = None
 
-    def __enter__(self) -> StepTimer:
+    def __enter__(self: T) -> T:
+        # This class is what `wallfinder.StepTimer` runs: the error names that.
         require_torch("wallfinder.StepTimer")
         import torch
 
@@ -227,4 +196,8 @@ class StepTimer(_StepMarks):
         self._unwatch_optimizers()
         durations = self.durations()
         if exc_type is None:
-            self.steps = timed_steps(durations, "step timer", self.thresholds)
+            self.timed(durations)
+
+    def timed(self, durations: list[float]) -> None:
+        """Called when the loop ended without an exception, with the step times (seconds, in
+        order; empty when nothing marked a step); nothing more is done here."""

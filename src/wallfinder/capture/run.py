@@ -28,7 +28,14 @@ from typing import Any
 from wallfinder.capture._hook import ACTIVE_ENV, CONFIG_ENV, MEMORY_ENTRIES, STATUS_PREFIX
 from wallfinder.errors import WallfinderError
 
-__all__ = ["ProcessStatus", "RunOutcome", "RunSettings", "program_command", "run_program"]
+__all__ = [
+    "ProcessStatus",
+    "RunOutcome",
+    "RunSettings",
+    "prepare_trace_dir",
+    "program_command",
+    "run_program",
+]
 
 _HOOK = Path(__file__).with_name("_hook.py")
 

@@ -4,6 +4,9 @@ with a fixed variant that shows the same job after the fix.
     result = run_demo("dataloader", trace_dir="wallfinder-demo/dataloader")
     print(result.diagnosis.verdict.wall, result.expected.describe())
 
+(`run_demo` is in `wallfinder.measure`: it profiles a workload and diagnoses it. This module
+runs the workloads and analyses nothing.)
+
 Every workload is an ordinary training loop with one optimizer, whose steps mark the profiled
 steps. It runs on whatever device is present (CUDA and ROCm GPUs through `torch.cuda`, else the
 CPU) with sizes that suit the device: a few seconds on a laptop CPU. What a workload expects is
@@ -26,25 +29,27 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from wallfinder.capture import require_torch
-from wallfinder.diagnosis import Diagnosis, Wall
 from wallfinder.errors import WallfinderError
+
+if TYPE_CHECKING:
+    from wallfinder.diagnosis import Diagnosis, Wall
 
 __all__ = [
     "DEFAULT",
     "DEVICES",
     "READ_S",
+    "WAIT",
+    "WARMUP",
     "WORKLOADS",
-    "DemoResult",
     "Expectation",
     "Workload",
     "default_device",
     "get",
+    "prepare_demo",
     "require_torch",
-    "run_demo",
 ]
 
 Device = Literal["cpu", "cuda"]
@@ -585,35 +590,11 @@ def _steady_heap() -> None:
     mallopt(M_MMAP_THRESHOLD, 128 * 1024)
 
 
-@dataclass(frozen=True)
-class DemoResult:
-    """A profiled run of a workload: its diagnosis, the trace, and what was expected."""
-
-    workload: Workload
-    fixed: bool
-    device: Device
-    diagnosis: Diagnosis
-    trace_path: Path
-    expected: Expectation
-
-    @property
-    def differences(self) -> list[str]:
-        return self.expected.differences(self.diagnosis)
-
-
-def run_demo(
-    name: str,
-    *,
-    fixed: bool = False,
-    device: str | None = None,
-    steps: int = 5,
-    trace_dir: str | os.PathLike[str] = "wallfinder-demo",
-) -> DemoResult:
-    """Profile `steps` steps of a workload (after one ignored step and two warm-up steps) on
-    `device` (default: the GPU when there is one) and diagnose them. On the CPU under glibc
-    this fixes the process's malloc mmap threshold (see `_steady_heap`)."""
-    from wallfinder.capture import Profile
-
+def prepare_demo(name: str, *, device: str | None, steps: int) -> tuple[Workload, Device]:
+    """The workload called `name` and the device to run it on (default: the GPU when there is
+    one), ready to be profiled for `steps` steps after `WAIT` ignored and `WARMUP` warm-up
+    steps. On the CPU under glibc this fixes the process's malloc mmap threshold (see
+    `_steady_heap`)."""
     workload = get(name)
     if steps < 1:
         raise WallfinderError("the demo needs at least 1 profiled step")
@@ -624,16 +605,4 @@ def run_demo(
     dev = _check_device(device or default_device())
     if dev == "cpu":
         _steady_heap()
-    with Profile(wait=WAIT, warmup=WARMUP, active=steps, trace_dir=trace_dir) as p:
-        workload.run(WAIT + WARMUP + steps, fixed, dev)
-    # Both are set when the block ends without an exception.
-    assert p.diagnosis is not None
-    assert p.trace_path is not None
-    return DemoResult(
-        workload=workload,
-        fixed=fixed,
-        device=dev,
-        diagnosis=p.diagnosis,
-        trace_path=p.trace_path,
-        expected=workload.expected(dev, fixed),
-    )
+    return workload, dev

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wallfinder.diagnosis import Diagnosis, DiagnosisDiff, MemoryReport, Steps
+    from wallfinder.diagnosis import Calculation, Diagnosis, DiagnosisDiff, MemoryReport, Steps
 
 __all__ = [
     "DIFF_FORMATS",
     "FORMATS",
     "MEMORY_FORMATS",
     "render",
+    "render_calculation",
     "render_diff",
     "render_memory",
     "render_steps",
@@ -50,6 +51,16 @@ def render_steps(steps: Steps, fmt: str, *, width: int | None = None) -> str:
     from wallfinder.report.terminal import render_steps as text
 
     return text(steps, width=width)
+
+
+def render_calculation(calculation: Calculation, fmt: str) -> str:
+    """The roofline calculator's result (`wallfinder roofline`) in format `fmt`: "json", else
+    the terminal text."""
+    if fmt == "json":
+        return calculation.to_json() + "\n"
+    from wallfinder.report.terminal import render_calculation as text
+
+    return text(calculation)
 
 
 def render_diff(diff: DiagnosisDiff, fmt: str, *, width: int | None = None) -> str:

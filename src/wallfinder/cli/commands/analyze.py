@@ -9,13 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wallfinder.analysis import ModelFlops
-from wallfinder.api import Options, analyze
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.api import Diagnosis, ModelFlops, Options, Progress, analyze
 from wallfinder.errors import WallfinderError
 from wallfinder.history import History, git_commit, this_host
 from wallfinder.report import FORMATS, render
-from wallfinder.trace import Progress
 
 HELP = "say where a trace's step time goes and which wall it hits"
 

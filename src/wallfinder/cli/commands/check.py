@@ -10,12 +10,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from wallfinder.analysis.check import Bounds, check
-from wallfinder.api import load_diagnosis
+from wallfinder.api import Bounds, check, load_diagnosis, read_toml
 from wallfinder.cli.commands.analyze import add_device_options
 from wallfinder.cli.commands.diff import options_from
 from wallfinder.errors import WallfinderError
-from wallfinder.hardware._toml import read_toml_file
 
 HELP = (
     "check a run against bounds (step time, MFU, idle, exposed comm, regression, peak memory, "
@@ -176,7 +174,7 @@ def find_config(start: Path) -> Path | None:
 def read_config(path: Path) -> dict[str, object]:
     """The `[tool.wallfinder.check]` table of `path`, keys as attribute names (`baseline` as a
     path relative to the file); {} when it has none. Unknown keys and bad values are errors."""
-    file, data = read_toml_file(path, "config file")
+    file, data = read_toml(path, "config file")
     table: object = data
     for key in CONFIG_TABLE.split("."):
         table = table.get(key, {}) if isinstance(table, dict) else None

@@ -8,18 +8,12 @@ import textwrap
 from pathlib import Path
 from typing import TextIO
 
-from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
+from wallfinder.api import MIN_STEPS_FOR_STABILITY
 from wallfinder.capture import require_torch
-from wallfinder.capture.workloads import (
-    DEFAULT,
-    DEVICES,
-    WORKLOADS,
-    DemoResult,
-    get,
-    run_demo,
-)
+from wallfinder.capture.workloads import DEFAULT, DEVICES, WORKLOADS, get
 from wallfinder.cli.commands.analyze import positive_int
 from wallfinder.errors import WallfinderError
+from wallfinder.measure import DemoResult, run_demo
 from wallfinder.report import FORMATS, render
 
 HELP = "profile a built-in training job made to hit one wall, and diagnose it"

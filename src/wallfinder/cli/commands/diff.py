@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from wallfinder.analysis.diff import diff
-from wallfinder.api import Options, load_diagnosis
+from wallfinder.api import Options, diff, load_diagnosis
 from wallfinder.cli.commands.analyze import add_device_options, write_report
 from wallfinder.report import DIFF_FORMATS, render_diff
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wallfinder.analysis.calculator import calculate, cost_of, fusion
+from wallfinder.api import Calculation, calculate, cost_of, fusion
 from wallfinder.cli.commands.analyze import add_device_options
-from wallfinder.diagnosis import Calculation
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file
 from wallfinder.hardware.profile import load_device_profile
-from wallfinder.report.terminal import render_calculation
+from wallfinder.report import render_calculation
 
 HELP = "AI, ridge, bound, attainable FLOP/s and time floor for an op on a device"
 
@@ -82,9 +81,5 @@ def compute(args: argparse.Namespace) -> Calculation:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = compute(args)
-    if args.format == "json":
-        sys.stdout.write(result.to_json() + "\n")
-    else:
-        sys.stdout.write(render_calculation(result))
+    sys.stdout.write(render_calculation(compute(args), args.format))
     return 0

@@ -6,8 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from wallfinder.analysis import timed_steps
-from wallfinder.api import analyze, analyze_memory
+from wallfinder.api import analyze_memory
 from wallfinder.capture import require_torch
 from wallfinder.capture.run import (
     RunOutcome,
@@ -27,6 +26,7 @@ from wallfinder.cli.commands.analyze import (
     write_report,
 )
 from wallfinder.errors import WallfinderError
+from wallfinder.measure import diagnose_run, run_steps
 from wallfinder.report import FORMATS, render, render_memory, render_steps
 
 HELP = "run a training script unmodified, profile its steps, and diagnose them"
@@ -47,17 +47,24 @@ memory, the allocator's snapshot at that moment is kept and explained after the 
 wallfinder memory SNAPSHOT does)."""
 
 
+DEFAULTS = RunSettings()
+"""What `wallfinder run` measures when no flag says otherwise."""
+
+
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
-        "--steps", type=positive_int, default=5, help="steps to measure (default 5)"
+        "--steps",
+        type=positive_int,
+        default=DEFAULTS.steps,
+        help=f"steps to measure (default {DEFAULTS.steps})",
     )
     parser.add_argument(
         "--warmup",
         type=positive_int,
-        default=3,
-        help="warm-up steps before them, not kept (default 3)",
+        default=DEFAULTS.warmup,
+        help=f"warm-up steps before them, not kept (default {DEFAULTS.warmup})",
     )
     parser.add_argument(
         "--memory",
@@ -128,18 +135,15 @@ def run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace, settings: RunSettings, outcome: RunOutcome) -> int:
     memory = _explain_snapshot(outcome, args.format)
     if settings.timer_only:
-        timed = [s for s in outcome.processes if len(s.durations) > 0]
-        if not timed:
+        steps = run_steps(outcome)
+        if steps is None:
             return _nothing(outcome.exit_code, "no step was timed", memory, args.output)
-        # The lowest rank's steps (every rank runs the same steps in data-parallel jobs).
-        steps = timed_steps(timed[0].durations, "step timer", None)
         write_report(_followed(render_steps(steps, args.format), memory), args.output)
         return outcome.exit_code
-    if not outcome.traces:
+    diagnosis = diagnose_run(outcome, options_from(args))
+    if diagnosis is None:
         what = f"no trace was written to {outcome.trace_dir}"
         return _nothing(outcome.exit_code, what, memory, args.output)
-    target = outcome.traces[0] if len(outcome.traces) == 1 else outcome.trace_dir
-    diagnosis = analyze(target, options_from(args))
     write_report(_followed(render(diagnosis, args.format), memory), args.output)
     record_if_asked(args, diagnosis)
     where = ", ".join(str(t) for t in outcome.traces[:4])

@@ -1,0 +1,197 @@
+"""Measure, then diagnose: the conveniences that capture a training loop or a program and hand
+what was captured to `wallfinder.api`.
+
+    with wallfinder.profile(active=5) as p:
+        for batch in loader:
+            train_step(batch)      # p.step() each iteration, or let optimizer steps mark them
+    print(p.diagnosis)
+
+`wallfinder.capture` captures (the torch.profiler session, the step clock, `wallfinder run`'s
+hook) and runs the demo workloads, and analyses nothing; this module sits above both it and
+the API. Importing it never imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from wallfinder.analysis import Thresholds, timed_steps
+from wallfinder.api import Options, analyze
+from wallfinder.capture import Recording, Timing
+from wallfinder.capture.run import RunOutcome
+from wallfinder.capture.workloads import (
+    WAIT,
+    WARMUP,
+    Device,
+    Expectation,
+    Workload,
+    prepare_demo,
+)
+from wallfinder.diagnosis import Diagnosis, Steps
+
+__all__ = [
+    "DemoResult",
+    "Profile",
+    "StepTimer",
+    "diagnose_run",
+    "profile",
+    "run_demo",
+    "run_steps",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Profile(Recording):
+    """A torch.profiler session over a training loop: `wait` steps ignored, `warmup` steps
+    profiled but discarded (compilation, autotuning, allocator growth), `active` steps kept.
+
+    Steps are marked by `step()`; with `auto_step` (the default), every step of the first
+    optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
+    itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
+    and analysed: `diagnosis` holds the result and `trace_path` the file. A loop that stops
+    inside the active steps is analysed over the steps it completed. `memory` records memory
+    events (and, unless `stacks` says otherwise, Python stacks for their call sites).
+    """
+
+    def __init__(
+        self,
+        *,
+        wait: int = 1,
+        warmup: int = 2,
+        active: int = 5,
+        trace_dir: str | os.PathLike[str] = "wallfinder-traces",
+        memory: bool = False,
+        stacks: bool | None = None,
+        auto_step: bool = True,
+        options: Options | None = None,
+    ) -> None:
+        super().__init__(
+            wait=wait,
+            warmup=warmup,
+            active=active,
+            trace_dir=trace_dir,
+            memory=memory,
+            stacks=stacks,
+            auto_step=auto_step,
+        )
+        self.options = options
+        self.diagnosis: Diagnosis | None = None
+
+    def recorded(self, trace_path: Path) -> None:
+        """Analyse the trace just written: `diagnosis` holds the result."""
+        self.diagnosis = analyze(trace_path, self.options)
+
+    def __call__(self, fn: F) -> F:
+        """Use as a decorator: the function runs inside the profile; `diagnosis` after."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+profile = Profile
+"""`wallfinder.profile(...)`: `with wallfinder.profile() as p: ...`, then `p.diagnosis`; or
+`@wallfinder.profile()` on the function that runs the loop."""
+
+
+class StepTimer(Timing):
+    """Step times with no profiler, at almost no cost: CUDA events when a GPU is in use (read
+    once, at the end), the host clock on the CPU. Use it to see step time and its spread
+    before (and after) profiling.
+
+        with wallfinder.StepTimer() as t:
+            for batch in loader:
+                train_step(batch)     # t.step() each iteration, or let optimizer steps mark
+        print(t.steps.median_s, t.steps.cv)
+
+    The time from entering to the first mark is the first step; leading warm-up steps are
+    dropped as in a trace's analysis. `steps` is set on exit. `clock`, when given, is read at
+    each mark instead (seconds, on any device): another clock, or readings a test controls.
+    """
+
+    def __init__(
+        self,
+        *,
+        auto_step: bool = True,
+        thresholds: Thresholds | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(auto_step=auto_step, clock=clock)
+        self.thresholds = thresholds
+        self.steps: Steps | None = None
+
+    def timed(self, durations: list[float]) -> None:
+        """The step statistics of the timed steps: `steps`. No step timed is an error."""
+        self.steps = timed_steps(durations, "step timer", self.thresholds)
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """A profiled run of a workload: its diagnosis, the trace, and what was expected."""
+
+    workload: Workload
+    fixed: bool
+    device: Device
+    diagnosis: Diagnosis
+    trace_path: Path
+    expected: Expectation
+
+    @property
+    def differences(self) -> list[str]:
+        """How the diagnosis differs from what was expected (empty when it matches)."""
+        return self.expected.differences(self.diagnosis)
+
+
+def run_demo(
+    name: str,
+    *,
+    fixed: bool = False,
+    device: str | None = None,
+    steps: int = 5,
+    trace_dir: str | os.PathLike[str] = "wallfinder-demo",
+) -> DemoResult:
+    """Profile `steps` steps of a workload (after the ignored and warm-up steps) on `device`
+    (default: the GPU when there is one) and diagnose them. On the CPU under glibc this fixes
+    the process's malloc mmap threshold (see `wallfinder.capture.workloads.prepare_demo`)."""
+    workload, dev = prepare_demo(name, device=device, steps=steps)
+    with Profile(wait=WAIT, warmup=WARMUP, active=steps, trace_dir=trace_dir) as p:
+        workload.run(WAIT + WARMUP + steps, fixed, dev)
+    # Both are set when the block ends without an exception.
+    assert p.diagnosis is not None
+    assert p.trace_path is not None
+    return DemoResult(
+        workload=workload,
+        fixed=fixed,
+        device=dev,
+        diagnosis=p.diagnosis,
+        trace_path=p.trace_path,
+        expected=workload.expected(dev, fixed),
+    )
+
+
+def run_steps(outcome: RunOutcome) -> Steps | None:
+    """The step statistics of a `wallfinder run --timer-only` run: the lowest rank's timed
+    steps (every rank runs the same steps in data-parallel jobs); None when no step was
+    timed."""
+    timed = [s for s in outcome.processes if len(s.durations) > 0]
+    if not timed:
+        return None
+    return timed_steps(timed[0].durations, "step timer", None)
+
+
+def diagnose_run(outcome: RunOutcome, options: Options | None = None) -> Diagnosis | None:
+    """The diagnosis of what a `wallfinder run` run profiled: its one trace, or the folder of
+    its ranks' traces as one job; None when no trace was written."""
+    if not outcome.traces:
+        return None
+    target = outcome.traces[0] if len(outcome.traces) == 1 else outcome.trace_dir
+    return analyze(target, options)
