@@ -4,8 +4,9 @@ finding's evidence, a check's line and a report's table say the same thing the s
 from __future__ import annotations
 
 import re
+import sys
 
-__all__ = ["short_frame", "short_path", "size"]
+__all__ = ["is_user_path", "short_frame", "short_path", "size"]
 
 _UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z]:)?[\\/]")
@@ -42,3 +43,15 @@ def short_frame(name: str) -> str:
     """A profiler Python frame ("path(line): function") with its path shortened."""
     m = _FRAME.match(name)
     return short_path(m["path"]) + m["rest"] if m else name
+
+
+def is_user_path(path: str) -> bool:
+    """A source file of the user's own code: a `.py` file outside torch, installed packages
+    (site- or dist-packages) and the standard library. How call sites are chosen, for profiler
+    frames and allocator snapshot frames alike."""
+    p = path.replace("\\", "/")
+    if not p.endswith(".py") or p.startswith(("torch/", "<")) or "/torch/" in p:
+        return False
+    if "site-packages/" in p or "dist-packages/" in p:
+        return False
+    return p.rsplit("/", 1)[-1].removesuffix(".py") not in sys.stdlib_module_names

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -36,7 +35,7 @@ from wallfinder.diagnosis import (
     Wall,
 )
 from wallfinder.trace import Events, Kind, Trace
-from wallfinder.units import short_frame
+from wallfinder.units import is_user_path, short_frame
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -446,11 +445,8 @@ def user_frames(trace: Trace) -> Events:
 
 
 def _is_user_frame(name: str) -> bool:
-    """A Python frame of the user's code: not torch, a built-in, or the standard library."""
-    if name.startswith(("torch/", "<", "site-packages/")) or "(" not in name:
-        return False
-    module = name.split("(", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
-    return module not in sys.stdlib_module_names
+    """A profiler Python frame ("path(line): function") of the user's code."""
+    return "(" in name and is_user_path(name.split("(", 1)[0])
 
 
 def call_sites(f: Facts, names: tuple[str, ...], kinds: tuple[Kind, ...]) -> str:

@@ -33,7 +33,7 @@ from wallfinder.diagnosis import (
     OomEvent,
 )
 from wallfinder.trace.snapshot import Snapshot, SnapshotFrame, TraceEntry
-from wallfinder.units import short_path, size
+from wallfinder.units import is_user_path, short_path, size
 
 __all__ = ["CATEGORIES", "SnapshotFacts", "call_site", "category", "memory_report"]
 
@@ -44,22 +44,11 @@ _BACKWARD_FUNCS = {"backward", "_engine_run_backward", "run_backward", "grad"}
 _FORWARD_FUNCS = {"forward", "_call_impl", "_wrapped_call_impl"}
 
 
-def _library(frame: SnapshotFrame) -> bool:
-    f = frame.filename.replace("\\", "/")
-    return (
-        not f.endswith(".py")
-        or "/torch/" in f
-        or f.startswith("torch/")
-        or "site-packages/" in f
-        or "dist-packages/" in f
-    )
-
-
 def call_site(frames: Sequence[SnapshotFrame]) -> str:
     """The first frame (innermost first) outside torch and site-packages, else the first."""
     if not frames:
         return "unknown (no stack recorded)"
-    frame = next((f for f in frames if not _library(f)), frames[0])
+    frame = next((f for f in frames if is_user_path(f.filename)), frames[0])
     return f"{short_path(frame.filename)}:{frame.line} ({frame.name})"
 
 
