@@ -117,6 +117,8 @@ class Breakdown(_Base, frozen=True):
     idle_causes: dict[str, float]
     per_step_ms: dict[str, float]
     steps: list[StepBreakdown] = []
+    graph_replayed: float = 0.0
+    """Share of the steady steps' kernel time in kernels replayed from CUDA/HIP graphs."""
 
 
 class CpuActivity(_Base, frozen=True):
@@ -929,6 +931,8 @@ def _violations(d: Diagnosis) -> list[str]:
         for k, v in b.idle_causes.items()
         if not _fraction(v)
     ]
+    if not _fraction(b.graph_replayed):
+        out.append(f"graph-replayed share {b.graph_replayed} is not a fraction")
     if abs(sum(b.idle_causes.values()) - b.idle) > SUM_TOLERANCE:
         out.append(f"idle causes sum to {sum(b.idle_causes.values())}, not idle {b.idle}")
     for step in b.steps:

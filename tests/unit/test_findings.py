@@ -502,3 +502,36 @@ def test_memory_peak_reads_the_memory_thresholds(tmp_path: Path) -> None:
     path = model_trace_with_memory(reserved_gib=78.0).write(tmp_path / "t.json")  # 97.5%
     full = Thresholds(memory=MemoryThresholds(near_capacity=0.99))
     assert all(f.id != "memory-peak" for f in analyze(path, Options(thresholds=full)).findings)
+
+
+def graph_replays(steps: int = 4) -> TraceBuilder:
+    """Each 1000 µs step: 400 µs of host work, one `cudaGraphLaunch`, then the 20 kernels of
+    25 µs it replays (all correlated to that launch)."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.cpu_op("aten::index_select", t0, 400.0)
+        graph = b.new_id()
+        b.runtime("cudaGraphLaunch", t0 + 405.0, 20.0, correlation=graph)
+        for k in range(20):
+            b.kernel(GEMM, t0 + 430.0 + 25.0 * k, 25.0, args={"correlation": graph})
+    return b
+
+
+def test_work_replayed_from_a_cuda_graph_is_never_told_to_use_cuda_graphs(
+    tmp_path: Path,
+) -> None:
+    d = analyze(graph_replays().write(tmp_path / "t.json"))
+    assert d.breakdown.graph_replayed == pytest.approx(1.0)
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "host_overhead")
+    top = d.findings[0]
+    assert top.id == "launch-bound"
+    assert "100% of kernel time is already replayed from CUDA/HIP graphs" in top.evidence
+    assert "CUDA graphs" not in top.fix
+    assert "between graph replays" in top.fix
+
+
+def test_kernels_launched_one_by_one_are_not_graph_replays(tmp_path: Path) -> None:
+    d = analyze(training_trace(4).write(tmp_path / "t.json"))
+    assert d.breakdown.graph_replayed == 0.0

@@ -30,9 +30,11 @@ MEMORY_V1 = DATA / "memory-v1.json"
 
 
 def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
-    """A /2 JSON form as /1 wrote it: the findings without the fields /2 added."""
+    """A /2 JSON form as /1 wrote it: the findings and breakdown without the fields /2
+    added."""
     memory_only = ("wall", "share", "max_speedup", "saves")
     out = {**d, "schema": "wallfinder.diagnosis/1"}
+    out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k != "graph_replayed"}
     out["findings"] = [
         {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device")}
         for f in d["findings"]
@@ -79,7 +81,13 @@ def test_a_v1_diagnosis_loads_as_v2_with_nothing_else_changed() -> None:
 def test_a_v1_diagnosis_is_what_this_release_finds_in_the_same_trace(tmp_path: Path) -> None:
     old = load_diagnosis(V1)
     new = analyze(training_with_memory(leak=MiB, churn=True).write(tmp_path / "training.json"))
-    assert old.findings == new.findings
+
+    def claims(d: Diagnosis) -> list[tuple[object, ...]]:
+        # What a script relies on; the evidence's wording may improve between releases (the
+        # launch-to-start figure is now measured from the end of the launch call).
+        return [(f.id, f.wall, f.share, f.max_speedup, f.fix, f.saves) for f in d.findings]
+
+    assert claims(old) == claims(new)
     assert old.memory is not None
     assert new.memory is not None
     assert old.memory.findings == new.memory.findings

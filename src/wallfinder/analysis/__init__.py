@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -18,6 +19,7 @@ from wallfinder.analysis.gpu import (
     WindowBreakdown,
     breakdown,
     device_ops,
+    graph_replayed,
     is_data_loading,
 )
 from wallfinder.analysis.intervals import Coverage, in_windows
@@ -129,8 +131,10 @@ def diagnose(
     kept[[i for i, _ in dropped]] = False
     spikes = find_spikes(trace, dev, spans.labels, wb, kept)
     steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
-    bd = _gpu_breakdown(spans, wb, kept)
     inside = in_windows(dev.ops.ts, start[kept], end[kept])
+    bd = msgspec.structs.replace(
+        _gpu_breakdown(spans, wb, kept), graph_replayed=graph_replayed(dev, inside)
+    )
     launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
     costed = cost_device_ops(trace, dev, launcher, spec)
     roof = roofline(trace, dev, inside, costed, spec, steps.count)

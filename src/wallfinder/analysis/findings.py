@@ -18,7 +18,7 @@ import numpy as np
 
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
-from wallfinder.analysis.gpu import CLASSES, COPY, DeviceOps
+from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
@@ -185,17 +185,39 @@ def launch_bound(f: Facts) -> Finding | None:
     short_ns = f.thresholds.time.short_kernel_ns
     short = float((durations < short_ns).mean())
     per_step = f.per_step(int(durations.size))
-    # How far ahead the host runs: a shallow queue (kernels start right after their launch)
-    # means the GPU is fed just in time.
-    launch = f.dev.launch_ts[f.inside][kernels]
-    known = launch != NO_LAUNCH
+    # How far ahead the host runs: kernels that start right after their launch call returns
+    # (a shallow queue) are fed just in time; a deep queue means launches are not what holds
+    # the GPU back. A graph's kernels all share its one launch, so they say nothing of it.
+    graph = f.dev.graph[f.inside][kernels]
+    launched = f.dev.launch_end[f.inside][kernels]
+    known = (launched != NO_LAUNCH) & ~graph
     starts = f.dev.ops.ts[f.inside][kernels]
-    queue = (
-        f"; launch-to-start median {np.median(starts[known] - launch[known]) / 1e3:.1f} µs "
-        "(a shallow queue: the GPU is fed just in time)"
-        if known.any()
-        else ""
-    )
+    queue = ""
+    if known.any():
+        lag = float(np.median(starts[known] - launched[known]))
+        depth = (
+            "a shallow queue: the GPU is fed just in time"
+            if lag <= QUEUED_SLACK_NS
+            else "a deep queue: the host runs ahead, so launches are not what the GPU waits for"
+        )
+        queue = f"; launch-to-start median {lag / 1e3:.1f} µs ({depth})"
+    replayed = f.breakdown.graph_replayed
+    if replayed >= 0.5:
+        queue += (
+            f"; {replayed:.0%} of kernel time is already replayed from CUDA/HIP graphs: the "
+            "GPU waits for what the host does between replays"
+        )
+        fix = (
+            "shorten or overlap the host's work between graph replays (input preparation, "
+            "sampling, scheduling, Python): do it while the previous replay runs, capture "
+            "more of the step in the graph, larger batches"
+        )
+    else:
+        fix = (
+            "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
+            "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
+            "optimizers"
+        )
     return _finding(
         f,
         "launch-bound",
@@ -205,9 +227,7 @@ def launch_bound(f: Facts) -> Finding | None:
         f"{share:.0%} of each step the GPU waits for the host to issue work (CPU ops, Python, "
         f"launch latency); {per_step:.0f} kernels per step, {short:.0%} of them under "
         f"{short_ns // 1000} µs, median {np.median(durations) / 1e3:.1f} µs{queue}",
-        "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
-        "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
-        "optimizers",
+        fix,
         speedup=amdahl(share),
     )
 
@@ -243,13 +263,15 @@ def dependency_wait(f: Facts) -> Finding | None:
         f,
         "dependency-wait",
         "overhead",
-        "Queued work waits on another stream, an event or a peer",
+        "Launched work waits on another stream, an event, a peer or unrecorded work",
         share,
-        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle although the next "
-        "kernel was launched long before: it waited for a dependency",
+        f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle although the work "
+        "that ends the wait was already launched (before the gap, or over 50 µs before it "
+        "started): it waited for a dependency, or the GPU ran work the trace did not record",
         "find what it waits for: cross-stream waits (cudaStreamWaitEvent, copies on a side "
         "stream), a collective waiting for a slower rank (compare the ranks' traces), events "
-        "recorded late; overlap or remove the dependency",
+        "recorded late, another process on the GPU, or work from before the profiler started "
+        "(profile more steps); overlap or remove the dependency",
         speedup=amdahl(share),
     )
 

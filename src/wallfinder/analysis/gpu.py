@@ -42,6 +42,11 @@ launch call returned was not held up by the launch path: the GPU was busy elsewh
 waiting (on another stream, an event, a peer, or work the trace did not record), and the
 time past this is a dependency wait too."""
 
+GRAPH_LAUNCHES = frozenset(
+    {"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"}
+)
+"""Runtime calls that replay a captured graph: every kernel they start correlates to them."""
+
 SYNC_RUNTIME = frozenset(
     {
         "cudaStreamSynchronize",
@@ -85,6 +90,8 @@ class DeviceOps:
     launch_thread: I64
     launch_end: I64
     """When each op's launch call returned (NO_LAUNCH when it has none)."""
+    graph: npt.NDArray[np.bool_]
+    """Launched by a CUDA/HIP graph launch: replayed from a captured graph."""
 
 
 def device_ops(trace: Trace) -> DeviceOps | None:
@@ -106,6 +113,7 @@ def device_ops(trace: Trace) -> DeviceOps | None:
     launch_ts = np.full(len(ops), NO_LAUNCH, dtype=np.int64)
     launch_end = np.full(len(ops), NO_LAUNCH, dtype=np.int64)
     launch_thread = np.full(len(ops), NONE, dtype=np.int64)
+    graph = np.zeros(len(ops), dtype=bool)
     has_corr = runtime.correlation >= 0
     if has_corr.any():
         r_corr = runtime.correlation[has_corr]
@@ -119,7 +127,11 @@ def device_ops(trace: Trace) -> DeviceOps | None:
         launch_ts[found] = r_ts[pos[found]]
         launch_end[found] = r_end[pos[found]]
         launch_thread[found] = r_thread[pos[found]]
-    return DeviceOps(main, ops, _classes(trace, ops), launch_ts, launch_thread, launch_end)
+        r_name = runtime.name[has_corr][order]
+        graph[found] = np.isin(
+            r_name[pos[found]], trace.names_matching(GRAPH_LAUNCHES.__contains__)
+        )
+    return DeviceOps(main, ops, _classes(trace, ops), launch_ts, launch_thread, launch_end, graph)
 
 
 def _classes(trace: Trace, ops: Events) -> npt.NDArray[np.int8]:
@@ -326,3 +338,10 @@ def _host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[
         elif classify_op(name) is KernelClass.COMMUNICATION:
             table[code] = 2
     return table[names]
+
+
+def graph_replayed(dev: DeviceOps, inside: npt.NDArray[np.bool_]) -> float:
+    """Share of the kernel time among `inside` ops that was replayed from graphs."""
+    kernels = inside & (dev.ops.kind == Kind.KERNEL)
+    total = float(dev.ops.dur[kernels].sum())
+    return float(dev.ops.dur[kernels & dev.graph].sum()) / total if total > 0 else 0.0

@@ -26,7 +26,9 @@ _CAUSE_TEXT = {
     "communication_wait": "communication wait on the host",
     "host_overhead": "host overhead (CPU ops and Python between launches)",
     "launch_latency": "launch latency (many short kernels, shallow launch queue)",
-    "dependency_wait": "queued work waiting on another stream, an event or a peer",
+    "dependency_wait": (
+        "launched work waiting (on another stream, an event, a peer or unrecorded work)"
+    ),
     "other": "idle time the trace does not explain",
     "comm_exposed": "exposed communication (collectives not overlapped with compute)",
     "copy_exposed": "exposed memory copies (memcpy/memset not overlapped)",

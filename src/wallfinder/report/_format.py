@@ -48,7 +48,7 @@ IDLE_LABEL = {
     "communication_wait": "collective wait on the host",
     "host_overhead": "host overhead (CPU ops, Python)",
     "launch_latency": "launch latency",
-    "dependency_wait": "queued work waiting (stream/event/peer)",
+    "dependency_wait": "queued work waiting (stream/event/peer, unrecorded work)",
     "other": "unexplained",
 }
 CAUSE_LABEL = {

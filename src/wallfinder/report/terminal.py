@@ -212,6 +212,9 @@ def _breakdown(d: Diagnosis) -> Table:
                 f"  └ {idle_label(d, cause)}", pct(share), f"{share * step_ms:.2f}", style="dim"
             )
     table.add_row("step (mean)", "100.0%", f"{step_ms:.2f}", style="bold")
+    if b.graph_replayed > 0:
+        table.caption = f"{pct(b.graph_replayed)} of kernel time replayed from CUDA/HIP graphs"
+        table.caption_justify = "left"
     return table
 
 
