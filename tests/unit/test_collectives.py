@@ -223,3 +223,28 @@ def test_the_job_thresholds_come_from_the_options(tmp_path: Path) -> None:
     d = analyze(late, Options(thresholds=strict), workers=1)
     assert d.job is not None
     assert d.job.stragglers == []
+
+
+def test_a_folder_of_unrelated_traces_is_not_a_job(tmp_path: Path) -> None:
+    # Two single-process runs: neither names a world size, so they are not ranks of a job.
+    training_trace(4).write(tmp_path / "a.json")
+    training_trace(5).write(tmp_path / "b.json")
+    d = analyze(tmp_path, workers=1)
+    assert d.job is None
+    assert d.ranks == []
+    assert (d.source, d.steps.total) == ("a.json", 4)
+    assert any("not one job: a.json is analysed alone" in w for w in d.warnings)
+    assert any(w.startswith("skipped b.json: it is not a rank of a job") for w in d.warnings)
+
+
+def test_a_rank_on_another_kind_of_device_is_another_job(tmp_path: Path) -> None:
+    write_job(tmp_path, r1=300.0)
+    other = rank_trace(1, late_us=300.0)
+    other.device_name = "AMD Instinct MI250X"
+    other.write(tmp_path / "rank1-mi250.json")
+    d = analyze(tmp_path, workers=1)
+    assert [r.rank for r in d.ranks] == [0, 1]
+    assert any(
+        w.startswith("skipped rank1-mi250.json: it ran on AMD Instinct MI250X, the job on H100")
+        for w in d.warnings
+    )

@@ -4,6 +4,7 @@ diagnosed by `wallfinder.api`, which hands their results here."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -35,6 +36,14 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
     kept, dropped = consistent_ranks(good)
     skipped += dropped
     main = kept[0][0]
+    if len(kept) == 1 and dropped:
+        # Not a job: the folder's traces do not agree. One trace is analysed, and the
+        # warnings say which and why the rest were left out.
+        alone = (
+            f"the folder's traces are not one job: {main.source} is analysed alone "
+            "(analyse each of the others as a file of its own)"
+        )
+        return msgspec.structs.replace(main, warnings=[*main.warnings, alone, *skipped])
     job = join(kept, _spec_of(main), thresholds)
     findings = sorted([*job.findings, *main.findings], key=lambda f: -f.max_speedup)
     notes = [*job.summary.notes, *_missing(kept)]
@@ -52,28 +61,65 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
     )
 
 
+_MODEL = re.compile(r"\b([A-Z]{1,3}\d{2,4}[A-Z]?)\b")
+"""A device's model in its name: A100, H100, V100, MI250X, B200, T4 is too short on purpose
+(names without a model token compare whole)."""
+
+
+def _family(d: Diagnosis) -> str:
+    """The kind of device a rank ran on, as far as its trace says: "gpu A100", "gpu MI250",
+    "cpu"; an unnamed GPU is "gpu ?" and matches any GPU."""
+    if d.device.kind == "cpu":
+        return "cpu"
+    name = d.device.matched_spec or d.device.name or ""
+    found = _MODEL.search(name.upper())
+    return f"gpu {found.group(1) if found else name or '?'}"
+
+
+def _same_device(a: str, b: str) -> bool:
+    return a == b or (a.startswith("gpu") and b.startswith("gpu") and "gpu ?" in (a, b))
+
+
 def consistent_ranks(
     ranks: Sequence[tuple[Diagnosis, RankCollectives]],
 ) -> tuple[list[tuple[Diagnosis, RankCollectives]], list[str]]:
-    """The ranks of one job: those with the most common world size (the lowest rank's job on a
-    tie), one file per rank (the first by name). Returns them and what was skipped, why."""
-    sizes = Counter(d.world_size for d, _ in ranks)
-    first = ranks[0][0].world_size
-    size = max(sizes, key=lambda s: (sizes[s], s == first))
+    """The ranks of one job: traces that say they are ranks (a world size), of the same world
+    size and the same kind of device, one file per rank (the first by name). The job is the
+    largest such group (the lowest rank's on a tie); with no trace that says it is a rank, the
+    first trace alone. Returns the kept ranks and, for each skipped trace, why, in words."""
+    ordered = sorted(ranks, key=lambda r: (r[0].rank is None, r[0].rank or 0, r[0].source))
+    keys = Counter((d.world_size, _family(d)) for d, _ in ordered if d.world_size is not None)
+    first = ordered[0][0]
+    if keys:
+        size, family = max(keys, key=lambda k: (keys[k], k == (first.world_size, _family(first))))
+    else:
+        size, family = None, _family(first)
     kept: list[tuple[Diagnosis, RankCollectives]] = []
     skipped: list[str] = []
     seen: dict[int, str] = {}
-    for d, c in sorted(ranks, key=lambda r: (r[0].rank or 0, r[0].source)):
-        if d.world_size != size:
-            skipped.append(
-                f"skipped {d.source}: another job's rank (world size {d.world_size}, not {size})"
+    for d, c in ordered:
+        if size is None and kept:
+            why = "it is not a rank of a job (its trace has no distributedInfo)"
+        elif size is not None and d.world_size is None:
+            why = (
+                "its trace names no world size (no distributedInfo), so it cannot be a rank "
+                f"of the {size}-rank job"
+            )
+        elif not _same_device(_family(d), family):
+            why = f"it ran on {d.device.name or 'another device'}, the job on {family[4:]}"
+        elif d.world_size != size:
+            why = (
+                f"another job's rank (world size {d.world_size}: rank {d.rank} of "
+                f"{d.world_size}, the job's ranks are of {size})"
             )
         elif d.rank is not None and d.rank in seen:
-            skipped.append(f"skipped {d.source}: rank {d.rank} again (kept {seen[d.rank]})")
+            why = f"rank {d.rank} again (kept {seen[d.rank]})"
         else:
             if d.rank is not None:
                 seen[d.rank] = d.source
             kept.append((d, c))
+            continue
+        skipped.append(f"skipped {d.source}: {why}")
     return kept, skipped
 
 
