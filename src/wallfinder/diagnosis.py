@@ -178,6 +178,13 @@ class Verdict(_Base, frozen=True):
     cause: str
     reason: str
     questions: list[Question]
+    thin_evidence: list[str] = []
+    """Why the verdict rests on thin evidence (one step, no launch records, an unknown
+    device, little of the busy time costed), each in words; empty when it does not."""
+
+    @property
+    def confidence(self) -> Literal["high", "low"]:
+        return "low" if self.thin_evidence else "high"
 
 
 class Finding(_Base, frozen=True):

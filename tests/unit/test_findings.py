@@ -535,3 +535,40 @@ def test_work_replayed_from_a_cuda_graph_is_never_told_to_use_cuda_graphs(
 def test_kernels_launched_one_by_one_are_not_graph_replays(tmp_path: Path) -> None:
     d = analyze(training_trace(4).write(tmp_path / "t.json"))
     assert d.breakdown.graph_replayed == 0.0
+
+
+def test_a_verdict_on_one_window_without_launch_records_says_its_evidence_is_thin(
+    tmp_path: Path,
+) -> None:
+    b = TraceBuilder(device_name=None)
+    b.kernel(GEMM, 10.0, 500.0)  # no step marker, no launch record, no device name
+    b.kernel(GEMM, 600.0, 300.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.verdict.confidence == "low"
+    thin = " | ".join(d.verdict.thin_evidence)
+    assert "1 steady-state step:" in thin
+    assert "no launch records" in thin
+    assert "unknown device" in thin
+
+
+def test_a_verdict_on_several_steps_of_a_known_device_has_no_thin_evidence(
+    tmp_path: Path,
+) -> None:
+    d = analyze(training_trace(5).write(tmp_path / "t.json"))
+    assert d.verdict.thin_evidence == []
+    assert d.verdict.confidence == "high"
+
+
+def test_a_gpu_job_whose_kernels_were_not_recorded_says_it_is_the_cpu_side_only(
+    tmp_path: Path,
+) -> None:
+    b = TraceBuilder()
+    for s in range(4):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.cpu_op("aten::mm", t0 + 10.0, 600.0)
+        b.runtime("cudaLaunchKernel", t0 + 20.0, 5.0, correlation=b.new_id())
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.device.kind == "cpu"
+    assert d.verdict.confidence == "low"
+    assert any("no kernel was recorded" in t for t in d.verdict.thin_evidence)

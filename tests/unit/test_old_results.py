@@ -35,6 +35,7 @@ def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     memory_only = ("wall", "share", "max_speedup", "saves")
     out = {**d, "schema": "wallfinder.diagnosis/1"}
     out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k != "graph_replayed"}
+    out["verdict"] = {k: v for k, v in d["verdict"].items() if k != "thin_evidence"}
     out["findings"] = [
         {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device")}
         for f in d["findings"]

@@ -53,7 +53,7 @@ from wallfinder.analysis.thresholds import (
     TimeThresholds,
 )
 from wallfinder.analysis.timeline import step_timeline
-from wallfinder.analysis.verdict import decide, headline
+from wallfinder.analysis.verdict import decide, headline, thin_evidence
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -220,6 +220,16 @@ def _result(
     typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
     findings = find(facts, typical.wall) if facts is not None else []
     verdict, findings = headline(typical, steps, findings)
+    thin = thin_evidence(
+        steps,
+        device_known=device.kind == "cpu" or device.matched_spec is not None,
+        launches_known=not any(w.startswith("no launch records") for w in warnings),
+        roofline=roofline,
+        wall=verdict.wall,
+        gpu_unrecorded=device.kind == "cpu"
+        and (bool(trace.device_properties) or len(trace.of_kind(Kind.RUNTIME)) > 0),
+    )
+    verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
     if verdict.wall != typical.wall and facts is not None:
         findings = find(facts, verdict.wall)  # the new wall's findings first
     return Diagnosis(

@@ -229,3 +229,41 @@ def headline(
     if explained:
         findings = [f for f in findings if f.id != UNSTABLE]
     return msgspec.structs.replace(typical, reason=typical.reason + note), findings
+
+
+MIN_COSTED_SHARE = 0.5
+"""Below this share of busy time with a cost model, how near peak the work runs is a guess."""
+
+
+def thin_evidence(
+    steps: Steps,
+    device_known: bool,
+    launches_known: bool,
+    roofline: Roofline | None,
+    wall: str,
+    *,
+    gpu_unrecorded: bool = False,
+) -> list[str]:
+    """What makes a verdict rest on thin evidence, in words (empty: nothing does).
+    `gpu_unrecorded`: the job used a GPU whose work the trace did not record."""
+    out = []
+    if gpu_unrecorded:
+        out.append(
+            "the job used a GPU (device properties or runtime calls in the trace) but no kernel "
+            "was recorded: this is the CPU's side only (profile with ProfilerActivity.CUDA)"
+        )
+    if steps.count < MIN_STEPS_FOR_STABILITY:
+        out.append(
+            f"{steps.count} steady-state step{'s' if steps.count != 1 else ''}: whether that "
+            "is typical of the job cannot be told (profile more steps)"
+        )
+    if not launches_known:
+        out.append("no launch records: idle time cannot be split into its causes")
+    if not device_known:
+        out.append("unknown device: no peaks, so nothing is measured against a roof")
+    if wall != "overhead" and roofline is not None and roofline.costed_share < MIN_COSTED_SHARE:
+        out.append(
+            f"only {roofline.costed_share:.0%} of busy time has a cost model (shapes "
+            "recorded with record_shapes=True and a known op)"
+        )
+    return out

@@ -34,6 +34,11 @@ def render_markdown(d: Diagnosis) -> str:
         "",
         f"> {text(v.reason)}",
         "",
+        *(
+            [f"**Confidence: low** — {text('; '.join(v.thin_evidence))}", ""]
+            if v.thin_evidence
+            else []
+        ),
         "| # | question | answer | detail |",
         "|---|---|---|---|",
     ]

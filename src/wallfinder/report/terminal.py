@@ -95,6 +95,8 @@ def _verdict(d: Diagnosis) -> Panel:
     body.append(f"{v.wall.upper()} wall", style=_WALL_STYLE[v.wall])
     body.append(f" — {cause_label(v.wall, v.cause)}\n", style="bold")
     body.append(v.reason + "\n")
+    if v.thin_evidence:
+        body.append("confidence: low — " + "; ".join(v.thin_evidence) + "\n", style="yellow")
     for i, q in enumerate(v.questions, 1):
         mark = {"yes": "yes", "no": "NO", "unknown": "?"}[q.answer]
         body.append(f"\n{i}. {q.question} ")
