@@ -198,6 +198,8 @@ class Finding(_Base, frozen=True):
     - "memory": `saving_bytes` is the most the fix frees at the memory peak of `device` (null
       when the evidence gives no bound); it moves no wall (`wall` null) and claims no step
       time (`share` 0, `max_speedup` 1). `Finding.memory` makes one.
+    - "once": a one-off cost per run (start-up, warm-up): `share` is its part of the profiled
+      time, and it gains the steady step nothing (`max_speedup` 1).
     """
 
     id: str
@@ -207,7 +209,7 @@ class Finding(_Base, frozen=True):
     max_speedup: float
     evidence: str
     fix: str
-    saves: Literal["time", "memory"] = "time"
+    saves: Literal["time", "memory", "once"] = "time"
     saving_bytes: int | None = None
     device: str | None = None
 
@@ -966,10 +968,12 @@ def _violations(d: Diagnosis) -> list[str]:
         if k.pct_of_roof is not None and not _fraction(k.pct_of_roof):
             out.append(f"kernel {k.name!r}: pct_of_roof {k.pct_of_roof} is not a fraction")
     for f in d.findings:
-        if f.saves != "time":
+        if f.saves == "memory":
             continue  # bytes at the memory peak: no share of the step to bound
-        if not (0.0 < f.share <= 1.0):
-            out.append(f"finding {f.id}: share {f.share} is not a fraction above 0")
+        if not _fraction(f.share):
+            out.append(f"finding {f.id}: share {f.share} is not a fraction")
+        if f.saves == "once" and f.max_speedup != 1.0:
+            out.append(f"finding {f.id}: a one-off cost claims {f.max_speedup}x per step")
         amdahl = 1.0 / max(1.0 - min(f.share, 0.999), 1e-3)
         if not (1.0 <= f.max_speedup <= amdahl * (1 + SUM_TOLERANCE)):
             out.append(f"finding {f.id}: bound {f.max_speedup}x outside [1x, {amdahl}x]")

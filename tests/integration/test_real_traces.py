@@ -140,10 +140,20 @@ def test_sampled_job_folder_gives_two_ranks() -> None:
     assert all(r.wait_s is not None and r.wait_s > 0 for r in d.ranks)
 
 
-def test_trace_without_profiler_steps_is_one_window() -> None:
+def test_trace_without_profiler_steps_sets_its_start_up_aside() -> None:
+    # No step markers, no optimizer: one window, after a 30 s first `.to()` (CUDA context)
+    # and the first convolutions' cuDNN set-up, which are start-up, not the job's wall.
     _, d = loaded(real_trace("hta/a100_alexnet.json.gz"))
-    assert d.steps.total == 1
     assert d.steps.source.startswith("whole trace")
+    assert (d.steps.total, d.steps.count) == (2, 1)
+    [startup] = d.steps.dropped
+    assert startup.step == "start-up"
+    assert "the first aten::to took 29.94 s" in startup.reason
+    assert "the first aten::conv2d took 10.84 s" in startup.reason
+    assert d.verdict.confidence == "low"
+    warmup = next(f for f in d.findings if f.id == "warm-up")
+    assert (warmup.saves, warmup.max_speedup) == ("once", 1.0)
+    assert all(f.max_speedup < 3 for f in d.findings)  # was "up to 263.90x faster"
 
 
 # Chunked and parallel parsing of real files -----------------------------------------------------

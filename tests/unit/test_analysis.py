@@ -583,3 +583,35 @@ def test_too_few_optimizer_steps_leave_one_window(tmp_path: Path) -> None:
     d = load(optimizer_loop(2), tmp_path)
     assert d.steps.source == "whole trace (no ProfilerStep)"
     assert d.steps.total == 1
+
+
+def startup_then_work(first_us: float = 500_000.0, blocking: bool = False) -> TraceBuilder:
+    """No markers, no optimizer: a first `aten::to` of `first_us` (with `blocking`, spent in a
+    cudaMemcpy waiting for the GPU), then 20 rounds of a 20 µs `aten::to` and a 400 µs GEMM."""
+    b = TraceBuilder()
+    b.cpu_op("aten::to", 0.0, first_us)
+    if blocking:
+        b.runtime("cudaMemcpy", 10.0, first_us - 20.0, correlation=b.new_id())
+    t = first_us + 10.0
+    for _ in range(20):
+        b.cpu_op("aten::to", t, 20.0)
+        b.kernel(GEMM, t + 30.0, 400.0, launch_at=t + 22.0)
+        t += 440.0
+    return b
+
+
+def test_start_up_in_a_trace_without_steps_is_set_aside_and_said(tmp_path: Path) -> None:
+    d = load(startup_then_work(), tmp_path)
+    assert d.steps.total == 2
+    [startup] = d.steps.dropped
+    assert startup.step == "start-up"
+    assert "the first aten::to took 0.50 s" in startup.reason
+    # What is left is the work: the GPU busy with GEMMs, not a host that "cannot launch".
+    assert d.verdict.wall == "compute"
+    assert d.breakdown.compute > 0.85
+
+
+def test_a_first_call_that_waits_for_the_gpu_is_not_start_up(tmp_path: Path) -> None:
+    d = load(startup_then_work(blocking=True), tmp_path)
+    assert d.steps.total == 1
+    assert d.steps.dropped == []

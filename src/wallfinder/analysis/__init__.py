@@ -42,6 +42,7 @@ from wallfinder.analysis.steps import (
     OPTIMIZER_ITERATIONS,
     StepSpans,
     cpu_steps,
+    dropped_steps,
     gpu_windows,
     warmup_steps,
 )
@@ -126,7 +127,7 @@ def diagnose(
     start, end = gpu_windows(spans, dev.ops, dev.launch_ts)
     wb = breakdown(trace, dev, start, end)
     durations = (end - start).astype(np.float64) * NS
-    dropped = warmup_steps(durations)
+    dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     spikes = find_spikes(trace, dev, spans.labels, wb, kept)
@@ -445,7 +446,7 @@ def _diagnose_cpu(
     length = end - start
     untraced = length - upto[4]
     durations = length.astype(np.float64) * NS
-    dropped = warmup_steps(durations)
+    dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     zeros = np.zeros(length.size, dtype=np.int64)

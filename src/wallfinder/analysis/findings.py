@@ -622,25 +622,32 @@ def slow_optimizer(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def warmup_cost(f: Facts) -> Finding | None:
-    """Steps dropped as warm-up: a one-off cost (compilation, autotuning), shown as a share
-    of the profiled time."""
+    """Steps set aside as warm-up or start-up: a one-off cost per run (compilation,
+    autotuning, first-call set-up), shown as a share of the profiled time; it gains the
+    steady-state step nothing, so its bound is 1x and it ranks last."""
     s = f.steps
     if not s.dropped or s.median_s <= 0:
         return None
     extra = sum(max(0.0, d.duration_s - s.median_s) for d in s.dropped)
     total = extra + s.mean_s * s.count + s.median_s * len(s.dropped)
     share = extra / total
-    return _finding(
-        f,
-        "warm-up",
-        "overhead",
-        "The first steps pay a warm-up cost",
-        share,
-        f"{len(s.dropped)} warm-up step(s) took {_ms(extra)} more than a steady step; the share "
-        "and bound are of the profiled window, a one-off cost per run",
-        "cache compilation (TORCHINDUCTOR_CACHE_DIR / torch.compile mode and dynamic=False to "
-        "avoid recompiles), keep shapes static, warm up cudnn.benchmark before timing",
-        speedup=amdahl(share),
+    if share < f.thresholds.time.min_share:
+        return None
+    return Finding(
+        id="warm-up",
+        wall="overhead",
+        title="Start-up takes a share of the profiled time"
+        if s.dropped[0].step == "start-up"
+        else "The first steps pay a warm-up cost",
+        share=share,
+        max_speedup=1.0,
+        evidence=f"{len(s.dropped)} step(s) set aside took {_ms(extra)} more than a steady "
+        f"step ({s.dropped[0].reason}): a one-off cost per run, {share:.0%} of the profiled "
+        "time, none of it in the steady state",
+        fix="cache compilation (TORCHINDUCTOR_CACHE_DIR / torch.compile mode and dynamic=False "
+        "to avoid recompiles), keep shapes static, warm up cudnn.benchmark before timing; "
+        "profile more steps, so that the steady state is measured",
+        saves="once",
     )
 
 

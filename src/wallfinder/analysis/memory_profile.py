@@ -191,7 +191,7 @@ class _Context:
         inside = (step >= 0) & (mem.ts < spans.cpu_end[np.maximum(step, 0)])
         if spans.whole:
             inside[:] = True
-            step[:] = 0
+            step[:] = len(spans.labels) - 1  # the analysed window (after any start-up)
         step = np.where(inside, step, NONE)
         phase = np.full(len(mem), FORWARD, dtype=np.int64)
         phase[_covered(trace, mem, _backward_codes(trace))] = BACKWARD

@@ -38,14 +38,27 @@ WHOLE_TRACE = "whole trace (no ProfilerStep)"
 OPTIMIZER_ITERATIONS = "optimizer steps (no ProfilerStep)"
 
 
+STARTUP_FACTOR = 10.0
+"""A first call is start-up when it takes this many times the median of the same op's later
+calls (CUDA context creation, lazy initialisation, cuDNN/cuBLAS handles, autotuning)..."""
+
+STARTUP_MIN_NS = 50_000_000
+"""...and at least this long..."""
+
+STARTUP_MIN_SHARE = 0.10
+"""...and this share of the trace, starting in its first half."""
+
+
 @dataclass(frozen=True)
 class StepSpans:
-    """CPU spans of the steps, in time order; `source` says where they came from."""
+    """CPU spans of the steps, in time order; `source` says where they came from. `startup`,
+    when set, says why the first span is the trace's start-up, set aside."""
 
     labels: list[str]
     cpu_start: I64
     cpu_end: I64
     source: str
+    startup: str | None = None
 
     @property
     def whole(self) -> bool:
@@ -95,7 +108,60 @@ def cpu_steps(trace: Trace) -> StepSpans:
         active = trace.of_kind(Kind.OTHER, Kind.GPU_ANNOTATION)
     start = int(active.ts.min()) if len(active) else 0
     end = int(active.end.max()) if len(active) else 0
+    cut, why = start, ""
+    while (found := _startup(trace, cut, end)) is not None:  # set-up often comes in stages
+        cut, why = found[0], (f"{why}; then " if why else "") + found[1]
+    if cut > start:
+        return StepSpans(
+            ["start-up", "whole trace"],
+            np.array([start, cut]),
+            np.array([cut, end]),
+            WHOLE_TRACE,
+            startup=(
+                f"start-up: {why} (first-call set-up: CUDA context, lazy initialisation, "
+                "library handles, autotuning)"
+            ),
+        )
     return StepSpans(["whole trace"], np.array([start]), np.array([end]), WHOLE_TRACE)
+
+
+def _startup(trace: Trace, start: int, end: int) -> tuple[int, str] | None:
+    """Where the start-up of a trace without steps ends, and why: the end of the first calls
+    that took far longer than the same op's later calls (STARTUP_FACTOR, STARTUP_MIN_NS,
+    STARTUP_MIN_SHARE), begun in the first half of the trace. None when there is none, or
+    when nothing would be left after it."""
+    host = trace.of_kind(Kind.CPU_OP, Kind.RUNTIME)
+    host = host.take(np.flatnonzero(host.ts >= start))
+    span = end - start
+    if len(host) == 0 or span <= 0:
+        return None
+    waits = _waits(trace)
+    order = np.lexsort((host.ts, host.name))
+    names, ts, dur = host.name[order], host.ts[order], host.dur[order]
+    first = np.flatnonzero(np.r_[True, names[1:] != names[:-1]])
+    counts = np.diff(np.r_[first, names.size])
+    long_first = (
+        (counts >= 2)
+        & (dur[first] >= STARTUP_MIN_NS)
+        & (dur[first] >= STARTUP_MIN_SHARE * span)
+        & (ts[first] < start + span // 2)
+    )
+    cut, why = start, ""
+    for i, n in zip(first[long_first].tolist(), counts[long_first].tolist(), strict=True):
+        later = float(np.median(dur[i + 1 : i + n]))
+        if dur[i] < STARTUP_FACTOR * max(later, 1.0):
+            continue
+        if _waiting(waits, int(ts[i]), int(ts[i] + dur[i])):
+            continue  # the host waited for the GPU: a synchronisation, not set-up
+        if ts[i] + dur[i] > cut:
+            cut = int(ts[i] + dur[i])
+            why = (
+                f"the first {trace.strings[int(names[i])]} took "
+                f"{dur[i] / 1e9:.2f} s, {dur[i] / max(later, 1.0):.0f}x its later calls"
+            )
+    if cut == start or cut >= end:
+        return None
+    return cut, why
 
 
 def _optimizer_iterations(trace: Trace) -> StepSpans | None:
@@ -160,3 +226,33 @@ def warmup_steps(durations: npt.NDArray[np.float64]) -> list[tuple[int, str]]:
             )
         )
     return dropped
+
+
+_BLOCKING = re.compile(r"Synchronize|Memcpy(?!Async)|MemcpyWithStream")
+"""Runtime calls in which the host waits for the GPU: an op that spends its time in one is
+waiting for queued work, not setting up."""
+
+
+def _waits(trace: Trace) -> tuple[I64, I64]:
+    """Start and end of every blocking runtime call, by start."""
+    codes = trace.names_matching(lambda name: _BLOCKING.search(name) is not None)
+    runtime = trace.of_kind(Kind.RUNTIME)
+    waits = runtime.take(np.flatnonzero(np.isin(runtime.name, codes)))
+    order = np.argsort(waits.ts, kind="stable")
+    return waits.ts[order], waits.end[order]
+
+
+def _waiting(waits: tuple[I64, I64], ts: int, end: int) -> bool:
+    """Over half of [ts, end) is spent inside blocking runtime calls."""
+    w_ts, w_end = waits
+    lo, hi = np.searchsorted(w_ts, ts), np.searchsorted(w_ts, end)
+    inside = np.minimum(w_end[lo:hi], end) - w_ts[lo:hi]
+    return 2 * int(inside.sum()) > end - ts
+
+
+def dropped_steps(spans: StepSpans, durations: npt.NDArray[np.float64]) -> list[tuple[int, str]]:
+    """The steps set aside: the start-up span of a trace without steps, else the leading
+    warm-up steps."""
+    if spans.startup is not None:
+        return [(0, spans.startup)]
+    return warmup_steps(durations)

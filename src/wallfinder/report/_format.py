@@ -206,6 +206,14 @@ def idle_label(d: Diagnosis, cause: str) -> str:
     return CAUSE_LABEL.get(cause, cause.replace("_", " "))
 
 
+def gain(f: Finding, times: str = "x") -> str:
+    """What a time finding can gain, in words: its bound and share of the step, or for a
+    one-off cost its share of the profiled time."""
+    if f.saves == "once":
+        return f"a one-off cost: {pct(f.share, 0)} of the profiled time, none per steady step"
+    return f"up to {f.max_speedup:.2f}{times} faster ({pct(f.share, 0)} of the step)"
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """A fraction as a percentage; "?" when unknown."""
     return "?" if x is None else f"{x * 100:.{digits}f}%"

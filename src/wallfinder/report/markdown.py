@@ -145,8 +145,7 @@ def _findings(d: Diagnosis) -> list[str]:
             out += ["", label, ""]
         for n, f in enumerate(group, 1):
             out += [
-                f"{n}. **{text(f.title)}** — up to {f.max_speedup:.2f}× faster "
-                f"({fmt.pct(f.share, 0)} of the step)  ",
+                f"{n}. **{text(f.title)}** — {text(fmt.gain(f, '×'))}  ",
                 f"   evidence: {text(f.evidence)}  ",
                 f"   fix: {text(f.fix)}",
             ]

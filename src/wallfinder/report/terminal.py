@@ -19,6 +19,7 @@ from wallfinder.report._format import (
     breakdown_parts,
     cause_label,
     collective_cells,
+    gain,
     idle_causes,
     idle_label,
     job_lines,
@@ -118,8 +119,7 @@ def _findings(d: Diagnosis) -> Text:
         if label:
             text.append(f"\n{label}:", style="dim")
         for f in group:
-            gain = f"up to {f.max_speedup:.2f}x faster ({f.share:.0%} of the step)"
-            _append_finding(text, f.title, gain, f.evidence, f.fix)
+            _append_finding(text, f.title, gain(f), f.evidence, f.fix)
     return text
 
 
