@@ -16,7 +16,10 @@ SCHEMA = "wallfinder.diagnosis/2"
 _DIAGNOSIS_V1 = "wallfinder.diagnosis/1"
 DIAGNOSIS_SCHEMAS = (_DIAGNOSIS_V1, SCHEMA)
 """Every diagnosis schema `Diagnosis.from_json` reads. /2: one `Finding` type for every
-finding (`saves`, `saving_bytes`, `device`), where /1 had a memory finding type of its own."""
+finding (`saves`, `saving_bytes`, `device`), where /1 had a memory finding type of its own;
+the memory profile's blocks, sites and leak sites are the memory model's `MemoryBlock`,
+`MemorySite` and `MemoryLeak` (shared with the snapshot's report), which only add fields
+with defaults to what /1 wrote."""
 
 Wall = Literal["compute", "bandwidth", "overhead"]
 Answer = Literal["yes", "no", "unknown"]
@@ -41,6 +44,31 @@ def _upgrade_memory_findings(holder: dict[str, Any]) -> None:
         {"wall": None, "share": 0.0, "max_speedup": 1.0, **f, "saves": "memory"}
         for f in holder.get("findings") or []
     ]
+
+
+_SNAPSHOT_V1_CATEGORY = {"unknown": "other"}
+"""/1 → /2: snapshot categories renamed to the one vocabulary (`MEMORY_CATEGORIES`)."""
+
+
+def _upgrade_snapshot_categories(report: dict[str, Any]) -> None:
+    """/1 → /2 in place: the category names of a memory report (its `categories` dicts, and
+    the `category` of its sites, blocks and leaks) in the one vocabulary."""
+
+    def renamed(cats: dict[str, int]) -> dict[str, int]:
+        return {_SNAPSHOT_V1_CATEGORY.get(k, k): v for k, v in cats.items()}
+
+    def listed(holder: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        return list(holder.get(key) or [])
+
+    peaks = listed(report, "peaks")
+    for holder in [report, *listed(report, "devices"), *peaks]:
+        if isinstance(holder.get("categories"), dict):
+            holder["categories"] = renamed(holder["categories"])
+    rows = listed(report, "sites") + listed(report, "largest") + listed(report, "leaks")
+    rows += [s for p in peaks for s in listed(p, "sites")]
+    for row in rows:
+        if isinstance(row.get("category"), str):
+            row["category"] = _SNAPSHOT_V1_CATEGORY.get(row["category"], row["category"])
 
 
 class Device(_Base, frozen=True):
@@ -464,6 +492,7 @@ class Calculation(_Base, frozen=True, kw_only=True):
 
 
 MEMORY_CATEGORIES = (
+    "parameters",
     "before_trace",
     "activations",
     "retained",
@@ -472,29 +501,65 @@ MEMORY_CATEGORIES = (
     "temporaries",
     "other",
 )
-"""What a block of memory in a profiler trace holds, from when it was allocated and freed
-(`wallfinder.analysis.memory_profile`): heuristics, not facts the allocator records."""
+"""What a block of memory holds: one vocabulary for both memory sources, each a heuristic,
+never a fact the allocator records. Each source can tell only some of them:
+
+- an allocator snapshot (`wallfinder.analysis.memory`), from the call stack of each
+  allocation: `SNAPSHOT_CATEGORIES` (parameters, optimizer_state, gradients, activations;
+  other when the stack says none of them);
+- a profiler trace's memory events (`wallfinder.analysis.memory_profile`), from when each
+  block was allocated and freed: `PROFILE_CATEGORIES` (before_trace for what was allocated
+  before the trace, parameters among it; activations, retained, gradients, optimizer_state,
+  temporaries; other for blocks allocated between steps).
+
+/1 memory reports named the snapshot's other "unknown"; `MemoryReport.from_json` renames it."""
+
+SNAPSHOT_CATEGORIES = ("parameters", "optimizer_state", "gradients", "activations", "other")
+"""The categories a snapshot's call stacks tell, in the order its reports list them."""
+
+PROFILE_CATEGORIES = tuple(c for c in MEMORY_CATEGORIES if c != "parameters")
+"""The categories a profiler trace's event timing tells, in the order its reports list them."""
 
 
-class LiveBlock(_Base, frozen=True):
-    """One block live at the peak: its size, category, the op that allocated it, the call
-    site (the innermost frame outside torch, when the trace has Python stacks) and when."""
+class MemoryBlock(_Base, frozen=True):
+    """One live allocation: its size, category and call site, with what its source knows
+    of it. From a snapshot: `device`, its index. From a profiler trace (the device is the
+    profile's): the op that allocated it, and when (`step`, `phase`); `site` is the
+    innermost user-code frames, null when the trace has no Python stacks."""
 
     bytes: int
     category: str
-    op: str | None
     site: str | None
-    step: str | None
-    phase: str
+    op: str | None = None
+    step: str | None = None
+    phase: str | None = None
+    device: int | None = None
 
 
-class LiveSite(_Base, frozen=True):
-    """Live bytes at the peak from one call site (or op, without stacks) and category."""
+class MemorySite(_Base, frozen=True):
+    """Live bytes from one call site and category. From a snapshot, the site is the first
+    frame outside torch and site-packages (else the innermost frame); from a profiler trace,
+    the innermost user-code frames (else the op, without stacks)."""
 
     site: str
     category: str
     bytes: int
     count: int
+
+
+class MemoryLeak(_Base, frozen=True):
+    """A call site whose allocations are never freed in the history, spread over it: from a
+    snapshot, in every third of its history (`device`, `category` of its first block); from
+    a profiler trace, in several steady-state steps (`steps`, and the `op` that allocates
+    most of them)."""
+
+    site: str
+    count: int
+    bytes: int
+    category: str | None = None
+    op: str | None = None
+    steps: int | None = None
+    device: int | None = None
 
 
 class StepMemory(_Base, frozen=True):
@@ -510,16 +575,6 @@ class StepMemory(_Base, frozen=True):
     peak_reserved: int
     reserved_changes: int
     warmup: bool = False
-
-
-class LeakSite(_Base, frozen=True):
-    """Allocations from one call site, in several steps, never freed before the trace ends."""
-
-    site: str
-    op: str | None
-    count: int
-    bytes: int
-    steps: int
 
 
 class MemoryPoint(_Base, frozen=True):
@@ -555,12 +610,12 @@ class DeviceMemoryProfile(_Base, frozen=True):
     peak_op: str | None
     before_trace: int
     categories: dict[str, int] = {}
-    largest: list[LiveBlock] = []
-    sites: list[LiveSite] = []
+    largest: list[MemoryBlock] = []
+    sites: list[MemorySite] = []
     steps: list[StepMemory] = []
     growth_per_step: float | None = None
     leak: bool = False
-    leak_sites: list[LeakSite] = []
+    leak_sites: list[MemoryLeak] = []
     reserved_at_peak: int = 0
     """Reserved bytes when allocated peaks: reserved - allocated is cached but unused."""
     reserved_grows: int = 0
@@ -816,29 +871,11 @@ class DiagnosisDiff(_Base, frozen=True, kw_only=True):
 
 
 MEMORY_SCHEMA = "wallfinder.memory/2"
-"""/2: findings of the one `Finding` type (`saves` "memory"); `MemoryReport.from_json` reads
-/1 too."""
+"""/2: findings of the one `Finding` type (`saves` "memory"); blocks and leaks of the one
+memory model (`MemoryBlock`, `MemoryLeak`: the fields of a profiler trace's blocks and leak
+sites added, null here); the category /1 called "unknown" is "other" (`MEMORY_CATEGORIES`).
+`MemoryReport.from_json` reads /1 too."""
 _MEMORY_V1 = "wallfinder.memory/1"
-
-
-class MemorySite(_Base, frozen=True):
-    """Live bytes from one call site: the first frame outside torch and site-packages (else
-    the innermost frame). `category` is a heuristic guess from the stack (see
-    `wallfinder.analysis.memory`)."""
-
-    site: str
-    category: str
-    bytes: int
-    count: int
-
-
-class MemoryBlock(_Base, frozen=True):
-    """One live allocation of the snapshot."""
-
-    device: int
-    bytes: int
-    site: str
-    category: str
 
 
 class DeviceMemory(_Base, frozen=True):
@@ -871,16 +908,6 @@ class MemoryPeak(_Base, frozen=True):
     sites: list[MemorySite] = []
 
 
-class LeakSuspect(_Base, frozen=True):
-    """A call site whose allocations in the history are never freed, spread over it."""
-
-    device: int
-    site: str
-    category: str
-    count: int
-    bytes: int
-
-
 class OomEvent(_Base, frozen=True):
     device: int
     index: int
@@ -901,7 +928,7 @@ class MemoryReport(_Base, frozen=True, kw_only=True):
     sites: list[MemorySite] = []
     largest: list[MemoryBlock] = []
     peaks: list[MemoryPeak] = []
-    leaks: list[LeakSuspect] = []
+    leaks: list[MemoryLeak] = []
     ooms: list[OomEvent] = []
     findings: list[Finding] = []
     notes: list[str] = []
@@ -913,6 +940,7 @@ class MemoryReport(_Base, frozen=True, kw_only=True):
             return msgspec.json.decode(text, type=cls)
         data = msgspec.json.decode(text)
         _upgrade_memory_findings(data)
+        _upgrade_snapshot_categories(data)
         return msgspec.convert({**data, "schema": MEMORY_SCHEMA}, cls)
 
 

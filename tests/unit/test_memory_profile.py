@@ -7,7 +7,7 @@ from pathlib import Path
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, Thresholds, analyze
 from wallfinder.analysis import MemoryThresholds
-from wallfinder.diagnosis import MEMORY_CATEGORIES, Diagnosis
+from wallfinder.diagnosis import PROFILE_CATEGORIES, Diagnosis
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -100,7 +100,7 @@ def test_the_peak_is_split_into_categories_by_when_blocks_live(tmp_path: Path) -
         "temporaries": 128 * 1024,
         "other": 0,
     }
-    assert list(m.categories) == list(MEMORY_CATEGORIES)
+    assert list(m.categories) == list(PROFILE_CATEGORIES)
     assert m.peak_allocated == sum(m.categories.values())
     assert m.before_trace == 10 * MiB
     assert m.largest[0].bytes == 2 * MiB

@@ -159,7 +159,7 @@ def test_call_site_is_the_first_frame_outside_torch_else_the_innermost() -> None
         (PARAMETER, "parameters"),
         (OPTIMIZER, "optimizer_state"),
         (GRADIENT, "gradients"),
-        ([TRAIN], "unknown"),
+        ([TRAIN], "other"),
     ],
 )
 def test_categories_are_guessed_from_the_stack(frames: list[dict[str, Any]], expected: str) -> None:

@@ -29,9 +29,14 @@ V1 = DATA / "diagnosis-v1.json"
 MEMORY_V1 = DATA / "memory-v1.json"
 
 
+def _without(rows: list[dict[str, Any]], added: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k not in added} for r in rows]
+
+
 def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
-    """A /2 JSON form as /1 wrote it: the findings and breakdown without the fields /2
-    added."""
+    """A /2 JSON form as /1 wrote it: the findings, breakdown, verdict, blocks and leak sites
+    without the fields /2 added (the memory model's blocks and leaks are shared with the
+    snapshot's report)."""
     memory_only = ("wall", "share", "max_speedup", "saves")
     out = {**d, "schema": "wallfinder.diagnosis/1"}
     out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k != "graph_replayed"}
@@ -46,6 +51,14 @@ def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
             "findings": [
                 {k: v for k, v in f.items() if k not in memory_only}
                 for f in d["memory"]["findings"]
+            ],
+            "devices": [
+                {
+                    **m,
+                    "largest": _without(m["largest"], ("device",)),
+                    "leak_sites": _without(m["leak_sites"], ("category", "device")),
+                }
+                for m in d["memory"]["devices"]
             ],
         }
     return out
@@ -143,8 +156,44 @@ def test_a_v1_memory_report_loads_as_v2() -> None:
         ("memory-optimizer-state", "memory", None, None),
         ("memory-leak-suspect", "memory", None, None),
     ]
+    # /1's "unknown" category is the one vocabulary's "other".
+    assert list(r.categories) == [
+        "parameters",
+        "optimizer_state",
+        "gradients",
+        "activations",
+        "other",
+    ]
+    assert [s.category for s in r.leaks] == ["other"]
     again = msgspec.json.decode(r.to_json())
     for f in again["findings"]:
         for key in ("wall", "share", "max_speedup", "saves"):
             del f[key]
-    assert {**again, "schema": "wallfinder.memory/1"} == json.loads(text)
+    assert _memory_as_v1({**again, "schema": "wallfinder.memory/1"}) == json.loads(text)
+
+
+def _memory_as_v1(d: dict[str, Any]) -> dict[str, Any]:
+    """A /2 memory report as /1 wrote it: "other" named "unknown", and the blocks and leaks
+    without the fields the memory model added."""
+
+    def v1(cats: dict[str, int]) -> dict[str, int]:
+        return {("unknown" if k == "other" else k): v for k, v in cats.items()}
+
+    def v1_rows(rows: list[dict[str, Any]], added: tuple[str, ...]) -> list[dict[str, Any]]:
+        return [
+            {**r, "category": "unknown" if r["category"] == "other" else r["category"]}
+            for r in _without(rows, added)
+        ]
+
+    return {
+        **d,
+        "categories": v1(d["categories"]),
+        "devices": [{**x, "categories": v1(x["categories"])} for x in d["devices"]],
+        "peaks": [
+            {**p, "categories": v1(p["categories"]), "sites": v1_rows(p["sites"], ())}
+            for p in d["peaks"]
+        ],
+        "sites": v1_rows(d["sites"], ()),
+        "largest": v1_rows(d["largest"], ("op", "step", "phase")),
+        "leaks": v1_rows(d["leaks"], ("op", "steps")),
+    }

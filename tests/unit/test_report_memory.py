@@ -19,10 +19,10 @@ from wallfinder import Diagnosis, analyze
 from wallfinder.diagnosis import (
     DeviceMemoryProfile,
     Finding,
-    LeakSite,
-    LiveSite,
+    MemoryLeak,
     MemoryPoint,
     MemoryProfile,
+    MemorySite,
     StepMemory,
 )
 from wallfinder.report import _format as fmt
@@ -110,20 +110,20 @@ def main_device(**changes: Any) -> DeviceMemoryProfile:
             before_trace=10 * GiB, activations=24 * GiB, gradients=4 * GiB, temporaries=2 * GiB
         ),
         sites=[
-            LiveSite(
+            MemorySite(
                 site="model.py(42): forward", category="activations", bytes=20 * GiB, count=48
             ),
-            LiveSite(site="aten::mm", category="temporaries", bytes=2 * GiB, count=3),
-            LiveSite(site="model.py(50): head", category="activations", bytes=4 * GiB, count=8),
-            LiveSite(site="optim.py(7): step", category="gradients", bytes=4 * GiB, count=16),
-            LiveSite(site="train.py(88): train", category="other", bytes=MiB, count=1),
-            LiveSite(site="sixth.py(1): f", category="other", bytes=1024, count=1),
+            MemorySite(site="aten::mm", category="temporaries", bytes=2 * GiB, count=3),
+            MemorySite(site="model.py(50): head", category="activations", bytes=4 * GiB, count=8),
+            MemorySite(site="optim.py(7): step", category="gradients", bytes=4 * GiB, count=16),
+            MemorySite(site="train.py(88): train", category="other", bytes=MiB, count=1),
+            MemorySite(site="sixth.py(1): f", category="other", bytes=1024, count=1),
         ],
         steps=[step("step 1", 0.0, warmup=True), step("step 2", 0.01), step("step 3", 0.02)],
         growth_per_step=512 * MiB,
         leak=True,
         leak_sites=[
-            LeakSite(
+            MemoryLeak(
                 site="train.py(88): train", op="aten::add", count=12, bytes=3 * GiB // 2, steps=3
             )
         ],
@@ -292,8 +292,8 @@ def test_terminal_growth_without_a_leak_and_a_cpu_peak_without_reserved(
 
 def test_terminal_memory_fits_the_width_and_prints_markup_literally(base: Diagnosis) -> None:
     sites = [
-        LiveSite(site=NASTY_NAME, category="activations", bytes=GiB, count=1),
-        LiveSite(site="[red]x.py(1)[/red]", category="activations", bytes=GiB, count=1),
+        MemorySite(site=NASTY_NAME, category="activations", bytes=GiB, count=1),
+        MemorySite(site="[red]x.py(1)[/red]", category="activations", bytes=GiB, count=1),
     ]
     d = msgspec.structs.replace(base, memory=profile(sites=sites, peak_op=NASTY_NAME))
     for width in (60, 100, 160):
@@ -356,8 +356,8 @@ def test_markdown_memory_section(diagnosis: Diagnosis) -> None:
 
 
 def test_markdown_memory_strings_are_inert(base: Diagnosis) -> None:
-    sites = [LiveSite(site=SCRIPT, category="activations", bytes=GiB, count=1)]
-    leaks = [LeakSite(site=SCRIPT, op="@someone", count=1, bytes=GiB, steps=3)]
+    sites = [MemorySite(site=SCRIPT, category="activations", bytes=GiB, count=1)]
+    leaks = [MemoryLeak(site=SCRIPT, op="@someone", count=1, bytes=GiB, steps=3)]
     d = msgspec.structs.replace(
         base, memory=profile(sites=sites, leak_sites=leaks, peak_op="**bold** <b>x</b>")
     )
@@ -496,8 +496,8 @@ def test_html_memory_without_timeline_has_no_chart(base: Diagnosis) -> None:
 
 
 def test_html_memory_strings_are_escaped(base: Diagnosis) -> None:
-    sites = [LiveSite(site=SCRIPT, category="activations", bytes=GiB, count=1)]
-    leaks = [LeakSite(site=SCRIPT, op=None, count=1, bytes=GiB, steps=3)]
+    sites = [MemorySite(site=SCRIPT, category="activations", bytes=GiB, count=1)]
+    leaks = [MemoryLeak(site=SCRIPT, op=None, count=1, bytes=GiB, steps=3)]
     steps = [step(SCRIPT, 0.0), step("step $x$", 0.01)]
     d = msgspec.structs.replace(
         base,

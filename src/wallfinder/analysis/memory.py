@@ -9,7 +9,9 @@ Categories (parameters, optimizer state, gradients, activations) are heuristics 
 stack of each allocation, not facts the allocator records: a stack through `torch/optim/` is
 optimizer state, one through autograd's backward is a gradient, one through `Module._apply`,
 `.to`, `.cuda` or parameter initialisation is a parameter, another through a `forward` is an
-activation or temporary, anything else is unknown.
+activation or temporary, anything else is other: `SNAPSHOT_CATEGORIES` of the one vocabulary
+(`wallfinder.diagnosis.MEMORY_CATEGORIES`). The history's entries become columns and are
+replayed by the one allocate/free replay (`wallfinder.analysis.allocations`).
 """
 
 from __future__ import annotations
@@ -19,25 +21,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
+from wallfinder.analysis.allocations import Replay, rank_sites
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.thresholds import SnapshotThresholds, Thresholds
 from wallfinder.diagnosis import (
+    SNAPSHOT_CATEGORIES,
     DeviceMemory,
     Finding,
-    LeakSuspect,
     MemoryBlock,
+    MemoryLeak,
     MemoryPeak,
     MemoryReport,
     MemorySite,
     OomEvent,
 )
-from wallfinder.trace.snapshot import Snapshot, SnapshotFrame, TraceEntry
+from wallfinder.trace.snapshot import OOM, History, Snapshot, SnapshotFrame, TraceEntry, history
 from wallfinder.units import is_user_path, short_path, size
 
-__all__ = ["CATEGORIES", "SnapshotFacts", "call_site", "category", "memory_report"]
+__all__ = ["SnapshotFacts", "call_site", "category", "memory_report"]
 
-CATEGORIES = ("parameters", "optimizer_state", "gradients", "activations", "unknown")
+I64 = npt.NDArray[np.int64]
 
 _PARAM_FUNCS = {"_apply", "to", "cuda", "reset_parameters", "__init__", "to_empty"}
 _BACKWARD_FUNCS = {"backward", "_engine_run_backward", "run_backward", "grad"}
@@ -53,7 +59,8 @@ def call_site(frames: Sequence[SnapshotFrame]) -> str:
 
 
 def category(frames: Sequence[SnapshotFrame]) -> str:
-    """A heuristic guess at what an allocation holds, from its call stack."""
+    """A heuristic guess at what an allocation holds, from its call stack: one of
+    `SNAPSHOT_CATEGORIES`."""
     files = [f.filename.replace("\\", "/") for f in frames]
     if any("torch/optim/" in f for f in files):
         return "optimizer_state"
@@ -71,26 +78,15 @@ def category(frames: Sequence[SnapshotFrame]) -> str:
             return "parameters"
     if any(f.name in _FORWARD_FUNCS for f in frames):
         return "activations"
-    return "unknown"
+    return "other"
 
 
 def _by_site(items: Sequence[tuple[int, Sequence[SnapshotFrame]]], top: int) -> list[MemorySite]:
-    # One row per call site and category: a training-loop line that builds both the
-    # parameters and the optimizer state shows as two rows, not one mislabelled one.
-    sizes: dict[tuple[str, str], int] = defaultdict(int)
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for nbytes, frames in items:
-        key = (call_site(frames), category(frames))
-        sizes[key] += nbytes
-        counts[key] += 1
-    ranked = sorted(sizes, key=lambda k: (-sizes[k], k))[:top]
-    return [
-        MemorySite(site=s, category=c, bytes=sizes[s, c], count=counts[s, c]) for s, c in ranked
-    ]
+    return rank_sites(((call_site(fr), category(fr), nbytes) for nbytes, fr in items), top)
 
 
 def _categories(items: Sequence[tuple[int, Sequence[SnapshotFrame]]]) -> dict[str, int]:
-    out = dict.fromkeys(CATEGORIES, 0)
+    out = dict.fromkeys(SNAPSHOT_CATEGORIES, 0)
     for nbytes, frames in items:
         out[category(frames)] += nbytes
     return out
@@ -119,65 +115,44 @@ def _devices(snapshot: Snapshot) -> list[DeviceMemory]:
 
 
 @dataclass
-class _Replay:
+class _Replayed:
     peak: MemoryPeak
-    leaks: list[LeakSuspect]
+    leaks: list[MemoryLeak]
     ooms: list[OomEvent]
 
 
 def _replay(
-    device: int, entries: Sequence[TraceEntry], allocated_now: int | None, th: SnapshotThresholds
-) -> _Replay:
+    device: int, entries: list[TraceEntry], allocated_now: int | None, th: SnapshotThresholds
+) -> _Replayed:
+    h = history(entries)
+    r = Replay.of(h.addr, h.size, h.action)
+    curve = r.level
+    current = int(curve[-1])
     # The history is a ring buffer: it may begin with memory already allocated. The snapshot's
     # segments give the allocated bytes at its end, so the start is that minus the net change.
-    free_action = (
-        "free_completed" if any(e.action == "free_completed" for e in entries) else "free_requested"
-    )
-    curve = [0] * len(entries)
-    current = low = 0
-    seen: set[int] = set()
-    unmatched = 0
-    for i, e in enumerate(entries):
-        if e.action == "alloc":
-            current += e.size
-            seen.add(e.addr)
-        elif e.action == free_action:
-            current -= e.size
-            if e.addr not in seen:
-                unmatched += e.size
-        curve[i] = current
-        low = min(low, current)
-    baseline = max(unmatched, -low, 0)
+    unmatched = int(h.size[r.from_before()].sum())
+    baseline = max(unmatched, -min(int(curve.min()), 0), 0)
     if allocated_now is not None and allocated_now - current >= baseline:
         baseline = allocated_now - current
-    peak_index = max(range(len(curve)), key=lambda i: (curve[i], -i))
-    live: dict[int, tuple[int, int, list[SnapshotFrame]]] = {}
-    at_peak: list[tuple[int, Sequence[SnapshotFrame]]] = []
-    ooms = []
-    for i, e in enumerate(entries):
-        if e.action == "alloc":
-            live[e.addr] = (i, e.size, e.frames)
-        elif e.action == free_action:
-            live.pop(e.addr, None)
-        elif e.action == "oom":
-            ooms.append(
-                OomEvent(
-                    device=device,
-                    index=i,
-                    time_us=e.time_us,
-                    requested=e.size,
-                    device_free=e.addr,
-                    allocated=baseline + curve[i],
-                )
-            )
-        if i == peak_index:
-            at_peak = [(size, frames) for _, size, frames in live.values()]
+    peak_index = int(np.argmax(curve))
+    at_peak = [(int(h.size[i]), h.frames[i]) for i in r.live_after(peak_index).tolist()]
+    ooms = [
+        OomEvent(
+            device=device,
+            index=i,
+            time_us=h.time_us[i],
+            requested=int(h.size[i]),
+            device_free=int(h.addr[i]),
+            allocated=baseline + int(curve[i]),
+        )
+        for i in np.flatnonzero(h.action == OOM).tolist()
+    ]
     peak = MemoryPeak(
         device=device,
-        bytes=baseline + curve[peak_index],
+        bytes=baseline + int(curve[peak_index]),
         index=peak_index,
         events=len(entries),
-        time_us=entries[peak_index].time_us,
+        time_us=h.time_us[peak_index],
         baseline=baseline,
         start=baseline,
         end=baseline + current,
@@ -185,31 +160,28 @@ def _replay(
         categories=_categories(at_peak),
         sites=_by_site(at_peak, th.top),
     )
-    return _Replay(peak=peak, leaks=_leaks(device, live, len(entries), th), ooms=ooms)
+    never_freed = r.live_after(len(entries) - 1)
+    return _Replayed(peak=peak, leaks=_leaks(device, h, never_freed, th), ooms=ooms)
 
 
-def _leaks(
-    device: int,
-    live: dict[int, tuple[int, int, list[SnapshotFrame]]],
-    n: int,
-    th: SnapshotThresholds,
-) -> list[LeakSuspect]:
+def _leaks(device: int, h: History, never_freed: I64, th: SnapshotThresholds) -> list[MemoryLeak]:
     # Never freed is not enough (parameters and optimizer state live for the whole run):
     # a suspect site keeps allocating without freeing in every third of the history.
-    groups: dict[str, list[tuple[int, int, list[SnapshotFrame]]]] = defaultdict(list)
-    for item in live.values():
-        groups[call_site(item[2])].append(item)
+    n = len(h.frames)
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i in never_freed.tolist():
+        groups[call_site(h.frames[i])].append(i)
     out = []
     for site, items in groups.items():
-        thirds = {3 * index // max(n, 1) for index, _, _ in items}
+        thirds = {3 * i // max(n, 1) for i in items}
         if len(items) >= th.leak_min_count and thirds == {0, 1, 2}:
             out.append(
-                LeakSuspect(
+                MemoryLeak(
                     device=device,
                     site=site,
-                    category=category(items[0][2]),
+                    category=category(h.frames[items[0]]),
                     count=len(items),
-                    bytes=sum(size for _, size, _ in items),
+                    bytes=int(h.size[items].sum()),
                 )
             )
     return sorted(out, key=lambda s: (-s.bytes, s.site))

@@ -2,7 +2,9 @@
 
 Each event is one allocation (bytes > 0) or free (bytes < 0) of the block at an address, with
 the allocator's totals after it. Per device, this finds the peak of allocated bytes and when
-it happens (step, phase, op), replays the events to say what is live then, measures the level
+it happens (step, phase, op), replays the events (the one allocate/free replay of
+`wallfinder.analysis.allocations`, shared with allocator snapshots) to say what is live then,
+measures the level
 at the start of each step (growth: a leak), and counts the allocator's reserved memory
 growing and shrinking (device mallocs and frees).
 
@@ -14,6 +16,8 @@ allocator records:
 - allocated in the optimizer and kept past it: optimizer state;
 - allocated and freed within one phase of one step: temporaries;
 - allocated between steps: other (inputs, data); allocated before the trace: `before_trace`.
+
+These are `PROFILE_CATEGORIES` of the one vocabulary (`wallfinder.diagnosis.MEMORY_CATEGORIES`).
 
 The phase of an event comes from what encloses it on its thread: an
 `autograd::engine::evaluate_function` op or the `backward` Python call is the backward pass,
@@ -30,6 +34,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.allocations import Replay, rank_sites
 from wallfinder.analysis.findings import Facts, user_frames
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.roofline import enclosing
@@ -37,12 +42,11 @@ from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.steps import StepSpans
 from wallfinder.analysis.thresholds import MemoryThresholds, Thresholds
 from wallfinder.diagnosis import (
-    MEMORY_CATEGORIES,
+    PROFILE_CATEGORIES,
     DeviceMemoryProfile,
     Finding,
-    LeakSite,
-    LiveBlock,
-    LiveSite,
+    MemoryBlock,
+    MemoryLeak,
     MemoryPoint,
     MemoryProfile,
     StepMemory,
@@ -57,7 +61,7 @@ NS = 1e-9
 
 PHASES = ("forward", "backward", "optimizer", "between steps")
 FORWARD, BACKWARD, OPTIMIZER, BETWEEN = range(4)
-_CAT = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
+_CAT = {c: i for i, c in enumerate(PROFILE_CATEGORIES)}
 # Category of a block kept past the phase that allocated it, by that phase.
 _KEPT = np.array([_CAT["activations"], _CAT["gradients"], _CAT["optimizer_state"], _CAT["other"]])
 
@@ -384,7 +388,8 @@ def _device(
     """The device's memory facts (its profile), and notes on what could not be measured."""
     limits = thresholds.memory
     mem = ctx.mem.take(rows)
-    free_of = _pair(mem)
+    # A free with no allocation before it is of a block from before the trace.
+    free_of = Replay.of(mem.addr, np.abs(mem.bytes), np.sign(mem.bytes)).free_of
     if key[0] == 0:
         # The CPU's totals count what earlier profiling sessions of the process allocated, and
         # some but not all of its frees: only the blocks allocated in the trace are counted.
@@ -409,15 +414,15 @@ def _device(
     matched_free = free_of[alloc & freed]
     event_cat[matched_free] = block_cat[alloc & freed]
     baseline = max(int(mem.total_allocated[0] - mem.bytes[0]), 0)
-    running = np.zeros((len(MEMORY_CATEGORIES), n), dtype=np.int64)
-    for c in range(len(MEMORY_CATEGORIES)):
+    running = np.zeros((len(PROFILE_CATEGORIES), n), dtype=np.int64)
+    for c in range(len(PROFILE_CATEGORIES)):
         running[c] = np.cumsum(np.where(event_cat == c, mem.bytes, 0))
     running[_CAT["before_trace"]] += baseline
     np.maximum(running, 0, out=running)
 
     p = int(np.argmax(mem.total_allocated))
     peak = int(mem.total_allocated[p])
-    at_peak = {c: int(running[i, p]) for i, c in enumerate(MEMORY_CATEGORIES)}
+    at_peak = {c: int(running[i, p]) for i, c in enumerate(PROFILE_CATEGORIES)}
     notes: list[str] = []
     residual = peak - sum(at_peak.values())
     if abs(residual) > 0.01 * max(peak, 1):
@@ -428,9 +433,9 @@ def _device(
     live = np.flatnonzero(alloc & (np.arange(n) <= p) & (~freed | (free_of > p)))
     live = live[np.argsort(-mem.bytes[live], kind="stable")]
     largest = [
-        LiveBlock(
+        MemoryBlock(
             bytes=int(mem.bytes[i]),
-            category=MEMORY_CATEGORIES[int(block_cat[i])],
+            category=PROFILE_CATEGORIES[int(block_cat[i])],
             op=ctx.op(int(rows[i])),
             site=ctx.stack(int(rows[i])),
             step=_step_label(spans, int(step[i])),
@@ -438,7 +443,13 @@ def _device(
         )
         for i in live[: limits.top].tolist()
     ]
-    sites = _live_sites(ctx, rows, live, mem.bytes, block_cat, limits.top)
+    sites = rank_sites(
+        (
+            (ctx.where(int(rows[i])), PROFILE_CATEGORIES[int(block_cat[i])], int(mem.bytes[i]))
+            for i in live.tolist()
+        ),
+        limits.top,
+    )
     steps = _steps(mem, spans, kept, baseline)
     growth_per_step, growth, leak, steady = _growth(steps, peak, limits)
     leak_sites = _leak_sites(ctx, rows, mem, free_of, step, kept) if leak else []
@@ -482,33 +493,8 @@ def _device(
     return MemoryFacts(profile, fp32, growth, steady, world_size, thresholds), notes
 
 
-def _pair(mem: MemoryEvents) -> I64:
-    """For each allocation, the index of the free of its block (-1: never freed in the
-    trace). A free with no allocation before it is of a block from before the trace."""
-    n = len(mem)
-    order = np.lexsort((np.arange(n), mem.addr))
-    addr, nbytes = mem.addr[order], mem.bytes[order]
-    free_of = np.full(n, -1, dtype=np.int64)
-    pairs = np.flatnonzero((addr[:-1] == addr[1:]) & (nbytes[:-1] > 0) & (nbytes[1:] < 0))
-    free_of[order[pairs]] = order[pairs + 1]
-    return free_of
-
-
 def _step_label(spans: StepSpans, step: int) -> str | None:
     return spans.labels[step] if 0 <= step < len(spans.labels) else None
-
-
-def _live_sites(
-    ctx: _Context, rows: I64, live: I64, nbytes: I64, block_cat: I64, top: int
-) -> list[LiveSite]:
-    sizes: dict[tuple[str, str], int] = {}
-    counts: dict[tuple[str, str], int] = {}
-    for i in live.tolist():
-        key = (ctx.where(int(rows[i])), MEMORY_CATEGORIES[int(block_cat[i])])
-        sizes[key] = sizes.get(key, 0) + int(nbytes[i])
-        counts[key] = counts.get(key, 0) + 1
-    ranked = sorted(sizes, key=lambda k: (-sizes[k], k))[:top]
-    return [LiveSite(site=s, category=c, bytes=sizes[s, c], count=counts[s, c]) for s, c in ranked]
 
 
 def _steps(
@@ -578,7 +564,7 @@ def _leak_sites(
     free_of: I64,
     step: I64,
     kept: npt.NDArray[np.bool_],
-) -> list[LeakSite]:
+) -> list[MemoryLeak]:
     """Call sites whose blocks, allocated in at least two of the steady-state steps before
     the last, are never freed in the trace."""
     steady = np.flatnonzero(kept)
@@ -598,7 +584,7 @@ def _leak_sites(
         ops = [ctx.op(int(rows[i])) for i in members]
         op = max(set(ops), key=ops.count, default=None)
         out.append(
-            LeakSite(
+            MemoryLeak(
                 site=site,
                 op=op,
                 count=len(members),
@@ -629,7 +615,7 @@ def _timeline(mem: MemoryEvents, running: I64, peak: int, points: int) -> list[M
             t_s=float(mem.ts[i]) * NS,
             allocated=int(mem.total_allocated[i]),
             reserved=int(mem.total_reserved[i]) if mem.total_reserved[i] != NONE else 0,
-            categories={c: int(running[k, i]) for k, c in enumerate(MEMORY_CATEGORIES)},
+            categories={c: int(running[k, i]) for k, c in enumerate(PROFILE_CATEGORIES)},
         )
         for i in chosen
     ]

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import io
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
@@ -22,12 +25,18 @@ from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
 _DAMAGED: tuple[type[Exception], ...] = (EOFError, *GZIP_DATA_ERRORS)
 
 __all__ = [
+    "ALLOC",
+    "FREE",
     "MAX_SNAPSHOT_BYTES",
+    "OOM",
+    "OTHER",
+    "History",
     "Snapshot",
     "SnapshotBlock",
     "SnapshotFrame",
     "SnapshotSegment",
     "TraceEntry",
+    "history",
     "load_snapshot",
     "parse_snapshot",
 ]
@@ -104,6 +113,42 @@ class TraceEntry(msgspec.Struct, frozen=True):
     stream: int | None = None
     frames: list[SnapshotFrame] = []
     time_us: int | None = None
+
+
+ALLOC, FREE, OTHER, OOM = 1, -1, 0, 2
+"""What an event of a memory history does: allocate, free (the sign of a profiler memory
+event's bytes, so both memory sources replay alike), something else, or run out of memory."""
+
+
+@dataclass(frozen=True)
+class History:
+    """One device's trace entries as columns (row `i` is entry `i`)."""
+
+    action: npt.NDArray[np.int64]
+    """ALLOC, FREE, OOM or OTHER. The free is the one that returns the block to the
+    allocator: "free_completed" where the history records it (a block used on another
+    stream is freed when that stream's work ends), else "free_requested"."""
+    addr: npt.NDArray[np.int64]
+    """The block's address; for OOM, the device's free bytes."""
+    size: npt.NDArray[np.int64]
+    """The block's bytes; for OOM, the bytes requested."""
+    time_us: list[int | None]
+    frames: list[list[SnapshotFrame]]
+
+
+def history(entries: list[TraceEntry]) -> History:
+    """The columns of one device's trace entries (`Snapshot.device_traces[i]`)."""
+    names = {e.action for e in entries}
+    codes = {"alloc": ALLOC, "oom": OOM}
+    codes["free_completed" if "free_completed" in names else "free_requested"] = FREE
+    n = len(entries)
+    return History(
+        action=np.fromiter((codes.get(e.action, OTHER) for e in entries), np.int64, n),
+        addr=np.fromiter((e.addr for e in entries), np.int64, n),
+        size=np.fromiter((e.size for e in entries), np.int64, n),
+        time_us=[e.time_us for e in entries],
+        frames=[e.frames for e in entries],
+    )
 
 
 class Snapshot(msgspec.Struct, frozen=True):
