@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from wallfinder.errors import WallfinderError
-from wallfinder.trace._columns import Assembler, Chunk, decode_chunk
+from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
 from wallfinder.trace._reader import (
     GZIP_DATA_ERRORS,
     ChunkReader,
@@ -230,20 +230,7 @@ def _build(
     return trace
 
 
-_ACTIVITY = np.array(
-    [
-        Kind.CPU_OP,
-        Kind.ANNOTATION,
-        Kind.PYTHON,
-        Kind.RUNTIME,
-        Kind.KERNEL,
-        Kind.MEMCPY,
-        Kind.MEMSET,
-        Kind.GPU_ANNOTATION,
-        Kind.GPU_SYNC,
-    ],
-    np.int8,
-)
+_ACTIVITY = np.array(_TIMED, np.int8)
 """What a profiler records of a job: every kind of event but its own span, instants and
 metadata."""
 
