@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wallfinder.cost import Cost, op_cost, supported_ops
-from wallfinder.cost.dtypes import ELEMENT_BYTES
 from wallfinder.cost.elementwise import TRANSCENDENTAL_FLOPS
 from wallfinder.cost.optimizer import ADAM_FLOPS
+from wallfinder.dtypes import ELEMENT_BYTES
+from wallfinder.trace.args import read_op_args
 
 BF16, FP16, FP32, FP8, I64 = "c10::BFloat16", "c10::Half", "float", "c10::Float8_e4m3fn", "long int"
 MODELS = {
@@ -30,9 +31,14 @@ MODELS = {
 
 
 def cost(name: str, dims: Any, types: Any, concrete: Any = None) -> Cost | None:
-    """`op_cost` on the JSON of Python values, as the loader hands it over."""
+    """`op_cost` on the JSON of Python values, read as the loader reads it."""
     raw_concrete = b"" if concrete is None else json.dumps(concrete).encode()
-    return op_cost(name, json.dumps(dims).encode(), json.dumps(types).encode(), raw_concrete)
+    return raw_cost(name, json.dumps(dims).encode(), json.dumps(types).encode(), raw_concrete)
+
+
+def raw_cost(name: str, dims: bytes, types: bytes, concrete: bytes = b"") -> Cost | None:
+    """`op_cost` on a record's text, read as `Trace.op_args` reads it."""
+    return op_cost(name, read_op_args(dims, types, concrete))
 
 
 def known(name: str, dims: Any, types: Any, concrete: Any = None) -> Cost:
@@ -96,7 +102,7 @@ def test_gemm_from_a_real_trace_and_autograd_nodes_without_shapes() -> None:
     c = known("aten::addmm", [[64], [4096, 2798], [2798, 64], [], []], [FP32] * 3 + ["Scalar"] * 2)
     assert c.flops == 2 * 4096 * 64 * 2798
     assert cost("AddmmBackward0", [[8, 5]], [FP32]) is None
-    assert op_cost("aten::mm", b"", b"") is None
+    assert raw_cost("aten::mm", b"", b"") is None
     assert cost("aten::mm", [[4096, 64], [65, 2798]], [FP32, FP32]) is None  # K mismatch
 
 
@@ -397,15 +403,15 @@ def check(result: Cost | None) -> None:
 
 def test_unknown_ops_garbage_and_edge_sizes() -> None:
     assert cost("aten::not_an_op", [[2, 2]], [FP32]) is None
-    assert op_cost("aten::mm", b"[[2, 2], [2, 2]", b'["float", "float"]') is None  # truncated
-    assert op_cost("aten::mm", b"[" * 100_000, b"[]") is None  # nesting too deep to decode
-    assert op_cost("aten::mm", b"{}", b"{}") is None
+    assert raw_cost("aten::mm", b"[[2, 2], [2, 2]", b'["float", "float"]') is None  # truncated
+    assert raw_cost("aten::mm", b"[" * 100_000, b"[]") is None  # nesting too deep to decode
+    assert raw_cost("aten::mm", b"{}", b"{}") is None
     assert cost("aten::mm", [[2, 2], [2, 2]], [FP32]) is None  # lists of different lengths
     assert cost("aten::mm", [[2, -2], [-2, 2]], [FP32, FP32]) is None
     assert cost("aten::mm", [[2, 2.0], [2, 2]], [FP32, FP32]) is None
     assert cost("aten::mm", [[2, True], [True, 2]], [FP32, FP32]) is None
     assert cost("aten::mm", [[2, 2], [2, 2]], [FP32, "nonsense"]) is None
-    assert op_cost(None, b"", b"") is None  # type: ignore[arg-type]
+    assert op_cost(None, None) is None  # type: ignore[arg-type]
     # Sizes whose product no float holds.
     huge = [2**63 - 1] * 20
     assert cost("aten::add", [huge, huge], [FP32, FP32]) is None
@@ -428,7 +434,7 @@ def test_the_package_never_imports_torch() -> None:
     st.sampled_from(NAMES), st.binary(max_size=64), st.binary(max_size=64), st.binary(max_size=64)
 )
 def test_random_bytes_never_raise(name: str, dims: bytes, types: bytes, concrete: bytes) -> None:
-    check(op_cost(name, dims, types, concrete))
+    check(raw_cost(name, dims, types, concrete))
 
 
 _sizes = st.one_of(
@@ -493,7 +499,7 @@ def recorded(torch: Any, run: Run, tmp_path: Path) -> dict[str, list[Cost | None
                 json.dumps(args[key]).encode() if key in args else b""
                 for key in ("Input Dims", "Input type", "Concrete Inputs")
             ]
-            costs.setdefault(event["name"], []).append(op_cost(event["name"], *raw))
+            costs.setdefault(event["name"], []).append(raw_cost(event["name"], *raw))
     return costs
 
 

@@ -13,6 +13,7 @@ from wallfinder import ModelFlops, Options, analyze
 from wallfinder.cli import main
 from wallfinder.cost import op_cost
 from wallfinder.hardware import get_spec
+from wallfinder.trace.args import read_op_args
 
 A100 = "NVIDIA A100-SXM4-80GB"
 N = 4096
@@ -72,7 +73,8 @@ def test_roofline_places_ops_by_their_cost_and_the_device_roofs(tmp_path: Path) 
     assert mm.achieved_flops == pytest.approx(flops / 1000e-6)
     assert mm.pct_of_roof == pytest.approx((flops / peak) / 1000e-6)
     add = next(o for o in r.ops if o.name == "aten::add")
-    cost = op_cost("aten::add", json.dumps(MM_DIMS).encode(), json.dumps(BF16).encode())
+    args = read_op_args(json.dumps(MM_DIMS).encode(), json.dumps(BF16).encode())
+    cost = op_cost("aten::add", args)
     assert cost is not None
     assert add.bound == "bandwidth"
     assert add.pct_of_roof == pytest.approx((cost.bytes / spec.mem_bandwidth) / 100e-6)

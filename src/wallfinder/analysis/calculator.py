@@ -1,30 +1,20 @@
 """The roofline calculator: AI, ridge, bound, attainable rate and time floor for an op, a
 shape and a dtype on a device, and what fusing a chain of pointwise ops saves.
 
-Ops are costed by the same cost models as traces, fed the shapes the profiler would record,
-so the calculator and the report can never disagree about an op's FLOPs or bytes.
+Ops are costed by the same cost models as traces, fed the shapes and dtypes the profiler
+would record, so the calculator and the report can never disagree about an op's FLOPs or bytes.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
-from wallfinder.cost import ELEMENT_BYTES, Cost, op_cost
+from wallfinder.cost import ELEMENT_BYTES, Cost, OpArgs, op_cost
 from wallfinder.diagnosis import Calculation
+from wallfinder.dtypes import PEAK_DTYPES, storage_dtype
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec
 
-# How the profiler spells each dtype in `Input type`: what the cost models read.
-_TYPE_NAMES = {
-    "fp64": "double",
-    "fp32": "float",
-    "tf32": "float",
-    "bf16": "c10::BFloat16",
-    "fp16": "c10::Half",
-    "fp8": "c10::Float8_e4m3fn",
-    "int8": "signed char",
-}
 _MATMUL_OPS = {"matmul": "aten::mm", "mm": "aten::mm", "gemm": "aten::mm", "linear": "aten::mm"}
 
 
@@ -32,12 +22,9 @@ def _op_name(op: str) -> str:
     return op if "::" in op else f"aten::{op}"
 
 
-def _dims(shape: tuple[int, ...], n: int) -> bytes:
-    return json.dumps([list(shape)] * n).encode()
-
-
-def _types(dtype: str, n: int) -> bytes:
-    return json.dumps([_TYPE_NAMES[dtype]] * n).encode()
+def _same(shape: tuple[int, ...], dtype: str, n: int) -> OpArgs:
+    """`n` tensors of one shape and dtype: a pointwise op's arguments."""
+    return OpArgs.of([shape] * n, [storage_dtype(dtype)] * n)
 
 
 def _check_sizes(values: tuple[int, ...], what: str) -> None:
@@ -55,15 +42,15 @@ def cost_of(
 ) -> Cost:
     """The cost of one op: a matmul from (M, N, K), a pointwise op from its shape (with an
     explicit FLOPs-per-element when the op has no model)."""
-    if dtype not in _TYPE_NAMES:
-        raise WallfinderError(f"unknown dtype {dtype!r} (one of {', '.join(_TYPE_NAMES)})")
+    if dtype not in PEAK_DTYPES:
+        raise WallfinderError(f"unknown dtype {dtype!r} (one of {', '.join(PEAK_DTYPES)})")
     if mnk is not None or op in _MATMUL_OPS:
         if mnk is None:
             raise WallfinderError(f"--op {op} needs --mnk M,N,K")
         _check_sizes(mnk, "--mnk")
         m, n, k = mnk
-        dims = json.dumps([[m, k], [k, n]]).encode()
-        cost = op_cost("aten::mm", dims, _types(dtype, 2))
+        tensors = storage_dtype(dtype)
+        cost = op_cost("aten::mm", OpArgs.of([(m, k), (k, n)], [tensors, tensors]))
     else:
         _check_sizes(shape, "--shape")
         if flops_per_element is not None:
@@ -73,9 +60,9 @@ def cost_of(
             size = _element_size(dtype)
             cost = Cost(flops_per_element * numel, 2.0 * numel * size, dtype, "elementwise")
         else:
-            cost = op_cost(_op_name(op), _dims(shape, 1), _types(dtype, 1))
+            cost = op_cost(_op_name(op), _same(shape, dtype, 1))
             if cost is None:
-                cost = op_cost(_op_name(op), _dims(shape, 2), _types(dtype, 2))
+                cost = op_cost(_op_name(op), _same(shape, dtype, 2))
     if cost is None:
         raise WallfinderError(
             f"no cost model for {op!r} on this shape: give --flops-per-element, or --flops "
@@ -85,8 +72,7 @@ def cost_of(
 
 
 def _element_size(dtype: str) -> int:
-    # tf32 is a math mode on fp32 tensors: fp32's size.
-    return ELEMENT_BYTES["fp32" if dtype == "tf32" else dtype]
+    return ELEMENT_BYTES[storage_dtype(dtype)]
 
 
 def calculate(

@@ -47,25 +47,6 @@ F64 = npt.NDArray[np.float64]
 DEFAULT_GROUP = "default"
 """The group of a collective whose trace does not name one (the default process group)."""
 
-_DTYPE_BYTES = {
-    "double": 8,
-    "float64": 8,
-    "long": 8,
-    "int64": 8,
-    "float": 4,
-    "float32": 4,
-    "int": 4,
-    "int32": 4,
-    "half": 2,
-    "float16": 2,
-    "bfloat16": 2,
-    "short": 2,
-    "byte": 1,
-    "char": 1,
-    "bool": 1,
-    "int8": 1,
-    "uint8": 1,
-}
 
 _NOT_COLLECTIVES = frozenset({"wait", "barrier_wait", ""})
 _KERNEL_OP = re.compile(r"^(?:nccl|rccl|msccl)(?:dev)?kernel_([a-z]+)", re.IGNORECASE)
@@ -134,7 +115,7 @@ def rank_collectives(trace: Trace) -> RankCollectives:
         ev = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
     # Arguments once per distinct code (a handful), then per row by table lookup.
     arg_codes, arg_index = np.unique(ev.comm, return_inverse=True)
-    parsed = [_args(trace.raw[int(c)]) if c else None for c in arg_codes.tolist()]
+    parsed = [trace.collective(int(c)) if c else None for c in arg_codes.tolist()]
     name_codes, name_index = np.unique(ev.name, return_inverse=True)
     from_names = [collective_name(trace.strings[int(c)]) for c in name_codes.tolist()]
 
@@ -152,7 +133,8 @@ def rank_collectives(trace: Trace) -> RankCollectives:
         if a is not None and a.name:
             nm = collective_name(a.name)
         group = a.group if a is not None and a.group else DEFAULT_GROUP
-        size = a.size if a is not None and a.size > 0 else pg_sizes.get(group, default_size)
+        size = a.group_size if a is not None else -1
+        size = size if size > 0 else pg_sizes.get(group, default_size)
         nbytes = a.nbytes if a is not None else -1
         table[i] = (
             groups.setdefault(group, len(groups)),
@@ -179,32 +161,6 @@ def rank_collectives(trace: Trace) -> RankCollectives:
         size=row[:, 3].astype(np.int32),
         start=ev.ts[keep] + origin_ns,
         dur=ev.dur[keep].copy(),
-    )
-
-
-class _Args(msgspec.Struct, frozen=True):
-    name: str
-    group: str
-    size: int
-    nbytes: int
-
-
-def _args(raw: bytes) -> _Args | None:
-    try:
-        values = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        return None
-    if not isinstance(values, list) or len(values) < 7:
-        return None
-    name, n_in, n_out, dtype, size, group = values[:6]
-    width = _DTYPE_BYTES.get(str(dtype).lower().replace("c10::", "").replace("torch.", ""))
-    counts = [v for v in (n_in, n_out) if isinstance(v, int) and v >= 0]
-    nbytes = max(counts) * width if counts and width else -1
-    return _Args(
-        name=str(name or ""),
-        group=str(group) if group not in (None, "") else "",
-        size=size if isinstance(size, int) else -1,
-        nbytes=nbytes,
     )
 
 

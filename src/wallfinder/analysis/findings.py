@@ -9,7 +9,6 @@ would take).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -661,7 +660,7 @@ def tiny_grids(f: Facts) -> Finding | None:
     if rows.size == 0:
         return None
     codes, inverse = np.unique(ops.grid[rows], return_inverse=True)
-    blocks = np.array([_blocks(f.trace.raw[int(c)]) for c in codes.tolist()])[inverse]
+    blocks = np.array([f.trace.blocks(int(c)) for c in codes.tolist()])[inverse]
     small = (blocks > 0) & (blocks < f.sm_count)
     if not small.any():
         return None
@@ -688,21 +687,6 @@ def tiny_grids(f: Facts) -> Finding | None:
         "small matmuls (bmm/grouped GEMM), avoid per-sample loops",
         speedup=1.0 / max(1.0 - share, 1e-3),
     )
-
-
-def _blocks(raw: bytes) -> int:
-    """Blocks in a recorded grid ([x, y, z]); 0 when unknown."""
-
-    try:
-        grid = json.loads(raw)
-    except ValueError:
-        return 0
-    if not isinstance(grid, list) or not all(isinstance(v, int) and v > 0 for v in grid):
-        return 0
-    total = 1
-    for v in grid:
-        total *= v
-    return total
 
 
 _MATMUL_OPS = (

@@ -27,7 +27,6 @@ forward pass.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -624,22 +623,14 @@ def _timeline(mem: MemoryEvents, running: I64, peak: int, points: int) -> list[M
 def _fp32_bytes(ctx: _Context, rows: I64, nbytes: I64) -> int:
     """Bytes of these allocations made by ops whose recorded inputs are fp32 tensors."""
     total = 0
-    raw = ctx.trace.raw
     for r, b in zip(ctx.op_row[rows].tolist(), nbytes.tolist(), strict=True):
         if r < 0:
             continue
         code = int(ctx.ops.input_type[r])
         if code <= 0:
             continue
-        try:
-            types = json.loads(raw[code])
-        except ValueError:
-            continue
-        if (
-            isinstance(types, list)
-            and "float" in types
-            and not ({"c10::BFloat16", "c10::Half"} & {t for t in types if isinstance(t, str)})
-        ):
+        types = ctx.trace.input_dtypes(code)
+        if types is not None and "fp32" in types and not ({"bf16", "fp16"} & set(types)):
             total += b
     return total
 

@@ -96,13 +96,13 @@ def cost_device_ops(
     shapes: list[str] = []
     group_of_sig = np.full(uniq.shape[0], NONE, dtype=np.int64)
     for i, (name, dims, types, concrete) in enumerate(uniq.tolist()):
-        cost = op_cost(trace.strings[name], trace.raw[dims], trace.raw[types], trace.raw[concrete])
+        cost = op_cost(trace.strings[name], trace.op_args(dims, types, concrete))
         if cost is None:
             continue
         group_of_sig[i] = len(costs)
         costs.append(cost)
         names.append(trace.strings[name])
-        shapes.append(trace.raw[dims].decode("utf-8", "replace"))
+        shapes.append(trace.shapes_text(dims))
     hit_rows = np.flatnonzero(hit)
     group[hit_rows] = group_of_sig[inverse]
     known = group >= 0
@@ -536,9 +536,7 @@ def cpu_roofline(
             int(ops.concrete_inputs[i]),
         )
         if key not in costs:
-            costs[key] = op_cost(
-                trace.strings[key[0]], trace.raw[key[1]], trace.raw[key[2]], trace.raw[key[3]]
-            )
+            costs[key] = op_cost(trace.strings[key[0]], trace.op_args(key[1], key[2], key[3]))
         cost = costs[key]
         if cost is not None:
             row_cost[i] = cost
@@ -567,7 +565,7 @@ def cpu_roofline(
             continue
         row = _roof_row(
             trace.strings[key[0]],
-            trace.raw[key[1]].decode("utf-8", "replace"),
+            trace.shapes_text(key[1]),
             cost.dtype,
             len(members),
             t,

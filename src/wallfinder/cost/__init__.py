@@ -1,5 +1,6 @@
-"""Cost models: the FLOPs and bytes of one op call from the shapes and dtypes its trace event
-recorded (`Input Dims`, `Input type`, `Concrete Inputs`), one small model per kind of op.
+"""Cost models: the FLOPs and bytes of one op call from its arguments' shapes and dtypes (as
+its trace event recorded them, decoded by `Trace.op_args`, or as a user gives them), one small
+model per kind of op.
 
 Nothing is invented: an op with no model, or whose record lacks what its model needs, has no
 cost (None), never an estimate. Each model's constants and assumptions are in its module's
@@ -7,13 +8,11 @@ docstring. The cost of an op is that of the op as a whole: a composite op (`aten
 `aten::conv2d`, `aten::cross_entropy_loss`, `aten::to`) costs what its children together do,
 so sum costs over the ops that launch kernels, not over every op in a call tree.
 
-    >>> op_cost("aten::mm", b"[[64, 128], [128, 256]]", b'["c10::BFloat16", "c10::BFloat16"]')
+    >>> op_cost("aten::mm", OpArgs.of([[64, 128], [128, 256]], ["bf16", "bf16"]))
     Cost(flops=4194304.0, bytes=114688.0, dtype='bf16', model='gemm')
 """
 
 from __future__ import annotations
-
-import functools
 
 from wallfinder.cost import (
     attention,
@@ -28,10 +27,11 @@ from wallfinder.cost import (
     reduction,
     softmax,
 )
-from wallfinder.cost.base import Cost, Model, parse_args
-from wallfinder.cost.dtypes import ELEMENT_BYTES
+from wallfinder.cost.base import Cost, Model
+from wallfinder.dtypes import ELEMENT_BYTES
+from wallfinder.trace import OpArgs
 
-__all__ = ["ELEMENT_BYTES", "Cost", "op_cost", "supported_ops"]
+__all__ = ["ELEMENT_BYTES", "Cost", "OpArgs", "op_cost", "supported_ops"]
 
 _MODELS: dict[str, Model] = {
     **elementwise.MODELS,
@@ -47,36 +47,19 @@ _MODELS: dict[str, Model] = {
     **gemm.MODELS,
 }
 
-_CACHE_SIZE = 1 << 16
 
+def op_cost(name: str, args: OpArgs | None) -> Cost | None:
+    """The cost of one call of op `name` (as Kineto names it, e.g. "aten::mm") on `args`: its
+    arguments' shapes and dtypes, from `Trace.op_args` or `OpArgs.of`.
 
-def op_cost(
-    name: str, input_dims: bytes, input_type: bytes, concrete_inputs: bytes = b""
-) -> Cost | None:
-    """The cost of one call of op `name` (as Kineto names it, e.g. "aten::mm") from the raw
-    JSON of its `Input Dims`, `Input type` and, when recorded, `Concrete Inputs`.
-
-    None when the op has no model or the record does not say enough: missing or malformed
-    shapes, shapes that do not fit the op, numbers too large for a float. Never raises.
-    Results are cached, since traces repeat the same calls many times.
+    None when the op has no model or the arguments do not say enough (None, shapes that do
+    not fit the op, numbers too large for a float). Never raises. Callers cost each distinct
+    record once (a trace's records are decoded once each), so nothing is cached here.
     """
-    if not (
-        isinstance(name, str)
-        and isinstance(input_dims, bytes)
-        and isinstance(input_type, bytes)
-        and isinstance(concrete_inputs, bytes)
-    ):
+    if not isinstance(name, str) or not isinstance(args, OpArgs):
         return None
-    return _cached_cost(name, input_dims, input_type, concrete_inputs)
-
-
-@functools.lru_cache(maxsize=_CACHE_SIZE)
-def _cached_cost(name: str, input_dims: bytes, input_type: bytes, concrete: bytes) -> Cost | None:
     model = _MODELS.get(name)
     if model is None:
-        return None
-    args = parse_args(input_dims, input_type, concrete)
-    if args is None:
         return None
     try:
         return model(args)

@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
-from wallfinder.cost.base import Args, Cost, Model, Tensor, make_cost
+from wallfinder.cost.base import Cost, Model, make_cost
+from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "attention"
 
@@ -63,7 +64,7 @@ def _dims(sig: Signature, q: Tensor, k: Tensor, v: Tensor) -> Dims | None:
     return Dims(math.prod(lead), hq, hk, sq, sk, d, dv)
 
 
-def attention(sig: Signature, args: Args) -> Cost | None:
+def attention(sig: Signature, args: OpArgs) -> Cost | None:
     first = 1 if sig.backward else 0
     q, k, v = args.tensor(first), args.tensor(first + 1), args.tensor(first + 2)
     if q is None or k is None or v is None or not args.clean:

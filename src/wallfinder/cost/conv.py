@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
-from wallfinder.cost.base import Args, Cost, Model, Tensor, make_cost
+from wallfinder.cost.base import Cost, Model, make_cost
+from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "conv"
 
@@ -53,7 +54,7 @@ _MIOPEN_TRANSPOSE = Signature(
 )
 
 
-def _spatial(args: Args, i: int | None, n: int, default: int | None) -> tuple[int, ...] | None:
+def _spatial(args: OpArgs, i: int | None, n: int, default: int | None) -> tuple[int, ...] | None:
     """A per-dimension parameter (stride, padding, ...), a one-element list expanded to `n`."""
     values = args.ints(i) if i is not None else None
     if values is None:
@@ -79,7 +80,7 @@ def forward_flops(n: int, positions: tuple[int, ...], w: Tensor) -> int:
     return 2 * n * math.prod(positions) * math.prod(w.shape)
 
 
-def convolution(sig: Signature, args: Args) -> Cost | None:
+def convolution(sig: Signature, args: OpArgs) -> Cost | None:
     x, w = args.tensor(0), args.tensor(1)
     if x is None or w is None:
         return None
@@ -130,7 +131,7 @@ def convolution(sig: Signature, args: Args) -> Cost | None:
     return make_cost(flops, reads + out_numel * x.itemsize, x.dtype, MODEL)
 
 
-def convolution_backward(args: Args) -> Cost | None:
+def convolution_backward(args: OpArgs) -> Cost | None:
     """`convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
     transposed, output_padding, groups, output_mask)`. The FLOPs need only the three shapes;
     without a recorded output mask, the input and weight gradients are assumed (every layer but

@@ -9,8 +9,9 @@ bytes over the host link, not DRAM: the model cannot tell from the arguments alo
 
 from __future__ import annotations
 
-from wallfinder.cost.base import Args, Cost, Model, Tensor, broadcast, make_cost
-from wallfinder.cost.dtypes import ELEMENT_BYTES
+from wallfinder.cost.base import Cost, Model, broadcast, make_cost
+from wallfinder.dtypes import ELEMENT_BYTES
+from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "copy"
 
@@ -20,7 +21,7 @@ def _copy(src: Tensor, dst_dtype: str, dst_numel: int | None = None) -> Cost | N
     return make_cost(0, src.nbytes + numel * ELEMENT_BYTES[dst_dtype], src.dtype, MODEL)
 
 
-def copy_(args: Args) -> Cost | None:
+def copy_(args: OpArgs) -> Cost | None:
     """`copy_(self, src, non_blocking)`: `src` (broadcast to `self`) into `self`."""
     dst, src = args.tensor(0), args.tensor(1)
     if dst is None or src is None or broadcast([src.shape, dst.shape]) != dst.shape:
@@ -28,7 +29,7 @@ def copy_(args: Args) -> Cost | None:
     return _copy(src, dst.dtype, dst.numel)
 
 
-def copy_from(args: Args) -> Cost | None:
+def copy_from(args: OpArgs) -> Cost | None:
     """`_copy_from(self, dst, non_blocking)`: `self` into `dst`."""
     src, dst = args.tensor(0), args.tensor(1)
     if dst is None or src is None:
@@ -36,13 +37,13 @@ def copy_from(args: Args) -> Cost | None:
     return _copy(src, dst.dtype, dst.numel)
 
 
-def clone(args: Args) -> Cost | None:
+def clone(args: OpArgs) -> Cost | None:
     """`clone(self, memory_format)`, `contiguous(self, memory_format)`."""
     src = args.tensor(0)
     return None if src is None else _copy(src, src.dtype)
 
 
-def to(args: Args) -> Cost | None:
+def to(args: OpArgs) -> Cost | None:
     """`to`, by overload: `to.dtype(self, dtype, non_blocking, copy, memory_format)`,
     `to.other(self, other, ...)`, `to.device(self, device, dtype, ...)`,
     `to.dtype_layout(self, dtype, layout, device, pin_memory, non_blocking, copy, ...)`."""
@@ -59,7 +60,7 @@ def to(args: Args) -> Cost | None:
     return _copy(src, dtype or src.dtype)
 
 
-def to_copy(args: Args) -> Cost | None:
+def to_copy(args: OpArgs) -> Cost | None:
     """`_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format)`, or
     `_to_copy.out(self, non_blocking, memory_format, out)`."""
     src = args.tensor(0)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from wallfinder.cost.base import Args, Cost, Model, Tensor, broadcast, make_cost
-from wallfinder.cost.dtypes import ELEMENT_BYTES, category, promote
+from wallfinder.cost.base import Cost, Model, broadcast, make_cost
+from wallfinder.dtypes import ELEMENT_BYTES, category, promote
+from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "elementwise"
 
@@ -103,7 +104,7 @@ def result_dtype(tensors: list[Tensor], floating_scalar: bool = False) -> str:
 
 
 def pointwise(
-    args: Args, flops_per_element: int, inplace: bool, out_dtype: str | None = None
+    args: OpArgs, flops_per_element: int, inplace: bool, out_dtype: str | None = None
 ) -> tuple[int, int, str] | None:
     """(FLOPs, bytes, compute dtype) of a pointwise op on `args`' tensors."""
     tensors = args.tensors()
@@ -119,7 +120,7 @@ def pointwise(
     return flops_per_element * n, nbytes, dtype
 
 
-def elementwise(op: str, inplace: bool, args: Args) -> Cost | None:
+def elementwise(op: str, inplace: bool, args: OpArgs) -> Cost | None:
     flops = FLOPS_PER_ELEMENT[op]
     if op == "pow":
         flops = _pow_flops(args)
@@ -127,7 +128,7 @@ def elementwise(op: str, inplace: bool, args: Args) -> Cost | None:
     return None if result is None else make_cost(*result, MODEL)
 
 
-def _pow_flops(args: Args) -> int:
+def _pow_flops(args: OpArgs) -> int:
     # A small integer exponent is a few multiplies; anything else is exp(y · log(x)).
     exponent = args.number(1) if args.tensor(1) is None else None
     if exponent is not None and exponent.is_integer() and abs(exponent) <= 4:
@@ -135,7 +136,7 @@ def _pow_flops(args: Args) -> int:
     return 2 * _T + 1
 
 
-def fill(args: Args) -> Cost | None:
+def fill(args: OpArgs) -> Cost | None:
     """`fill_(self, value)`, `zero_(self)`: the tensor written, nothing read (a tensor value
     is read)."""
     tensors = args.tensors()
@@ -145,7 +146,7 @@ def fill(args: Args) -> Cost | None:
     return make_cost(0, self_.nbytes + sum(t.nbytes for t in tensors[1:]), self_.dtype, MODEL)
 
 
-def dropout(args: Args) -> Cost | None:
+def dropout(args: OpArgs) -> Cost | None:
     """`native_dropout(input, p, train)`: a random draw, a compare and a scale per element;
     writes the output and a bool mask."""
     x = args.tensor(0)

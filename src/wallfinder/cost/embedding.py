@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 
-from wallfinder.cost.base import Args, Cost, Model, make_cost
+from wallfinder.cost.base import Cost, Model, make_cost
+from wallfinder.trace import OpArgs
 
 MODEL = "embedding"
 
 
-def embedding(args: Args) -> Cost | None:
+def embedding(args: OpArgs) -> Cost | None:
     """`embedding(weight[V, D], indices, padding_idx, scale_grad_by_freq, sparse)`."""
     weight, indices = args.tensor(0), args.tensor(1)
     if weight is None or indices is None or weight.ndim != 2:
@@ -23,7 +24,7 @@ def embedding(args: Args) -> Cost | None:
     return make_cost(0, indices.nbytes + 2 * rows, weight.dtype, MODEL)
 
 
-def backward(args: Args) -> Cost | None:
+def backward(args: OpArgs) -> Cost | None:
     """`embedding_dense_backward(grad_output, indices, num_weights, padding_idx, ...)`, and
     `embedding_backward` (the same first three arguments)."""
     grad, indices = args.tensor(0), args.tensor(1)

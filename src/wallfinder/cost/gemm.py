@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 
-from wallfinder.cost.base import Args, Cost, Model, Tensor, broadcast, make_cost
-from wallfinder.cost.dtypes import ELEMENT_BYTES
+from wallfinder.cost.base import Cost, Model, broadcast, make_cost
+from wallfinder.dtypes import ELEMENT_BYTES
+from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "gemm"
 
@@ -22,14 +23,14 @@ def _product(
     return make_cost(flops, reads + batch * m * n * ELEMENT_BYTES[out_dtype], dtype, MODEL)
 
 
-def _matrices(args: Args, i: int) -> tuple[Tensor, Tensor] | None:
+def _matrices(args: OpArgs, i: int) -> tuple[Tensor, Tensor] | None:
     a, b = args.tensor(i), args.tensor(i + 1)
     if a is None or b is None or a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         return None
     return a, b
 
 
-def mm(args: Args) -> Cost | None:
+def mm(args: OpArgs) -> Cost | None:
     """`mm(a[M,K], b[K,N])`."""
     ab = _matrices(args, 0)
     if ab is None:
@@ -39,7 +40,7 @@ def mm(args: Args) -> Cost | None:
     return _product(1, m, n, k, a.nbytes + b.nbytes, a.dtype, a.dtype)
 
 
-def int_mm(args: Args) -> Cost | None:
+def int_mm(args: OpArgs) -> Cost | None:
     """`_int_mm(a[M,K] int8, b[K,N] int8) -> int32`."""
     ab = _matrices(args, 0)
     if ab is None:
@@ -49,7 +50,7 @@ def int_mm(args: Args) -> Cost | None:
     return _product(1, m, n, k, a.nbytes + b.nbytes, "int32", a.dtype)
 
 
-def addmm(args: Args) -> Cost | None:
+def addmm(args: OpArgs) -> Cost | None:
     """`addmm(self, a[M,K], b[K,N], beta, alpha)`, also `addmm_` and `_addmm_activation`."""
     bias = args.tensor(0)
     ab = _matrices(args, 1)
@@ -62,7 +63,7 @@ def addmm(args: Args) -> Cost | None:
     return _product(1, m, n, k, bias.nbytes + a.nbytes + b.nbytes, a.dtype, a.dtype)
 
 
-def bmm(args: Args) -> Cost | None:
+def bmm(args: OpArgs) -> Cost | None:
     """`bmm(a[B,M,K], b[B,K,N])`."""
     a, b = args.tensor(0), args.tensor(1)
     if a is None or b is None or a.ndim != 3 or b.ndim != 3:
@@ -73,7 +74,7 @@ def bmm(args: Args) -> Cost | None:
     return _product(batch, m, n, k, a.nbytes + b.nbytes, a.dtype, a.dtype)
 
 
-def baddbmm(args: Args) -> Cost | None:
+def baddbmm(args: OpArgs) -> Cost | None:
     """`baddbmm(self, a[B,M,K], b[B,K,N], beta, alpha)`, also `baddbmm_`."""
     bias, a, b = args.tensor(0), args.tensor(1), args.tensor(2)
     if bias is None or a is None or b is None or a.ndim != 3 or b.ndim != 3:
@@ -85,7 +86,7 @@ def baddbmm(args: Args) -> Cost | None:
     return _product(batch, m, n, k, reads, a.dtype, a.dtype)
 
 
-def matmul(args: Args) -> Cost | None:
+def matmul(args: OpArgs) -> Cost | None:
     """`matmul(a, b)` with NumPy semantics: a 1-D operand is a vector, leading dimensions
     broadcast. Each operand is read once at its own size, before broadcasting."""
     a, b = args.tensor(0), args.tensor(1)
@@ -99,7 +100,7 @@ def matmul(args: Args) -> Cost | None:
     return _product(math.prod(batch), m, n, k, a.nbytes + b.nbytes, a.dtype, a.dtype)
 
 
-def linear(args: Args) -> Cost | None:
+def linear(args: OpArgs) -> Cost | None:
     """`linear(x[..., in], weight[out, in], bias[out]?)`."""
     x, w, bias = args.tensor(0), args.tensor(1), args.tensor(2)
     if x is None or w is None or x.ndim == 0 or w.ndim not in (1, 2):
@@ -112,7 +113,7 @@ def linear(args: Args) -> Cost | None:
     return _product(1, math.prod(x.shape[:-1]), n, k, reads, x.dtype, x.dtype)
 
 
-def scaled_mm(args: Args) -> Cost | None:
+def scaled_mm(args: OpArgs) -> Cost | None:
     """`_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)`:
     an fp8 matmul. The output dtype is `out_dtype` when recorded, else the inputs' (the
     op's default, and the smallest, so a lower bound either way)."""
@@ -126,7 +127,7 @@ def scaled_mm(args: Args) -> Cost | None:
     return _product(1, m, n, k, reads, out_dtype, a.dtype)
 
 
-def _mv(args: Args, i: int, reads: int) -> Cost | None:
+def _mv(args: OpArgs, i: int, reads: int) -> Cost | None:
     a, x = args.tensor(i), args.tensor(i + 1)
     if a is None or x is None or a.ndim != 2 or x.ndim != 1 or a.shape[1] != x.shape[0]:
         return None
@@ -134,18 +135,18 @@ def _mv(args: Args, i: int, reads: int) -> Cost | None:
     return _product(1, m, 1, k, reads + a.nbytes + x.nbytes, a.dtype, a.dtype)
 
 
-def mv(args: Args) -> Cost | None:
+def mv(args: OpArgs) -> Cost | None:
     """`mv(a[M,K], x[K])`."""
     return _mv(args, 0, 0)
 
 
-def addmv(args: Args) -> Cost | None:
+def addmv(args: OpArgs) -> Cost | None:
     """`addmv(self[M], a[M,K], x[K], beta, alpha)`, also `addmv_`."""
     bias = args.tensor(0)
     return None if bias is None else _mv(args, 1, bias.nbytes)
 
 
-def dot(args: Args) -> Cost | None:
+def dot(args: OpArgs) -> Cost | None:
     """`dot(x[K], y[K])`."""
     x, y = args.tensor(0), args.tensor(1)
     if x is None or y is None or x.ndim != 1 or x.shape != y.shape:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from wallfinder.cost.base import Args, Cost, Model, Tensor, broadcast, make_cost
-from wallfinder.cost.dtypes import category
+from wallfinder.cost.base import Cost, Model, broadcast, make_cost
 from wallfinder.cost.elementwise import TRANSCENDENTAL_FLOPS
 from wallfinder.cost.softmax import FORWARD_FLOPS as LOG_SOFTMAX_FLOPS
+from wallfinder.dtypes import category
+from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "loss"
 
@@ -42,7 +43,7 @@ def _samples(scores: Tensor, target: Tensor) -> int | None:
     return target.numel
 
 
-def nll_loss(args: Args) -> Cost | None:
+def nll_loss(args: OpArgs) -> Cost | None:
     """`nll_loss_forward(self, target, weight, reduction, ignore_index)` and its wrappers."""
     scores, target = args.tensor(0), args.tensor(1)
     if scores is None or target is None:
@@ -58,7 +59,7 @@ def nll_loss(args: Args) -> Cost | None:
     return make_cost(flops, nbytes, scores.dtype, MODEL)
 
 
-def nll_loss_backward(args: Args) -> Cost | None:
+def nll_loss_backward(args: OpArgs) -> Cost | None:
     """`nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index,
     total_weight)`: the gradient of the scores, zero but for one value per sample, written."""
     grad, scores, target = args.tensor(0), args.tensor(1), args.tensor(2)
@@ -75,7 +76,7 @@ def nll_loss_backward(args: Args) -> Cost | None:
     return make_cost(flops, reads + scores.nbytes, scores.dtype, MODEL)
 
 
-def cross_entropy(args: Args) -> Cost | None:
+def cross_entropy(args: OpArgs) -> Cost | None:
     """`cross_entropy_loss(self, target, weight, reduction, ignore_index, label_smoothing)`,
     with class-index or class-probability targets."""
     scores, target = args.tensor(0), args.tensor(1)
@@ -103,7 +104,7 @@ def cross_entropy(args: Args) -> Cost | None:
     return make_cost(flops, nbytes, scores.dtype, MODEL)
 
 
-def pointwise_loss(op: str, args: Args) -> Cost | None:
+def pointwise_loss(op: str, args: OpArgs) -> Cost | None:
     """`mse_loss(self, target, reduction)` and the other elementwise losses; backward
     (`mse_loss_backward(grad_output, self, target, reduction)`) writes the input's gradient."""
     backward = op.endswith("_backward")

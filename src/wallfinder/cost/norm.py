@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from wallfinder.cost.base import Args, Cost, Model, make_cost
+from wallfinder.cost.base import Cost, Model, make_cost
+from wallfinder.trace import OpArgs
 
 MODEL = "norm"
 
@@ -43,7 +44,7 @@ class Signature:
     grads: int = 2  # parameter gradients when the weight is present: weight (and bias)
 
 
-def _per_element(sig: Signature, args: Args, affine: bool) -> int:
+def _per_element(sig: Signature, args: OpArgs, affine: bool) -> int:
     if sig.kind == "rms":
         base = RMS_FLOPS
     elif sig.kind == "batch":
@@ -55,7 +56,7 @@ def _per_element(sig: Signature, args: Args, affine: bool) -> int:
     return base + (AFFINE_FLOPS if affine else 0)
 
 
-def norm(sig: Signature, args: Args) -> Cost | None:
+def norm(sig: Signature, args: OpArgs) -> Cost | None:
     x = args.tensor(sig.input)
     if x is None or not args.clean:
         return None
@@ -113,7 +114,7 @@ _SIGNATURES: dict[str, Signature] = {
 }
 
 
-def _legit(args: Args) -> Cost | None:
+def _legit(args: OpArgs) -> Cost | None:
     # `_native_batch_norm_legit.no_stats` has no running statistics: `training` moves to 3.
     sig = _BATCH if args.size in (8, 11) else Signature("batch", input=0, weight=1, training=3)
     return norm(sig, args)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from wallfinder.cost.base import TENSOR_LIST_DTYPE, Args, Cost, Model, Tensor, broadcast, make_cost
+from wallfinder.cost.base import Cost, Model, broadcast, make_cost
 from wallfinder.cost.elementwise import FLOPS_PER_ELEMENT, TRANSCENDENTAL_FLOPS
+from wallfinder.trace import OpArgs, Tensor
+from wallfinder.trace.args import TENSOR_LIST_DTYPE
 
 MODEL = "optimizer"
 
@@ -32,7 +34,7 @@ def _same_shapes(*lists: list[Tensor]) -> bool:
     return all([t.shape for t in other] == shapes for other in lists[1:])
 
 
-def adam(args: Args) -> Cost | None:
+def adam(args: OpArgs) -> Cost | None:
     """`_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr,
     beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf)`."""
     lists = [args.tensor_list(i) for i in range(4)]
@@ -51,7 +53,7 @@ def adam(args: Args) -> Cost | None:
     return make_cost(flops, n * streams * params[0].itemsize, TENSOR_LIST_DTYPE, MODEL)
 
 
-def sgd(args: Args) -> Cost | None:
+def sgd(args: OpArgs) -> Cost | None:
     """`_fused_sgd_(params, grads, momentum_buffer_list, weight_decay, momentum, lr, ...)`."""
     params, grads = args.tensor_list(0), args.tensor_list(1)
     buffers = args.tensor_list(2) or []
@@ -65,7 +67,7 @@ def sgd(args: Args) -> Cost | None:
     return make_cost(flops, n * streams * params[0].itemsize, TENSOR_LIST_DTYPE, MODEL)
 
 
-def foreach(op: str, inplace: bool, args: Args) -> Cost | None:
+def foreach(op: str, inplace: bool, args: OpArgs) -> Cost | None:
     """`_foreach_<op>(self, other...)`: the pointwise `op` at every position of the lists.
     `norm` reduces each tensor to one value; `copy_` and `zero_` compute nothing."""
     if not args.clean or not args.lists:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from wallfinder.cost.base import Args, Cost, Model, Tensor, make_cost
-from wallfinder.cost.dtypes import ELEMENT_BYTES, category
+from wallfinder.cost.base import Cost, Model, make_cost
 from wallfinder.cost.elementwise import FLOPS_PER_ELEMENT, TRANSCENDENTAL_FLOPS, pointwise
+from wallfinder.dtypes import ELEMENT_BYTES, category
+from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "reduction"
 
@@ -46,7 +47,7 @@ def _out_numel(x: Tensor, dims: tuple[int, ...] | None, full: bool) -> int | Non
     return math.prod(kept)
 
 
-def reduction(op: str, args: Args) -> Cost | None:
+def reduction(op: str, args: OpArgs) -> Cost | None:
     x = args.tensor(0)
     if x is None:
         return None
@@ -79,7 +80,7 @@ def reduction(op: str, args: Args) -> Cost | None:
     return make_cost(flops, x.nbytes + writes, x.dtype, MODEL)
 
 
-def max_min(op: str, args: Args) -> Cost | None:
+def max_min(op: str, args: OpArgs) -> Cost | None:
     """`max`/`min`: a reduction, or with a second tensor (`max.other`) a pointwise maximum."""
     if args.tensor(1) is not None:
         result = pointwise(args, FLOPS_PER_ELEMENT["maximum"], inplace=False)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from functools import partial
 
-from wallfinder.cost.base import Args, Cost, Model, make_cost
-from wallfinder.cost.dtypes import ELEMENT_BYTES
+from wallfinder.cost.base import Cost, Model, make_cost
 from wallfinder.cost.elementwise import TRANSCENDENTAL_FLOPS
+from wallfinder.dtypes import ELEMENT_BYTES
+from wallfinder.trace import OpArgs
 
 MODEL = "softmax"
 
@@ -23,7 +24,7 @@ LOG_SOFTMAX_BACKWARD_FLOPS = TRANSCENDENTAL_FLOPS + 3
 """Per element: g - exp(y) · Σ g: the sum, exp, a multiply, a subtract."""
 
 
-def forward(args: Args) -> Cost | None:
+def forward(args: OpArgs) -> Cost | None:
     """`_softmax(self, dim, half_to_float)`, `softmax(self, dim, dtype)` and the log forms."""
     x = args.tensor(0)
     if x is None:
@@ -35,7 +36,7 @@ def forward(args: Args) -> Cost | None:
     )
 
 
-def backward(per_element: int, args: Args) -> Cost | None:
+def backward(per_element: int, args: OpArgs) -> Cost | None:
     """`_softmax_backward_data(grad_output, output, dim, input_dtype)` and the log form."""
     grad, y = args.tensor(0), args.tensor(1)
     if grad is None or y is None or grad.shape != y.shape:

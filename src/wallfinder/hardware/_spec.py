@@ -1,4 +1,4 @@
-"""The device spec record, the dtypes it has peaks for, and dtype names as traces spell them."""
+"""The device spec record and the dtypes it has peaks for."""
 
 from __future__ import annotations
 
@@ -8,60 +8,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from wallfinder.dtypes import PEAK_DTYPES, peak_dtype
+
 Vendor = Literal["nvidia", "amd", "cpu", "other"]
 VENDORS: tuple[Vendor, ...] = ("nvidia", "amd", "cpu", "other")
 
-DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
-"""The dtypes a device has peaks for. fp32 is the rate without tensor cores; tf32, bf16, fp16,
-fp8 and int8 are tensor-core (matrix-core) rates; int8 is in OP/s."""
+DTYPES = PEAK_DTYPES
+"""The dtypes a device has peaks for (see `wallfinder.dtypes.PEAK_DTYPES`)."""
 
-_DTYPE_NAMES: dict[str, str] = {
-    # fp64
-    "double": "fp64",
-    "float64": "fp64",
-    "fp64": "fp64",
-    "f64": "fp64",
-    # fp32: "float" is how the profiler's `Input type` spells it
-    "float": "fp32",
-    "float32": "fp32",
-    "fp32": "fp32",
-    "f32": "fp32",
-    # tf32 is never a tensor dtype, only a math mode a user names
-    "tf32": "tf32",
-    "tensorfloat32": "tf32",
-    "tensorfloat-32": "tf32",
-    # bf16
-    "bfloat16": "bf16",
-    "bf16": "bf16",
-    # fp16
-    "half": "fp16",
-    "float16": "fp16",
-    "fp16": "fp16",
-    "f16": "fp16",
-    # int8: torch's int8 is C++ `signed char`; `unsigned char` (uint8) has no int8 peak
-    "signed char": "int8",
-    "int8": "int8",
-    "i8": "int8",
-}
-
-# Every float8 variant (e4m3fn, e5m2, the fnuz ones, e8m0fnu) runs on the same fp8 units.
-_FP8_PREFIXES = ("float8", "fp8", "e4m3", "e5m2")
-
-_NAMESPACES = ("c10::", "at::", "torch.")
-
-
-def normalize_dtype(text: str) -> str | None:
-    """The canonical dtype (one of `DTYPES`) for a name seen in a trace or typed by a user:
-    ``"float"`` → ``"fp32"``, ``"c10::BFloat16"`` → ``"bf16"``, ``"c10::Half"`` → ``"fp16"``,
-    ``"c10::Float8_e4m3fn"`` → ``"fp8"``, ``"signed char"`` → ``"int8"``; None for anything
-    else (integers other than int8, complex, bool, empty)."""
-    name = " ".join(text.strip().lower().split())
-    for namespace in _NAMESPACES:
-        if name.startswith(namespace):
-            name = name[len(namespace) :]
-    if name.startswith(_FP8_PREFIXES):
-        return "fp8"
-    return _DTYPE_NAMES.get(name)
+normalize_dtype = peak_dtype
+"""The canonical dtype (one of `DTYPES`) of a name seen in a trace or typed by a user, or None
+(`wallfinder.dtypes.peak_dtype`)."""
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -2,7 +2,8 @@
 
 Every trace-format quirk lives in this package: gzip or plain text, the object or bare-array
 form, B/E pairs, int or string pids, `bytes`/`Bytes`, capitalised categories, HIP and MTIA
-runtime names, missing `deviceProperties`.
+runtime names, missing `deviceProperties`; and the text of event arguments (shapes, dtypes,
+scalar inputs, grids, collective arguments), decoded here into types (`trace.args`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from wallfinder.trace._reader import (
     text_size,
 )
 from wallfinder.trace._schema import Header
+from wallfinder.trace.args import CollectiveArgs, OpArgs, Tensor
 from wallfinder.trace.model import NONE, Events, Kind, MemoryEvents, Trace, thread_key
 
 if TYPE_CHECKING:
@@ -44,10 +46,13 @@ if TYPE_CHECKING:
 __all__ = [
     "GZIP_DATA_ERRORS",
     "NONE",
+    "CollectiveArgs",
     "Events",
     "Kind",
     "MemoryEvents",
+    "OpArgs",
     "Progress",
+    "Tensor",
     "Trace",
     "find_trace_files",
     "gunzipped",

@@ -2,19 +2,26 @@
 
 Times are int64 nanoseconds relative to `Trace.origin_us` (the trace's first timestamp), so
 interval arithmetic is exact integer arithmetic. Strings (names, categories) are stored once in
-`Trace.strings` and referenced by int32 codes; shapes and dtypes (`Input Dims`, `Input type`)
-are kept as raw JSON text in `Trace.raw` and parsed only when needed.
+`Trace.strings` and referenced by int32 codes. Argument records (`Input Dims`, `Input type`,
+`Concrete Inputs`, a kernel's `grid`, a collective's arguments) are stored once each as their
+JSON text in `Trace.raw`, referenced by codes too, and read through the trace's typed
+accessors (`Trace.op_args`, `Trace.grid`, `Trace.collective`, ...), which decode each distinct
+record once, on first use: parsing stays one pass of C-level work per column.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from wallfinder.trace.args import ArgsTable, CollectiveArgs, OpArgs
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -105,11 +112,14 @@ class Events:
     stream: I64
     nbytes: I64
     input_dims: I32
+    """Code of an op's `Input Dims` (0: none); `input_type` and `concrete_inputs` likewise.
+    Read them with `Trace.op_args`."""
     input_type: I32
     concrete_inputs: I32
     grid: I32
+    """Code of a kernel's `grid` (0: none); read with `Trace.grid`."""
     comm: I32
-    """Raw-table code of a collective's arguments (`collective_args`), 0 when it has none."""
+    """Code of a collective's arguments (0: none); read with `Trace.collective`."""
 
     def __len__(self) -> int:
         return int(self.ts.shape[0])
@@ -173,8 +183,9 @@ class Trace:
 
     `events` holds every event, sorted by kind and then by start time; `of_kind` gives the
     rows of some kinds, sorted by start time. `strings[code]` is the text of a `name`/`cat`
-    code, `ids[code]` the original pid/tid value, `raw[code]` the raw JSON of an
-    `input_dims`/`input_type`/`concrete_inputs` code.
+    code, `ids[code]` the original pid/tid value, `raw[code]` the recorded JSON text of an
+    `input_dims`/`input_type`/`concrete_inputs`/`grid`/`comm` code: read those through the
+    typed accessors (`op_args`, `input_dtypes`, `shapes_text`, `grid`, `blocks`, `collective`).
     """
 
     source: str
@@ -242,6 +253,43 @@ class Trace:
     @cached_property
     def _string_codes(self) -> dict[str, int]:
         return {s: i for i, s in enumerate(self.strings)}
+
+    def op_args(self, dims: int, types: int, concrete: int = 0) -> OpArgs | None:
+        """The arguments of an op call, from its `input_dims`, `input_type` and
+        `concrete_inputs` codes: shapes, dtype keys and scalar inputs, decoded once per
+        distinct record. None when the record has no usable shapes and types."""
+        return self._args.op_args(dims, types, concrete)
+
+    def input_dtypes(self, types: int) -> tuple[str | None, ...] | None:
+        """The dtype key of each argument of an `input_type` code (None where the argument is
+        no tensor); None when the op recorded no types."""
+        return self._args.dtypes(types)
+
+    def shapes_text(self, dims: int) -> str:
+        """An `input_dims` code's shapes as the trace wrote them, for display."""
+        return self._args.text(dims)
+
+    def grid(self, code: int) -> tuple[int, ...] | None:
+        """A kernel's grid (blocks in x, y, z) from its `grid` code; None when unrecorded or
+        not positive integers."""
+        return self._args.grid(code)
+
+    def blocks(self, code: int) -> int:
+        """Blocks in a kernel's grid (x·y·z) from its `grid` code; 0 when unknown."""
+        grid = self.grid(code)
+        return 0 if grid is None else math.prod(grid)
+
+    def collective(self, code: int) -> CollectiveArgs | None:
+        """A collective's arguments (name, message size, dtype, process group) from its
+        `comm` code; None for 0 (none recorded) or an unreadable record."""
+        return self._args.collective(code)
+
+    @cached_property
+    def _args(self) -> ArgsTable:
+        # Imported here: `trace.args` reads this module's constants.
+        from wallfinder.trace.args import ArgsTable
+
+        return ArgsTable(self.raw)
 
     def names_matching(self, predicate: Any) -> I32:
         """Codes of all strings for which `predicate(text)` is true (evaluated once per
