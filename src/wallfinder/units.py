@@ -1,12 +1,13 @@
-"""How byte counts and source locations are written, in every layer: one way each, so that a
-finding's evidence, a check's line and a report's table say the same thing the same way."""
+"""How byte counts, percentages, milliseconds and source locations are written, in every
+layer: one way each, so that a finding's evidence, a check's line and a report's table say the
+same thing the same way."""
 
 from __future__ import annotations
 
 import re
 import sys
 
-__all__ = ["is_user_path", "short_frame", "short_path", "size"]
+__all__ = ["is_user_path", "ms", "pct", "short_frame", "short_path", "size"]
 
 _UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z]:)?[\\/]")
@@ -22,6 +23,16 @@ def size(n: float | None) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage ("12.5%"); "?" when unknown."""
+    return "?" if x is None else f"{x * 100:.{digits}f}%"
+
+
+def ms(seconds: float) -> str:
+    """Seconds as milliseconds with two decimals, no unit ("12.50"): the reports' unit."""
+    return f"{seconds * 1e3:.2f}"
 
 
 def short_path(path: str) -> str:

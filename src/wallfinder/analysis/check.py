@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 from wallfinder.diagnosis import DeviceMemoryProfile, Diagnosis
 from wallfinder.errors import WallfinderError
-from wallfinder.units import size
+from wallfinder.units import pct, size
 
 __all__ = ["BoundCheck", "Bounds", "check"]
 
@@ -144,4 +144,4 @@ def _line(flag: str, held: bool, what: str, limit: str) -> BoundCheck:
 
 
 def _pct(x: float) -> str:
-    return f"{x * 100:.1f}%".replace(".0%", "%")
+    return pct(x).replace(".0%", "%")

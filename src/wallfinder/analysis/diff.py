@@ -21,6 +21,7 @@ from wallfinder.diagnosis import (
     StepChange,
     VerdictChange,
 )
+from wallfinder.units import pct
 
 __all__ = ["TOP_MOVED", "diff"]
 
@@ -110,7 +111,7 @@ def _steps(before: Diagnosis, after: Diagnosis) -> StepChange:
     within = abs(change_s) <= noise_s
     spread = (
         f"2 x the larger step standard deviation: {noise_s * 1e3:.3g} ms; CV "
-        f"{b.cv * 100:.1f}% before, {a.cv * 100:.1f}% after"
+        f"{pct(b.cv)} before, {pct(a.cv)} after"
     )
     if min(b.count, a.count) < 2:
         note = "one steady-state step on a side: no spread to judge the change against"

@@ -34,7 +34,7 @@ from wallfinder.diagnosis import (
     Wall,
 )
 from wallfinder.trace import Events, Kind, Trace
-from wallfinder.units import is_user_path, short_frame
+from wallfinder.units import is_user_path, ms, short_frame
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -115,7 +115,7 @@ def _finding(
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f} ms"
+    return f"{ms(seconds)} ms"
 
 
 @rule(Facts)

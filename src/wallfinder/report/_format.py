@@ -9,7 +9,7 @@ from wallfinder.diagnosis import (
     Diagnosis,
     Finding,
 )
-from wallfinder.units import size
+from wallfinder.units import ms, pct, size
 
 __all__ = [
     "CAUSE_LABEL",
@@ -212,16 +212,6 @@ def gain(f: Finding, times: str = "x") -> str:
     if f.saves == "once":
         return f"a one-off cost: {pct(f.share, 0)} of the profiled time, none per steady step"
     return f"up to {f.max_speedup:.2f}{times} faster ({pct(f.share, 0)} of the step)"
-
-
-def pct(x: float | None, digits: int = 1) -> str:
-    """A fraction as a percentage; "?" when unknown."""
-    return "?" if x is None else f"{x * 100:.{digits}f}%"
-
-
-def ms(seconds: float) -> str:
-    """Seconds as milliseconds, two decimals (the terminal report's unit)."""
-    return f"{seconds * 1e3:.2f}"
 
 
 def duration(seconds: float) -> str:
