@@ -48,7 +48,7 @@ IDLE_LABEL = {
     "communication_wait": "collective wait on the host",
     "host_overhead": "host overhead (CPU ops, Python)",
     "launch_latency": "launch latency",
-    "dependency_wait": "queued work waiting (stream/event/peer, unrecorded work)",
+    "dependency_wait": "launched work waiting (stream/event/peer, unrecorded work)",
     "other": "unexplained",
 }
 CAUSE_LABEL = {
@@ -204,6 +204,12 @@ def idle_label(d: Diagnosis, cause: str) -> str:
     if d.breakdown.basis == "cpu":
         return CPU_IDLE_LABEL.get(cause, cause.replace("_", " "))
     return CAUSE_LABEL.get(cause, cause.replace("_", " "))
+
+
+def graph_line(d: Diagnosis) -> str:
+    """How much of the kernel time was replayed from CUDA/HIP graphs ("" when none)."""
+    share = d.breakdown.graph_replayed
+    return f"{pct(share)} of kernel time replayed from CUDA/HIP graphs" if share > 0 else ""
 
 
 def gain(f: Finding, times: str = "x") -> str:

@@ -131,6 +131,8 @@ def _breakdown(d: Diagnosis) -> list[str]:
         if part == "idle":
             for cause, c in fmt.idle_causes(d):
                 rows.append(f"| ↳ {fmt.idle_label(d, cause)} | {fmt.pct(c)} | {c * step_ms:.2f} |")
+    if fmt.graph_line(d):
+        rows += ["", fmt.graph_line(d)]
     return rows
 
 

@@ -20,6 +20,7 @@ from wallfinder.report._format import (
     cause_label,
     collective_cells,
     gain,
+    graph_line,
     idle_causes,
     idle_label,
     job_lines,
@@ -214,8 +215,8 @@ def _breakdown(d: Diagnosis) -> Table:
                 f"  └ {idle_label(d, cause)}", pct(share), f"{share * step_ms:.2f}", style="dim"
             )
     table.add_row("step (mean)", "100.0%", f"{step_ms:.2f}", style="bold")
-    if b.graph_replayed > 0:
-        table.caption = f"{pct(b.graph_replayed)} of kernel time replayed from CUDA/HIP graphs"
+    if graph_line(d):
+        table.caption = graph_line(d)
         table.caption_justify = "left"
     return table
 
