@@ -572,3 +572,23 @@ def test_a_gpu_job_whose_kernels_were_not_recorded_says_it_is_the_cpu_side_only(
     assert d.device.kind == "cpu"
     assert d.verdict.confidence == "low"
     assert any("no kernel was recorded" in t for t in d.verdict.thin_evidence)
+
+
+def test_one_stalled_step_does_not_take_the_wall_from_a_busy_bandwidth_bound_job(
+    tmp_path: Path,
+) -> None:
+    # Memory-bound kernels keep the GPU busy; one step of eight stalls 1.5 ms for nothing the
+    # trace shows. The stall is a finding and a note, the wall stays bandwidth.
+    add = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add>()"
+    b = TraceBuilder()
+    t0 = 0.0
+    for s in range(8):
+        stall = 1500.0 if s == 4 else 0.0
+        b.step(s + 1, t0, 1000.0 + stall)
+        b.kernel(add, t0 + stall + 2.0, 996.0, launch_at=t0 + stall)
+        t0 += 1000.0 + stall
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert not d.steps.stable
+    assert d.verdict.wall == "bandwidth"
+    assert "step time is unstable" in d.verdict.reason
+    assert any(f.id == "unstable-steps" for f in d.findings)

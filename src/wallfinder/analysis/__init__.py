@@ -220,7 +220,7 @@ def _result(
     estimate = (device.spec_source or "").startswith("estimate")
     typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
     findings = find(facts, typical.wall) if facts is not None else []
-    verdict, findings = headline(typical, steps, findings)
+    verdict, findings = headline(typical, steps, findings, bd)
     thin = thin_evidence(
         steps,
         device_known=device.kind == "cpu" or device.matched_spec is not None,

@@ -174,13 +174,31 @@ def _part_of(verdict: Verdict) -> str:
     return _PART_OF_CAUSE.get(verdict.cause, f"idle: {verdict.cause.replace('_', ' ')}")
 
 
+def _wall_share(typical: Verdict, breakdown: Breakdown) -> float:
+    """The share of the step the typical verdict's wall names: its overhead cause's part, or
+    the busy time in matmuls (compute) or in the rest (bandwidth). Idle time nothing in the
+    trace explains ("other") names no loss to weigh instability against."""
+    if typical.wall == "overhead":
+        parts = {
+            **breakdown.idle_causes,
+            "comm_exposed": breakdown.comm_exposed,
+            "copy_exposed": breakdown.copy_exposed,
+        }
+        return 0.0 if typical.cause == "other" else parts.get(typical.cause, 0.0)
+    matmul = typical.questions[2].value or 0.0
+    busy = breakdown.compute
+    return busy * (matmul if typical.wall == "compute" else 1.0 - matmul)
+
+
 def headline(
-    typical: Verdict, steps: Steps, findings: list[Finding]
+    typical: Verdict, steps: Steps, findings: list[Finding], breakdown: Breakdown
 ) -> tuple[Verdict, list[Finding]]:
     """The verdict to show: the typical step's (`typical`), whose reason says when step time
     is unstable and what grew in the slow steps; or instability itself, when the time the slow
-    steps cost over the median (the unstable-steps finding) is the largest recoverable loss of
-    all the findings and is not the typical step's own cause grown larger (slow steps that wait
+    steps cost over the median (the unstable-steps finding) is larger than every other finding
+    and than the share of the step the typical wall names (its overhead, or the busy time in
+    matmuls or in memory-bound work), and is not the typical step's own cause grown larger
+    (slow steps that wait
     longer for the DataLoader are a data-loading problem). `typical` is the wall of the steady
     steps' time, slow ones included: what the job spends its time on. A step faster than the
     median is never a slow one. The findings come back without the unstable-steps one when
@@ -199,7 +217,9 @@ def headline(
         f"slowest {steps.max_s * 1e3:.1f} ms)"
     )
     cost = next((f.share for f in findings if f.id == UNSTABLE), 0.0)
-    others = max((f.share for f in findings if f.id != UNSTABLE), default=0.0)
+    others = max(
+        [f.share for f in findings if f.id != UNSTABLE] + [_wall_share(typical, breakdown)]
+    )
     # Slow steps that grew in the overhead the wall is named for are that overhead, larger: its
     # fix is theirs (unless it is time nothing in the trace explains: then its being in a few
     # steps is the news). Slow steps with more compute are other work (evaluation, a
@@ -214,7 +234,8 @@ def headline(
                 cause="unstable",
                 reason=(
                     f"{unstable}: the slow steps cost {cost:.0%} of the time over the median, "
-                    "more than any other loss" + (f"; {slow}" if slow else "")
+                    "more than any other loss and than the typical step's wall"
+                    + (f"; {slow}" if slow else "")
                 ),
                 questions=typical.questions,
             ),
