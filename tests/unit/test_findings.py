@@ -592,3 +592,30 @@ def test_one_stalled_step_does_not_take_the_wall_from_a_busy_bandwidth_bound_job
     assert d.verdict.wall == "bandwidth"
     assert "step time is unstable" in d.verdict.reason
     assert any(f.id == "unstable-steps" for f in d.findings)
+
+
+def churn(steps: int, markers: bool = True) -> TraceBuilder:
+    """Each 1000 µs of work: a GEMM, and a 200 µs cudaMalloc and cudaFree on the host before
+    it; with `markers`, each a ProfilerStep."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 1000.0
+        if markers:
+            b.step(s + 1, t0, 1000.0)
+        b.runtime("cudaMalloc", t0 + 10.0, 100.0, correlation=b.new_id())
+        b.runtime("cudaFree", t0 + 120.0, 100.0, correlation=b.new_id())
+        b.kernel(GEMM, t0 + 240.0, 700.0, launch_at=t0 + 230.0)
+    return b
+
+
+def test_allocations_in_every_step_are_churn(tmp_path: Path) -> None:
+    d = analyze(churn(4).write(tmp_path / "t.json"))
+    [f] = [f for f in d.findings if f.id == "allocator-churn"]
+    assert "cudaMalloc ×1/step" in f.evidence
+
+
+def test_allocations_in_one_window_are_not_called_churn(tmp_path: Path) -> None:
+    # Without steps, first allocations cannot be told from allocations every step.
+    d = analyze(churn(4, markers=False).write(tmp_path / "t.json"))
+    assert d.steps.count == 1
+    assert all(f.id != "allocator-churn" for f in d.findings)

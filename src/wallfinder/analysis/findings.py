@@ -437,6 +437,10 @@ def unstable_steps(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def allocator_churn(f: Facts) -> Finding | None:
+    """Device mallocs and frees in every steady step. Only with steps: in one window, first
+    allocations (start-up, the first batch's shapes) cannot be told from churn."""
+    if f.steps.count < 2:
+        return None
     calls = _host_calls(f, _ALLOC_NAMES)
     if not calls or f.step_s <= 0:
         return None
