@@ -171,6 +171,11 @@ def synchronization(f: Facts) -> Finding | None:
     )
 
 
+SLOW_LAUNCH_NS = 1_000_000
+"""A launch call this long is not the launch path's usual cost (microseconds) but a first
+launch loading code, or a host stalled inside the runtime."""
+
+
 @rule(Facts)
 def launch_bound(f: Facts) -> Finding | None:
     causes = f.breakdown.idle_causes
@@ -200,6 +205,14 @@ def launch_bound(f: Facts) -> Finding | None:
             else "a deep queue: the host runs ahead, so launches are not what the GPU waits for"
         )
         queue = f"; launch-to-start median {lag / 1e3:.1f} µs ({depth})"
+    calls = (launched - f.dev.launch_ts[f.inside][kernels])[launched != NO_LAUNCH]
+    slow = calls[calls > SLOW_LAUNCH_NS]
+    if slow.size:
+        queue += (
+            f"; {slow.size} launch call(s) took over {SLOW_LAUNCH_NS // 1_000_000} ms, "
+            f"{slow.sum() / 1e9:.2f} s in all (a first launch loads the kernel's code: a "
+            "one-off cost, which a warm-up before profiling leaves out)"
+        )
     replayed = f.breakdown.graph_replayed
     if replayed >= 0.5:
         queue += (
