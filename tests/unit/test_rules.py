@@ -15,6 +15,7 @@ from wallfinder.analysis.findings import Facts
 from wallfinder.analysis.memory import SnapshotFacts
 from wallfinder.analysis.memory_profile import MemoryFacts
 from wallfinder.analysis.rules import RULES, TOPICS, evaluate, rule, rules_for
+from wallfinder.analysis.scope import Scope
 from wallfinder.diagnosis import Finding
 
 
@@ -24,9 +25,11 @@ def test_every_rule_reads_one_of_the_four_scopes_from_a_topic_module() -> None:
     assert {r.check.__module__ for r in RULES} == set(TOPICS)
     names = [(r.scope, r.name) for r in RULES]
     assert len(names) == len(set(names))
-    # Every scope's facts carry the thresholds.
-    for scope in (Facts, MemoryFacts, SnapshotFacts, JobFacts):
+    # Every scope's facts carry the thresholds (a rank's facts through its analysis scope).
+    for scope in (MemoryFacts, SnapshotFacts, JobFacts, Scope):
         assert scope.__dataclass_fields__["thresholds"].type in ("Thresholds", Thresholds)
+    assert Facts.__dataclass_fields__["scope"].type in ("Scope", Scope)
+    assert isinstance(Facts.thresholds, property)
 
 
 def test_a_new_finding_is_one_registered_function(

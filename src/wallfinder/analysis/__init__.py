@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
-from wallfinder.analysis.dispatch import Dispatch, dispatch_sized
+from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
@@ -26,7 +28,6 @@ from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.roofline import (
     KernelCost,
-    ModelFlops,
     cost_device_ops,
     cpu_roofline,
     kernel_costs,
@@ -36,6 +37,7 @@ from wallfinder.analysis.roofline import (
     outermost,
     roofline,
 )
+from wallfinder.analysis.scope import ModelFlops, Scope
 from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import (
     NO_LAUNCH,
@@ -90,6 +92,8 @@ __all__ = [
 
 NS = 1e-9
 TOP_ROWS = 15
+I64 = npt.NDArray[np.int64]
+Basis = Literal["gpu", "cpu"]
 
 
 def diagnose(
@@ -101,12 +105,60 @@ def diagnose(
 ) -> Diagnosis:
     """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, roofline and
     MFU against `spec` (None: the device is unknown, and figures that need it are null),
-    verdict."""
+    verdict. A trace with no device kernels is analysed the same way with the CPU as the
+    device."""
     thresholds = thresholds or Thresholds()
-    model = model or ModelFlops()
     spans = cpu_steps(trace)
+    warnings = _step_warnings(trace, spans)
     dev = device_ops(trace)
-    warnings: list[str] = []
+    device: _DeviceModel = _Gpu(trace, dev, spec) if dev is not None else _Cpu(trace, spec)
+    start, end = device.windows(spans)
+    wb = device.breakdown(start, end)
+    durations = (end - start).astype(np.float64) * NS
+    dropped = dropped_steps(spans, durations)
+    kept = np.ones(durations.size, dtype=bool)
+    kept[[i for i, _ in dropped]] = False
+    scope = Scope(
+        trace, spans, dev, start, end, kept, device.spec, thresholds, model or ModelFlops()
+    )
+    spikes = find_spikes(scope, wb)
+    steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
+    bd = _breakdown(scope, wb, device.basis)
+    parts = device.parts(scope, bd)
+    memory = memory_profile(
+        trace,
+        spans,
+        kept,
+        device=dev.device if dev is not None else None,
+        capacity=parts.capacity[0],
+        capacity_source=parts.capacity[1],
+        world_size=trace.world_size,
+        thresholds=thresholds,
+    )
+    facts = Facts(
+        scope, steps, parts.breakdown, parts.roofline, parts.fusion, parts.dispatch, memory
+    )
+    return _result(
+        trace,
+        parts.device,
+        steps,
+        parts.breakdown,
+        parts.classes,
+        thresholds,
+        warnings + parts.warnings,
+        kernels=parts.kernels,
+        cpu=parts.cpu,
+        roofline=parts.roofline,
+        mfu=parts.mfu,
+        fusion=parts.fusion,
+        timeline=parts.timeline,
+        facts=facts,
+        memory=memory,
+    )
+
+
+def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
+    warnings = []
     if trace.cut_step is not None:
         warnings.append(
             f"{trace.cut_step.replace('ProfilerStep#', 'step ')} is not analysed: the program "
@@ -122,81 +174,98 @@ def diagnose(
             "no ProfilerStep markers: the steps are the iterations between optimizer steps "
             "(the first runs from the trace's start, start-up included)"
         )
-    if dev is None:
-        return _diagnose_cpu(trace, spans, thresholds, warnings, spec, model)
-    start, end = gpu_windows(spans, dev.ops, dev.launch_ts)
-    wb = breakdown(trace, dev, start, end)
-    durations = (end - start).astype(np.float64) * NS
-    dropped = dropped_steps(spans, durations)
-    kept = np.ones(durations.size, dtype=bool)
-    kept[[i for i, _ in dropped]] = False
-    spikes = find_spikes(trace, dev, spans.labels, wb, kept)
-    steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
-    inside = in_windows(dev.ops.ts, start[kept], end[kept])
-    bd = msgspec.structs.replace(
-        _gpu_breakdown(spans, wb, kept), graph_replayed=graph_replayed(dev, inside)
-    )
-    launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
-    costed = cost_device_ops(trace, dev, launcher, spec)
-    roof = roofline(trace, dev, inside, costed, spec, steps.count)
-    kernels, classes = _kernel_tables(trace, dev, inside, kernel_costs(dev, costed, inside), spec)
-    step_time = float((end - start)[kept].sum()) * NS / max(steps.count, 1)
-    mfu_ = mfu(costed, dev, inside, step_time, steps.count, spec, model)
-    fusion = fusion_candidates(trace, dev, inside, costed, steps.count, start[kept])
-    if spec is None:
-        warnings.append(
-            "unknown device: no peaks, so roofline bounds, % of roof and MFU are null "
-            "(name it with --device, or give a spec file with --spec)"
-        )
-    unlaunched = int((dev.launch_ts == NO_LAUNCH).sum())
-    if unlaunched and unlaunched == len(dev.ops):
-        warnings.append(
-            "no launch records (runtime calls) for the device's work: idle time cannot be "
-            "split into host waits and launch latency"
-        )
-    elif unlaunched > 0.05 * len(dev.ops):
-        warnings.append(f"{unlaunched} of {len(dev.ops)} device ops have no launch record")
-    capacity, capacity_source = _capacity(trace, dev.device, spec)
-    memory = memory_profile(
-        trace,
-        spans,
-        kept,
-        device=dev.device,
-        capacity=capacity,
-        capacity_source=capacity_source,
-        world_size=trace.world_size,
-        thresholds=thresholds,
-    )
-    return _result(
-        trace,
-        _device(trace, dev, spec),
-        steps,
-        bd,
-        classes,
-        thresholds,
-        warnings,
-        kernels=kernels,
-        roofline=roof,
-        mfu=mfu_,
-        fusion=fusion,
-        timeline=step_timeline(trace, dev, start, end, kept, spans.labels),
-        facts=Facts(
-            trace=trace,
-            dev=dev,
-            inside=inside,
-            steps=steps,
+    return warnings
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What a device's own analyses give the common pipeline."""
+
+    device: Device
+    breakdown: Breakdown
+    classes: list[ClassShare]
+    roofline: Roofline | None
+    mfu: Mfu
+    warnings: list[str]
+    capacity: tuple[int | None, str | None] = (None, None)
+    kernels: list[KernelRow] = field(default_factory=list)
+    fusion: list[FusionCandidate] = field(default_factory=list)
+    timeline: StepTimeline | None = None
+    cpu: CpuActivity | None = None
+    dispatch: DispatchSummary | None = None
+
+
+class _DeviceModel(Protocol):
+    """The device the steps ran on: an accelerator (its kernels, copies and launches) or,
+    when the trace has none, the CPU (its main thread's ops)."""
+
+    @property
+    def spec(self) -> DeviceSpec | None:
+        """The device's peaks (None: unknown)."""
+        ...
+
+    @property
+    def basis(self) -> Basis:
+        """What the breakdown's time is: a GPU's or the CPU's main thread's."""
+        ...
+
+    def windows(self, spans: StepSpans) -> tuple[I64, I64]:
+        """Every step's window on the device's clock."""
+        ...
+
+    def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
+        """Every step's time in compute, exposed communication and copies, and idle."""
+        ...
+
+    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
+        """The device's tables, roofline and MFU over the steady-state steps."""
+        ...
+
+
+class _Gpu:
+    basis: Final = "gpu"
+
+    def __init__(self, trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> None:
+        self.trace, self.dev, self.spec = trace, dev, spec
+
+    def windows(self, spans: StepSpans) -> tuple[I64, I64]:
+        return gpu_windows(spans, self.dev.ops, self.dev.launch_ts)
+
+    def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
+        return breakdown(self.trace, self.dev, start, end)
+
+    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
+        trace, dev, spec = self.trace, self.dev, self.spec
+        bd = msgspec.structs.replace(bd, graph_replayed=graph_replayed(dev, scope.inside))
+        launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
+        costed = cost_device_ops(scope, launcher)
+        kernels, classes = _kernel_tables(scope, kernel_costs(scope, costed))
+        warnings = []
+        if spec is None:
+            warnings.append(
+                "unknown device: no peaks, so roofline bounds, % of roof and MFU are null "
+                "(name it with --device, or give a spec file with --spec)"
+            )
+        unlaunched = int((dev.launch_ts == NO_LAUNCH).sum())
+        if unlaunched and unlaunched == len(dev.ops):
+            warnings.append(
+                "no launch records (runtime calls) for the device's work: idle time cannot be "
+                "split into host waits and launch latency"
+            )
+        elif unlaunched > 0.05 * len(dev.ops):
+            warnings.append(f"{unlaunched} of {len(dev.ops)} device ops have no launch record")
+        return _Parts(
+            device=_device(trace, dev, spec),
             breakdown=bd,
-            roofline=roof,
-            fusion=fusion,
-            peak_flops=dict(spec.peak_flops) if spec else {},
-            window_start=start[kept],
-            window_end=end[kept],
-            thresholds=thresholds,
-            sm_count=spec.sm_count if spec else None,
-            memory=memory,
-        ),
-        memory=memory,
-    )
+            classes=classes,
+            roofline=roofline(scope, costed),
+            mfu=mfu(scope, costed),
+            warnings=warnings,
+            capacity=_capacity(trace, dev.device, spec),
+            kernels=kernels,
+            fusion=fusion_candidates(scope, costed),
+            timeline=step_timeline(scope),
+        )
 
 
 def _result(
@@ -336,7 +405,9 @@ def _step_stats(
     )
 
 
-def _gpu_breakdown(spans: StepSpans, wb: WindowBreakdown, kept: npt.NDArray[np.bool_]) -> Breakdown:
+def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
+    """The breakdown's shares over the steady-state steps, and every step's parts."""
+    spans, kept = scope.spans, scope.kept
     length = (wb.end - wb.start).astype(np.float64)
     total = float(length[kept].sum()) or 1.0
     n = max(int(kept.sum()), 1)
@@ -360,7 +431,7 @@ def _gpu_breakdown(spans: StepSpans, wb: WindowBreakdown, kept: npt.NDArray[np.b
     ]
     ms = 1e-6 / n
     return Breakdown(
-        basis="gpu",
+        basis=basis,
         compute=share(wb.compute),
         comm_exposed=share(wb.comm_exposed),
         copy_exposed=share(wb.copy_exposed),
@@ -378,14 +449,11 @@ def _gpu_breakdown(spans: StepSpans, wb: WindowBreakdown, kept: npt.NDArray[np.b
 
 
 def _kernel_tables(
-    trace: Trace,
-    dev: DeviceOps,
-    inside: npt.NDArray[np.bool_],
-    costs: dict[int, KernelCost],
-    spec: DeviceSpec | None,
+    scope: Scope, costs: dict[int, KernelCost]
 ) -> tuple[list[KernelRow], list[ClassShare]]:
     """Top kernels by GPU time and time per class, over the steady-state steps; kernels whose
     ops have a cost model get FLOPs, bytes and their place on the roofline."""
+    trace, dev, inside, spec = scope.trace, scope.gpu, scope.inside, scope.spec
     ops = dev.ops
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
     total = float(dur.sum()) or 1.0
@@ -418,125 +486,93 @@ def _kernel_tables(
     return rows, classes
 
 
-def _diagnose_cpu(
-    trace: Trace,
-    spans: StepSpans,
-    thresholds: Thresholds,
-    warnings: list[str],
-    spec: DeviceSpec | None = None,
-    model: ModelFlops | None = None,
-) -> Diagnosis:
-    """No device kernels: the CPU is the device. Breakdown of the main thread's time."""
-    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
-    if len(host) == 0:
-        host = trace.of_kind(Kind.RUNTIME, Kind.OTHER)
-    if len(host) == 0:
-        raise WallfinderError(f"{trace.source}: no device kernels and no CPU activity to analyse")
-    thread = _main_thread(trace, host)
-    mine = host.take(np.flatnonzero(host.thread == thread))
-    category, dispatch = _cpu_categories(trace, mine)
-    cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
-    start, end = spans.cpu_start, spans.cpu_end
-    upto = [c.covered(start, end) for c in cov]
-    data, comm = upto[0], upto[1] - upto[0]
-    ops = upto[2] - upto[1]
-    # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
-    tiny = upto[3] - upto[2]
-    python = upto[4] - upto[3]
-    length = end - start
-    untraced = length - upto[4]
-    durations = length.astype(np.float64) * NS
-    dropped = dropped_steps(spans, durations)
-    kept = np.ones(durations.size, dtype=bool)
-    kept[[i for i, _ in dropped]] = False
-    zeros = np.zeros(length.size, dtype=np.int64)
-    causes = {k: np.zeros(length.size) for k in IDLE_CAUSES}
-    causes["data_loading"] = data.astype(np.float64)
-    causes["host_overhead"] = (tiny + python).astype(np.float64)
-    causes["other"] = untraced.astype(np.float64)
-    wb = WindowBreakdown(start, end, ops, comm, zeros, data + tiny + python + untraced, causes)
-    spikes = find_spikes(trace, None, spans.labels, wb, kept)
-    steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
-    bd = _gpu_breakdown(spans, wb, kept)
-    bd = Breakdown(**{**{f: getattr(bd, f) for f in bd.__struct_fields__}, "basis": "cpu"})
-    total = float(length[kept].sum()) or 1.0
-    cpu, classes = _cpu_activity(
-        trace,
-        mine,
-        category,
-        start[kept],
-        end[kept],
-        bd,
-        tiny=float(tiny[kept].sum()) / total,
-        python=float(python[kept].sum()) / total,
-    )
-    if trace.of_kind(Kind.RUNTIME).name.size:
-        runtimes = {trace.strings[c] for c in np.unique(trace.of_kind(Kind.RUNTIME).name)}
-        warnings.append(
-            "the trace records accelerator runtime calls but no device kernels "
-            f"(e.g. {sorted(runtimes)[0]!r}): showing the CPU-side breakdown"
+class _Cpu:
+    """No device kernels: the CPU is the device, its main thread's time the step's."""
+
+    basis: Final = "cpu"
+
+    def __init__(self, trace: Trace, spec: DeviceSpec | None) -> None:
+        host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
+        if len(host) == 0:
+            host = trace.of_kind(Kind.RUNTIME, Kind.OTHER)
+        if len(host) == 0:
+            raise WallfinderError(
+                f"{trace.source}: no device kernels and no CPU activity to analyse"
+            )
+        self.trace = trace
+        self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
+        self.mine = host.take(np.flatnonzero(host.thread == _main_thread(trace, host)))
+        self.category, self.dispatch = _cpu_categories(trace, self.mine)
+        self.tiny = self.python = np.zeros(0, dtype=np.int64)
+
+    def windows(self, spans: StepSpans) -> tuple[I64, I64]:
+        return spans.cpu_start, spans.cpu_end
+
+    def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
+        mine, category = self.mine, self.category
+        cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
+        upto = [c.covered(start, end) for c in cov]
+        data, comm = upto[0], upto[1] - upto[0]
+        ops = upto[2] - upto[1]
+        # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
+        self.tiny = upto[3] - upto[2]
+        self.python = upto[4] - upto[3]
+        untraced = (end - start) - upto[4]
+        zeros = np.zeros(start.size, dtype=np.int64)
+        causes = {k: np.zeros(start.size) for k in IDLE_CAUSES}
+        causes["data_loading"] = data.astype(np.float64)
+        causes["host_overhead"] = (self.tiny + self.python).astype(np.float64)
+        causes["other"] = untraced.astype(np.float64)
+        idle = data + self.tiny + self.python + untraced
+        return WindowBreakdown(start, end, ops, comm, zeros, idle, causes)
+
+    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
+        trace, spec, mine, kept = self.trace, self.spec, self.mine, scope.kept
+        total = float((scope.end - scope.start)[kept].sum()) or 1.0
+        cpu, classes = _cpu_activity(
+            scope,
+            mine,
+            self.category,
+            bd,
+            tiny=float(self.tiny[kept].sum()) / total,
+            python=float(self.python[kept].sum()) / total,
         )
-    else:
-        warnings.append("no device activity in the trace: the CPU is analysed as the device")
-    if spec is None or spec.vendor != "cpu":
-        spec = cpu_spec()
-    roof: Roofline | None = None
-    mfu_ = Mfu(value=None, basis="unknown: the accelerator's work is not in the trace")
-    if len(trace.of_kind(Kind.RUNTIME)) == 0:
-        # A pure CPU run: the ops' CPU time is their compute time. With accelerator runtime
-        # calls (MTIA, a device whose kernels were not traced) it is only dispatch time.
+        runtime = trace.of_kind(Kind.RUNTIME)
         cpu_ops = mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP))
-        roof, mfu_ = cpu_roofline(
-            trace, cpu_ops, start[kept], end[kept], spec, steps.count, model or ModelFlops()
+        roof: Roofline | None = None
+        mfu_ = Mfu(value=None, basis="unknown: the accelerator's work is not in the trace")
+        if len(runtime):
+            names = {trace.strings[c] for c in np.unique(runtime.name)}
+            warning = (
+                "the trace records accelerator runtime calls but no device kernels "
+                f"(e.g. {sorted(names)[0]!r}): showing the CPU-side breakdown"
+            )
+        else:
+            warning = "no device activity in the trace: the CPU is analysed as the device"
+            # A pure CPU run: the ops' CPU time is their compute time. With accelerator
+            # runtime calls (MTIA, a device whose kernels were not traced) it is only
+            # dispatch time.
+            roof, mfu_ = cpu_roofline(scope, cpu_ops)
+        estimate = "; roofs are a nominal estimate (give --spec FILE for this CPU)"
+        device = Device(
+            name="CPU",
+            kind="cpu",
+            matched_spec=spec.name,
+            spec_source=spec.source,
+            peak_flops=dict(spec.peak_flops),
+            mem_bandwidth=spec.mem_bandwidth,
+            note="CPU-only trace: CPU-side breakdown" + (estimate if spec.estimate else ""),
         )
-    device = Device(
-        name="CPU",
-        kind="cpu",
-        matched_spec=spec.name,
-        spec_source=spec.source,
-        peak_flops=dict(spec.peak_flops),
-        mem_bandwidth=spec.mem_bandwidth,
-        note="CPU-only trace: CPU-side breakdown"
-        + (
-            "; roofs are a nominal estimate (give --spec FILE for this CPU)"
-            if spec.estimate
-            else ""
-        ),
-    )
-    memory = memory_profile(
-        trace, spans, kept, device=None, world_size=trace.world_size, thresholds=thresholds
-    )
-    facts = Facts(
-        trace=trace,
-        dev=None,
-        inside=np.zeros(0, dtype=bool),
-        steps=steps,
-        breakdown=bd,
-        roofline=None,
-        fusion=[],
-        peak_flops={},
-        window_start=start[kept],
-        window_end=end[kept],
-        thresholds=thresholds,
-        cpu_dispatch=dispatch.summary(
-            mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP)), start[kept], end[kept]
-        ),
-        memory=memory,
-    )
-    return _result(
-        trace,
-        device,
-        steps,
-        bd,
-        classes,
-        thresholds,
-        warnings,
-        cpu=cpu,
-        roofline=roof,
-        mfu=mfu_,
-        facts=facts,
-        memory=memory,
-    )
+        return _Parts(
+            device=device,
+            breakdown=bd,
+            classes=classes,
+            roofline=roof,
+            mfu=mfu_,
+            warnings=[warning],
+            cpu=cpu,
+            dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
+        )
 
 
 def _main_thread(trace: Trace, host: Events) -> int:
@@ -570,17 +606,16 @@ def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8],
 
 
 def _cpu_activity(
-    trace: Trace,
+    scope: Scope,
     mine: Events,
     category: npt.NDArray[np.int8],
-    start: npt.NDArray[np.int64],
-    end: npt.NDArray[np.int64],
     bd: Breakdown,
     *,
     tiny: float,
     python: float,
 ) -> tuple[CpuActivity, list[ClassShare]]:
     """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python."""
+    trace, start, end = scope.trace, scope.window_start, scope.window_end
     ops = mine.take(np.flatnonzero((category >= 1) & (category <= 3)))
     ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
     steps = max(start.size, 1)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
@@ -21,6 +22,7 @@ from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
+from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
@@ -53,23 +55,50 @@ _ALLOC_NAMES = ("cudaMalloc", "cudaFree", "hipMalloc", "hipFree", "cudaMallocAsy
 
 @dataclass(frozen=True)
 class Facts:
-    """What the rules look at: the trace, its device ops in the steady-state steps, and the
-    analyses already made."""
+    """What the rules look at: one rank's scope (the trace, its device ops, the steady-state
+    windows, the peaks and the thresholds) and the analyses already made."""
 
-    trace: Trace
-    dev: DeviceOps | None
-    inside: np.ndarray  # per device op: inside a steady-state step
+    scope: Scope
     steps: Steps
     breakdown: Breakdown
     roofline: Roofline | None
     fusion: list[FusionCandidate]
-    peak_flops: dict[str, float]
-    window_start: np.ndarray  # steady-state steps: [start, end) in trace ns
-    window_end: np.ndarray
-    thresholds: Thresholds
-    sm_count: int | None = None
     cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
     memory: MemoryProfile | None = None
+
+    @property
+    def trace(self) -> Trace:
+        return self.scope.trace
+
+    @property
+    def dev(self) -> DeviceOps | None:
+        return self.scope.dev
+
+    @property
+    def inside(self) -> npt.NDArray[np.bool_]:
+        """Per device op: inside a steady-state step."""
+        return self.scope.inside
+
+    @property
+    def window_start(self) -> npt.NDArray[np.int64]:
+        """The steady-state steps: [start, end) in trace ns."""
+        return self.scope.window_start
+
+    @property
+    def window_end(self) -> npt.NDArray[np.int64]:
+        return self.scope.window_end
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.scope.thresholds
+
+    @property
+    def peak_flops(self) -> dict[str, float]:
+        return self.scope.peak_flops
+
+    @property
+    def sm_count(self) -> int | None:
+        return self.scope.sm_count
 
     @property
     def step_s(self) -> float:
@@ -372,7 +401,7 @@ def exposed_copies(f: Facts) -> Finding | None:
 @rule(Facts)
 def fp32_matmul(f: Facts) -> Finding | None:
     r = f.roofline
-    if r is None or f.step_s <= 0:
+    if r is None or f.dev is None or f.step_s <= 0:
         return None
     share = r.fp32_matmul_without_tensor_cores_s / f.step_s
     faster = f.peak_flops.get("tf32") or f.peak_flops.get("bf16") or f.peak_flops.get("fp16")
@@ -729,9 +758,11 @@ def _compact(shapes: str) -> str:
 
 @rule(Facts)
 def matmuls_below_roof(f: Facts) -> Finding | None:
-    """Compute-bound matmul ops well below their roof: shapes, precision or the kernel."""
+    """Compute-bound matmul ops well below their roof: shapes, precision or the kernel. An
+    accelerator's finding: its fixes (tensor-core shapes, lower precision, autotuned
+    kernels) are a GPU's, and a CPU's roofs are nominal."""
     r = f.roofline
-    if r is None or f.step_s <= 0:
+    if r is None or f.dev is None or f.step_s <= 0:
         return None
     steps = max(f.steps.count, 1)
     slow = [

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.gpu import CLASSES, DeviceOps
 from wallfinder.analysis.roofline import Costed
+from wallfinder.analysis.scope import Scope
 from wallfinder.diagnosis import FusionCandidate
 from wallfinder.trace import Kind, Trace
 
@@ -38,16 +39,11 @@ _MEMORY_BOUND = np.array(
 )
 
 
-def fusion_candidates(
-    trace: Trace,
-    dev: DeviceOps,
-    inside: npt.NDArray[np.bool_],
-    costed: Costed,
-    steps: int,
-    window_start: npt.NDArray[np.int64],
-) -> list[FusionCandidate]:
+def fusion_candidates(scope: Scope, costed: Costed) -> list[FusionCandidate]:
     """The costliest repeated runs of ≥ 2 consecutive memory-bound kernels on one stream,
-    within one step (`window_start`: the steady-state steps' starts)."""
+    within one steady-state step."""
+    trace, dev, inside, steps = scope.trace, scope.gpu, scope.inside, scope.count
+    window_start = scope.window_start
     ops = dev.ops
     rows = np.flatnonzero(inside & (ops.kind == Kind.KERNEL))
     if rows.size < 2:

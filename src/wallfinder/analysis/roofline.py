@@ -20,11 +20,12 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
 from wallfinder.analysis.gpu import CLASSES, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.cost import Cost, op_cost
 from wallfinder.diagnosis import KernelRow, Mfu, OpRoofRow, Roofline
 from wallfinder.hardware import DeviceSpec
-from wallfinder.trace import NONE, Events, Kind, Trace
+from wallfinder.trace import NONE, Events, Kind
 
 NS = 1e-9
 TOP_OPS = 15
@@ -37,6 +38,8 @@ _CLASS_BOUND = dict.fromkeys(MATMUL_CLASSES, "compute") | {
 }
 """The bound a kernel class has when its op has no cost model (communication and other:
 none)."""
+_MATMUL_MODELS = ("gemm", "conv", "attention")
+"""The cost models of matmul-class ops (the FLOPs MFU counts)."""
 _MATMUL = np.array([_CLASS_BOUND.get(c) == "compute" for c in CLASSES])
 _BANDWIDTH_CLASSES = np.array([_CLASS_BOUND.get(c) == "bandwidth" for c in CLASSES])
 
@@ -60,10 +63,9 @@ class Costed:
     launcher: npt.NDArray[np.int64]  # per device op: row of its launching CPU op, or NONE
 
 
-def cost_device_ops(
-    trace: Trace, dev: DeviceOps, launcher: npt.NDArray[np.int64], spec: DeviceSpec | None
-) -> Costed:
+def cost_device_ops(scope: Scope, launcher: npt.NDArray[np.int64]) -> Costed:
     """Each kernel's share of its launching op's cost (`launcher`: from `launching_ops`)."""
+    trace, dev, spec = scope.trace, scope.gpu, scope.spec
     ops = dev.ops
     n = len(ops)
     flops = np.full(n, np.nan)
@@ -207,19 +209,13 @@ def effective_dtype(dtype: str, kernel_name: str, spec: DeviceSpec | None) -> st
     return dtype
 
 
-def roofline(
-    trace: Trace,
-    dev: DeviceOps,
-    inside: npt.NDArray[np.bool_],
-    costed: Costed,
-    spec: DeviceSpec | None,
-    steps: int,
-) -> Roofline:
-    """Where the busy time sits on the roofline, over the device ops in `inside` (the
-    steady-state steps)."""
+def roofline(scope: Scope, costed: Costed) -> Roofline:
+    """Where the busy time sits on the roofline, over the device ops in the steady-state
+    steps."""
+    dev, inside, spec = scope.gpu, scope.inside, scope.spec
     ops = dev.ops
     dur = ops.dur.astype(np.float64) * inside
-    busy = float(dur[ops.kind == Kind.KERNEL].sum()) or 1.0
+    busy = float(dur[ops.kind == Kind.KERNEL].sum())
     is_kernel = ops.kind == Kind.KERNEL
     groups = costed.group
     rows: list[OpRoofRow] = []
@@ -266,7 +262,7 @@ def roofline(
             if row.pct_of_roof is not None:
                 pct[in_group] = row.pct_of_roof
             if (
-                cost.model in ("gemm", "conv", "attention")
+                cost.model in _MATMUL_MODELS
                 and cost.dtype == "fp32"
                 and dtype == "fp32"
                 and spec is not None
@@ -278,9 +274,40 @@ def roofline(
     kernel_bound[unknown & _MATMUL[dev.cls]] = 1
     kernel_bound[unknown & _BANDWIDTH_CLASSES[dev.cls]] = 2
     weights = dur * is_kernel
-    compute_t = float(weights[kernel_bound == 1].sum())
-    bandwidth_t = float(weights[kernel_bound == 2].sum())
-    costed_t = float(weights[np.isfinite(pct)].sum())
+    return _summary(
+        spec,
+        rows,
+        busy * NS,
+        weights * NS,
+        kernel_bound,
+        pct,
+        matmul=_MATMUL[dev.cls],
+        costed=np.isfinite(pct),
+        fp32_no_tc_s=fp32_no_tc,
+        steps=scope.count,
+    )
+
+
+def _summary(
+    spec: DeviceSpec | None,
+    rows: list[OpRoofRow],
+    busy_s: float,
+    time_s: npt.NDArray[np.float64],
+    bound: npt.NDArray[np.int8],
+    pct: npt.NDArray[np.float64],
+    *,
+    matmul: npt.NDArray[np.bool_],
+    costed: npt.NDArray[np.bool_],
+    fp32_no_tc_s: float,
+    steps: int,
+) -> Roofline:
+    """The roofline over the device's units of work (kernels, or a CPU's ops): `time_s`,
+    `bound` (0 unknown, 1 compute, 2 bandwidth) and `pct` (of its roof, NaN when unknown)
+    per unit; `busy_s` the device's busy time over the steady-state steps."""
+    busy = busy_s or 1.0
+    compute_t = float(time_s[bound == 1].sum())
+    bandwidth_t = float(time_s[bound == 2].sum())
+    costed_t = float(time_s[costed].sum())
     # Ties broken by signature: the order must not depend on how the strings were numbered.
     rows.sort(key=lambda r: (-r.time_s, r.name, r.shapes, r.dtype))
     return Roofline(
@@ -289,12 +316,12 @@ def roofline(
         compute_bound_share=compute_t / busy,
         bandwidth_bound_share=bandwidth_t / busy,
         unknown_bound_share=max(0.0, 1.0 - (compute_t + bandwidth_t) / busy),
-        costed_share=costed_t / busy,
-        pct_of_roof_compute=_weighted(pct, weights, kernel_bound == 1),
-        pct_of_roof_bandwidth=_weighted(pct, weights, kernel_bound == 2),
-        pct_of_roof_matmul=_weighted(pct, weights, _MATMUL[dev.cls]),
-        fp32_matmul_without_tensor_cores_s=fp32_no_tc / max(steps, 1),
-        fp32_matmul_without_tensor_cores_share=fp32_no_tc / (busy * NS),
+        costed_share=min(1.0, costed_t / busy),
+        pct_of_roof_compute=_weighted(pct, time_s, bound == 1),
+        pct_of_roof_bandwidth=_weighted(pct, time_s, bound == 2),
+        pct_of_roof_matmul=_weighted(pct, time_s, matmul),
+        fp32_matmul_without_tensor_cores_s=fp32_no_tc_s / max(steps, 1),
+        fp32_matmul_without_tensor_cores_share=fp32_no_tc_s / busy,
         ops=rows[:TOP_OPS],
         more_ops=rows[TOP_OPS : TOP_OPS + MORE_OPS],
     )
@@ -379,12 +406,11 @@ KernelCost = tuple[float, float, float, str]
 """FLOPs, bytes, time (ns) and dtype of a kernel name's costed instances."""
 
 
-def kernel_costs(
-    dev: DeviceOps, costed: Costed, inside: npt.NDArray[np.bool_]
-) -> dict[int, KernelCost]:
+def kernel_costs(scope: Scope, costed: Costed) -> dict[int, KernelCost]:
     """Per kernel name code, over its costed instances in `inside`; the dtype is that of the
     op group that gives it most FLOPs."""
-    ok = inside & np.isfinite(costed.flops)
+    dev = scope.gpu
+    ok = scope.inside & np.isfinite(costed.flops)
     names = dev.ops.name[ok]
     if names.size == 0:
         return {}
@@ -405,55 +431,34 @@ def kernel_costs(
     }
 
 
-@dataclass(frozen=True)
-class ModelFlops:
-    """What the user says about the model, for true MFU (all optional)."""
-
-    flops_per_step: float | None = None
-    params: float | None = None
-    tokens_per_step: float | None = None
-    seq_len: float | None = None
-    layers: float | None = None
-    hidden: float | None = None
-
-    def per_step(self) -> tuple[float, str] | None:
-        """Model FLOPs per step and how they were obtained, or None."""
-        if self.flops_per_step is not None:
-            return self.flops_per_step, "model FLOPs per step given by the user"
-        if self.params is not None and self.tokens_per_step is not None:
-            flops = 6.0 * self.params * self.tokens_per_step
-            basis = "6·N·T (parameters × tokens per step, forward + backward)"
-            if self.seq_len and self.layers and self.hidden:
-                flops += 12.0 * self.layers * self.hidden * self.seq_len * self.tokens_per_step
-                basis += " + 12·L·H·S·T attention"
-            return flops, basis
-        return None
-
-
-def mfu(
-    costed: Costed,
-    dev: DeviceOps,
-    inside: npt.NDArray[np.bool_],
-    step_time_s: float,
-    steps: int,
-    spec: DeviceSpec | None,
-    model: ModelFlops,
-) -> Mfu:
+def mfu(scope: Scope, costed: Costed) -> Mfu:
     """MFU = model FLOPs per step / step time / peak of the dtype in use."""
-    matmul = inside & _MATMUL[dev.cls] & np.isfinite(costed.flops)
-    counted = float(costed.flops[matmul].sum()) / max(steps, 1)
-    dtype = _main_dtype(costed, matmul)
-    given = model.per_step()
+    dev = scope.gpu
+    matmul = scope.inside & _MATMUL[dev.cls] & np.isfinite(costed.flops)
+    return _mfu(
+        scope,
+        float(costed.flops[matmul].sum()),
+        _main_dtype(costed, matmul),
+        counted_basis="FLOPs of the matmul-class ops counted from the trace (recomputation "
+        "included, so closer to hardware FLOPs utilisation)",
+    )
+
+
+def _mfu(
+    scope: Scope, counted: float, dtype: str | None, *, counted_basis: str, cite_peak: bool = False
+) -> Mfu:
+    """MFU from the matmul FLOPs counted over the steady-state steps (`counted`, in `dtype`),
+    unless the user gave the model's; `cite_peak`: say where the peak comes from."""
+    spec, step_time_s = scope.spec, scope.step_time_s
+    given = scope.model.per_step()
     if given is not None:
         flops, basis = given
     elif counted > 0:
-        flops = counted
-        basis = (
-            "FLOPs of the matmul-class ops counted from the trace (recomputation included, "
-            "so closer to hardware FLOPs utilisation)"
-        )
+        flops, basis = counted / max(scope.count, 1), counted_basis
     else:
         return Mfu(value=None, basis="unknown: no matmul op with recorded shapes in the trace")
+    if spec is not None and cite_peak:
+        basis += f"; peak from {spec.source}"
     peak = spec.peak(dtype) if spec and dtype else None
     if peak is None or step_time_s <= 0:
         why = "the device is unknown" if spec is None else f"no {dtype} peak for the device"
@@ -509,54 +514,36 @@ def kernel_roof(
     )
 
 
-_MATMUL_MODELS = ("gemm", "conv", "attention")
-
-
-def cpu_roofline(
-    trace: Trace,
-    ops: Events,
-    start: npt.NDArray[np.int64],
-    end: npt.NDArray[np.int64],
-    spec: DeviceSpec,
-    steps: int,
-    model: ModelFlops,
-) -> tuple[Roofline, Mfu]:
-    """The roofline of a CPU-only trace: the outermost costed ops of the main thread (`ops`,
-    sorted by start) in the steady-state windows, their CPU time as the measured time."""
-    ops = ops.take(np.flatnonzero(in_windows(ops.ts, start, end)))
-    busy_ns = float(ops.dur[outermost(ops)].sum()) or 1.0
+def cpu_roofline(scope: Scope, ops: Events) -> tuple[Roofline, Mfu]:
+    """The roofline of a CPU-only trace: the CPU is the device and its ops are its units of
+    work. `ops`: the main thread's CPU ops, sorted by start. Each outermost costed op (a
+    costed op inside another, mm inside linear, counts once) is measured by its CPU time over
+    the steady-state steps; the busy time is that of the outermost ops."""
+    trace, spec = scope.trace, scope.spec
+    ops = ops.take(np.flatnonzero(in_windows(ops.ts, scope.window_start, scope.window_end)))
+    busy_ns = float(ops.dur[outermost(ops)].sum())
     shaped = np.flatnonzero(ops.input_dims > 0)
-    costs: dict[tuple[int, int, int, int], Cost | None] = {}
+    signature = np.stack(
+        [ops.name, ops.input_dims, ops.input_type, ops.concrete_inputs], axis=1
+    ).astype(np.int64)
+    costs: dict[tuple[int, ...], Cost | None] = {}
     row_cost: dict[int, Cost] = {}
     for i in shaped.tolist():
-        key = (
-            int(ops.name[i]),
-            int(ops.input_dims[i]),
-            int(ops.input_type[i]),
-            int(ops.concrete_inputs[i]),
-        )
+        key = tuple(signature[i].tolist())
         if key not in costs:
             costs[key] = op_cost(trace.strings[key[0]], trace.op_args(key[1], key[2], key[3]))
         cost = costs[key]
         if cost is not None:
             row_cost[i] = cost
     costed = np.array(sorted(row_cost), dtype=np.int64)
-    # Outermost costed ops only: a costed op inside another (mm inside linear) is counted once.
     if costed.size:
-        keep = outermost(ops.take(costed))
-        costed = costed[keep]
-    groups: dict[tuple[int, int, int, int], list[int]] = {}
+        costed = costed[outermost(ops.take(costed))]
+    groups: dict[tuple[int, ...], list[int]] = {}
     for i in costed.tolist():
-        key = (
-            int(ops.name[i]),
-            int(ops.input_dims[i]),
-            int(ops.input_type[i]),
-            int(ops.concrete_inputs[i]),
-        )
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(tuple(signature[i].tolist()), []).append(i)
     rows = []
-    compute_t = bandwidth_t = matmul_flops = 0.0
-    weighted: dict[str, list[tuple[float, float]]] = {"compute": [], "bandwidth": [], "matmul": []}
+    matmul: list[bool] = []
+    matmul_flops = 0.0
     dtypes: dict[str, float] = {}
     for key, members in groups.items():
         cost = row_cost[members[0]]
@@ -575,69 +562,34 @@ def cpu_roofline(
             classify_op(trace.strings[key[0]]).value,
         )
         rows.append(row)
-        if row.bound in ("compute", "bandwidth"):
-            if row.bound == "compute":
-                compute_t += t
-            else:
-                bandwidth_t += t
-            if row.pct_of_roof is not None:
-                weighted[row.bound].append((row.pct_of_roof, t))
-        if cost.model in _MATMUL_MODELS:
+        matmul.append(cost.model in _MATMUL_MODELS)
+        if matmul[-1]:
             matmul_flops += row.flops
             dtypes[cost.dtype] = dtypes.get(cost.dtype, 0.0) + row.flops
-            if row.pct_of_roof is not None:
-                weighted["matmul"].append((row.pct_of_roof, t))
-    # Ties broken by signature: the order must not depend on how the strings were numbered.
-    rows.sort(key=lambda r: (-r.time_s, r.name, r.shapes, r.dtype))
-    costed_t = sum(r.time_s for r in rows)
-    busy = busy_ns * NS
-
-    def mean(kind: str) -> float | None:
-        pairs = weighted[kind]
-        total = sum(t for _, t in pairs)
-        return sum(p * t for p, t in pairs) / total if total > 0 else None
-
-    roof = Roofline(
-        device=spec.name,
-        ridge=_ridges(spec),
-        compute_bound_share=compute_t / busy,
-        bandwidth_bound_share=bandwidth_t / busy,
-        unknown_bound_share=max(0.0, 1.0 - (compute_t + bandwidth_t) / busy),
-        costed_share=min(1.0, costed_t / busy),
-        pct_of_roof_compute=mean("compute"),
-        pct_of_roof_bandwidth=mean("bandwidth"),
-        pct_of_roof_matmul=mean("matmul"),
-        fp32_matmul_without_tensor_cores_s=0.0,
-        fp32_matmul_without_tensor_cores_share=0.0,
-        ops=rows[:TOP_OPS],
-        more_ops=rows[TOP_OPS : TOP_OPS + MORE_OPS],
+    bound = np.array(
+        [1 if r.bound == "compute" else 2 if r.bound == "bandwidth" else 0 for r in rows],
+        dtype=np.int8,
     )
-    step_time = float((end - start).sum()) * NS / max(steps, 1)
-    given = model.per_step()
+    pct = np.array([np.nan if r.pct_of_roof is None else r.pct_of_roof for r in rows])
+    roof = _summary(
+        spec,
+        rows,
+        busy_ns * NS,
+        np.array([r.time_s for r in rows]),
+        bound,
+        pct,
+        matmul=np.array(matmul, dtype=bool),
+        costed=np.ones(len(rows), dtype=bool),
+        fp32_no_tc_s=0.0,
+        steps=scope.count,
+    )
     dtype = max(dtypes, key=lambda d: dtypes[d]) if dtypes else None
-    if given is not None:
-        flops, basis = given
-    elif matmul_flops > 0:
-        flops = matmul_flops / max(steps, 1)
-        basis = "FLOPs of the matmul-class ops counted from the trace, on the CPU"
-    else:
-        return roof, Mfu(value=None, basis="unknown: no matmul op with recorded shapes")
-    peak = spec.peak(dtype) if dtype else None
-    if peak is None or step_time <= 0:
-        return roof, Mfu(
-            value=None,
-            basis=f"{basis}; no {dtype} peak for the CPU profile",
-            flops_per_step=flops,
-            dtype=dtype,
-        )
-    achieved = flops / step_time
-    return roof, Mfu(
-        value=achieved / peak,
-        basis=f"{basis}; peak from {spec.source}",
-        flops_per_step=flops,
-        achieved_flops=achieved,
-        peak_flops=peak,
-        dtype=dtype,
+    return roof, _mfu(
+        scope,
+        matmul_flops,
+        dtype,
+        counted_basis="FLOPs of the matmul-class ops counted from the trace, on the CPU",
+        cite_peak=True,
     )
 
 

@@ -5,7 +5,8 @@ an allocator snapshot, a job's findings — is made by a rule, `rule(facts) -> F
 registered here with `@rule(Scope)`. The scope is the type of the facts the rule reads: one
 context per scope, built once, each carrying the `Thresholds`:
 
-- `Facts` (analysis/findings.py): one rank's trace and its analyses;
+- `Facts` (analysis/findings.py): one rank's `Scope` (analysis/scope.py: its trace, device
+  ops, step windows, peaks and thresholds, what every analysis takes) and its analyses;
 - `MemoryFacts` (analysis/memory_profile.py): a trace's memory events on the analysed device;
 - `SnapshotFacts` (analysis/memory.py): an allocator snapshot's report;
 - `JobFacts` (analysis/collectives.py): a job's ranks and their matched collectives.

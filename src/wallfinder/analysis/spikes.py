@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.gpu import DeviceOps, WindowBreakdown
+from wallfinder.analysis.scope import Scope
 from wallfinder.diagnosis import Spike
 from wallfinder.trace import Kind, Trace
 
@@ -23,13 +24,10 @@ TOP_KERNELS = 3
 NS = 1e-9
 
 
-def find_spikes(
-    trace: Trace,
-    dev: DeviceOps | None,
-    labels: list[str],
-    wb: WindowBreakdown,
-    kept: npt.NDArray[np.bool_],
-) -> list[Spike]:
+def find_spikes(scope: Scope, wb: WindowBreakdown) -> list[Spike]:
+    """The slowest steady-state steps over `SPIKE_FACTOR` times the median, each named by the
+    part of the breakdown (`wb`, every step's) that grew most in it."""
+    trace, dev, labels, kept = scope.trace, scope.dev, scope.labels, scope.kept
     length = (wb.end - wb.start).astype(np.float64)
     if kept.sum() < 3:
         return []

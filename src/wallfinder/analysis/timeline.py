@@ -11,6 +11,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps, IdlePieces, idle_pieces
 from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.scope import Scope
 from wallfinder.diagnosis import StepTimeline, TimelineGap, TimelineSpan
 from wallfinder.trace import Kind, Trace, thread_key
 from wallfinder.units import short_frame
@@ -29,16 +30,11 @@ FINEST = 500
 _HOST_KINDS = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
 
 
-def step_timeline(
-    trace: Trace,
-    dev: DeviceOps,
-    start: I64,
-    end: I64,
-    kept: npt.NDArray[np.bool_],
-    labels: list[str],
-) -> StepTimeline | None:
-    """The timeline of the steady-state step (`kept`) whose length is closest to the median
-    of theirs; None when there is no such step."""
+def step_timeline(scope: Scope) -> StepTimeline | None:
+    """The timeline of the steady-state step whose length is closest to the median of
+    theirs; None when there is no such step."""
+    trace, dev, start, end, kept = scope.trace, scope.gpu, scope.start, scope.end, scope.kept
+    labels = scope.labels
     rows = np.flatnonzero(kept & (end > start))
     if rows.size == 0:
         return None
