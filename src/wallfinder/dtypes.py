@@ -28,6 +28,7 @@ __all__ = [
     "peak_dtype",
     "promote",
     "storage_dtype",
+    "torch_name",
 ]
 
 BOOL, INTEGER, FLOATING, COMPLEX = 0, 1, 2, 3
@@ -118,6 +119,15 @@ ELEMENT_BYTES: Mapping[str, int] = MappingProxyType({d.key: d.size for d in _TAB
 
 _CATEGORY = {d.key: d.category for d in _TABLE}
 _CODES = {code: d.key for d in _TABLE for code in d.codes}
+_TORCH = {
+    "fp64": "float64",
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp8": "float8_e4m3fn",
+    "int8": "int8",
+}
+"""The torch dtype a peak key's matmuls take (fp8: the variant matmuls accept)."""
 _FP8_PREFIXES = ("float8", "fp8", "e4m3", "e5m2")
 _NAMESPACES = ("c10::", "at::", "torch.")
 
@@ -179,6 +189,12 @@ def dtype_of_code(code: int) -> str | None:
 def storage_dtype(key: str) -> str:
     """The tensor dtype a peak key computes on: tf32 is a math mode on fp32 tensors."""
     return "fp32" if key in _MATH_MODES else key
+
+
+def torch_name(key: str) -> str | None:
+    """The name of the `torch` dtype whose tensors a peak key computes on ("tf32" and "fp32":
+    "float32"), or None for a key with no peak."""
+    return _TORCH.get(storage_dtype(key))
 
 
 def category(dtype: str) -> int:

@@ -14,6 +14,7 @@ from wallfinder.dtypes import (
     peak_dtype,
     promote,
     storage_dtype,
+    torch_name,
 )
 
 # `Input type` spellings (c10's demangled C++ names, as several compilers write them).
@@ -115,6 +116,16 @@ def test_peak_dtypes_are_the_keys_with_peaks() -> None:
     assert peak_dtype("long int") is None
     assert peak_dtype("c10::complex<float>") is None
     assert all(peak_dtype(d) == d for d in PEAK_DTYPES)
+
+
+def test_every_peak_dtype_names_the_torch_dtype_its_matmuls_take() -> None:
+    # calibrate multiplies tensors of these dtypes to measure each peak
+    assert torch_name("tf32") == torch_name("fp32") == "float32"
+    assert (torch_name("bf16"), torch_name("fp16")) == ("bfloat16", "float16")
+    assert all(torch_name(d) for d in PEAK_DTYPES)
+    assert torch_name("int64") is None
+    torch = pytest.importorskip("torch")
+    assert all(hasattr(torch, torch_name(d) or "") for d in PEAK_DTYPES)
 
 
 def test_promotion() -> None:

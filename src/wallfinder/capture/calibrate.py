@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from wallfinder.capture import INSTALL_TORCH
+from wallfinder.dtypes import torch_name
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec, match_device
 from wallfinder.hardware.profile import Calibration, write_device_profile
@@ -416,9 +417,6 @@ def _unsupported(torch: Any, device: Any, dtype: str) -> str | None:
     return None
 
 
-_TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
 class _Timer:
     """Seconds per call of an operation: CUDA events around back-to-back calls on a GPU, the
     wall clock on a CPU; synchronised before every measurement."""
@@ -477,7 +475,10 @@ def _matmul(
     torch: Any, timer: _Timer, device: Any, dtype: str, s: Settings
 ) -> tuple[float, int, str]:
     """FLOP/s of torch.mm on n×n matrices of `dtype`, the n used and how it was measured."""
-    tdtype = getattr(torch, _TORCH_DTYPES[dtype])
+    name = torch_name(dtype)
+    if name is None:
+        raise WallfinderError(f"calibrate: no torch dtype computes {dtype!r}")
+    tdtype = getattr(torch, name)
     n = s.matmul_size or 0
     note = ""
 
