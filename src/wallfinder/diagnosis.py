@@ -302,7 +302,8 @@ class OpRoofRow(_Base, frozen=True):
 
 class Roofline(_Base, frozen=True):
     """Where the device's busy (kernel) time sits on the roofline. Shares are of kernel time;
-    kernels whose op has no cost model take the bound of their class. `pct_of_roof_*` are
+    kernels whose op has no cost model take the bound of their class (a GEMM's: unknown, see
+    `matmul_unknown_share`). `pct_of_roof_*` are
     time-weighted over the costed kernels of that kind (1 = at the roof)."""
 
     device: str | None
@@ -317,6 +318,11 @@ class Roofline(_Base, frozen=True):
     fp32_matmul_without_tensor_cores_s: float
     fp32_matmul_without_tensor_cores_share: float
     ops: list[OpRoofRow] = []
+    matmul_bandwidth_share: float = 0.0
+    """Busy time in matmul-class kernels that are bandwidth-bound (skinny shapes by their cost
+    model, or a GEMV/decode kernel by name): matmuls that stream their operands."""
+    matmul_unknown_share: float = 0.0
+    """Busy time in matmul-class kernels whose bound is unknown (GEMMs with no shapes)."""
     more_ops: list[OpRoofRow] = []
     """The costed op signatures after the top `ops`, by time (a bounded number): with `ops`,
     every point of the roofline plot."""

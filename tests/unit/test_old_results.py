@@ -33,6 +33,9 @@ def _without(rows: list[dict[str, Any]], added: tuple[str, ...]) -> list[dict[st
     return [{k: v for k, v in r.items() if k not in added} for r in rows]
 
 
+_ROOFLINE_V2 = ("matmul_bandwidth_share", "matmul_unknown_share")
+
+
 def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     """A /2 JSON form as /1 wrote it: the findings, breakdown, verdict, blocks and leak sites
     without the fields /2 added (the memory model's blocks and leaks are shared with the
@@ -41,6 +44,8 @@ def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     out = {**d, "schema": "wallfinder.diagnosis/1"}
     out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k != "graph_replayed"}
     out["verdict"] = {k: v for k, v in d["verdict"].items() if k != "thin_evidence"}
+    if d.get("roofline"):
+        out["roofline"] = _without([d["roofline"]], _ROOFLINE_V2)[0]
     out["findings"] = [
         {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device")}
         for f in d["findings"]

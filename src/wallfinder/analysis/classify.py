@@ -27,14 +27,34 @@ class KernelClass(str, Enum):
 MATMUL_CLASSES = frozenset({KernelClass.GEMM, KernelClass.ATTENTION, KernelClass.CONVOLUTION})
 """Classes whose kernels can run near the compute roof (tensor-core work)."""
 
-_KERNEL_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
+COMM_FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("NCCL/RCCL", ("nccl", "rccl"), "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgs)"),
+    ("MSCCL/MSCCL++", ("msccl",), "mscclpp::allreduce8<__nv_bfloat16>"),
+    ("NVSHMEM", ("nvshmem",), "nvshmemi_transfer_rma_nbi_translate_kernel"),
     (
-        KernelClass.COMMUNICATION,
+        "DeepEP expert-parallel",
+        ("internode::", "intranode::", "internode_ll::", "deep_ep::barrier"),
+        "void deep_ep::internode::dispatch<false, 8, 2>(int4*, float*, int*, ...)",
+    ),
+    ("pplx expert-parallel", ("pplx::",), "pplx::dispatchKernel<unsigned char, 8>"),
+    (
+        "vLLM/SGLang custom all-reduce",
+        ("cross_device_reduce", "quickreduce", "allreduce_fusion"),
+        "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(...)",
+    ),
+    (
+        "torch symmetric memory / c10d intra-node",
+        ("c10d::", "symm_mem", "multimem_", "intra_node_comm"),
+        "void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 16, 8>(...)",
+    ),
+    (
+        "Transformer Engine userbuffers",
+        ("userbuffers",),
+        "userbuffers_fp16_sum_inplace_gpu_rr_rs(int, int, int, int, int, int, void**, ...)",
+    ),
+    (
+        "collective by name",
         (
-            "nccl",
-            "rccl",
-            "msccl",
-            "c10d::",
             "allreduce",
             "all_reduce",
             "allgather",
@@ -45,7 +65,15 @@ _KERNEL_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
             "all_to_all",
             "sendrecv",
         ),
+        "custom_all_gather_kernel",
     ),
+)
+"""Communication kernel families: (family, lower-case name patterns, an example kernel name).
+A kernel matching one is communication, so that overlapped transfers stay hidden and exposed
+ones count as exposed communication, not as compute."""
+
+_KERNEL_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
+    (KernelClass.COMMUNICATION, tuple(p for _, patterns, _ in COMM_FAMILIES for p in patterns)),
     (
         KernelClass.ATTENTION,
         ("flash", "fmha", "attention", "attn", "sdpa", "xformers", "mha_fwd", "mha_bwd"),
@@ -276,6 +304,37 @@ def classify_kernel(name: str) -> KernelClass:
     """The class of a GPU kernel from its name (cuBLAS/cuBLASLt/CUTLASS/nvjet, hipBLASLt
     `Cijk_`, flash/fmha, cuDNN/MIOpen, NCCL/RCCL, Triton and ATen kernel names)."""
     return _match(name, _KERNEL_RULES)
+
+
+def comm_family(name: str) -> str | None:
+    """The communication library family of a kernel name (`COMM_FAMILIES`), or None."""
+    lowered = name.lower()
+    for family, patterns, _ in COMM_FAMILIES:
+        if any(p in lowered for p in patterns):
+            return family
+    return None
+
+
+STREAMING_MATMUL_HINTS = (
+    "gemv",
+    "skinny",
+    "wvsplitk",
+    "llgemm",
+    "splitkv",
+    "paged_attention",
+    "pagedattention",
+    "decode_attention",
+    "batchdecode",
+    "flash_decoding",
+)
+"""Name parts of matmul-class kernels built for skinny shapes (GEMV, decode attention): they
+stream their operands, so their bound is memory bandwidth even with no shapes recorded."""
+
+
+def streams_operands(name: str) -> bool:
+    """A matmul-class kernel whose name says it is built for skinny shapes."""
+    lowered = name.lower()
+    return any(h in lowered for h in STREAMING_MATMUL_HINTS)
 
 
 def classify_op(name: str) -> KernelClass:

@@ -17,7 +17,12 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
+from wallfinder.analysis.classify import (
+    MATMUL_CLASSES,
+    KernelClass,
+    classify_op,
+    streams_operands,
+)
 from wallfinder.analysis.gpu import CLASSES, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.scope import Scope
@@ -25,23 +30,48 @@ from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.cost import Cost, op_cost
 from wallfinder.diagnosis import KernelRow, Mfu, OpRoofRow, Roofline
 from wallfinder.hardware import DeviceSpec
-from wallfinder.trace import NONE, Events, Kind
+from wallfinder.trace import NONE, Events, Kind, Trace
 
 NS = 1e-9
 TOP_OPS = 15
 MORE_OPS = 2000
 """Costed op signatures kept beyond the top `TOP_OPS` (the roofline plot's other points)."""
-_CLASS_BOUND = dict.fromkeys(MATMUL_CLASSES, "compute") | {
+_CLASS_BOUND = {KernelClass.CONVOLUTION: "compute", KernelClass.ATTENTION: "compute"} | {
     c: "bandwidth"
     for c in KernelClass
     if c not in MATMUL_CLASSES and c not in (KernelClass.COMMUNICATION, KernelClass.OTHER)
 }
-"""The bound a kernel class has when its op has no cost model (communication and other:
-none)."""
+"""The bound a kernel class has when its op has no cost model. A GEMM's is unknown: the same
+kernel family is compute-bound on a training batch and streams its weights in a decode step
+(small M), and only shapes tell; communication and other have none. A matmul-class kernel
+whose name says it is built for skinny shapes (`streams_operands`) is bandwidth-bound."""
 _MATMUL_MODELS = ("gemm", "conv", "attention")
 """The cost models of matmul-class ops (the FLOPs MFU counts)."""
-_MATMUL = np.array([_CLASS_BOUND.get(c) == "compute" for c in CLASSES])
-_BANDWIDTH_CLASSES = np.array([_CLASS_BOUND.get(c) == "bandwidth" for c in CLASSES])
+_MATMUL = np.array([c in MATMUL_CLASSES for c in CLASSES])
+_BOUND_CODE = {None: 0, "compute": 1, "bandwidth": 2}
+
+
+def class_bound(cls: KernelClass, name: str) -> str | None:
+    """The bound of a kernel with no cost: its name's (skinny matmul kernels stream their
+    operands), else its class's."""
+    if cls in MATMUL_CLASSES and streams_operands(name):
+        return "bandwidth"
+    return _CLASS_BOUND.get(cls)
+
+
+def _class_bounds(trace: Trace, dev: DeviceOps) -> npt.NDArray[np.int8]:
+    """Per device op: the code (0 unknown, 1 compute, 2 bandwidth) of its `class_bound`,
+    decided once per distinct name."""
+    codes, first, inverse = np.unique(dev.ops.name, return_index=True, return_inverse=True)
+    per_name = np.array(
+        [
+            _BOUND_CODE[class_bound(CLASSES[int(dev.cls[i])], trace.strings[int(c)])]
+            for c, i in zip(codes.tolist(), first.tolist(), strict=True)
+        ],
+        dtype=np.int8,
+    )
+    return per_name[inverse.reshape(-1)] if codes.size else np.zeros(0, dtype=np.int8)
+
 
 # Kernel names that show tensor-core (matrix unit) use for fp32 inputs, i.e. TF32 or a
 # lower-precision path: Ampere+ "tensorop"/"xmma" kernels, cuBLASLt nvjet, the s1688/s16816
@@ -269,10 +299,9 @@ def roofline(scope: Scope, costed: Costed) -> Roofline:
                 and spec.tensor_cores
             ):
                 fp32_no_tc += float(dur[in_group].sum()) * NS
-    # Kernels with no cost: the bound of their class.
+    # Kernels with no cost: the bound of their class, or their name's.
     unknown = is_kernel & (kernel_bound == 0)
-    kernel_bound[unknown & _MATMUL[dev.cls]] = 1
-    kernel_bound[unknown & _BANDWIDTH_CLASSES[dev.cls]] = 2
+    kernel_bound[unknown] = _class_bounds(scope.trace, dev)[unknown]
     weights = dur * is_kernel
     return _summary(
         spec,
@@ -320,6 +349,8 @@ def _summary(
         pct_of_roof_compute=_weighted(pct, time_s, bound == 1),
         pct_of_roof_bandwidth=_weighted(pct, time_s, bound == 2),
         pct_of_roof_matmul=_weighted(pct, time_s, matmul),
+        matmul_bandwidth_share=float(time_s[matmul & (bound == 2)].sum()) / busy,
+        matmul_unknown_share=float(time_s[matmul & (bound == 0)].sum()) / busy,
         fp32_matmul_without_tensor_cores_s=fp32_no_tc_s / max(steps, 1),
         fp32_matmul_without_tensor_cores_share=fp32_no_tc_s / busy,
         ops=rows[:TOP_OPS],
@@ -499,7 +530,7 @@ def kernel_roof(
     """`row` with its roofline fields: from its ops' cost when known (FLOPs, bytes and time of
     its costed instances), else only the bound of its class."""
     if cost is None or cost[2] <= 0:
-        bound = _CLASS_BOUND.get(cls)
+        bound = class_bound(cls, row.name)
         return msgspec.structs.replace(row, bound=bound, bound_basis="class" if bound else None)
     flops, nbytes, time_ns, dtype = cost
     roof = _roof_row(row.name, "", dtype, 1, time_ns * NS, flops, nbytes, spec)
@@ -508,7 +539,7 @@ def kernel_roof(
         flops=flops,
         bytes=nbytes,
         ai=roof.ai,
-        bound=roof.bound or _CLASS_BOUND.get(cls),
+        bound=roof.bound or class_bound(cls, row.name),
         pct_of_roof=roof.pct_of_roof,
         bound_basis="cost model" if roof.bound else "class",
     )

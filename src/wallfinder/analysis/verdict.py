@@ -35,6 +35,9 @@ _CAUSE_TEXT = {
 }
 
 
+STREAMING = "matmuls streaming operands"
+"""The bandwidth cause of matmul-class kernels that are bandwidth-bound (skinny shapes)."""
+
 MIN_STEPS_FOR_STABILITY = 3
 """With fewer steady-state steps, a coefficient of variation says nothing."""
 
@@ -77,13 +80,23 @@ def decide(
         detail=f"compute covers {busy:.1%} of the step (busy at ≥ {thresholds.min_busy:.0%})",
     )
     matmul = sum(c.share for c in classes if c.cls in ("gemm", "attention", "convolution"))
+    # Matmuls that stream their operands (skinny shapes, GEMV, decode attention) are
+    # bandwidth-bound work, whatever their class.
+    streaming = min(roofline.matmul_bandwidth_share, matmul) if roofline else 0.0
+    unknown = roofline.matmul_unknown_share if roofline else 0.0
+    in_matmuls = matmul - streaming
     q3 = Question(
         question="Is the busy time in matmuls?",
-        answer="yes" if matmul >= thresholds.min_matmul else "no",
-        value=matmul,
+        answer="yes" if in_matmuls >= thresholds.min_matmul else "no",
+        value=in_matmuls,
         detail=(
-            f"GEMM/attention/convolution take {matmul:.1%} of busy time "
-            f"(matmul-bound at ≥ {thresholds.min_matmul:.0%})"
+            f"GEMM/attention/convolution take {matmul:.1%} of busy time"
+            + (
+                f", {streaming:.1%} of it bandwidth-bound (skinny shapes stream their operands)"
+                if streaming >= 0.005
+                else ""
+            )
+            + f" (matmul-bound at ≥ {thresholds.min_matmul:.0%})"
         ),
     )
     q4 = _near_peak(roofline, thresholds, roof_estimate)
@@ -105,30 +118,37 @@ def decide(
             questions=questions,
         )
     if q3.answer == "no":
-        bandwidth = [c for c in classes if c.cls not in ("gemm", "attention", "convolution")]
-        top_cls = max(bandwidth, key=lambda c: c.share) if bandwidth else None
-        named = f"; most of it {top_cls.cls} ({top_cls.share:.0%})" if top_cls else ""
+        memory_bound = {
+            c.cls: c.share for c in classes if c.cls not in ("gemm", "attention", "convolution")
+        }
+        if streaming > 0:
+            memory_bound[STREAMING] = streaming
+        most = max(memory_bound, key=lambda c: memory_bound[c]) if memory_bound else None
+        named = f"; most of it {most} ({memory_bound[most]:.0%})" if most else ""
         return Verdict(
             wall="bandwidth",
-            cause=top_cls.cls if top_cls else "memory-bound kernels",
+            cause=most or "memory-bound kernels",
             reason=(
-                f"the {device} is busy ({busy:.0%}) but only {matmul:.0%} of busy time is in "
-                f"matmuls: the rest is memory-bound work{named}"
+                f"the {device} is busy ({busy:.0%}) but only {in_matmuls:.0%} of busy time is "
+                f"in compute-bound matmuls: the rest is memory-bound work{named}"
             ),
             questions=questions,
         )
+    reason = f"the {device} is busy ({busy:.0%}) and {in_matmuls:.0%} of busy time is in matmuls"
     if q4.answer == "yes":
         cause = "at peak"
     elif q4.answer == "no":
         cause = "below peak: precision/shape/kernel"
+    elif unknown >= in_matmuls / 2:
+        cause = "matmul-bound (GEMM bound unknown: no shapes)"
+        reason += (
+            f"; {unknown:.0%} of busy time is in GEMMs whose shapes were not recorded, so "
+            "whether they compute or stream their weights (small batches, decode) is not "
+            "known: profile with record_shapes=True"
+        )
     else:
         cause = "matmul-bound (how near peak: unknown)"
-    return Verdict(
-        wall="compute",
-        cause=cause,
-        reason=(f"the {device} is busy ({busy:.0%}) and {matmul:.0%} of busy time is in matmuls"),
-        questions=questions,
-    )
+    return Verdict(wall="compute", cause=cause, reason=reason, questions=questions)
 
 
 def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool) -> Question:
@@ -140,6 +160,11 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
             if roofline is None or roofline.device is None
             else "no matmul op with recorded shapes"
         )
+        if roofline is not None and roofline.matmul_unknown_share >= 0.005:
+            why += (
+                f"; {roofline.matmul_unknown_share:.0%} of busy time is in GEMMs whose bound "
+                "is unknown without shapes"
+            )
         return Question(question=question, answer="unknown", value=None, detail=f"not known: {why}")
     detail = (
         f"matmul kernels run at {value:.0%} of their roof, time-weighted "
