@@ -158,7 +158,7 @@ def diagnose(
 
 
 def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
-    warnings = []
+    warnings = list(trace.warnings)
     if trace.cut_step is not None:
         warnings.append(
             f"{trace.cut_step.replace('ProfilerStep#', 'step ')} is not analysed: the program "
@@ -237,7 +237,7 @@ class _Gpu:
     def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
         trace, dev, spec = self.trace, self.dev, self.spec
         bd = msgspec.structs.replace(bd, graph_replayed=graph_replayed(dev, scope.inside))
-        launcher = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
+        launcher, by_time = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
         costed = cost_device_ops(scope, launcher)
         kernels, classes = _kernel_tables(scope, kernel_costs(scope, costed))
         warnings = []
@@ -254,6 +254,11 @@ class _Gpu:
             )
         elif unlaunched > 0.05 * len(dev.ops):
             warnings.append(f"{unlaunched} of {len(dev.ops)} device ops have no launch record")
+        if by_time > 0.5 * len(dev.ops):
+            warnings.append(
+                "the kernels' External ids do not name the ops that launched them: each kernel "
+                "is joined to the innermost CPU op around its launch call instead"
+            )
         return _Parts(
             device=_device(trace, dev, spec),
             breakdown=bd,

@@ -170,29 +170,38 @@ MAX_STEPS_BACK = 64
 """How many ended sibling ops the containment search steps over before giving up."""
 
 
-def launching_ops(cpu: Events, dev: DeviceOps) -> npt.NDArray[np.int64]:
+def launching_ops(cpu: Events, dev: DeviceOps) -> tuple[npt.NDArray[np.int64], int]:
     """For each device op, the row in `cpu` (CPU ops sorted by start) of the op that launched
-    it, or NONE.
+    it, or NONE; and how many were joined by time.
 
     Kineto gives a kernel the External id of the innermost CPU op around its launch, which
-    joins them directly. Older traces reuse the correlation id as the External id of kernels
-    and runtime calls; there the launching op is found by time instead: the innermost CPU op
-    on the launching thread that encloses the launch call.
+    joins them directly, when that op encloses the launch call (re-numbered ids do not). Older
+    traces reuse the correlation id as the External id of kernels and runtime calls; there,
+    and wherever the External id does not hold, the launching op is found by time instead:
+    the innermost CPU op on the launching thread that encloses the launch call.
     """
     ops = dev.ops
     rows = np.full(len(ops), NONE, dtype=np.int64)
     known = cpu.external_id >= 0
+    launched = dev.launch_ts != NO_LAUNCH
     if known.any():
         ext = cpu.external_id[known]
         order = np.argsort(ext, kind="stable")
         ext, where = ext[order], np.flatnonzero(known)[order]
         pos = np.clip(np.searchsorted(ext, ops.external_id), 0, ext.size - 1)
         hit = (ops.external_id >= 0) & (ext[pos] == ops.external_id)
-        rows[hit] = where[pos[hit]]
-    missing = np.flatnonzero((rows == NONE) & (dev.launch_ts != NO_LAUNCH))
+        op = where[pos]
+        encloses = (
+            (cpu.thread[op] == dev.launch_thread)
+            & (cpu.ts[op] <= dev.launch_ts)
+            & (dev.launch_ts <= cpu.end[op])
+        )
+        hit &= ~launched | encloses
+        rows[hit] = op[hit]
+    missing = np.flatnonzero((rows == NONE) & launched)
     if missing.size and len(cpu):
         rows[missing] = enclosing(cpu, dev.launch_thread[missing], dev.launch_ts[missing])
-    return rows
+    return rows, int((rows[missing] != NONE).sum()) if missing.size else 0
 
 
 def enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:

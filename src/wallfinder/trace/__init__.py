@@ -229,6 +229,7 @@ def _build(
         process_labels=assembler.process_labels,
         memory=memory,
         cut_step=header.wallfinder_cut_step,
+        warnings=[assembler.join_note] if assembler.join_note else [],
     )
     _check_activity(trace)
     _check_time_units(trace)

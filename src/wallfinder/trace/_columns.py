@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace._joins import Links, join_launches
 from wallfinder.trace._schema import Event, Scalar
 from wallfinder.trace.model import (
     MEMORY_COLUMNS,
@@ -153,6 +154,9 @@ class Chunk:
     memory: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     begins: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
+    links: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
+    """`ac2g` flow endpoints (id, start, pid, tid, ts_us): kept for traces whose launches and
+    kernels carry no correlation id (see `_joins`)."""
     problem: tuple[Any, ...] | None = None
 
 
@@ -193,6 +197,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
     flows = kind == Kind.FLOW
     metadata = kind == Kind.METADATA
     labels = _labels(_pick(decoded, np.flatnonzero(metadata))) if metadata.any() else {}
+    flow_pair = pair
     dropped = flows | metadata
     if dropped.any():
         original = np.flatnonzero(~dropped)
@@ -238,6 +243,12 @@ def columns_of(decoded: list[Event]) -> Chunk:
     chunk.grid = _sparse_raw(events, kind, raw, "args.grid", (Kind.KERNEL,))
     chunk.comm = _comm(events, kind, raw)
     chunk.labels = {ids[pid]: label for pid, label in labels.items()}
+    correlated = _is(kind, _CORRELATED)
+    ids_here = chunk.ints["correlation"][correlated]
+    if flows.any() and (ids_here.size == 0 or not (ids_here >= 0).all()):
+        # Some launches or device ops carry no correlation id (or none is in this chunk):
+        # keep the flows that join them instead.
+        chunk.links = _links(decoded, flows, flow_pair, pair_codes, ids)
     chunk.memory = _memory(events, kind, chunk)
     for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
         codes = [i for i, (p, _) in enumerate(pair_codes) if p == phase]
@@ -247,6 +258,34 @@ def columns_of(decoded: list[Event]) -> Chunk:
     chunk.ids = list(ids)
     chunk.raw = list(raw)
     return chunk
+
+
+def _links(
+    decoded: Sequence[Event],
+    flows: npt.NDArray[np.bool_],
+    pair: npt.NDArray[np.int32],
+    pair_codes: Interner,
+    ids: Interner,
+) -> dict[str, npt.NDArray[Any]]:
+    """The `ac2g` (CPU launch to GPU op) flow endpoints among the flow events."""
+    ac2g = [i for i, (p, c) in enumerate(pair_codes) if p in ("s", "f") and c == "ac2g"]
+    rows = np.flatnonzero(flows & np.isin(pair, ac2g))
+    if rows.size == 0:
+        return {}
+    events = _pick(decoded, rows)
+    flow_id = _ints(events, "id")
+    known = flow_id >= 0
+    if not known.any():
+        return {}
+    events = [e for e, ok in zip(events, known.tolist(), strict=True) if ok]
+    n = len(events)
+    return {
+        "id": flow_id[known],
+        "start": np.array([e.ph == "s" for e in events], dtype=bool),
+        "pid": np.fromiter(map(ids.__getitem__, map(attrgetter("pid"), events)), np.int32, n),
+        "tid": np.fromiter(map(ids.__getitem__, map(attrgetter("tid"), events)), np.int32, n),
+        "ts_us": np.fromiter(map(attrgetter("ts"), events), np.float64, n),
+    }
 
 
 def _check_times(
@@ -399,6 +438,9 @@ class Assembler:
         self.flows = 0
         self.metadata = 0
         self._parts: list[dict[str, npt.NDArray[Any]]] = []
+        self._links: list[dict[str, npt.NDArray[Any]]] = []
+        self.join_note: str | None = None
+        """How launches were joined to device ops when the trace has no correlation ids."""
 
     def add(self, chunk: Chunk) -> None:
         if chunk.problem is not None:
@@ -412,6 +454,9 @@ class Assembler:
         self.seen += chunk.seen
         self.flows += chunk.flows
         self.metadata += chunk.metadata
+        if chunk.links:
+            links = chunk.links
+            self._links.append({**links, "pid": ids[links["pid"]], "tid": ids[links["tid"]]})
         if chunk.count == 0:
             return
         # Times stay float microseconds until every chunk is in: the origin is the earliest
@@ -492,7 +537,15 @@ class Assembler:
         if self.begins or self.ends:
             keep = _pair_begin_end(parts, self.begins, self.ends)
         events = _sorted_by_kind_and_time(parts, keep)
+        self.join_note = join_launches(events, self._flow_links(origin), self.string_table)
         return events, self._memory_events(origin)
+
+    def _flow_links(self, origin: float) -> Links:
+        if not self._links:
+            return Links.empty()
+        cols = {k: np.concatenate([m[k] for m in self._links]) for k in self._links[0]}
+        ts = np.rint((np.nan_to_num(cols["ts_us"]) - origin) * 1000.0).astype(np.int64)
+        return Links(cols["id"], cols["start"], thread_key(cols["pid"], cols["tid"]), ts)
 
     def _memory_events(self, origin: float) -> MemoryEvents:
         if not self.memory:
