@@ -619,3 +619,86 @@ def test_allocations_in_one_window_are_not_called_churn(tmp_path: Path) -> None:
     d = analyze(churn(4, markers=False).write(tmp_path / "t.json"))
     assert d.steps.count == 1
     assert all(f.id != "allocator-churn" for f in d.findings)
+
+
+def first_launches_load_code(
+    rounds: int = 4, *, slow_round: int = 0, slow_us: float = 3000.0
+) -> TraceBuilder:
+    """No markers: `rounds` rounds of five 200 µs GEMM kernels of five names, the host
+    launching each 10 µs after the last (4 µs calls) and the GPU running them back to back.
+    In round `slow_round` every launch call takes `slow_us`: in the first round, the first
+    launch of each kernel loading its code; in a later one, the host stalling in the runtime.
+    Each slow call leaves the GPU idle."""
+    b = TraceBuilder()
+    host = gpu_free = 0.0
+    for r in range(rounds):
+        for j in range(5):
+            call = slow_us if r == slow_round else 4.0
+            start = max(host + call + 5.0, gpu_free)
+            b.kernel(f"{GEMM}_{j}", start, 200.0, launch_at=host, launch_dur=call)
+            gpu_free = start + 200.0
+            host += call + 6.0
+    return b
+
+
+def test_slow_first_launches_are_start_up_not_launch_latency(tmp_path: Path) -> None:
+    d = analyze(first_launches_load_code().write(tmp_path / "t.json"))
+    d.self_check()
+    assert d.steps.count == 1  # 15 ms of slow launches: below the whole-trace start-up trim
+    causes = d.breakdown.idle_causes
+    # The GPU's wait for the five code loads is start-up; nothing is left as launch latency.
+    step_ms = d.breakdown.per_step_ms["step"]
+    # Idle from the first call to its kernel (3.005 ms), then from each kernel's end to the
+    # next (3.005 − 0.2 + 0.001 ms, four times).
+    assert causes["startup"] * step_ms == pytest.approx(3.005 + 4 * 2.806, rel=1e-3)
+    assert causes["launch_latency"] < 0.01
+    # The steady state, without the one-off, is the GEMMs back to back: the compute wall.
+    assert d.verdict.wall == "compute"
+    assert "without its one-off start-up" in d.verdict.questions[1].detail
+    assert d.verdict.questions[1].value == pytest.approx(
+        d.breakdown.compute / (1 - causes["startup"])
+    )
+    assert all(f.id != "launch-bound" for f in d.findings)
+    [once] = [f for f in d.findings if f.id == "warm-up"]
+    assert (once.saves, once.max_speedup) == ("once", 1.0)
+    assert once.share == pytest.approx(causes["startup"], rel=1e-6)
+    assert "5 first launch(es) of a kernel loading its code" in once.evidence
+
+
+def test_slow_later_launches_are_not_start_up(tmp_path: Path) -> None:
+    # The same calls, slow in the third round instead of the first: a host stalling in the
+    # runtime, which can recur. It stays in the steady state and the step is overhead-bound.
+    d = analyze(first_launches_load_code(slow_round=2).write(tmp_path / "t.json"))
+    d.self_check()
+    assert d.breakdown.idle_causes["startup"] == 0.0
+    assert d.verdict.wall == "overhead"
+    assert d.verdict.questions[1].value == pytest.approx(d.breakdown.compute)
+    assert all(f.id != "warm-up" for f in d.findings)
+
+
+def test_the_first_launch_factor_is_a_threshold(tmp_path: Path) -> None:
+    path = first_launches_load_code().write(tmp_path / "t.json")
+    never = Thresholds(time=TimeThresholds(first_launch_factor=1e6))
+    d = analyze(path, Options(thresholds=never))
+    assert d.breakdown.idle_causes["startup"] == 0.0
+    assert d.verdict.wall == "overhead"
+
+
+def test_launch_bound_share_is_of_the_step_without_its_start_up(tmp_path: Path) -> None:
+    # Code loading in the first round, then rounds whose launches come 300 µs apart: the GPU
+    # waits for the host in every round, and the bound is over the recurring time.
+    b = first_launches_load_code(rounds=2)
+    host = 16_500.0  # the GPU ends the first two rounds at 16.2 ms
+    for j in range(5):
+        b.cpu_op("aten::mm", host, 300.0)
+        b.kernel(f"{GEMM}_{j}", host + 305.0, 200.0, launch_at=host + 296.0)
+        host += 500.0
+    d = analyze(b.write(tmp_path / "t.json"))
+    d.self_check()
+    causes = d.breakdown.idle_causes
+    assert causes["startup"] > 0.5
+    [launch] = [f for f in d.findings if f.id == "launch-bound"]
+    recurring = causes["host_overhead"] + causes["launch_latency"]
+    assert launch.share == pytest.approx(recurring / (1 - causes["startup"]))
+    assert launch.max_speedup == pytest.approx(amdahl(launch.share))
+    assert "start-up, a one-off cost left out of this share" in launch.evidence

@@ -110,7 +110,7 @@ def diagnose(
     thresholds = thresholds or Thresholds()
     spans = cpu_steps(trace)
     warnings = _step_warnings(trace, spans)
-    dev = device_ops(trace)
+    dev = device_ops(trace, thresholds.time)
     device: _DeviceModel = _Gpu(trace, dev, spec) if dev is not None else _Cpu(trace, spec)
     start, end = device.windows(spans)
     wb = device.breakdown(start, end)

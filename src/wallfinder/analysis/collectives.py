@@ -449,6 +449,7 @@ _PARTS = {
     "host_overhead": "on the host (CPU ops, Python) while the device waited",
     "launch_latency": "launching kernels",
     "dependency_wait": "waiting for other streams",
+    "startup": "in one-off start-up (first launches loading kernel code)",
     "other": "in time the trace does not explain (untraced host code, sleep, I/O)",
 }
 

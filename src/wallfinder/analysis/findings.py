@@ -101,8 +101,22 @@ class Facts:
         return self.scope.sm_count
 
     @property
+    def steady(self) -> float:
+        """The share of the step that recurs: all of it but the one-off start-up the GPU
+        waited for inside the steady-state steps (idle cause `startup`: first launches
+        loading kernel code)."""
+        return max(1.0 - self.breakdown.idle_causes.get("startup", 0.0), 1e-9)
+
+    def share(self, part: float) -> float:
+        """`part`, a share of the measured step, as a share of its recurring time: what a
+        fix can remove from every later step, which its Amdahl bound is over."""
+        return min(part / self.steady, 1.0)
+
+    @property
     def step_s(self) -> float:
-        return self.breakdown.per_step_ms["step"] / 1e3
+        """The recurring step, seconds: the mean steady-state step less its one-off
+        start-up."""
+        return self.breakdown.per_step_ms["step"] / 1e3 * self.steady
 
     def per_step(self, count: int) -> float:
         return count / max(self.steps.count, 1)
@@ -149,7 +163,7 @@ def _ms(seconds: float) -> str:
 
 @rule(Facts)
 def data_loading(f: Facts) -> Finding | None:
-    share = f.breakdown.idle_causes.get("data_loading", 0.0)
+    share = f.share(f.breakdown.idle_causes.get("data_loading", 0.0))
     workers = f.trace.code_of("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
     if workers >= 0:
         fix = (
@@ -183,7 +197,7 @@ def data_loading(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def synchronization(f: Facts) -> Finding | None:
-    share = f.breakdown.idle_causes.get("synchronization", 0.0)
+    share = f.share(f.breakdown.idle_causes.get("synchronization", 0.0))
     names = _host_calls(f, _SYNC_NAMES)
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in names[:4]) or "synchronising calls"
     return _finding(
@@ -200,15 +214,10 @@ def synchronization(f: Facts) -> Finding | None:
     )
 
 
-SLOW_LAUNCH_NS = 1_000_000
-"""A launch call this long is not the launch path's usual cost (microseconds) but a first
-launch loading code, or a host stalled inside the runtime."""
-
-
 @rule(Facts)
 def launch_bound(f: Facts) -> Finding | None:
     causes = f.breakdown.idle_causes
-    share = causes.get("host_overhead", 0.0) + causes.get("launch_latency", 0.0)
+    share = f.share(causes.get("host_overhead", 0.0) + causes.get("launch_latency", 0.0))
     if f.dev is None:
         return _dispatch_bound(f, share)
     kernels = f.dev.ops.kind[f.inside] == Kind.KERNEL
@@ -234,14 +243,7 @@ def launch_bound(f: Facts) -> Finding | None:
             else "a deep queue: the host runs ahead, so launches are not what the GPU waits for"
         )
         queue = f"; launch-to-start median {lag / 1e3:.1f} µs ({depth})"
-    calls = (launched - f.dev.launch_ts[f.inside][kernels])[launched != NO_LAUNCH]
-    slow = calls[calls > SLOW_LAUNCH_NS]
-    if slow.size:
-        queue += (
-            f"; {slow.size} launch call(s) took over {SLOW_LAUNCH_NS // 1_000_000} ms, "
-            f"{slow.sum() / 1e9:.2f} s in all (a first launch loads the kernel's code: a "
-            "one-off cost, which a warm-up before profiling leaves out)"
-        )
+    queue += _slow_launches(f, kernels)
     replayed = f.breakdown.graph_replayed
     if replayed >= 0.5:
         queue += (
@@ -273,6 +275,33 @@ def launch_bound(f: Facts) -> Finding | None:
     )
 
 
+def _slow_launches(f: Facts, kernels: np.ndarray) -> str:
+    """The launch calls of the steady steps' kernels that took over `slow_launch_ns`, in
+    words: first launches loading code (start-up, left out of the share) and the rest (the
+    host stalled inside the runtime, which can recur)."""
+    assert f.dev is not None
+    launched = f.dev.launch_end[f.inside][kernels]
+    calls = launched - f.dev.launch_ts[f.inside][kernels]
+    one_off = f.dev.one_off[f.inside][kernels]
+    limit = f.thresholds.time.slow_launch_ns
+    # A graph launch stands for all the kernels it replays: slow for them, not stalled.
+    slow = (launched != NO_LAUNCH) & (calls > limit) & ~one_off & ~f.dev.graph[f.inside][kernels]
+    out = ""
+    if one_off.any():
+        out += (
+            f"; {int(one_off.sum())} first launch(es) loading kernel code took "
+            f"{_ms(float(calls[one_off].sum()) * 1e-9)}: start-up, a one-off cost left out of "
+            "this share, which is of the step without it"
+        )
+    if slow.any():
+        out += (
+            f"; {int(slow.sum())} other launch call(s) took over {limit / 1e6:g} ms, "
+            f"{_ms(float(calls[slow].sum()) * 1e-9)} in all (the host stalled inside the "
+            "runtime)"
+        )
+    return out
+
+
 def _dispatch_bound(f: Facts, share: float) -> Finding | None:
     """The CPU's counterpart of launch-bound: ops so small that their time is the framework's
     fixed cost per op (in `host_overhead` with Python's time between ops)."""
@@ -299,7 +328,7 @@ def _dispatch_bound(f: Facts, share: float) -> Finding | None:
 
 @rule(Facts)
 def dependency_wait(f: Facts) -> Finding | None:
-    share = f.breakdown.idle_causes.get("dependency_wait", 0.0)
+    share = f.share(f.breakdown.idle_causes.get("dependency_wait", 0.0))
     return _finding(
         f,
         "dependency-wait",
@@ -322,7 +351,7 @@ def host_collective_wait(f: Facts) -> Finding | None:
     """The GPU idle while the thread that launches its work is inside a collective on the host
     (a blocking all_reduce or barrier, `.wait()` on async work): the idle cause the verdict
     names `communication_wait`."""
-    share = f.breakdown.idle_causes.get("communication_wait", 0.0)
+    share = f.share(f.breakdown.idle_causes.get("communication_wait", 0.0))
     if share < f.thresholds.time.min_share:
         return None  # before looking for the collectives' names
     codes = f.trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
@@ -359,7 +388,7 @@ def host_collective_wait(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def exposed_communication(f: Facts) -> Finding | None:
-    share = f.breakdown.comm_exposed
+    share = f.share(f.breakdown.comm_exposed)
     return _finding(
         f,
         "exposed-comm",
@@ -377,7 +406,7 @@ def exposed_communication(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def exposed_copies(f: Facts) -> Finding | None:
-    share = f.breakdown.copy_exposed
+    share = f.share(f.breakdown.copy_exposed)
     if f.dev is None:
         return None
     ops = f.dev.ops
@@ -667,33 +696,62 @@ def slow_optimizer(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def warmup_cost(f: Facts) -> Finding | None:
-    """Steps set aside as warm-up or start-up: a one-off cost per run (compilation,
-    autotuning, first-call set-up), shown as a share of the profiled time; it gains the
-    steady-state step nothing, so its bound is 1x and it ranks last."""
+    """Start-up and warm-up: the steps set aside (compilation, autotuning, first-call
+    set-up) and, inside the steady steps, the GPU's wait for first launches loading kernel
+    code (idle cause `startup`). A one-off cost per run, shown as a share of the profiled
+    time; it gains the steady-state step nothing, so its bound is 1x and it ranks last."""
     s = f.steps
-    if not s.dropped or s.median_s <= 0:
+    if s.median_s <= 0:
         return None
     extra = sum(max(0.0, d.duration_s - s.median_s) for d in s.dropped)
+    loading = f.breakdown.idle_causes.get("startup", 0.0) * s.mean_s * s.count
     total = extra + s.mean_s * s.count + s.median_s * len(s.dropped)
-    share = extra / total
+    share = (extra + loading) / total
     if share < f.thresholds.time.min_share:
         return None
+    said = []
+    if s.dropped:
+        said.append(
+            f"{len(s.dropped)} step(s) set aside took {_ms(extra)} more than a steady step "
+            f"({s.dropped[0].reason})"
+        )
+    if loading > 0:
+        said.append(
+            f"in the steady {'steps' if s.count > 1 else 'window'}, the GPU waited "
+            f"{_ms(loading)} on {_first_launches(f)}"
+        )
+    startup = not s.dropped or s.dropped[0].step == "start-up"
     return Finding(
         id="warm-up",
         wall="overhead",
         title="Start-up takes a share of the profiled time"
-        if s.dropped[0].step == "start-up"
+        if startup
         else "The first steps pay a warm-up cost",
         share=share,
         max_speedup=1.0,
-        evidence=f"{len(s.dropped)} step(s) set aside took {_ms(extra)} more than a steady "
-        f"step ({s.dropped[0].reason}): a one-off cost per run, {share:.0%} of the profiled "
-        "time, none of it in the steady state",
+        evidence="; ".join(said)
+        + f": a one-off cost per run, {share:.0%} of the profiled time, none of it in the "
+        "steady state",
         fix="cache compilation (TORCHINDUCTOR_CACHE_DIR / torch.compile mode and dynamic=False "
         "to avoid recompiles), keep shapes static, warm up cudnn.benchmark before timing; "
         "profile more steps, so that the steady state is measured",
         saves="once",
     )
+
+
+def _first_launches(f: Facts) -> str:
+    """The first launches loading code inside the steady steps, in words."""
+    if f.dev is None:
+        return "first launches of kernels loading their code"
+    rows = np.flatnonzero(f.inside & f.dev.one_off)
+    calls = f.dev.launch_end[rows] - f.dev.launch_ts[rows]
+    top = rows[np.argsort(-calls, kind="stable")][:2]
+    named = ", ".join(
+        f"{f.trace.strings[int(f.dev.ops.name[r])][:60]} "
+        f"{_ms(float(f.dev.launch_end[r] - f.dev.launch_ts[r]) * 1e-9)}"
+        for r in top.tolist()
+    )
+    return f"{rows.size} first launch(es) of a kernel loading its code ({named})"
 
 
 @rule(Facts)

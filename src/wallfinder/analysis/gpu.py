@@ -11,6 +11,7 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
 from wallfinder.analysis.intervals import Coverage, split_at
 from wallfinder.analysis.steps import NO_LAUNCH
+from wallfinder.analysis.thresholds import TimeThresholds
 from wallfinder.trace import NONE, Events, Kind, Trace, thread_key
 
 I64 = npt.NDArray[np.int64]
@@ -27,13 +28,16 @@ IDLE_CAUSES = (
     "host_overhead",
     "launch_latency",
     "dependency_wait",
+    "startup",
     "other",
 )
 """Causes of GPU idle time. A host wait is split by what the launching thread was doing
 (DataLoader, a synchronising call, a collective on the host, other CPU ops or Python); then
 the launch latency after the host issued the work; `dependency_wait` when the work had been
-queued well before the GPU went idle (it waited on another stream, an event or a peer); and
-time nothing in the trace explains."""
+queued well before the GPU went idle (it waited on another stream, an event or a peer);
+`startup` when the launch the GPU waited for was a one-off (`DeviceOps.one_off`: a first
+launch loading the kernel's code), which the steady state does not pay; and time nothing in
+the trace explains."""
 
 QUEUED_SLACK_NS = 50_000
 """Work launched more than this long before a gap began was already queued: the gap is a
@@ -92,9 +96,13 @@ class DeviceOps:
     """When each op's launch call returned (NO_LAUNCH when it has none)."""
     graph: npt.NDArray[np.bool_]
     """Launched by a CUDA/HIP graph launch: replayed from a captured graph."""
+    one_off: npt.NDArray[np.bool_]
+    """The first launch of its kernel, and a call far slower than its launch API's usual one
+    (`TimeThresholds.slow_launch_ns`, `first_launch_factor`): the launch loaded the kernel's
+    code, a cost paid once per run."""
 
 
-def device_ops(trace: Trace) -> DeviceOps | None:
+def device_ops(trace: Trace, thresholds: TimeThresholds | None = None) -> DeviceOps | None:
     """The ops of the busiest device (kernels, memcpy, memset), or None when the trace has no
     device activity."""
     gpu = trace.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
@@ -114,6 +122,7 @@ def device_ops(trace: Trace) -> DeviceOps | None:
     launch_end = np.full(len(ops), NO_LAUNCH, dtype=np.int64)
     launch_thread = np.full(len(ops), NONE, dtype=np.int64)
     graph = np.zeros(len(ops), dtype=bool)
+    api = np.full(len(ops), NONE, dtype=np.int64)
     has_corr = runtime.correlation >= 0
     if has_corr.any():
         r_corr = runtime.correlation[has_corr]
@@ -128,10 +137,42 @@ def device_ops(trace: Trace) -> DeviceOps | None:
         launch_end[found] = r_end[pos[found]]
         launch_thread[found] = r_thread[pos[found]]
         r_name = runtime.name[has_corr][order]
+        api[found] = r_name[pos[found]]
         graph[found] = np.isin(
             r_name[pos[found]], trace.names_matching(GRAPH_LAUNCHES.__contains__)
         )
-    return DeviceOps(main, ops, _classes(trace, ops), launch_ts, launch_thread, launch_end, graph)
+    one_off = _one_off(trace, ops, launch_ts, launch_end, api, thresholds or TimeThresholds())
+    return DeviceOps(
+        main, ops, _classes(trace, ops), launch_ts, launch_thread, launch_end, graph, one_off
+    )
+
+
+def _one_off(
+    trace: Trace, ops: Events, launch_ts: I64, launch_end: I64, api: I64, t: TimeThresholds
+) -> npt.NDArray[np.bool_]:
+    """Which ops' launches loaded their kernel's code: the first launch of each kernel name
+    whose call took at least `slow_launch_ns` and `first_launch_factor` times the median call
+    of the same runtime API (an API called once has no usual call to compare with). Later
+    launches of a kernel as slow are the host stalling in the runtime, which can recur."""
+    out = np.zeros(len(ops), dtype=bool)
+    call = launch_end - launch_ts
+    sync = trace.names_matching(SYNC_RUNTIME.__contains__)
+    rows = np.flatnonzero(
+        (ops.kind == Kind.KERNEL) & (launch_ts != NO_LAUNCH) & ~np.isin(api, sync)
+    )
+    if rows.size == 0:
+        return out
+    rows = rows[np.lexsort((launch_ts[rows], ops.name[rows]))]
+    first = rows[np.r_[True, ops.name[rows][1:] != ops.name[rows][:-1]]]
+    slow = first[call[first] >= t.slow_launch_ns]
+    if slow.size == 0:
+        return out
+    runtime = trace.of_kind(Kind.RUNTIME)
+    for code in np.unique(api[slow]).tolist():
+        calls = runtime.dur[runtime.name == code]
+        mine = slow[api[slow] == code]
+        out[mine] = call[mine] >= t.first_launch_factor * float(np.median(calls))
+    return out
 
 
 def _classes(trace: Trace, ops: Events) -> npt.NDArray[np.int8]:
@@ -242,6 +283,7 @@ def idle_pieces(
     launch = np.where(has_next, dev.launch_ts[nxt], NO_LAUNCH)
     launched = np.where(has_next, dev.launch_end[nxt], NO_LAUNCH)
     thread = np.where(has_next, dev.launch_thread[nxt], NONE)
+    one_off = has_next & dev.one_off[nxt]
 
     piece_start, piece_end, owner = split_at(gap_start, gap_end, start[1:])
     window = np.searchsorted(start, piece_start, side="right") - 1
@@ -258,13 +300,17 @@ def idle_pieces(
     g0 = gap_start[owner]
     lt = launch[owner]
     known = lt != NO_LAUNCH
-    queued = known & (lt < g0 - QUEUED_SLACK_NS)
+    # A one-off launch queues nothing until its call returns: the GPU waits for the code to
+    # load even when the call began before the gap.
+    first = one_off[owner]
+    queued = known & (np.where(first, launched[owner], lt) < g0 - QUEUED_SLACK_NS)
     host_end = np.where(known, np.clip(lt, piece_start, piece_end), piece_start)
     # The launch path: the call itself, then at most QUEUED_SLACK_NS until the work starts.
     # Past that the work sat launched while the GPU waited on something else.
     path_end = np.clip(launched[owner] + QUEUED_SLACK_NS, host_end, piece_end)
     late = known & ~queued
-    out["launch_latency"] += np.where(late, path_end - host_end, 0)
+    out["launch_latency"] += np.where(late & ~first, path_end - host_end, 0)
+    out["startup"] += np.where(late & first, path_end - host_end, 0)
     out["dependency_wait"] += np.where(queued, piece_end - piece_start, 0)
     out["dependency_wait"] += np.where(late, piece_end - path_end, 0)
     out["other"] += np.where(known, 0, piece_end - piece_start)

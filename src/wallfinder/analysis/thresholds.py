@@ -39,6 +39,14 @@ class TimeThresholds:
     """Kernels shorter than this are launch-overhead sized: the host can hardly keep up."""
     optimizer_kernels: float = 50.0
     """An optimizer step launching at least this many kernels per step is slow-optimizer."""
+    slow_launch_ns: int = 1_000_000
+    """A launch call this long is not the launch path's usual cost (microseconds): a first
+    launch loading the kernel's code, or a host stalled inside the runtime."""
+    first_launch_factor: float = 10.0
+    """A kernel's first launch whose call takes at least `slow_launch_ns` and this many times
+    the median call of its launch API loads the kernel's code (a code object, a lazily
+    loaded module, a JIT-compiled kernel): a one-off cost, so the GPU's wait for it is
+    start-up, not launch latency."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ _CAUSE_TEXT = {
     "dependency_wait": (
         "launched work waiting (on another stream, an event, a peer or unrecorded work)"
     ),
+    "startup": "start-up (first launches loading kernel code)",
     "other": "idle time the trace does not explain",
     "comm_exposed": "exposed communication (collectives not overlapped with compute)",
     "copy_exposed": "exposed memory copies (memcpy/memset not overlapped)",
@@ -72,12 +73,16 @@ def decide(
             else ""
         ),
     )
-    busy = breakdown.compute
+    # The steady state's wall: the one-off start-up inside the steps (first launches loading
+    # code) is set aside, and every share is of the step without it.
+    steady, one_off = _steady(breakdown)
+    busy = breakdown.compute / steady
     q2 = Question(
         question=f"Is the {device} busy?",
         answer="yes" if busy >= thresholds.min_busy else "no",
         value=busy,
-        detail=f"compute covers {busy:.1%} of the step (busy at ≥ {thresholds.min_busy:.0%})",
+        detail=f"compute covers {busy:.1%} of the step{one_off} (busy at ≥ "
+        f"{thresholds.min_busy:.0%})",
     )
     matmul = sum(c.share for c in classes if c.cls in ("gemm", "attention", "convolution"))
     # Matmuls that stream their operands (skinny shapes, GEMV, decode attention) are
@@ -102,18 +107,14 @@ def decide(
     q4 = _near_peak(roofline, thresholds, roof_estimate)
     questions = [q1, q2, q3, q4]
     if q2.answer == "no":
-        parts = {
-            **breakdown.idle_causes,
-            "comm_exposed": breakdown.comm_exposed,
-            "copy_exposed": breakdown.copy_exposed,
-        }
+        parts = _losses(breakdown)
         top = max(parts, key=lambda k: parts[k])
         return Verdict(
             wall="overhead",
             cause=top,
             reason=(
-                f"the {device} computes for only {busy:.0%} of the step; the largest loss is "
-                f"{_CAUSE_TEXT[top]} at {parts[top]:.0%} of the step"
+                f"the {device} computes for only {busy:.0%} of the step{one_off}; the largest "
+                f"loss is {_CAUSE_TEXT[top]} at {parts[top] / steady:.0%} of the step"
             ),
             questions=questions,
         )
@@ -149,6 +150,28 @@ def decide(
     else:
         cause = "matmul-bound (how near peak: unknown)"
     return Verdict(wall="compute", cause=cause, reason=reason, questions=questions)
+
+
+def _steady(breakdown: Breakdown) -> tuple[float, str]:
+    """The share of the step that recurs (all but the one-off start-up inside the steps),
+    and words that say what was left out ("" when nothing was)."""
+    startup = breakdown.idle_causes.get("startup", 0.0)
+    if startup <= 0:
+        return 1.0, ""
+    return max(1.0 - startup, 1e-9), (
+        f" without its one-off start-up ({startup:.0%} of it: first launches loading kernel code)"
+    )
+
+
+def _losses(breakdown: Breakdown) -> dict[str, float]:
+    """The overhead parts of the step that recur, as shares of the measured step: the idle
+    causes but start-up, exposed communication and copies."""
+    parts = {k: v for k, v in breakdown.idle_causes.items() if k != "startup"}
+    return {
+        **parts,
+        "comm_exposed": breakdown.comm_exposed,
+        "copy_exposed": breakdown.copy_exposed,
+    }
 
 
 def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool) -> Question:
@@ -203,15 +226,12 @@ def _wall_share(typical: Verdict, breakdown: Breakdown) -> float:
     """The share of the step the typical verdict's wall names: its overhead cause's part, or
     the busy time in matmuls (compute) or in the rest (bandwidth). Idle time nothing in the
     trace explains ("other") names no loss to weigh instability against."""
+    steady = _steady(breakdown)[0]
     if typical.wall == "overhead":
-        parts = {
-            **breakdown.idle_causes,
-            "comm_exposed": breakdown.comm_exposed,
-            "copy_exposed": breakdown.copy_exposed,
-        }
-        return 0.0 if typical.cause == "other" else parts.get(typical.cause, 0.0)
+        parts = _losses(breakdown)
+        return 0.0 if typical.cause == "other" else parts.get(typical.cause, 0.0) / steady
     matmul = typical.questions[2].value or 0.0
-    busy = breakdown.compute
+    busy = breakdown.compute / steady
     return busy * (matmul if typical.wall == "compute" else 1.0 - matmul)
 
 

@@ -71,6 +71,7 @@ IDLE_COLOR = {
     "host_overhead": "#f2b701",
     "launch_latency": "#8c564b",
     "dependency_wait": "#7f7f7f",
+    "startup": "#bcbd22",
     "other": "#c7c7c7",
 }
 IDLE_TOTAL_COLOR = "#6e7781"
