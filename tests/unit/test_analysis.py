@@ -585,6 +585,46 @@ def test_too_few_optimizer_steps_leave_one_window(tmp_path: Path) -> None:
     assert d.steps.total == 1
 
 
+def annotated_loop(
+    iterations: int, *, first_us: float = 5000.0, shuffle: bool = False
+) -> TraceBuilder:
+    """No markers, no optimizer: each 1000 µs iteration runs two annotated ranges ("embed",
+    "mlp": 100 µs each, a GEMM in each) then 700 µs of unannotated work (a backward GEMM);
+    the first starts with `first_us` of start-up. With `shuffle`, the second iteration's ranges
+    come in the other order: no sequence repeats."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for i in range(iterations):
+        setup = first_us if i == 0 else 0.0
+        if setup:
+            b.cpu_op("aten::to", t0, setup)
+        t = t0 + setup
+        names = ("mlp", "embed") if shuffle and i == 1 else ("embed", "mlp")
+        for k, name in enumerate(names):
+            b.annotation(name, t + 100.0 * k, 100.0)
+            b.kernel(GEMM, t + 100.0 * k + 10.0, 80.0, launch_at=t + 100.0 * k + 2.0)
+        b.kernel(GEMM, t + 210.0, 780.0, launch_at=t + 205.0)
+        t0 = t + 1000.0
+    return b
+
+
+def test_a_repeated_annotated_sequence_marks_the_iterations(tmp_path: Path) -> None:
+    d = load(annotated_loop(5), tmp_path)
+    assert d.steps.source == "repeated annotations (no ProfilerStep)"
+    assert d.steps.total == 5
+    assert [x.step for x in d.steps.dropped] == ["iteration 1 (embed)"]
+    # Each iteration runs from one "embed" to the next: its unannotated work is its own.
+    assert d.steps.median_s == pytest.approx(1000e-6, rel=0.02)
+    assert any("repetitions of the annotated sequence" in w for w in d.warnings)
+    assert d.verdict.wall == "compute"
+    d.self_check()
+
+
+def test_annotations_that_do_not_repeat_one_sequence_mark_nothing(tmp_path: Path) -> None:
+    d = load(annotated_loop(5, shuffle=True), tmp_path)
+    assert d.steps.source == "whole trace (no ProfilerStep)"
+
+
 def startup_then_work(first_us: float = 500_000.0, blocking: bool = False) -> TraceBuilder:
     """No markers, no optimizer: a first `aten::to` of `first_us` (with `blocking`, spent in a
     cudaMemcpy waiting for the GPU), then 20 rounds of a 20 µs `aten::to` and a 400 µs GEMM."""

@@ -40,6 +40,7 @@ from wallfinder.analysis.roofline import (
 from wallfinder.analysis.scope import ModelFlops, Scope
 from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import (
+    ANNOTATION_ITERATIONS,
     NO_LAUNCH,
     OPTIMIZER_ITERATIONS,
     StepSpans,
@@ -173,6 +174,12 @@ def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
         warnings.append(
             "no ProfilerStep markers: the steps are the iterations between optimizer steps "
             "(the first runs from the trace's start, start-up included)"
+        )
+    elif spans.source == ANNOTATION_ITERATIONS:
+        warnings.append(
+            "no ProfilerStep markers: the steps are the repetitions of the annotated sequence "
+            f"that starts with {spans.labels[0].split('(', 1)[-1].rstrip(')')!r} (the first "
+            "runs from the trace's start, start-up included)"
         )
     return warnings
 

@@ -36,6 +36,7 @@ MIN_ITERATIONS = 3
 
 WHOLE_TRACE = "whole trace (no ProfilerStep)"
 OPTIMIZER_ITERATIONS = "optimizer steps (no ProfilerStep)"
+ANNOTATION_ITERATIONS = "repeated annotations (no ProfilerStep)"
 
 
 STARTUP_FACTOR = 10.0
@@ -92,7 +93,7 @@ def cpu_steps(trace: Trace) -> StepSpans:
             trace.strings[c].replace("ProfilerStep#", "step ") for c in annotations.name[rows]
         ]
         return StepSpans(labels, annotations.ts[rows], annotations.end[rows], "ProfilerStep")
-    iterations = _optimizer_iterations(trace)
+    iterations = _optimizer_iterations(trace) or _annotation_iterations(trace)
     if iterations is not None:
         return iterations
     active = trace.of_kind(
@@ -185,6 +186,58 @@ def _optimizer_iterations(trace: Trace) -> StepSpans | None:
     starts = np.concatenate([[begin], ends[:-1]]).astype(np.int64)
     labels = [f"iteration {k + 1}" for k in range(rows.size)]
     return StepSpans(labels, starts, ends.astype(np.int64), OPTIMIZER_ITERATIONS)
+
+
+def _annotation_iterations(trace: Trace) -> StepSpans | None:
+    """The iterations of a trace with neither step markers nor optimizer steps, where its
+    top-level user annotations (`record_function` ranges) on one thread repeat one sequence at
+    least MIN_ITERATIONS times. Each iteration runs from one start of the sequence to the next,
+    so that the unannotated work after a repetition (its backward pass, the optimizer) is its
+    iteration's; the first from the trace's first op (carrying the start-up), the last to the
+    end of the job's last op, launch or kernel. None when no sequence repeats."""
+    annotations = trace.of_kind(Kind.ANNOTATION)
+    if len(annotations) < MIN_ITERATIONS:
+        return None
+    best: tuple[int, I64, I64, str] | None = None  # (first start, starts, ends, name)
+    for thread in np.unique(annotations.thread).tolist():
+        mine = annotations.take(np.flatnonzero(annotations.thread == thread))
+        top = mine.take(_outermost(mine))
+        found = _repeating(top)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (found[0], found[1], found[2], trace.strings[found[3]])
+    if best is None:
+        return None
+    _, starts, _, name = best
+    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+    work = trace.of_kind(Kind.CPU_OP, Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+    last = max(int(work.end.max()) if len(work) else 0, int(starts[-1]) + 1)
+    ends = np.concatenate([starts[1:], [last]]).astype(np.int64)
+    starts = starts.copy()
+    starts[0] = min(int(host.ts.min()), int(starts[0]))
+    labels = [f"iteration {k + 1} ({name[:40]})" for k in range(starts.size)]
+    return StepSpans(labels, starts, ends, ANNOTATION_ITERATIONS)
+
+
+def _repeating(top: Events) -> tuple[int, I64, I64, int] | None:
+    """In one thread's top-level annotations (time order), the earliest name whose
+    occurrences start repetitions of one same sequence, at least MIN_ITERATIONS of them:
+    (its first start, the repetitions' starts, their ends, the name's code); a repetition
+    ends where the last of its annotations ends."""
+    names = top.name
+    found: tuple[int, I64, I64, int] | None = None
+    for code in np.unique(names).tolist():
+        at = np.flatnonzero(names == code)
+        if at.size < MIN_ITERATIONS or (found is not None and top.ts[at[0]] >= found[0]):
+            continue
+        period = int(at[1] - at[0])
+        if not (np.diff(at) == period).all() or at[-1] + period > names.size:
+            continue
+        pattern = names[at[0] : at[0] + period]
+        if any(not np.array_equal(names[a : a + period], pattern) for a in at.tolist()):
+            continue
+        ends = np.array([int(top.end[a : a + period].max()) for a in at.tolist()], np.int64)
+        found = (int(top.ts[at[0]]), top.ts[at].astype(np.int64), ends, int(code))
+    return found
 
 
 def gpu_windows(spans: StepSpans, gpu: Events, launch_ts: I64) -> tuple[I64, I64]:
