@@ -473,9 +473,28 @@ class StepTimeline(_Base, frozen=True):
     unlisted_gap_s: float = 0.0
 
 
+class CalculatedOp(_Base, frozen=True, kw_only=True):
+    """One op of a `wallfinder roofline --fuse` chain, run alone (its own kernel): its tensors
+    (`what`), its cost and its time floor on the device."""
+
+    op: str
+    what: str
+    flops: float
+    bytes: float
+    ai: float | None
+    bound: str
+    time_floor_s: float
+
+
 class Calculation(_Base, frozen=True, kw_only=True):
     """A roofline calculation (`wallfinder roofline`): one op or FLOP/byte count on a device.
-    With a fusion chain, `bytes` is unfused traffic and `fused_bytes` the fused one."""
+
+    With a fusion chain, `ops` holds each op alone, `bytes` is the unfused traffic (each op
+    reads its inputs and writes its output) and `time_floor_s` the sum of the ops' floors;
+    `fused_bytes` is the traffic of one kernel that keeps the intermediates on chip,
+    `extra_bytes` the difference (each intermediate written and read back) and
+    `extra_bytes_time_s` what those bytes take at the memory bandwidth. `notes` say every
+    assumption the figures rest on (a matmul's K not given, dropout as in training)."""
 
     schema: str = "wallfinder.roofline/1"
     what: str
@@ -495,6 +514,10 @@ class Calculation(_Base, frozen=True, kw_only=True):
     fused_bytes: float | None = None
     fused_time_floor_s: float | None = None
     time_saved_s: float | None = None
+    extra_bytes: float | None = None
+    extra_bytes_time_s: float | None = None
+    ops: list[CalculatedOp] = []
+    notes: list[str] = []
 
 
 MEMORY_CATEGORIES = (

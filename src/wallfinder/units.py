@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import sys
 
-__all__ = ["is_user_path", "ms", "pct", "short_frame", "short_path", "size"]
+__all__ = ["duration", "is_user_path", "ms", "pct", "short_frame", "short_path", "size"]
 
 _UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z]:)?[\\/]")
@@ -33,6 +33,29 @@ def pct(x: float | None, digits: int = 1) -> str:
 def ms(seconds: float) -> str:
     """Seconds as milliseconds with two decimals, no unit ("12.50"): the reports' unit."""
     return f"{seconds * 1e3:.2f}"
+
+
+_TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9))
+
+
+def duration(seconds: float | None) -> str:
+    """A duration in the unit a person reads it in, to three significant figures: 1.25 s,
+    4.90 ms, 641 µs, 12.5 µs, 850 ns; never an exponent. Past 1000 s it stays in seconds
+    ("4900 s"), under a nanosecond it is "< 1 ns"; "?" when unknown."""
+    if seconds is None or seconds != seconds:
+        return "?"
+    if seconds == 0:
+        return "0 s"
+    sign = "-" if seconds < 0 else ""
+    for i, (unit, scale) in enumerate(_TIME_UNITS):
+        value = float(f"{abs(seconds) / scale:.3g}")
+        if value >= 1000 and i > 0:
+            # 999.6 µs rounds to 1000 µs: one unit up, it reads 1.00 ms.
+            unit, value = _TIME_UNITS[i - 1][0], value / 1000
+        if value >= 1:
+            digits = 2 if value < 10 else 1 if value < 100 else 0
+            return f"{sign}{value:.{digits}f} {unit}"
+    return f"{sign}< 1 ns"
 
 
 def short_path(path: str) -> str:

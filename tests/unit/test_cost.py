@@ -383,6 +383,83 @@ def test_copies_and_casts() -> None:
     assert known("aten::clone", [[4096, 64], []], [FP32, "Scalar"]).bytes == 2 * 4096 * 64 * 4
 
 
+# --- Dropout, random fills and the other pointwise and norm ops -----------------------------
+
+
+def test_dropout_in_training_writes_its_output_and_a_one_byte_mask() -> None:
+    # dropout(input, p, train) on [32, 2048, 4096] fp16: 268,435,456 elements.
+    n = 32 * 2048 * 4096
+    dims, types = [[32, 2048, 4096], [], []], [FP16, "Scalar", "Scalar"]
+    train = known("aten::dropout", dims, types, ["", "0.1", "True"])
+    # Read 2 B + write 2 B + a bool mask 1 B per element; draw, compare, scale: 3 FLOPs.
+    assert train == Cost(3 * n, n * (2 + 2 + 1), "fp16", "elementwise")
+    # The same cost as the fused kernel it calls on a GPU.
+    assert known("aten::native_dropout", dims, types, ["", "0.1", "True"]) == train
+    # In evaluation dropout returns its input: no work, no cost; and so unrecorded, since the
+    # record cannot tell (an inference trace's dropout: 1 µs, no kernel, no child op).
+    assert cost("aten::dropout", dims, types, ["", "0.1", "False"]) is None
+    assert cost("aten::dropout", dims, types) is None
+
+
+def test_feature_dropout_draws_one_number_per_channel() -> None:
+    # Dropout2d on [8, 64, 32, 32] fp32: noise [8, 64, 1, 1] written then read, x read, out written.
+    dims, types = [[8, 64, 32, 32], [], []], [FP32, "Scalar", "Scalar"]
+    c = known("aten::feature_dropout", dims, types, ["", "0.2", "True"])
+    n, channels = 8 * 64 * 32 * 32, 8 * 64
+    assert c.bytes == (2 * n + 2 * channels) * 4
+    assert c.flops == 3 * channels + n  # a draw, compare and scale per channel; a multiply each
+
+
+def test_random_fills_write_the_tensor_and_count_the_draw_and_its_transform() -> None:
+    exp = TRANSCENDENTAL_FLOPS
+    normal = known("aten::normal_", [[1024, 1024], [], [], []], [BF16, "Scalar", "Scalar", ""])
+    # Nothing read; written once in bf16; a draw (1) and Box-Muller: log, sqrt, cos + 2.
+    assert normal == Cost(1024 * 1024 * (1 + 3 * exp + 2), 1024 * 1024 * 2, "bf16", "elementwise")
+    uniform = known("aten::uniform_", [[100], [], [], []], [FP32, "Scalar", "Scalar", ""])
+    assert (uniform.flops, uniform.bytes) == (100 * 2, 100 * 4)
+    # bernoulli_(self, p) with a tensor p reads p.
+    assert known("aten::bernoulli_", [[100], [100], []], [FP32, FP32, ""]).bytes == 2 * 100 * 4
+    assert known("aten::bernoulli", [[100], []], [FP32, ""]).bytes == 2 * 100 * 4
+
+
+def test_glu_writes_half_its_input() -> None:
+    exp = TRANSCENDENTAL_FLOPS
+    c = known("aten::glu", [[16, 1024], []], [BF16, "Scalar"], ["", "-1"])
+    # Output [16, 512]: a · sigmoid(b), sigmoid exp + 2, then a multiply.
+    assert c == Cost(16 * 512 * (exp + 3), (16 * 1024 + 16 * 512) * 2, "bf16", "elementwise")
+    assert cost("aten::glu", [[3], []], [BF16, "Scalar"]) is None  # an odd size does not split
+
+
+def test_more_pointwise_ops_have_models() -> None:
+    exp = TRANSCENDENTAL_FLOPS
+    two = [[64, 64], [64, 64]]
+    assert known("aten::atan2", two, [FP32, FP32]) == Cost(
+        64 * 64 * exp, 3 * 64 * 64 * 4, "fp32", "elementwise"
+    )
+    assert known("aten::selu", [[64, 64]], [BF16]).flops == 64 * 64 * (exp + 4)
+    assert known("aten::log_sigmoid", [[64, 64]], [BF16]).flops == 64 * 64 * (2 * exp + 2)
+    assert known("aten::softshrink", [[64, 64], []], [BF16, "Scalar"]).flops == 64 * 64 * 2
+    assert known("aten::xlogy", two, [FP32, FP32]).flops == 64 * 64 * (exp + 1)
+    # _prelu_kernel(x, weight[C, 1, 1]): the weight broadcast over channels, read once.
+    prelu = known("aten::_prelu_kernel", [[8, 16, 4, 4], [16, 1, 1]], [FP16, FP16])
+    assert prelu.bytes == (2 * 8 * 16 * 4 * 4 + 16) * 2
+    for name in ("aten::asin", "aten::sinh", "aten::atanh", "aten::lgamma", "aten::atan_"):
+        assert known(name, [[10]], [FP32]).flops == 10 * exp
+
+
+def test_type_as_copies_only_when_the_dtypes_differ() -> None:
+    assert known("aten::type_as", [[8, 16], [1]], [BF16, FP32]).bytes == 8 * 16 * (2 + 4)
+    assert cost("aten::type_as", [[8, 16], [1]], [FP32, FP32]) is None  # returns self
+
+
+def test_batch_norm_with_update_is_training() -> None:
+    dims = [[2, 3, 4, 4], [3], [3], [3], [3], [], []]
+    types = [FP32] * 5 + ["Scalar"] * 2
+    c = known("aten::_batch_norm_with_update", dims, types)
+    assert c.flops == 2 * 3 * 16 * (4 + 1)  # statistics 4, affine 1
+    assert c.bytes == (2 * 2 * 3 * 16 + 4 * 3) * 4
+
+
 # --- Robustness ------------------------------------------------------------------------------
 
 NAMES = sorted(supported_ops())

@@ -212,7 +212,7 @@ def test_terminal_memory_section_shows_the_peak_categories_sites_leak_and_findin
     assert lines[:3] == [
         "Memory cuda:0 — peak 40.00 GiB allocated (50.0% of capacity), 60.00 GiB reserved (75.0%)",
         "  capacity 80.00 GiB (datasheet: NVIDIA H100 80GB HBM3)",
-        "  at the peak: 12.30 ms into the trace, step 2, backward pass, in aten::mm",
+        "  at the peak: 12.3 ms into the trace, step 2, backward pass, in aten::mm",
     ]
     by_category = section(text, "Live at the peak by category", "Live at the peak by call site")
     # Largest first; optimizer state and other hold nothing: left out.
@@ -325,7 +325,7 @@ def test_markdown_memory_section(diagnosis: Diagnosis) -> None:
     assert lines[first + 2 : first + 5] == [
         "**peak 40.00 GiB allocated (50.0% of capacity), 60.00 GiB reserved (75.0%)**  ",
         "capacity 80.00 GiB (datasheet: NVIDIA H100 80GB HBM3)  ",
-        "at the peak: 12.30 ms into the trace, step 2, backward pass, in aten::mm",
+        "at the peak: 12.3 ms into the trace, step 2, backward pass, in aten::mm",
     ]
     table = lines.index("| live at the peak | bytes | share |")
     assert lines[table + 2 : table + 7] == [
@@ -394,7 +394,7 @@ def test_html_memory_section_shows_the_same_content(diagnosis: Diagnosis) -> Non
         "Memory cuda:0, from the trace's memory events",
         "Peak 40.00 GiB allocated (50.0% of capacity), 60.00 GiB reserved (75.0%)",
         "Capacity 80.00 GiB (datasheet: NVIDIA H100 80GB HBM3)",
-        "When 12.30 ms into the trace, step 2, backward pass, in aten::mm",
+        "When 12.3 ms into the trace, step 2, backward pass, in aten::mm",
         "LEAK : allocated memory grows by 512.00 MiB per step",
         "train.py(88): train (aten::add): 1.50 GiB in 12 blocks over 3 steps",
         "before the trace (parameters, state) 10.00 GiB 25.0%",

@@ -71,6 +71,15 @@ def to_copy(args: OpArgs) -> Cost | None:
     return _copy(src, dtype or src.dtype)
 
 
+def type_as(args: OpArgs) -> Cost | None:
+    """`type_as(self, other)`: `self` cast to `other`'s dtype; no copy (no cost) when the
+    dtypes already agree."""
+    src, other = args.tensor(0), args.tensor(1)
+    if src is None or other is None or src.dtype == other.dtype:
+        return None
+    return _copy(src, other.dtype)
+
+
 MODELS: dict[str, Model] = {
     "aten::copy_": copy_,
     "aten::_copy_from": copy_from,
@@ -79,4 +88,5 @@ MODELS: dict[str, Model] = {
     "aten::contiguous": clone,
     "aten::to": to,
     "aten::_to_copy": to_copy,
+    "aten::type_as": type_as,
 }

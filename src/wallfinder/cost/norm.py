@@ -96,6 +96,9 @@ _SIGNATURES: dict[str, Signature] = {
     "aten::_native_batch_norm_legit_no_training": Signature(
         "batch", input=0, weight=1, training=False
     ),
+    # `_batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum,
+    # eps)`: the training form that torch.export and torch.compile record.
+    "aten::_batch_norm_with_update": Signature("batch", input=0, weight=1, training=True),
     "aten::native_batch_norm_backward": Signature(
         "batch", input=1, weight=2, training=7, backward=True, mask=9
     ),

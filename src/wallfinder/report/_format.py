@@ -9,7 +9,7 @@ from wallfinder.diagnosis import (
     Diagnosis,
     Finding,
 )
-from wallfinder.units import ms, pct, size
+from wallfinder.units import duration, ms, pct, size
 
 __all__ = [
     "CAUSE_LABEL",
@@ -219,15 +219,6 @@ def gain(f: Finding, times: str = "x") -> str:
     if f.saves == "once":
         return f"a one-off cost: {pct(f.share, 0)} of the profiled time, none per steady step"
     return f"up to {f.max_speedup:.2f}{times} faster ({pct(f.share, 0)} of the step)"
-
-
-def duration(seconds: float) -> str:
-    """A duration with a unit that suits it: s, ms or µs."""
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.1f} µs"
 
 
 def ellipsize(text: str, width: int) -> str:

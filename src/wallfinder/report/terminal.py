@@ -19,6 +19,7 @@ from wallfinder.report._format import (
     breakdown_parts,
     cause_label,
     collective_cells,
+    duration,
     gain,
     graph_line,
     idle_causes,
@@ -332,21 +333,41 @@ def render_calculation(c: Calculation) -> str:
     def g(value: float, unit: str) -> str:
         return si(value, unit, ".3g")
 
+    def ai(value: float | None) -> str:
+        # Three significant figures, never an exponent: 1990, not 1.99e+03.
+        return "∞" if value is None else f"{value:.0f}" if value >= 1000 else f"{value:.3g}"
+
     lines = [
         f"{c.what} · {c.dtype} on {c.device} ({c.source})",
-        f"  FLOPs {g(c.flops, 'FLOP')}, bytes {g(c.bytes, 'B')}, "
-        f"arithmetic intensity {'∞' if c.ai is None else f'{c.ai:.3g}'} FLOP/B",
-        f"  ridge {c.ridge:.3g} FLOP/B ({g(c.peak_flops, 'FLOP/s')} / "
+        f"  FLOPs {g(c.flops, 'FLOP')}, bytes {g(c.bytes, 'B')} ({size(c.bytes)})"
+        + (" unfused" if c.ops else "")
+        + f", arithmetic intensity {ai(c.ai)} FLOP/B",
+        f"  ridge {ai(c.ridge)} FLOP/B ({g(c.peak_flops, 'FLOP/s')} / "
         f"{g(c.mem_bandwidth, 'B/s')}): {c.bound}-bound",
         f"  attainable {g(c.attainable_flops, 'FLOP/s')} "
-        f"({c.utilisation_of_peak:.1%} of peak); time floor {c.time_floor_s * 1e6:.3g} µs",
+        f"({c.utilisation_of_peak:.1%} of peak); time floor {duration(c.time_floor_s)}"
+        + (" (the ops' floors added: each op its own kernel)" if c.ops else ""),
     ]
-    if c.fused_bytes is not None and c.time_saved_s is not None:
+    if c.ops:
+        lines.append("  unfused, op by op:")
+        width = max(len(o.op) for o in c.ops)
+        lines += [
+            f"    {o.op:<{width}}  {o.what}: {g(o.flops, 'FLOP')}, {size(o.bytes)}, "
+            f"AI {ai(o.ai)}, {o.bound}-bound, {duration(o.time_floor_s)}"
+            for o in c.ops
+        ]
+    if c.fused_bytes is not None and c.extra_bytes is not None:
         lines.append(
-            f"  fused: {g(c.fused_bytes, 'B')} instead of {g(c.bytes, 'B')}, time floor "
-            f"{(c.time_floor_s - c.time_saved_s) * 1e6:.3g} µs: saves "
-            f"{c.time_saved_s * 1e6:.3g} µs per call"
+            f"  fused: {size(c.fused_bytes)} instead of {size(c.bytes)}; unfused moves "
+            f"{size(c.extra_bytes)} more ({g(c.extra_bytes, 'B')}), "
+            f"{duration(c.extra_bytes_time_s)} at {g(c.mem_bandwidth, 'B/s')}"
         )
+    if c.fused_time_floor_s is not None and c.time_saved_s is not None:
+        lines.append(
+            f"  time floor fused {duration(c.fused_time_floor_s)} instead of "
+            f"{duration(c.time_floor_s)}: saves {duration(c.time_saved_s)} per call"
+        )
+    lines += [f"  note: {note}" for note in c.notes]
     return "\n".join(lines) + "\n"
 
 

@@ -107,12 +107,19 @@ class OpArgs:
         self.clean = clean
 
     @classmethod
-    def of(cls, shapes: Sequence[Sequence[int]], dtypes: Sequence[str]) -> OpArgs:
+    def of(
+        cls,
+        shapes: Sequence[Sequence[int]],
+        dtypes: Sequence[str],
+        concrete: Sequence[str | None] | None = None,
+    ) -> OpArgs:
         """The arguments of a call on tensors of these shapes and dtypes (keys or any spelling
-        `wallfinder.dtypes` knows), read as if a trace had recorded them."""
-        if len(shapes) != len(dtypes):
+        `wallfinder.dtypes` knows), read as if a trace had recorded them; `concrete`: the
+        scalars' text by position, as `Concrete Inputs` records it ("True", "0.1", "")."""
+        if len(shapes) != len(dtypes) or (concrete is not None and len(concrete) != len(shapes)):
             raise ValueError(f"{len(shapes)} shapes for {len(dtypes)} dtypes")
-        return _op_args([list(s) for s in shapes], list(dtypes), None)
+        values = None if concrete is None else list(concrete)
+        return _op_args([list(s) for s in shapes], list(dtypes), values)
 
     def tensor(self, i: int) -> Tensor | None:
         """The tensor at position `i`; None when there is no usable tensor there."""

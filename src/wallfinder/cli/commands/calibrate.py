@@ -15,6 +15,7 @@ from rich.text import Text
 
 from wallfinder.capture.calibrate import CalibrationResult, Figure, Settings, calibrate
 from wallfinder.cli.commands.analyze import positive_int
+from wallfinder.units import duration
 
 HELP = "measure this device's matmul FLOP/s, copy bandwidth and launch latency; save a profile"
 
@@ -108,7 +109,7 @@ def _value(f: Figure) -> str:
     if f.value is None:
         return "—"
     if f.unit == "s":
-        return f"{f.value * 1e6:.2f} µs"
+        return duration(f.value)
     return _si(f.value, f.unit)
 
 

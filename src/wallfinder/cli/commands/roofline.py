@@ -25,7 +25,11 @@ def _ints(text: str) -> tuple[int, ...]:
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_device_options(parser)
     parser.add_argument("--dtype", default="bf16", help="fp64, fp32, tf32, bf16, fp16, fp8, int8")
-    parser.add_argument("--op", help="an op: matmul, gelu, add, softmax, layer_norm, ...")
+    parser.add_argument(
+        "--op",
+        help="an op: matmul, gelu, silu, add, layer_norm, rms_norm, softmax, dropout, "
+        "residual_add, bias_add, to:fp32, ...",
+    )
     parser.add_argument("--shape", type=_ints, default=(), help="tensor shape, e.g. 32,2048,4096")
     parser.add_argument("--mnk", type=_ints, help="matmul sizes M,N,K")
     parser.add_argument("--flops-per-element", type=float, help="FLOPs per element (--op)")
@@ -33,8 +37,9 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bytes", type=float, help="bytes moved, with --flops")
     parser.add_argument(
         "--fuse",
-        help="a chain of pointwise ops on one --shape tensor, e.g. gelu,mul,add (binary ops "
-        "take a scalar second operand)",
+        help="a chain of ops on one --shape tensor, each fed the last one's output, e.g. "
+        "matmul,layer_norm,dropout or gelu,residual_add (add, mul: a scalar operand; bias_add, "
+        "residual_add: a tensor; to:fp32 casts); a first matmul writes --shape, K from --mnk",
     )
     parser.add_argument("--format", choices=("text", "json"), default="text")
 
@@ -56,11 +61,21 @@ def _spec(args: argparse.Namespace) -> DeviceSpec:
     return spec
 
 
+def _mnk(sizes: tuple[int, ...] | None) -> tuple[int, int, int] | None:
+    if sizes is None:
+        return None
+    if len(sizes) != 3:
+        raise WallfinderError(f"--mnk takes three sizes M,N,K, got {list(sizes)}")
+    return (sizes[0], sizes[1], sizes[2])
+
+
 def compute(args: argparse.Namespace) -> Calculation:
     spec = _spec(args)
     dtype = args.dtype
+    mnk = _mnk(args.mnk)
     if args.fuse:
-        return fusion(spec, dtype, [op.strip() for op in args.fuse.split(",")], args.shape)
+        ops = [op.strip() for op in args.fuse.split(",")]
+        return fusion(spec, dtype, ops, args.shape, mnk=mnk)
     if args.flops is not None or args.bytes is not None:
         if args.flops is None or args.bytes is None:
             raise WallfinderError("--flops and --bytes go together")
@@ -70,11 +85,6 @@ def compute(args: argparse.Namespace) -> Calculation:
             "say what to compute: --op (with --shape or --mnk), --flops and --bytes, or --fuse"
         )
     op = args.op or "matmul"
-    mnk = None
-    if args.mnk is not None:
-        if len(args.mnk) != 3:
-            raise WallfinderError(f"--mnk takes three sizes M,N,K, got {list(args.mnk)}")
-        mnk = (args.mnk[0], args.mnk[1], args.mnk[2])
     cost = cost_of(op, dtype, shape=args.shape, mnk=mnk, flops_per_element=args.flops_per_element)
     what = f"{op} {list(mnk) if mnk else list(args.shape)}"
     return calculate(spec, dtype, cost.flops, cost.bytes, what=what)
