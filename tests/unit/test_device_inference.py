@@ -270,6 +270,7 @@ def test_a100_40gb_boards_by_memory_take_the_lower_bandwidth() -> None:
         DeviceEvidence(name="AMD Radeon Graphics"),  # a generic name and nothing else
         DeviceEvidence(name="NVIDIA GeForce RTX 4060 Laptop GPU", sm_count=24),  # other clocks
         DeviceEvidence(name="NVIDIA Z999", sm_count=132),  # an unknown model
+        DeviceEvidence(name="NVIDIA A100-SXM4-64GB MIG 1g.8gb", sm_count=14),  # unknown GPU's slice
         DeviceEvidence(compute_capability=(9, 0), sm_count=7),  # nothing fits
     ],
 )

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from wallfinder.hardware._catalog import (
     _AMBIGUOUS,
+    _MIG,
     _Spelling,
     all_specs,
     match_device,
@@ -103,8 +104,8 @@ def identify_device(evidence: DeviceEvidence) -> DeviceSpec | None:
             return spec
     normalized = normalize_name(name)
     lowered = name.lower()
-    if any(word in lowered for word in _NOT_A_BOARD):
-        return None
+    if any(word in lowered for word in _NOT_A_BOARD) or _MIG.search(name):
+        return None  # other clocks, or a slice of a GPU the catalogue does not know
     model = _Spelling.of(normalized).model
     generic = not normalized or normalized in _AMBIGUOUS or bool(_GENERIC.match(normalized))
     if generic:
