@@ -47,6 +47,8 @@ class TraceBuilder:
 
     device_name: str | None = "NVIDIA H100 80GB HBM3"
     device: int = 0
+    device_properties: dict[str, Any] | None = None
+    """deviceProperties to write instead of the default (name and 85 GiB); `id` is added."""
     rank: int | None = None
     world_size: int | None = None
     pid: int = 4242
@@ -297,7 +299,9 @@ class TraceBuilder:
 
     def header(self, *, device_properties: bool = True) -> dict[str, Any]:
         head: dict[str, Any] = {"schemaVersion": 1}
-        if device_properties:
+        if device_properties and self.device_properties is not None:
+            head["deviceProperties"] = [{"id": self.device, **self.device_properties}]
+        elif device_properties:
             props = [{"id": self.device, "name": self.device_name, "totalGlobalMem": 85 << 30}]
             head["deviceProperties"] = props if self.device_name is not None else []
         if self.rank is not None:

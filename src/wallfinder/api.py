@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose
 from wallfinder.analysis.calculator import calculate, cost_of, fusion
@@ -24,11 +25,19 @@ from wallfinder.analysis.memory import memory_report
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import DIAGNOSIS_SCHEMAS, SCHEMA, Calculation, Diagnosis, MemoryReport
 from wallfinder.errors import WallfinderError
-from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file, match_device
+from wallfinder.hardware import (
+    DeviceEvidence,
+    DeviceSpec,
+    evidence_of,
+    get_spec,
+    identify_device,
+    load_spec_file,
+)
 from wallfinder.hardware._toml import read_toml_file
 from wallfinder.hardware.profile import load_device_profile
 from wallfinder.trace import (
     GZIP_DATA_ERRORS,
+    Kind,
     Progress,
     Trace,
     find_trace_files,
@@ -67,11 +76,13 @@ __all__ = [
 class Options:
     """What the user can say about an analysis; the CLI builds one from its flags.
 
-    `device` names the device (a spec key or a `deviceProperties` name) when the trace's is
-    unknown or wrong; `spec_file` gives the device's figures in a TOML file (it wins over
-    both); `device_profile` is a profile measured by `wallfinder calibrate`, whose roofs
-    replace those of the spec for the dtypes it measured; `model` describes the model for true
-    MFU; `thresholds` decide the verdict and every finding (a rank's, its memory's, the job's,
+    `device` names the device (a spec key, a `deviceProperties` name or a family name such as
+    "A100", taken as its common variant and said so) when the trace's is unknown or wrong;
+    without it the trace's device is matched by name, else inferred (and said so);
+    `spec_file` gives the device's figures in a TOML file (it wins over both);
+    `device_profile` is a profile measured by `wallfinder calibrate`, whose roofs replace
+    those of the spec for the dtypes it measured; `model` describes the model for true MFU;
+    `thresholds` decide the verdict and every finding (a rank's, its memory's, the job's,
     and an allocator snapshot's in `analyze_memory`)."""
 
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -93,13 +104,23 @@ class Options:
         elif self.device is not None:
             spec = get_spec(self.device)
         else:
-            spec = match_device(trace.device_name or "")
+            # By name, else inferred from deviceProperties and kernel names, and said so.
+            spec = identify_device(_device_evidence(trace))
         if self.device_profile is None:
             return spec
         profile = load_device_profile(self.device_profile)
         if self.spec_file is None:  # a user's own spec file says nothing about the device
             profile.check_device(spec, trace.device_name)
         return profile.over(spec)
+
+
+def _device_evidence(trace: Trace) -> DeviceEvidence:
+    """What the trace says about its device: its first device's deviceProperties, and its
+    kernel names (one per distinct name) for the architecture tags they carry."""
+    kernels = trace.of_kind(Kind.KERNEL)
+    names = [trace.strings[c] for c in np.unique(kernels.name)] if len(kernels) else []
+    props = trace.device_properties[0] if trace.device_properties else {}
+    return evidence_of(trace.device_name, props, names)
 
 
 def analyze(

@@ -260,8 +260,8 @@ BAD_PROFILES = {
         "calibration must be a table",
     ),
     "unknown-datasheet": (
-        GOOD_SPEC + '[calibration]\ndatasheet = "a100"\n',
-        "calibration.datasheet: unknown device 'a100'",
+        GOOD_SPEC + '[calibration]\ndatasheet = "a200"\n',
+        "calibration.datasheet: unknown device 'a200'",
     ),
     "negative-latency": (
         GOOD_SPEC + "[calibration]\nlaunch_latency = -1e-6\n",

@@ -344,6 +344,8 @@ def _device(trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> Device:
     name = name or trace.device_name
     if spec is not None:
         note = f"peaks: {spec.name} ({spec.source.split(':', 1)[0]})"
+        if spec.matched:  # a family, a MIG slice or an inferred device: say how it was chosen
+            note += f"; {spec.matched}"
     elif name:
         note = f"{name!r} matches no known device: figures that need its peaks are null"
     else:

@@ -245,7 +245,7 @@ def calculate(
     return Calculation(
         what=what,
         device=spec.name,
-        source=spec.source,
+        source=spec.source + (f"; {spec.matched}" if spec.matched else ""),
         dtype=dtype,
         flops=flops,
         bytes=nbytes,

@@ -23,6 +23,7 @@ differ, is described by a TOML file in the format of one catalogue entry, read w
     sm_count = 108                 # optional: SMs (NVIDIA) or compute units (AMD)
     l2_bytes = 41_943_040          # optional: L2 cache, bytes
     pcie_gen = 4                   # optional: PCIe generation
+    arch = "8.0"                   # optional: compute capability (NVIDIA) or gfx target (AMD)
 
     [peak_flops]                   # required, at least one: dense peak FLOP/s (int8: OP/s)
     fp64 = 19.5e12                 # keys among fp64 fp32 tf32 bf16 fp16 fp8 int8;
@@ -49,22 +50,30 @@ import os
 from wallfinder.hardware._catalog import (
     all_specs,
     cpu_spec,
+    family_members,
     get_spec,
     match_device,
+    mig_slice,
     normalize_name,
 )
+from wallfinder.hardware._infer import DeviceEvidence, evidence_of, identify_device
 from wallfinder.hardware._spec import DTYPES, DeviceSpec, Vendor, normalize_dtype
 from wallfinder.hardware._toml import read_spec_file
 
 __all__ = [
     "DTYPES",
+    "DeviceEvidence",
     "DeviceSpec",
     "Vendor",
     "all_specs",
     "cpu_spec",
+    "evidence_of",
+    "family_members",
     "get_spec",
+    "identify_device",
     "load_spec_file",
     "match_device",
+    "mig_slice",
     "normalize_dtype",
     "normalize_name",
 ]

@@ -2,9 +2,14 @@
 
 Matching never guesses: a name matches a device when it is one of the device's names, when it
 equals one after normalising spelling (case, separators, vendor prefixes, a virtual-function
-suffix), or when it is one of them with a memory size added and that size is the device's.
-Anything else — another board of the same family, a MIG slice, a name ROCm gives several
-products — is no match, and the report says the device is unknown.
+suffix), or when it is one of them with a memory size added and that size is the device's. A
+MIG slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") is its GPU's spec scaled to the slice, and says
+so in `DeviceSpec.matched`. Anything else — another board of the same family, a name ROCm gives
+several products — is no match here: `wallfinder.hardware._infer` may then infer the device from
+what else the trace holds, and says that it did.
+
+A family name a person types (`get_spec("A100")`) is taken as the variant the catalogue's
+``[families]`` table names, and the spec's `matched` says so and names the other variants.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 from wallfinder.errors import WallfinderError
@@ -30,6 +35,10 @@ _SIZE = re.compile(r"^(\d+(?:\.\d+)?)gb$")
 _MEMORY_KIND = re.compile(r"^(hbm\d?e?|gddr\d+x?)$")
 _SIZE_TOLERANCE = 0.05
 _GIB = 2**30
+# "NVIDIA H100 80GB HBM3 MIG 1g.10gb", or with a compute instance, "MIG 1c.2g.10gb".
+_MIG = re.compile(r"\s+MIG\s+(?:(\d+)c\.)?(\d+)g\.(\d+(?:\.\d+)?)gb\s*$", re.IGNORECASE)
+_MIG_COMPUTE_SLICES = 7
+"""A MIG GPU has 7 compute slices (NVIDIA MIG user guide): a 1g profile has 1/7 of them."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,17 @@ class _Spelling:
                 base.append(word)
         return cls(tuple(base), tuple(sizes), tuple(kinds))
 
+    @property
+    def model(self) -> str | None:
+        """The word that names the model ("a100", "mi300x", "4090"): the first with a digit."""
+        return next((w for w in self.base if any(c.isdigit() for c in w)), None)
+
+
+@dataclass(frozen=True)
+class _Family:
+    key: str
+    why: str
+
 
 @dataclass(frozen=True)
 class _Catalog:
@@ -101,12 +121,14 @@ class _Catalog:
     by_name: dict[str, DeviceSpec]
     by_normalized: dict[str, DeviceSpec]
     spellings: tuple[tuple[_Spelling, DeviceSpec], ...]
+    families: dict[str, _Family]
 
 
 @functools.cache
 def _catalog() -> _Catalog:
     text = resources.files(_PACKAGE).joinpath(_SPECS_FILE).read_text(encoding="utf-8")
-    devices = parse_toml(text, _SPECS_FILE).get("devices")
+    document = parse_toml(text, _SPECS_FILE)
+    devices = document.get("devices")
     if not isinstance(devices, dict):
         raise WallfinderError(f"{_SPECS_FILE}: no [devices.<key>] tables")
     specs = [_builtin(key, entry) for key, entry in devices.items()]
@@ -121,9 +143,22 @@ def _catalog() -> _Catalog:
         for spelling in {normalize_name(n) for n in (*spec.names, spec.name, spec.key)}:
             _add(by_normalized, spelling, spec)
             spellings.append((_Spelling.of(spelling), spec))
-    return _Catalog(
-        tuple(specs), {s.key: s for s in specs}, by_name, by_normalized, tuple(spellings)
-    )
+    by_key = {s.key: s for s in specs}
+    families = _families(document.get("families", {}), by_key)
+    return _Catalog(tuple(specs), by_key, by_name, by_normalized, tuple(spellings), families)
+
+
+def _families(table: object, by_key: dict[str, DeviceSpec]) -> dict[str, _Family]:
+    if not isinstance(table, dict):
+        raise WallfinderError(f"{_SPECS_FILE}: families must be a table")
+    families: dict[str, _Family] = {}
+    for name, entry in table.items():
+        key = entry.get("device") if isinstance(entry, dict) else None
+        why = entry.get("why") if isinstance(entry, dict) else None
+        if not isinstance(key, str) or key not in by_key or not isinstance(why, str):
+            raise WallfinderError(f"{_SPECS_FILE}: families.{name} needs a known device and why")
+        families[normalize_name(name)] = _Family(key, why)
+    return families
 
 
 def _builtin(key: str, entry: object) -> DeviceSpec:
@@ -158,8 +193,20 @@ def match_device(name: str, *, sm_count: int | None = None) -> DeviceSpec | None
 
     `sm_count` (the trace's `numSms`) only tells apart the boards a name already narrows the
     device to, such as ROCm's "AMD Instinct MI250X/MI250" (110 compute units per MI250X GCD,
-    104 per MI250 GCD); it never picks a device on its own.
+    104 per MI250 GCD); it never picks a device on its own. A MIG slice is its GPU's spec
+    scaled to the slice (see `mig_slice`).
     """
+    mig = _MIG.search(name)
+    if mig is not None:
+        whole = _match_name(name[: mig.start()], sm_count=None)
+        if whole is None:
+            return None
+        compute = int(mig.group(1) or mig.group(2))
+        return mig_slice(whole, compute, float(mig.group(3)), sm_count=sm_count)
+    return _match_name(name, sm_count=sm_count)
+
+
+def _match_name(name: str, *, sm_count: int | None) -> DeviceSpec | None:
     catalog = _catalog()
     exact = catalog.by_name.get(name.strip())
     if exact is not None:
@@ -197,15 +244,73 @@ def _memory_variant(normalized: str, catalog: _Catalog) -> DeviceSpec | None:
     return catalog.by_key[found.pop()] if len(found) == 1 else None
 
 
+def mig_slice(
+    whole: DeviceSpec, compute_slices: int, memory_gb: float, *, sm_count: int | None = None
+) -> DeviceSpec:
+    """The spec of a MIG slice of `whole` ("1g.10gb": 1 compute slice, 10 GB): its peaks are
+    its share of the GPU's — the slice's SMs over the GPU's when `sm_count` (the trace's
+    `numSms`) says it, else `compute_slices` of the GPU's 7 — and its bandwidth the share of
+    the GPU's memory it owns (memory bandwidth follows the memory slices). Whole-GPU peaks
+    would promise a slice several times the speed it can reach."""
+    if sm_count and whole.sm_count and sm_count < whole.sm_count:
+        compute = sm_count / whole.sm_count
+        how = f"{sm_count} of its {whole.sm_count} SMs"
+    else:
+        compute = min(1.0, compute_slices / _MIG_COMPUTE_SLICES)
+        how = f"{compute_slices} of its {_MIG_COMPUTE_SLICES} compute slices"
+    size = f"{memory_gb:g}"
+    memory = 1.0
+    if whole.mem_bytes:
+        memory = min(1.0, memory_gb * _GIB / whole.mem_bytes)
+        how += (
+            f", {size} of its {whole.mem_bytes / _GIB:g} GB of memory and that share of bandwidth"
+        )
+    profile = f"{compute_slices}g.{size}gb"
+    return replace(
+        whole,
+        key=f"{whole.key}-mig-{profile}",
+        name=f"{whole.name} MIG {profile}",
+        peak_flops={k: v * compute for k, v in whole.peak_flops.items()},
+        mem_bandwidth=whole.mem_bandwidth * memory,
+        mem_bytes=memory_gb * _GIB,
+        sm_count=round(whole.sm_count * compute) if whole.sm_count else None,
+        l2_bytes=whole.l2_bytes * memory if whole.l2_bytes else None,
+        names=(),
+        matched=f"a MIG {profile} slice: {whole.name}'s peaks scaled to the slice ({how})",
+    )
+
+
+def family_members(word: str) -> list[DeviceSpec]:
+    """The catalogue's devices whose model starts with `word` ("a100" → the four A100s)."""
+    wanted = normalize_name(word)
+    found: dict[str, DeviceSpec] = {}
+    for spelling, spec in _catalog().spellings:
+        model = spelling.model
+        if model is not None and wanted and model.startswith(wanted):
+            found.setdefault(spec.key, spec)
+    return list(found.values())
+
+
 def get_spec(key_or_name: str) -> DeviceSpec:
-    """The built-in spec for a catalogue key (``"a100-sxm4-80gb"``) or a device name
-    (``"NVIDIA A100-SXM4-80GB"``); `WallfinderError` naming close keys when there is none."""
+    """The built-in spec for a catalogue key (``"a100-sxm4-80gb"``), a device name
+    (``"NVIDIA A100-SXM4-80GB"``) or a family name a person types (``"A100"``: the variant the
+    catalogue's ``[families]`` table names, with `matched` saying so and naming the others);
+    `WallfinderError` naming close keys when there is none."""
     catalog = _catalog()
     text = key_or_name.strip()
     spec = catalog.by_key.get(text.lower()) or match_device(text)
     if spec is not None:
         return spec
     normalized = normalize_name(text)
+    family = catalog.families.get(normalized)
+    if family is not None:
+        chosen = catalog.by_key[family.key]
+        others = [s.key for s in family_members(normalized) if s.key != chosen.key]
+        also = f"; also {', '.join(others)} (name one to use it)" if others else ""
+        return replace(
+            chosen,
+            matched=f"{text!r} is a family: took {chosen.key}, {family.why}{also}",
+        )
     ambiguous = _AMBIGUOUS.get(normalized)
     if ambiguous is not None:
         raise WallfinderError(

@@ -48,6 +48,12 @@ class DeviceSpec:
     pcie_gen: int | None = None
     names: tuple[str, ...] = ()
     """The names `torch.cuda.get_device_properties().name` reports for this device."""
+    arch: str | None = None
+    """NVIDIA's compute capability ("9.0") or AMD's LLVM target ("gfx942")."""
+    matched: str | None = None
+    """How this spec was chosen for a trace or a request when the device's own name did not
+    say it: a family name taken as its common variant, a MIG slice, or inference from the
+    trace ("inferred from ..."). None when the name is the device's own."""
 
     def __post_init__(self) -> None:
         # Read-only copies: the catalogue's specs are shared by every caller.

@@ -31,6 +31,7 @@ ENTRY_FIELDS = (
     "l2_bytes",
     "interconnect",
     "pcie_gen",
+    "arch",
 )
 """The keys of a device entry (a user's spec file may also give `key`)."""
 
@@ -81,6 +82,7 @@ def spec_from_entry(entry: Mapping[str, object], *, key: str, source: str | None
         estimate=estimate,
         pcie_gen=_optional_count(entry, "pcie_gen"),
         names=_names(entry),
+        arch=_text(entry, "arch", required=False) or None,
     )
 
 

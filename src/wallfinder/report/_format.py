@@ -19,6 +19,7 @@ __all__ = [
     "MEMORY_TOP_SITES",
     "breakdown_parts",
     "cause_label",
+    "device_label",
     "duration",
     "ellipsize",
     "idle_causes",
@@ -227,9 +228,19 @@ def ellipsize(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def device_label(d: Diagnosis) -> str:
+    """The device's name as the trace gives it; where it gives none, the spec matched to it,
+    marked as inferred (the device note says from what)."""
+    if d.device.name:
+        return d.device.name
+    if d.device.matched_spec:
+        return f"{d.device.matched_spec} (inferred)"
+    return "unknown device"
+
+
 def title_line(d: Diagnosis) -> str:
     """Device, rank and steps in one line (the source file is shown apart)."""
-    device = d.device.name or "unknown device"
+    device = device_label(d)
     if d.device.kind == "gpu" and d.device.index is not None:
         device += f" (device {d.device.index})"
     parts = [device]

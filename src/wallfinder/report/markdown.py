@@ -32,6 +32,7 @@ def render_markdown(d: Diagnosis) -> str:
         "",
         f"{code(d.source)} · {text(fmt.title_line(d))}",
         "",
+        *([f"_{text(d.device.note)}_", ""] if d.device.note else []),
         f"> {text(v.reason)}",
         "",
         *(

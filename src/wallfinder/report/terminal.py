@@ -19,6 +19,7 @@ from wallfinder.report._format import (
     breakdown_parts,
     cause_label,
     collective_cells,
+    device_label,
     duration,
     gain,
     graph_line,
@@ -78,7 +79,7 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
 
 
 def _header(d: Diagnosis) -> Text:
-    device = d.device.name or "unknown device"
+    device = device_label(d)
     if d.device.kind == "gpu" and d.device.index is not None:
         device += f" (device {d.device.index})"
     rank = ""

@@ -93,7 +93,9 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
 def add_device_options(parser: argparse.ArgumentParser) -> None:
     device = parser.add_argument_group("device")
     device.add_argument(
-        "--device", help="the device's name or spec key, when the trace's is unknown or wrong"
+        "--device",
+        help="the device's name, spec key or family (A100, H100: the common variant, said "
+        "so), when the trace's is unknown or wrong",
     )
     device.add_argument(
         "--spec", type=Path, help="a TOML file with the device's peaks and bandwidth"

@@ -52,7 +52,7 @@ def _spec(args: argparse.Namespace) -> DeviceSpec:
         spec = get_spec(args.device)
     elif args.device_profile is None:
         raise WallfinderError(
-            "name the device with --device (e.g. h100-sxm), or give --spec FILE or "
+            "name the device with --device (e.g. H100 or h100-sxm), or give --spec FILE or "
             "--device-profile FILE"
         )
     if args.device_profile is not None:
