@@ -157,25 +157,25 @@ def test_trace_without_profiler_steps_sets_its_start_up_aside() -> None:
 
 
 def test_first_launches_loading_code_are_start_up_not_launch_latency() -> None:
-    # No markers: after the trimmed start-up, one window in which the first launch of a
-    # reduce kernel takes 21.69 ms (hipLaunchKernel loading its code object; later launches
-    # take 3-10 µs). It was "launch latency", and the launch-bound bound 35.26x.
+    # No markers, no optimizer: the annotated sequence of ten norm layers repeats 3 times.
+    # The first iteration holds 1.09 s of first launches loading code objects (the slowest a
+    # reduce kernel's first hipLaunchKernel, 21.69 ms; later launches take 3-10 µs): start-up,
+    # set aside with its iteration. It was "launch latency", and the launch-bound bound 35.26x.
     _, d = loaded(real_trace("tracelens/mi300x_normalization_layers.json.gz"))
+    assert d.steps.source == "repeated annotations (no ProfilerStep)"
+    first = d.breakdown.steps[0]
+    assert first.warmup
+    assert first.idle_causes_s["startup"] == pytest.approx(1.090, abs=0.005)
+    assert first.idle_causes_s["launch_latency"] < 1e-3
     causes = d.breakdown.idle_causes
-    step_s = d.breakdown.per_step_ms["step"] / 1e3
-    assert causes["startup"] * step_s == pytest.approx(21.70e-3, abs=0.05e-3)
-    assert causes["launch_latency"] < 0.05
+    assert causes["startup"] == 0.0
     # What recurs is the host between tiny kernels: CPU ops and Python.
     assert (d.verdict.wall, d.verdict.cause) == ("overhead", "host_overhead")
     launch = next(f for f in d.findings if f.id == "launch-bound")
-    assert launch.share == pytest.approx(
-        (causes["host_overhead"] + causes["launch_latency"]) / (1 - causes["startup"])
-    )
-    assert launch.max_speedup < 20
-    assert "1 first launch(es) loading kernel code took 21.69 ms" in launch.evidence
+    assert launch.share == pytest.approx(causes["host_overhead"] + causes["launch_latency"])
+    assert launch.max_speedup < 10
     once = next(f for f in d.findings if f.id == "warm-up")
     assert (once.saves, once.max_speedup) == ("once", 1.0)
-    assert "first launch(es) of a kernel loading its code" in once.evidence
 
 
 def test_a_short_trace_s_first_launch_is_start_up() -> None:
