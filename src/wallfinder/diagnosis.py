@@ -537,17 +537,22 @@ never a fact the allocator records. Each source can tell only some of them:
   allocation: `SNAPSHOT_CATEGORIES` (parameters, optimizer_state, gradients, activations;
   other when the stack says none of them);
 - a profiler trace's memory events (`wallfinder.analysis.memory_profile`), from when each
-  block was allocated and freed: `PROFILE_CATEGORIES` (before_trace for what was allocated
-  before the trace, parameters among it; activations, retained, gradients, optimizer_state,
+  block was allocated and freed: `PROFILE_CATEGORIES` (parameters for blocks allocated
+  before the first step and never freed; before_trace for what was allocated before the
+  trace, parameters among it; activations, retained, gradients, optimizer_state,
   temporaries; other for blocks allocated between steps).
+
+Gradients come from the backward pass only (autograd's engine on the stack, or the events'
+backward phase): a forward-only or compiled inference run has none.
 
 /1 memory reports named the snapshot's other "unknown"; `MemoryReport.from_json` renames it."""
 
 SNAPSHOT_CATEGORIES = ("parameters", "optimizer_state", "gradients", "activations", "other")
 """The categories a snapshot's call stacks tell, in the order its reports list them."""
 
-PROFILE_CATEGORIES = tuple(c for c in MEMORY_CATEGORIES if c != "parameters")
-"""The categories a profiler trace's event timing tells, in the order its reports list them."""
+PROFILE_CATEGORIES = MEMORY_CATEGORIES
+"""The categories a profiler trace's event timing tells, in the order its reports list them
+(all of them: parameters since the memory reports of issue 16)."""
 
 
 class MemoryBlock(_Base, frozen=True):
@@ -577,10 +582,11 @@ class MemorySite(_Base, frozen=True):
 
 
 class MemoryLeak(_Base, frozen=True):
-    """A call site whose allocations are never freed in the history, spread over it: from a
-    snapshot, in every third of its history (`device`, `category` of its first block); from
-    a profiler trace, in several steady-state steps (`steps`, and the `op` that allocates
-    most of them)."""
+    """A call site whose blocks, allocated in several steps (`steps`), are still alive at
+    the end of later ones while allocated memory rises step over step: growth that persists
+    across steps (never one step's working set). From a snapshot, with its `device` and the
+    `category` of its first block; from a profiler trace, with the `op` that allocates most
+    of them."""
 
     site: str
     count: int

@@ -16,6 +16,7 @@ from realtraces import real_trace, real_trace_params
 from tracegen import assert_same_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.analysis import diagnose
+from wallfinder.api import analyze_memory
 from wallfinder.cli import main
 from wallfinder.trace import Kind, Trace, load_trace
 
@@ -65,6 +66,54 @@ def test_mi300x_memory_events_are_on_the_hip_device_with_call_stacks() -> None:
     assert m.device == "hip:0"
     assert m.capacity == 206_141_652_992
     assert any(" ← " in s.site and "forward" in s.site for s in m.sites)
+
+
+SNAPSHOTS = [
+    "cs336_ctx128_forward.pickle",
+    "cs336_ctx128_forward_mixed.pickle",
+    "cs336_ctx128_fullstep.pickle",
+    "cs336_forward_b.pickle",
+]
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS)
+def test_real_snapshots_name_the_parameters_and_see_no_leak_in_one_step(name: str) -> None:
+    r = analyze_memory(real_trace(f"memory/{name}"))
+    # Each history is one step (one forward pass, or one training step): what it keeps
+    # alive is its working set, not growth across steps.
+    assert r.leaks == []
+    assert "memory-leak-suspect" not in {f.id for f in r.findings}
+    assert any("holds one step" in n for n in r.notes)
+    # The model's weights were allocated before recording began: no stack, alive through
+    # the history, so parameters (and said so), not "other".
+    (device,) = r.devices
+    assert r.categories["parameters"] > 0.15 * device.allocated
+    assert r.categories["other"] < 0.001 * device.allocated
+    assert any("allocated before the history began" in n for n in r.notes)
+    (peak,) = r.peaks
+    assert peak.categories["parameters"] == r.categories["parameters"]
+
+
+@pytest.mark.parametrize(
+    "name", ["cs336_ctx128_forward.pickle", "cs336_ctx128_forward_mixed.pickle"]
+)
+def test_real_forward_only_snapshots_have_no_gradients(name: str) -> None:
+    r = analyze_memory(real_trace(f"memory/{name}"))
+    (peak,) = r.peaks
+    assert r.categories["gradients"] == peak.categories["gradients"] == 0
+    assert r.categories["activations"] > 0
+
+
+def test_real_training_step_snapshot_splits_the_model_state() -> None:
+    r = analyze_memory(real_trace("memory/cs336_ctx128_fullstep.pickle"))
+    cats = r.categories
+    # AdamW: one gradient and two moments per parameter, all fp32, so each the same size.
+    assert cats["gradients"] == pytest.approx(cats["parameters"], rel=0.01)
+    assert cats["optimizer_state"] == pytest.approx(2 * cats["parameters"], rel=0.01)
+    # The backward pass runs on autograd's thread, with C++ frames only.
+    assert any(s.site.startswith("autograd backward (") for s in r.sites)
+    # Gradients held until the optimizer step are no leak.
+    assert r.leaks == []
 
 
 @pytest.mark.parametrize("path", real_trace_params())

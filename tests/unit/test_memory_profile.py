@@ -40,12 +40,14 @@ def training_with_memory(
     reserved: int = 64 * MiB,
     leak: int = 0,
     churn: bool = False,
+    backward: bool = True,
 ) -> TraceBuilder:
     """training_trace's steps with a forward op, a backward pass on the autograd thread and
     an optimizer step, allocating: a 1 MiB activation (freed in backward) and a 256 KiB
     temporary in forward, a 512 KiB gradient in backward (freed by the next zero_grad), a
     128 KiB backward temporary, and 2 MiB of optimizer state in the first step only.
-    `leak` bytes are allocated in each forward and never freed."""
+    `leak` bytes are allocated in each forward and never freed. Without `backward`, each
+    step is a forward pass only (inference): the activation is freed at its end."""
     b = training_trace(steps)
     mem = Allocator(b, baseline, reserved)
     grad: int | None = None
@@ -57,6 +59,9 @@ def training_with_memory(
         mem.free(t0 + 116, tmp, 256 * 1024)
         if leak:
             mem.alloc(t0 + 118, leak)
+        if not backward:
+            mem.free(t0 + 300, act, MiB)
+            continue
         b.cpu_op(
             "autograd::engine::evaluate_function: AddmmBackward0", t0 + 160, 90, tid=AUTOGRAD_TID
         )
@@ -92,6 +97,7 @@ def test_the_peak_is_split_into_categories_by_when_blocks_live(tmp_path: Path) -
     assert m.peak_phase == "backward"
     assert m.peak_op == "autograd::engine::evaluate_function: AddmmBackward0"
     assert m.categories == {
+        "parameters": 0,
         "before_trace": 10 * MiB,
         "activations": MiB,
         "retained": 0,
@@ -112,6 +118,69 @@ def test_the_peak_is_split_into_categories_by_when_blocks_live(tmp_path: Path) -
     # No Python stacks: call sites are ops, and the notes say how to get source lines.
     assert {s.site for s in m.sites} >= {"aten::linear"}
     assert any("with_stack" in n for n in d.memory.notes)
+
+
+def test_blocks_made_before_the_first_step_and_kept_are_parameters(tmp_path: Path) -> None:
+    # The allocator's totals count the 8 MiB the model takes from the start.
+    b = training_with_memory(baseline=8 * MiB)
+    # The model moved to the device before the loop, and a scratch block freed in step 1.
+    b.memory(-80, 0x10_0000, 8 * MiB, 8 * MiB, 64 * MiB)
+    b.memory(-60, 0x20_0000, MiB, 9 * MiB, 64 * MiB)
+    b.memory(30, 0x20_0000, -MiB, 8 * MiB, 64 * MiB)
+    d = diagnose(b, tmp_path)
+    assert d.memory is not None
+    m = d.memory.devices[0]
+    assert m.categories["parameters"] == 8 * MiB
+    assert m.categories["before_trace"] == m.categories["other"] == 0
+    assert m.categories["gradients"] == 512 * 1024
+    assert m.peak_allocated == sum(m.categories.values())
+
+
+def test_a_forward_only_run_has_no_gradients_and_no_leak(tmp_path: Path) -> None:
+    d = diagnose(training_with_memory(backward=False), tmp_path)
+    assert d.memory is not None
+    m = d.memory.devices[0]
+    assert m.categories["gradients"] == 0
+    assert m.peak_phase == "forward"
+    assert not m.leak
+    assert [s.start_allocated for s in m.steps] == [10 * MiB] * 6
+
+
+def test_a_forward_only_run_keeping_outputs_is_a_leak(tmp_path: Path) -> None:
+    d = diagnose(training_with_memory(leak=MiB, backward=False), tmp_path)
+    assert d.memory is not None
+    m = d.memory.devices[0]
+    assert m.leak
+    assert m.categories["gradients"] == 0
+    assert m.leak_sites[0].steps >= 4
+
+
+def test_gradients_held_into_the_next_step_are_not_a_leak(tmp_path: Path) -> None:
+    """Gradients set to None by the next step's zero_grad: each step's start holds the last
+    step's gradients, the same amount every time."""
+    b = training_trace(6)
+    mem = Allocator(b, 10 * MiB, 64 * MiB)
+    grad: int | None = None
+    for s in range(6):
+        t0 = s * PERIOD
+        b.annotation("Optimizer.zero_grad#SGD.zero_grad", t0 + 102, 4)
+        if grad is not None:
+            mem.free(t0 + 103, grad, 4 * MiB)
+        b.cpu_op("aten::linear", t0 + 110, 40)
+        act = mem.alloc(t0 + 112, MiB)
+        b.cpu_op(
+            "autograd::engine::evaluate_function: AddmmBackward0", t0 + 160, 90, tid=AUTOGRAD_TID
+        )
+        grad = mem.alloc(t0 + 165, 4 * MiB, tid=AUTOGRAD_TID)
+        mem.free(t0 + 200, act, MiB, tid=AUTOGRAD_TID)
+        b.annotation("Optimizer.step#SGD.step", t0 + 300, 40)
+    d = diagnose(b, tmp_path)
+    assert d.memory is not None
+    m = d.memory.devices[0]
+    assert [s.start_allocated for s in m.steps][1:] == [14 * MiB] * 5
+    assert not m.leak
+    assert m.leak_sites == []
+    assert m.categories["gradients"] == 4 * MiB
 
 
 def test_capacity_comes_from_the_datasheet_else_the_trace(tmp_path: Path) -> None:

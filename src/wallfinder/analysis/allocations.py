@@ -6,20 +6,28 @@ columns (address, size, action) and replays it here, vectorised: the running lev
 allocated bytes, which free ends which allocation, and what is live after any event. What a
 block holds (its category) and where it came from (its call site) stay with the source;
 `rank_sites` groups live blocks by both the same way for each.
+
+A leak is judged the same way for both, once each source has cut its history into steps:
+allocated memory rising at the step boundaries (`step_growth`), and blocks allocated in
+earlier steps that are still alive at the end of later ones (`Replay.kept_across`,
+`by_site`). A block freed within its step or the next (activations freed in the backward
+pass, gradients held until the optimizer step or the next zero_grad) is never one; neither
+is one step's working set, however large.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.thresholds import MemoryThresholds
 from wallfinder.diagnosis import MemorySite
 from wallfinder.trace.snapshot import ALLOC, FREE
 
-__all__ = ["Replay", "rank_sites"]
+__all__ = ["Growth", "Replay", "by_site", "rank_sites", "step_growth"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -78,6 +86,15 @@ class Replay:
         out[frees[earlier]] = False
         return out
 
+    def kept_across(self, step: I64, counted: I64) -> I64:
+        """Allocations made in one of the `counted` steps (step indices, in order) before the
+        last of them and never freed: still alive at the end of every later step. `step` is
+        each event's step (negative: in none)."""
+        if counted.size < 2:
+            return np.zeros(0, dtype=np.int64)
+        earlier = np.isin(step, counted[:-1]) & (step >= 0)
+        return np.flatnonzero(self.alloc & (self.free_of < 0) & earlier)
+
 
 def _pair(addr: I64, action: I64) -> I64:
     """For each allocation, the index of the free of its block (see `Replay.free_of`)."""
@@ -106,3 +123,47 @@ def rank_sites(blocks: Iterable[tuple[str, str, int]], top: int) -> list[MemoryS
     return [
         MemorySite(site=s, category=c, bytes=sizes[s, c], count=counts[s, c]) for s, c in ranked
     ]
+
+
+def by_site(members: I64, site: Callable[[int], str], step: I64) -> dict[str, list[int]]:
+    """`members` (event indices) grouped by call site, keeping the sites whose blocks were
+    allocated in at least two steps: one step's blocks are its working set (or state made
+    once), not growth that persists."""
+    groups: dict[str, list[int]] = {}
+    for i in members.tolist():
+        groups.setdefault(site(i), []).append(i)
+    return {s: m for s, m in groups.items() if len({int(step[i]) for i in m}) >= 2}
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Allocated bytes at the step boundaries: their slope per step (None: too few steps to
+    tell), the growth it makes over them, and whether that is a leak."""
+
+    per_step: float | None
+    bytes: int
+    leak: bool
+
+
+def step_growth(levels: npt.NDArray[np.float64], peak: int, limits: MemoryThresholds) -> Growth:
+    """Whether allocated bytes at consecutive step boundaries (`levels`, the first step's
+    start first) rise step over step by enough to be a leak."""
+    # Not the first boundary: a first step that allocates what the loop then keeps (its
+    # outputs, gradients and optimizer state made lazily, the CPU's counters starting) is not
+    # a leak.
+    if levels.size >= 4:
+        levels = levels[1:]
+    if levels.size < 3:
+        return Growth(None, 0, False)
+    diffs = np.diff(levels)
+    slope = round(float(np.polyfit(np.arange(levels.size, dtype=np.float64), levels, 1)[0]), 1)
+    growth = int(slope * diffs.size)
+    rises, drops = int((diffs > 0).sum()), int((diffs < 0).sum())
+    # A leak rises, if only every few steps, and seldom falls: batches of varying size move
+    # the level both ways.
+    leak = (
+        growth >= max(limits.leak_bytes, limits.leak_share * peak)
+        and rises >= max(1, 2 * drops)
+        and drops <= limits.leak_drops * diffs.size
+    )
+    return Growth(slope, growth, leak)

@@ -15,7 +15,15 @@ allocator records:
 - allocated in the backward pass and kept past it: gradients;
 - allocated in the optimizer and kept past it: optimizer state;
 - allocated and freed within one phase of one step: temporaries;
+- allocated before the first step and never freed: parameters (the model made, moved or
+  loaded before the loop);
 - allocated between steps: other (inputs, data); allocated before the trace: `before_trace`.
+
+Only the backward pass makes gradients: a trace with no backward (a forward-only or
+inference run, compiled or not) has none. A leak is growth that persists across steps: the
+level at the steps' starts rising, with blocks allocated in one step still alive at the end
+of later ones (the one rule of `wallfinder.analysis.allocations`); what the backward pass
+frees, and gradients held until the optimizer step, are not.
 
 These are `PROFILE_CATEGORIES` of the one vocabulary (`wallfinder.diagnosis.MEMORY_CATEGORIES`).
 
@@ -33,7 +41,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.allocations import Replay, rank_sites
+from wallfinder.analysis.allocations import Replay, by_site, rank_sites, step_growth
 from wallfinder.analysis.findings import Facts, user_frames
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.roofline import enclosing
@@ -388,7 +396,8 @@ def _device(
     limits = thresholds.memory
     mem = ctx.mem.take(rows)
     # A free with no allocation before it is of a block from before the trace.
-    free_of = Replay.of(mem.addr, np.abs(mem.bytes), np.sign(mem.bytes)).free_of
+    replay = Replay.of(mem.addr, np.abs(mem.bytes), np.sign(mem.bytes))
+    free_of = replay.free_of
     if key[0] == 0:
         # The CPU's totals count what earlier profiling sessions of the process allocated, and
         # some but not all of its frees: only the blocks allocated in the trace are counted.
@@ -408,6 +417,10 @@ def _device(
     # steps ran.
     later = np.where(freed, step[j] > step, step < step.max(initial=0))
     block_cat[(phase == FORWARD) & (step >= 0) & later] = _CAT["retained"]
+    if not spans.whole and spans.cpu_start.size:
+        # Allocated before the first step and never freed: the model's state made, moved or
+        # loaded before the loop (parameters), as far as the trace can tell.
+        block_cat[alloc & ~freed & (mem.ts < spans.cpu_start[0])] = _CAT["parameters"]
     event_cat = np.full(n, _CAT["before_trace"], dtype=np.int64)
     event_cat[alloc] = block_cat[alloc]
     matched_free = free_of[alloc & freed]
@@ -451,7 +464,7 @@ def _device(
     )
     steps = _steps(mem, spans, kept, baseline)
     growth_per_step, growth, leak, steady = _growth(steps, peak, limits)
-    leak_sites = _leak_sites(ctx, rows, mem, free_of, step, kept) if leak else []
+    leak_sites = _leak_sites(ctx, rows, mem, replay, step, kept) if leak else []
     if leak and not leak_sites:
         notes.append(
             f"{label}: allocated memory grows every step, but no call site's blocks stay "
@@ -536,59 +549,32 @@ def _growth(
         [s.start_allocated for s in steady] + [steady[-1].end_allocated] if steady else [],
         dtype=np.float64,
     )
-    # Not the first boundary: a first step that allocates what the loop then keeps (its
-    # outputs, lazily built state, the CPU's counters starting) is not a leak.
-    if levels.size >= 4:
-        levels = levels[1:]
-    if levels.size < 3:
-        return None, 0, False, len(steady)
-    diffs = np.diff(levels)
-    slope = round(float(np.polyfit(np.arange(levels.size, dtype=np.float64), levels, 1)[0]), 1)
-    growth = int(slope * diffs.size)
-    rises, drops = int((diffs > 0).sum()), int((diffs < 0).sum())
-    # A leak rises, if only every few steps, and seldom falls: batches of varying size move
-    # the level both ways.
-    leak = (
-        growth >= max(limits.leak_bytes, limits.leak_share * peak)
-        and rises >= max(1, 2 * drops)
-        and drops <= limits.leak_drops * diffs.size
-    )
-    return slope, growth, leak, len(steady)
+    g = step_growth(levels, peak, limits)
+    return g.per_step, g.bytes, g.leak, len(steady)
 
 
 def _leak_sites(
     ctx: _Context,
     rows: I64,
     mem: MemoryEvents,
-    free_of: I64,
+    replay: Replay,
     step: I64,
     kept: npt.NDArray[np.bool_],
 ) -> list[MemoryLeak]:
     """Call sites whose blocks, allocated in at least two of the steady-state steps before
     the last, are never freed in the trace."""
-    steady = np.flatnonzero(kept)
-    if steady.size < 2:
-        return []
-    candidates = np.flatnonzero(
-        (mem.bytes > 0) & (free_of < 0) & np.isin(step, steady[:-1]) & (step >= 0)
-    )
-    groups: dict[str, list[int]] = {}
-    for i in candidates.tolist():
-        groups.setdefault(ctx.where(int(rows[i])), []).append(i)
+    members = replay.kept_across(step, np.flatnonzero(kept))
     out = []
-    for site, members in groups.items():
-        seen = len({int(step[i]) for i in members})
-        if seen < 2:
-            continue
-        ops = [ctx.op(int(rows[i])) for i in members]
+    for site, items in by_site(members, lambda i: ctx.where(int(rows[i])), step).items():
+        ops = [ctx.op(int(rows[i])) for i in items]
         op = max(set(ops), key=ops.count, default=None)
         out.append(
             MemoryLeak(
                 site=site,
                 op=op,
-                count=len(members),
-                bytes=int(mem.bytes[members].sum()),
-                steps=seen,
+                count=len(items),
+                bytes=int(mem.bytes[items].sum()),
+                steps=len({int(step[i]) for i in items}),
             )
         )
     out.sort(key=lambda s: -s.bytes)
@@ -712,7 +698,8 @@ def _model_state(f: MemoryFacts) -> tuple[int, str] | None:
     """Parameters, gradients and optimizer state at the peak (bytes, in words), when they
     take enough of it on a device under pressure, near capacity or with optimizer state."""
     p, cats = f.profile, f.profile.categories
-    state = cats["before_trace"] + cats["optimizer_state"] + cats["gradients"]
+    params = cats["parameters"] + cats["before_trace"]
+    state = params + cats["optimizer_state"] + cats["gradients"]
     near = p.capacity is not None and p.peak_reserved >= f.limits.near_capacity * p.capacity
     if not (
         f.pressure
@@ -721,8 +708,8 @@ def _model_state(f: MemoryFacts) -> tuple[int, str] | None:
     ):
         return None
     return state, (
-        f"parameters, gradients and optimizer state ({size(cats['before_trace'])} "
-        f"allocated before the trace, {size(cats['gradients'])} of gradients, "
+        f"parameters, gradients and optimizer state ({size(params)} of parameters and "
+        f"blocks allocated before the trace, {size(cats['gradients'])} of gradients, "
         f"{size(cats['optimizer_state'])} of optimizer state) are {size(state)} "
         f"({state / f.peak:.0%}) {f.where}"
     )
@@ -758,7 +745,7 @@ def offload_state(f: MemoryFacts) -> Finding | None:
         found[1],
         "offload optimizer state to host memory (FSDP CPUOffload, DeepSpeed ZeRO "
         "offload), or shard it across GPUs; an 8-bit optimizer shrinks it",
-        cats["optimizer_state"] + cats["before_trace"] or None,
+        cats["optimizer_state"] + cats["parameters"] + cats["before_trace"] or None,
     )
 
 

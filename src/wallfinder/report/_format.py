@@ -255,6 +255,7 @@ def title_line(d: Diagnosis) -> str:
 MEMORY_TOP_SITES = 5
 """Call sites the reports list as live at the memory peak (the JSON has up to ten)."""
 MEMORY_CATEGORY_LABEL = {
+    "parameters": "parameters",
     "before_trace": "before the trace (parameters, state)",
     "activations": "activations",
     "retained": "kept from earlier steps",

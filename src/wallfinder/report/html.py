@@ -76,6 +76,7 @@ IDLE_COLOR = {
 }
 IDLE_TOTAL_COLOR = "#6e7781"
 MEMORY_COLOR = {
+    "parameters": "#bcbd22",
     "before_trace": "#8c959f",
     "activations": "#1f77b4",
     "retained": "#d62728",

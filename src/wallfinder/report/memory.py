@@ -56,9 +56,10 @@ def _parts(r: MemoryReport) -> list[RenderableType]:
     if r.leaks:
         parts.append(
             Text(
-                "never freed, spread over the history (leak suspects):\n"
+                "kept across steps while memory grows (leak suspects):\n"
                 + "\n".join(
-                    f"  {size(s.bytes)} in {s.count} allocations: {s.site}" for s in r.leaks
+                    f"  {size(s.bytes)} in {s.count} allocations over {s.steps} steps: {s.site}"
+                    for s in r.leaks
                 )
             )
         )
