@@ -126,16 +126,7 @@ def diagnose(
     steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
-    memory = memory_profile(
-        trace,
-        spans,
-        kept,
-        device=dev.device if dev is not None else None,
-        capacity=parts.capacity[0],
-        capacity_source=parts.capacity[1],
-        world_size=trace.world_size,
-        thresholds=thresholds,
-    )
+    memory = memory_profile(scope, *parts.capacity)
     facts = Facts(
         scope, steps, parts.breakdown, parts.roofline, parts.fusion, parts.dispatch, memory
     )

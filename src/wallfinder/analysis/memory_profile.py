@@ -46,6 +46,7 @@ from wallfinder.analysis.findings import Facts, user_frames
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.roofline import enclosing
 from wallfinder.analysis.rules import evaluate, rule
+from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import StepSpans
 from wallfinder.analysis.thresholds import MemoryThresholds, Thresholds
 from wallfinder.diagnosis import (
@@ -82,20 +83,14 @@ def device_label(device_type: int, device_id: int) -> str:
 
 
 def memory_profile(
-    trace: Trace,
-    spans: StepSpans,
-    kept: npt.NDArray[np.bool_],
-    *,
-    device: int | None,
-    capacity: int | None = None,
-    capacity_source: str | None = None,
-    world_size: int | None = None,
-    thresholds: Thresholds | None = None,
+    scope: Scope, capacity: int | None = None, capacity_source: str | None = None
 ) -> MemoryProfile | None:
     """The memory profile of every device with `[memory]` events (None when there are
-    none). `device` is the index of the analysed accelerator, None for the CPU of a CPU-only
-    trace; findings are about it, and `capacity` (bytes) is its capacity."""
-    thresholds = thresholds or Thresholds()
+    none). The findings are about the scope's device (the analysed accelerator, or the CPU
+    of a CPU-only trace), whose capacity is `capacity` bytes."""
+    trace, spans, kept, thresholds = scope.trace, scope.spans, scope.kept, scope.thresholds
+    device = scope.dev.device if scope.dev is not None else None
+    world_size = trace.world_size
     limits = thresholds.memory
     mem = trace.memory
     usable = (mem.bytes != NONE) & (mem.total_allocated != NONE) & (mem.bytes != 0)
