@@ -22,7 +22,14 @@ from typing import Any, TypeVar
 
 from wallfinder.analysis import Thresholds, timed_steps
 from wallfinder.api import Options, analyze
-from wallfinder.capture import Recording, Timing
+from wallfinder.capture import (
+    DEFAULT_ACTIVE,
+    DEFAULT_WAIT,
+    DEFAULT_WARMUP,
+    TRACE_DIR,
+    Recording,
+    Timing,
+)
 from wallfinder.capture.run import RunOutcome
 from wallfinder.capture.workloads import (
     WAIT,
@@ -62,10 +69,10 @@ class Profile(Recording):
     def __init__(
         self,
         *,
-        wait: int = 1,
-        warmup: int = 2,
-        active: int = 5,
-        trace_dir: str | os.PathLike[str] = "wallfinder-traces",
+        wait: int = DEFAULT_WAIT,
+        warmup: int = DEFAULT_WARMUP,
+        active: int = DEFAULT_ACTIVE,
+        trace_dir: str | os.PathLike[str] = TRACE_DIR,
         memory: bool = False,
         stacks: bool | None = None,
         auto_step: bool = True,

@@ -68,6 +68,11 @@ class _StepMarks:
         self._mark()
 
 
+DEFAULT_WAIT, DEFAULT_WARMUP, DEFAULT_ACTIVE = 1, 2, 5
+"""The profile schedule's defaults: steps ignored, profiled but discarded, kept."""
+TRACE_DIR = "wallfinder-traces"
+"""Where traces are written by default."""
+
 R = TypeVar("R", bound="Recording")
 T = TypeVar("T", bound="Timing")
 
@@ -88,10 +93,10 @@ class Recording(_StepMarks):
     def __init__(
         self,
         *,
-        wait: int = 1,
-        warmup: int = 2,
-        active: int = 5,
-        trace_dir: str | os.PathLike[str] = "wallfinder-traces",
+        wait: int = DEFAULT_WAIT,
+        warmup: int = DEFAULT_WARMUP,
+        active: int = DEFAULT_ACTIVE,
+        trace_dir: str | os.PathLike[str] = TRACE_DIR,
         memory: bool = False,
         stacks: bool | None = None,
         auto_step: bool = True,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wallfinder.capture import TRACE_DIR
 from wallfinder.capture._hook import ACTIVE_ENV, CONFIG_ENV, MEMORY_ENTRIES, STATUS_PREFIX
 from wallfinder.errors import WallfinderError
 
@@ -176,11 +177,11 @@ def prepare_trace_dir(trace_dir: Path | None) -> Path:
     folder the user names must not hold traces already (they would be analysed with these)."""
     if trace_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        trace_dir = Path("wallfinder-traces") / f"run-{stamp}"
+        trace_dir = Path(TRACE_DIR) / f"run-{stamp}"
         n = 1
         while trace_dir.exists():
             n += 1
-            trace_dir = Path("wallfinder-traces") / f"run-{stamp}-{n}"
+            trace_dir = Path(TRACE_DIR) / f"run-{stamp}-{n}"
     elif trace_dir.exists():
         if not trace_dir.is_dir():
             raise WallfinderError(f"{trace_dir}: not a folder (--trace-dir)")
