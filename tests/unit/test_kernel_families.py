@@ -15,6 +15,7 @@ from wallfinder.analysis.classify import (
     KernelClass,
     classify_kernel,
     comm_family,
+    kernel_tile,
 )
 
 # Kernel names as the libraries write them (templates and argument lists shortened).
@@ -161,3 +162,36 @@ def test_a_gemv_kernel_streams_its_operands_with_no_shapes(tmp_path: Path) -> No
     d = analyze(_decode_trace(1, shapes=False, kernel=gemv).write(tmp_path / "t.json"))
     assert (d.kernels[0].bound, d.kernels[0].bound_basis) == ("bandwidth", "class")
     assert d.verdict.wall == "bandwidth"
+
+
+@pytest.mark.parametrize(
+    ("name", "tile"),
+    [
+        ("Cijk_Alik_Bljk_BBS_BH_MT16x16x256_MI16x16x16x1_SN_1LDSB0_APM1", (16, 16)),
+        ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0", (128, 128)),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x16x64_warpgroupsize1x1x1", (64, 16)),
+        ("nvjet_tst_64x8_64x16_4x1_v_bz_TNT", (64, 8)),
+        ("volta_sgemm_64x64_nn", (64, 64)),
+        ("ampere_fp16_s1688gemm_fp16_128x128_ldg8_relu_f2f_stages_32x1_tn", (128, 128)),
+        # CUTLASS repeats its name in the argument list; its second pair is the K tile.
+        (
+            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>("
+            "cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1::Params)",
+            (256, 64),
+        ),
+        # MIOpen's implicit-GEMM convolutions name other tiles: none is read.
+        ("igemm_wrw_gtcx2_nhwc_bf16_bx0_ex1_bt256x128x16_wt32x32x8_ws2x1_wr2x2", None),
+    ],
+)
+def test_gemm_kernel_names_give_their_tile(name: str, tile: tuple[int, int] | None) -> None:
+    assert kernel_tile(name) == tile
+
+
+def test_a_gemm_with_a_skinny_tile_streams_its_operands_with_no_shapes(tmp_path: Path) -> None:
+    skinny = "Cijk_Alik_Bljk_BBS_BH_MT16x16x256_MI16x16x16x1_SN_1LDSB0_APM1"
+    d = analyze(_decode_trace(1, shapes=False, kernel=skinny).write(tmp_path / "t.json"))
+    assert (d.kernels[0].bound, d.kernels[0].bound_basis) == ("bandwidth", "class")
+    assert d.verdict.wall == "bandwidth"
+    wide = "Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0"
+    d = analyze(_decode_trace(1, shapes=False, kernel=wide).write(tmp_path / "w.json"))
+    assert d.kernels[0].bound is None

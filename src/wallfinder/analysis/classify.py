@@ -331,10 +331,36 @@ STREAMING_MATMUL_HINTS = (
 stream their operands, so their bound is memory bandwidth even with no shapes recorded."""
 
 
-def streams_operands(name: str) -> bool:
-    """A matmul-class kernel whose name says it is built for skinny shapes."""
+SKINNY_TILE = 16
+"""A GEMM kernel whose tile is at most this wide in M or N was chosen for a skinny problem
+(the libraries' heuristics pick such tiles for a handful of rows: decode, small batches)."""
+
+_TILES = (
+    re.compile(r"_MT(\d+)x(\d+)x\d+"),  # hipBLASLt / Tensile macro tile
+    re.compile(r"tilesize(\d+)x(\d+)x\d+"),  # cuBLAS xmma
+    re.compile(r"nvjet_[a-z]+_(\d+)x(\d+)_"),  # cuBLASLt nvjet
+    re.compile(r"gemm_(?:[a-z]+\d*_)?(\d+)x(\d+)_"),  # cuBLAS sgemm/s1688gemm, CUTLASS
+)
+
+
+def kernel_tile(name: str) -> tuple[int, int] | None:
+    """The M×N tile a GEMM library kernel's name gives (hipBLASLt `MT64x16x64`, xmma
+    `tilesize128x128x64`, nvjet `nvjet_tst_64x16_`, cuBLAS/CUTLASS `gemm_128x64_`), or None."""
+    for pattern in _TILES:
+        found = pattern.search(name)
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def streams_operands(name: str, cls: KernelClass) -> bool:
+    """A matmul-class kernel whose name says it is built for skinny shapes: a GEMV, split-KV
+    or decode-attention kernel, or a GEMM whose tile is at most SKINNY_TILE wide."""
     lowered = name.lower()
-    return any(h in lowered for h in STREAMING_MATMUL_HINTS)
+    if any(h in lowered for h in STREAMING_MATMUL_HINTS):
+        return True
+    tile = kernel_tile(name) if cls is KernelClass.GEMM else None
+    return tile is not None and min(tile) <= SKINNY_TILE
 
 
 def classify_op(name: str) -> KernelClass:

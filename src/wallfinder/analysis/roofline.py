@@ -54,7 +54,7 @@ _BOUND_CODE = {None: 0, "compute": 1, "bandwidth": 2}
 def class_bound(cls: KernelClass, name: str) -> str | None:
     """The bound of a kernel with no cost: its name's (skinny matmul kernels stream their
     operands), else its class's."""
-    if cls in MATMUL_CLASSES and streams_operands(name):
+    if cls in MATMUL_CLASSES and streams_operands(name, cls):
         return "bandwidth"
     return _CLASS_BOUND.get(cls)
 
