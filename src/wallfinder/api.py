@@ -43,6 +43,7 @@ from wallfinder.trace import (
     find_trace_files,
     gunzipped,
     load_trace,
+    load_traces,
     process_context,
 )
 from wallfinder.trace.snapshot import load_snapshot
@@ -90,6 +91,9 @@ class Options:
     spec_file: Path | None = None
     model: ModelFlops = field(default_factory=ModelFlops)
     device_profile: Path | None = None
+    step_range: str | None = None
+    """The name of the range (an NVTX range, a `record_function`) that marks each step, in
+    place of `ProfilerStep#N` (or, for an Nsight Systems capture, the range chosen by name)."""
 
     def spec_for(self, trace: Trace) -> DeviceSpec | None:
         """The device spec to analyse `trace` against, or None when it is unknown.
@@ -132,7 +136,9 @@ def analyze(
     scheduler: str | None = None,
 ) -> Diagnosis:
     """Analyse a Kineto/PyTorch profiler trace (`.json` or `.json.gz`) or a folder of them
-    (one per rank) and return the `Diagnosis`.
+    (one per rank), or an Nsight Systems capture (an `nsys export --type sqlite` file, or an
+    `.nsys-rep` report when `nsys` is on PATH; each GPU process in it a rank), and return the
+    `Diagnosis`.
 
     For a folder, each rank is analysed in its own worker process (or, with `scheduler`, the
     address of a running dask.distributed scheduler such as ``"tcp://host:8786"``, on that
@@ -147,7 +153,12 @@ def analyze(
     options = options or Options()
     files = find_trace_files(path)
     if len(files) == 1 and scheduler is None:
-        return _diagnose(load_trace(files[0], progress, workers=workers), options)
+        traces = load_traces(files[0], progress, workers=workers, step_range=options.step_range)
+        if len(traces) == 1:
+            return _diagnose(traces[0], options)
+        # An Nsight Systems capture of several GPU processes: each is a rank of one job.
+        ranks = [(_diagnose(t, options), rank_collectives(t)) for t in traces]
+        return job_diagnosis(ranks, options.thresholds)
     if scheduler is None:
         return job_diagnosis(_in_processes(files, progress, workers, options), options.thresholds)
     results = _on_dask(scheduler, files, options, progress)
@@ -216,6 +227,8 @@ def analyze_rank(path: Path, options: Options) -> RankResult:
     """One rank's work, run in a worker: parse, diagnose, extract the collectives."""
     try:
         trace = load_trace(path, workers=1)
+        if options.step_range is not None:
+            trace.use_step_range(options.step_range)
         return _diagnose(trace, options), rank_collectives(trace)
     except WallfinderError as exc:
         return str(exc)

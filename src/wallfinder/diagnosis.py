@@ -709,6 +709,8 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     """The cross-rank view, for a folder of a job's rank traces."""
     memory: MemoryProfile | None = None
     """Memory from the trace's `[memory]` events (null when it has none)."""
+    trace_format: str = "kineto"
+    """What recorded the trace: "kineto" (torch.profiler) or "nsys" (Nsight Systems)."""
 
     @property
     def main_memory(self) -> DeviceMemoryProfile | None:

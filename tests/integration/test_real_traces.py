@@ -286,3 +286,37 @@ def test_a_trace_that_recorded_nothing_is_one_clear_error(
     assert out == ""
     assert err.count("\n") == 1
     assert "recorded no activity" in err
+
+
+def test_real_nsys_export_matches_its_own_tables() -> None:
+    """The llama3 inference demo's export (nsys 2024.6): the figures wallfinder gives are the
+    export's own, summed by SQL, and none of its environment reaches the diagnosis."""
+    import sqlite3
+
+    path = real_trace("nsys/llama3_inference_demo.sqlite")
+    d = analyze(path)
+    assert_diagnosis_invariants(d)
+    assert d.trace_format == "nsys"
+    assert d.device.name == "NVIDIA GeForce RTX 4060 Ti"
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as con:
+        kernel_ns = con.execute(
+            "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ).fetchone()[0]
+        top = con.execute(
+            "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+            "ON s.id = k.demangledName GROUP BY 1 ORDER BY sum(k.end - k.start) DESC LIMIT 1"
+        ).fetchone()[0]
+        environment = [
+            r[0]
+            for r in con.execute(
+                "SELECT value FROM StringIds WHERE value LIKE '%=%' AND length(value) > 12"
+            )
+        ]
+    # One window over the capture (its NVTX ranges name layers, not steps): every kernel in it.
+    assert d.steps.total == 1
+    assert d.breakdown.per_step_ms["compute"] == pytest.approx(kernel_ns / 1e6)
+    assert d.kernels[0].name == top
+    assert d.breakdown.idle > 0.9
+    text = d.to_json()
+    assert environment
+    assert not any(env in text for env in environment)

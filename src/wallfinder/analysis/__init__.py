@@ -156,7 +156,7 @@ def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
             f"{trace.cut_step.replace('ProfilerStep#', 'step ')} is not analysed: the program "
             "stopped during it"
         )
-    if spans.whole:
+    if spans.whole and trace.format == "kineto":  # other readers say how to mark steps
         warnings.append(
             "no ProfilerStep markers: the whole trace is analysed as one window "
             "(use torch.profiler's schedule and p.step() to get per-step figures)"
@@ -323,6 +323,7 @@ def _result(
         warnings=warnings,
         timeline=timeline,
         memory=memory,
+        trace_format=trace.format,
     )
 
 

@@ -55,6 +55,8 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
             f"{after.device.name or 'unknown'} after): the changes mix what was changed in the "
             "job with the change of hardware"
         )
+    if before.trace_format != after.trace_format:
+        notes.append(_formats_note(before.trace_format, after.trace_format))
     if before.steps.source != after.steps.source:
         notes.append(
             f"steps were found differently ({before.steps.source!r} before, "
@@ -95,6 +97,21 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
         ),
         notes=notes,
         memory=memory,
+    )
+
+
+_FORMAT_NAMES = {"kineto": "a torch.profiler trace", "nsys": "an Nsight Systems capture"}
+
+
+def _formats_note(before: str, after: str) -> str:
+    """Which figures an Nsight Systems capture and a torch.profiler trace share."""
+    names = (_FORMAT_NAMES.get(before, before), _FORMAT_NAMES.get(after, after))
+    return (
+        f"{names[0]} before, {names[1]} after: comparable are the step time (when both mark "
+        "the same steps), the GPU breakdown (compute, exposed communication and copies, idle), "
+        "the idle causes read from launch calls, and kernel times matched by name; not "
+        "comparable are the op-level figures (ops, shapes, dtypes, roofline, MFU and the "
+        "findings built on them), which Nsight Systems does not record"
     )
 
 

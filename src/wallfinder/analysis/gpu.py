@@ -373,9 +373,10 @@ def _host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[
     """0 data loading, 1 synchronisation, 2 communication wait, 3 other host work, 9 ignored
     (step markers, which span everything)."""
     table = np.full(len(trace.strings), 3, dtype=np.int8)
+    steps = set(trace.step_rows().name.tolist())
     for code in np.unique(names).tolist():
         name = trace.strings[code]
-        if name.startswith("ProfilerStep#"):
+        if name.startswith("ProfilerStep#") or code in steps:
             table[code] = 9
         elif is_data_loading(name):
             table[code] = 0

@@ -84,7 +84,14 @@ def cpu_steps(trace: Trace) -> StepSpans:
     """Steps from `ProfilerStep#N` annotations; with none, the iterations between the first
     optimizer's steps (`Optimizer.step#...`, at least MIN_ITERATIONS of them); with neither,
     one window over the whole trace. A step the program stopped inside (`trace.cut_step`) is
-    not a step."""
+    not a step. A trace whose steps are marked by another range (`trace.step_range`: an NVTX
+    range, a `record_function`) takes that range's instances."""
+    marked = trace.step_rows()
+    if len(marked):
+        rows = _outermost(marked)
+        labels = [f"step {i}" for i in range(rows.size)]
+        source = f"{trace.step_range} ranges"
+        return StepSpans(labels, marked.ts[rows], marked.end[rows], source)
     codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
     if len(annotations):

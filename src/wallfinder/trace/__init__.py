@@ -22,6 +22,7 @@ import numpy as np
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
+from wallfinder.trace._nsys import is_nsys_input, load_nsys
 from wallfinder.trace._reader import (
     GZIP_DATA_ERRORS,
     ChunkReader,
@@ -37,7 +38,7 @@ from wallfinder.trace._reader import (
 )
 from wallfinder.trace._schema import Header
 from wallfinder.trace.args import CollectiveArgs, OpArgs, Tensor
-from wallfinder.trace.model import NONE, Events, Kind, MemoryEvents, Trace, thread_key
+from wallfinder.trace.model import NONE, Events, Kind, MemoryEvents, Trace, step_key, thread_key
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -57,9 +58,36 @@ __all__ = [
     "find_trace_files",
     "gunzipped",
     "load_trace",
+    "load_traces",
     "process_context",
+    "step_key",
     "thread_key",
 ]
+
+
+def load_traces(
+    path: str | Path,
+    progress: Progress | None = None,
+    *,
+    workers: int | None = None,
+    step_range: str | None = None,
+) -> list[Trace]:
+    """The traces in one file: a Kineto trace is one; an Nsight Systems capture (a SQLite
+    export, or an `.nsys-rep` report when `nsys` is on PATH) is one per process with GPU
+    activity, each a rank. `step_range` names the range (NVTX, `record_function`) that marks
+    the steps, in place of `ProfilerStep#N` or the reader's choice."""
+    p = Path(path)
+    if is_nsys_input(p):
+        if progress is not None:
+            progress(0, 1)
+        traces = load_nsys(p, step_range)
+        if progress is not None:
+            progress(1, 1)
+        return traces
+    trace = load_trace(p, progress, workers=workers)
+    if step_range is not None:
+        trace.use_step_range(step_range)
+    return [trace]
 
 
 def find_trace_files(path: str | Path) -> list[Path]:
@@ -83,7 +111,9 @@ PARALLEL_FROM_BYTES = 32 << 20
 def load_trace(
     path: str | Path, progress: Progress | None = None, *, workers: int | None = None
 ) -> Trace:
-    """Parse one Kineto/PyTorch profiler trace file (`.json` or `.json.gz`) into a `Trace`.
+    """Parse one Kineto/PyTorch profiler trace file (`.json` or `.json.gz`) into a `Trace`
+    (an Nsight Systems capture of one GPU process too; `load_traces` reads every process of
+    one).
 
     Large files are decoded in `workers` processes (default: one per available core).
     Raises `WallfinderError` with a one-line reason for anything that is not a readable trace.
@@ -93,6 +123,11 @@ def load_trace(
         raise WallfinderError(f"{p}: is a folder, expected one trace file")
     if not p.exists():
         raise WallfinderError(f"{p}: no such file")
+    if is_nsys_input(p):
+        traces = load_nsys(p)
+        if len(traces) > 1:
+            raise WallfinderError(f"{p.name}: holds {len(traces)} GPU processes (ranks)")
+        return traces[0]
     if workers is None:
         workers = _available_cores() if text_size(p) > PARALLEL_FROM_BYTES else 1
     reader = ChunkReader(p, progress, regions=workers > 1)

@@ -12,6 +12,7 @@ record once, on first use: parsing stays one pass of C-level work per column.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from functools import cached_property
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+from wallfinder.errors import WallfinderError
 
 if TYPE_CHECKING:
     from wallfinder.trace.args import ArgsTable, CollectiveArgs, OpArgs
@@ -177,6 +180,15 @@ class MemoryEvents:
         return MemoryEvents(**{c: getattr(self, c)[index] for c in MEMORY_COLUMNS})
 
 
+_NUMBERED = re.compile(r"[\s_#:.-]*\d+")
+
+
+def step_key(name: str) -> str:
+    """A range's name without its numbers: the instances of one step range ("step 3",
+    "step_4", "ProfilerStep#5") share it."""
+    return _NUMBERED.sub("", name).strip()
+
+
 @dataclass(eq=False)
 class Trace:
     """One profiler trace (one rank), loaded into columns.
@@ -202,6 +214,36 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     cut_step: str | None = None
     """The `ProfilerStep#N` the program stopped inside, when wallfinder's capture says so."""
+    format: str = "kineto"
+    """What wrote the trace: "kineto" (torch.profiler) or "nsys" (an Nsight Systems export)."""
+    step_range: str | None = None
+    """The name of the annotation (an NVTX range, a `record_function`) that marks each step,
+    when one does in place of `ProfilerStep#N`: chosen by the reader or by the user
+    (`use_step_range`). Instances match by `step_key`, so "train_step 3" and "train_step 4"
+    are one range."""
+
+    def use_step_range(self, name: str) -> None:
+        """Take the annotations named `name` (or `name` with another number) as the steps.
+        Raises `WallfinderError` when no annotation of the trace has that name."""
+        self.step_range = name
+        if len(self.step_rows()):
+            return
+        kinds = (Kind.ANNOTATION, Kind.CPU_OP)
+        names = self.columns_of_kinds(kinds, "name")[0]
+        codes, counts = np.unique(names, return_counts=True)
+        seen = [self.strings[c][:40] for c in codes[np.argsort(-counts, kind="stable")][:8]]
+        raise WallfinderError(
+            f"{self.source}: no range or annotation is named {name[:60]!r}"
+            + (f" (the most frequent: {', '.join(map(repr, seen))})" if seen else "")
+        )
+
+    def step_rows(self) -> Events:
+        """The annotations that mark the steps by `step_range` (none when it is unset)."""
+        if self.step_range is None:
+            return self.events.take(slice(0, 0))
+        key = step_key(self.step_range)
+        codes = self.names_matching(lambda s: s == self.step_range or step_key(s) == key)
+        return self.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
 
     def of_kind(self, *kinds: Kind) -> Events:
         """Rows of the given kinds, sorted by start time. One kind is a zero-copy slice of

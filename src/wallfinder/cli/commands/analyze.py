@@ -21,7 +21,12 @@ PROGRESS_FROM_BYTES = 8 << 20
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", type=Path, help="a .json/.json.gz trace, or a folder of them")
+    parser.add_argument(
+        "path",
+        type=Path,
+        help="a .json/.json.gz trace, a folder of them, or an Nsight Systems capture "
+        "(.sqlite export, or .nsys-rep with nsys on PATH)",
+    )
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
     parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
     parser.add_argument(
@@ -34,6 +39,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "needs wallfinder[dask]); its workers must see PATH at the same absolute path",
     )
     add_device_options(parser)
+    add_step_option(parser)
     add_model_options(parser)
     add_record_options(parser)
 
@@ -88,6 +94,17 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--seq-len", type=_positive, help="sequence length (attention FLOPs)")
     model.add_argument("--layers", type=_positive, help="number of layers (attention FLOPs)")
     model.add_argument("--hidden", type=_positive, help="hidden size (attention FLOPs)")
+
+
+def add_step_option(parser: argparse.ArgumentParser) -> None:
+    """`--step-range NAME` (analyze, diff, check)."""
+    parser.add_argument(
+        "--step-range",
+        metavar="NAME",
+        help="the range that marks each step (an NVTX range or a record_function name; "
+        "numbered instances such as 'step 3' match 'step'); default: ProfilerStep, or in an "
+        "Nsight Systems capture the range named like a step",
+    )
 
 
 def add_device_options(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +162,8 @@ def options_from(args: argparse.Namespace) -> Options:
         spec_file=args.spec,
         model=model,
         device_profile=args.device_profile,
+        # `run` has no --step-range: its steps are the ones its own profiler marks.
+        step_range=getattr(args, "step_range", None),
     )
 
 

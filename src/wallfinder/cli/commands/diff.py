@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from wallfinder.api import Options, diff, load_diagnosis
-from wallfinder.cli.commands.analyze import add_device_options, write_report
+from wallfinder.cli.commands.analyze import add_device_options, add_step_option, write_report
 from wallfinder.report import DIFF_FORMATS, render_diff
 
 HELP = "show what moved between two runs: step time, breakdown, wall, findings, kernels"
@@ -20,11 +20,17 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=DIFF_FORMATS, default="text", help="output format")
     parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
     add_device_options(parser)
+    add_step_option(parser)
 
 
 def options_from(args: argparse.Namespace) -> Options:
     """The device flags as analysis options (they apply to traces, not saved diagnoses)."""
-    return Options(device=args.device, spec_file=args.spec, device_profile=args.device_profile)
+    return Options(
+        device=args.device,
+        spec_file=args.spec,
+        device_profile=args.device_profile,
+        step_range=args.step_range,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
