@@ -543,35 +543,34 @@ def test_missing_launch_records_are_warned_about(tmp_path: Path) -> None:
 # (h) steps without ProfilerStep markers ---------------------------------------------------------
 
 
+def _loop(
+    iterations: int, first_us: float, body: Callable[[TraceBuilder, int, float], None]
+) -> TraceBuilder:
+    """`iterations` of 1000 µs, each's work added by `body(builder, index, start)`; the first
+    starts with `first_us` of start-up on the host (an `aten::to`)."""
+    b = TraceBuilder()
+    t0 = 0.0
+    for i in range(iterations):
+        if i == 0 and first_us:
+            b.cpu_op("aten::to", t0, first_us)
+            t0 += first_us
+        body(b, i, t0)
+        t0 += 1000.0
+    return b
+
+
 def optimizer_loop(iterations: int, *, first_us: float = 5000.0, names: int = 1) -> TraceBuilder:
     """A loop without step markers: each 1000 µs iteration runs a 900 µs GEMM, then its
     optimizer step(s) (`Optimizer.step#SGD.step`; with `names=2` also a second optimizer's);
     the first iteration starts with `first_us` of start-up on the host."""
-    b = TraceBuilder()
-    t0 = 0.0
-    for i in range(iterations):
-        setup = first_us if i == 0 else 0.0
-        if setup:
-            b.cpu_op("aten::to", t0, setup)
-        b.kernel(GEMM, t0 + setup + 10.0, 900.0, launch_at=t0 + setup + 2.0)
-        b.host("Optimizer.step#SGD.step", t0 + setup + 920.0, 30.0, cat="user_annotation")
+
+    def body(b: TraceBuilder, _: int, t: float) -> None:
+        b.kernel(GEMM, t + 10.0, 900.0, launch_at=t + 2.0)
+        b.host("Optimizer.step#SGD.step", t + 920.0, 30.0, cat="user_annotation")
         if names == 2:
-            b.host("Optimizer.step#Adam.step", t0 + setup + 955.0, 30.0, cat="user_annotation")
-        t0 += setup + 1000.0
-    return b
+            b.host("Optimizer.step#Adam.step", t + 955.0, 30.0, cat="user_annotation")
 
-
-def test_iterations_between_optimizer_steps_are_the_steps_without_markers(
-    tmp_path: Path,
-) -> None:
-    d = load(optimizer_loop(6), tmp_path)
-    assert d.steps.source == "optimizer steps (no ProfilerStep)"
-    assert d.steps.total == 6
-    # The first iteration carries the 5 ms start-up: set aside as warm-up, and said.
-    assert [x.step for x in d.steps.dropped] == ["iteration 1"]
-    assert d.steps.median_s == pytest.approx(1000e-6, rel=0.02)
-    assert any("iterations between optimizer steps" in w for w in d.warnings)
-    assert d.verdict.wall == "compute"
+    return _loop(iterations, first_us, body)
 
 
 def test_only_the_first_optimizers_steps_mark_iterations(tmp_path: Path) -> None:
@@ -592,30 +591,40 @@ def annotated_loop(
     "mlp": 100 µs each, a GEMM in each) then 700 µs of unannotated work (a backward GEMM);
     the first starts with `first_us` of start-up. With `shuffle`, the second iteration's ranges
     come in the other order: no sequence repeats."""
-    b = TraceBuilder()
-    t0 = 0.0
-    for i in range(iterations):
-        setup = first_us if i == 0 else 0.0
-        if setup:
-            b.cpu_op("aten::to", t0, setup)
-        t = t0 + setup
+
+    def body(b: TraceBuilder, i: int, t: float) -> None:
         names = ("mlp", "embed") if shuffle and i == 1 else ("embed", "mlp")
         for k, name in enumerate(names):
             b.annotation(name, t + 100.0 * k, 100.0)
             b.kernel(GEMM, t + 100.0 * k + 10.0, 80.0, launch_at=t + 100.0 * k + 2.0)
         b.kernel(GEMM, t + 210.0, 780.0, launch_at=t + 205.0)
-        t0 = t + 1000.0
-    return b
+
+    return _loop(iterations, first_us, body)
 
 
-def test_a_repeated_annotated_sequence_marks_the_iterations(tmp_path: Path) -> None:
-    d = load(annotated_loop(5), tmp_path)
-    assert d.steps.source == "repeated annotations (no ProfilerStep)"
-    assert d.steps.total == 5
-    assert [x.step for x in d.steps.dropped] == ["iteration 1 (embed)"]
-    # Each iteration runs from one "embed" to the next: its unannotated work is its own.
+@pytest.mark.parametrize(
+    ("loop", "source", "first", "said"),
+    [
+        (optimizer_loop, "optimizer steps", "iteration 1", "iterations between optimizer steps"),
+        # Each iteration runs from one "embed" to the next: its unannotated work is its own.
+        (
+            annotated_loop,
+            "repeated annotations",
+            "iteration 1 (embed)",
+            "repetitions of the annotated sequence",
+        ),
+    ],
+)
+def test_iterations_are_the_steps_of_a_trace_without_markers(
+    tmp_path: Path, loop: Callable[[int], TraceBuilder], source: str, first: str, said: str
+) -> None:
+    d = load(loop(6), tmp_path)
+    assert d.steps.source == f"{source} (no ProfilerStep)"
+    assert d.steps.total == 6
+    # The first iteration carries the 5 ms start-up: set aside as warm-up, and said.
+    assert [x.step for x in d.steps.dropped] == [first]
     assert d.steps.median_s == pytest.approx(1000e-6, rel=0.02)
-    assert any("repetitions of the annotated sequence" in w for w in d.warnings)
+    assert any(said in w for w in d.warnings)
     assert d.verdict.wall == "compute"
     d.self_check()
 
