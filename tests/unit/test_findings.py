@@ -68,6 +68,28 @@ def test_tiny_kernels_make_the_step_launch_bound(tmp_path: Path) -> None:
     assert "40 kernels per step, 100% of them under 10 µs" in launch.evidence
 
 
+def test_few_launches_with_long_host_work_between_them_is_host_work(tmp_path: Path) -> None:
+    # Two 100 µs kernels per 2 ms step, the host 1.5 ms in its own range between them: the
+    # GPU waits on the host's work, which fewer launches would not shorten.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 2000.0
+        b.step(s + 1, t0, 2000.0)
+        b.kernel(GEMM, t0 + 10.0, 100.0, launch_at=t0 + 2.0)
+        b.annotation("prepare_batch", t0 + 120.0, 1500.0)
+        b.cpu_op("aten::add", t0 + 1700.0, 20.0)
+        b.kernel(GEMM, t0 + 1730.0, 100.0, launch_at=t0 + 1720.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "host_overhead")
+    top = d.findings[0]
+    assert top.id == "host-work"
+    assert "2 kernels per step" in top.evidence
+    assert "the host was in prepare_batch 1.50 ms/step" in top.evidence
+    assert "torch.compile" in top.fix
+    assert "would not help" in top.fix
+    assert not any(f.id == "launch-bound" for f in d.findings)
+
+
 def test_exposed_nccl_is_found(tmp_path: Path) -> None:
     b = TraceBuilder()
     for s in range(3):

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
-from wallfinder.analysis.intervals import in_windows
+from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope
@@ -35,7 +35,7 @@ from wallfinder.diagnosis import (
     Steps,
     Wall,
 )
-from wallfinder.trace import Events, Kind, Trace
+from wallfinder.trace import Events, Kind, Trace, thread_key
 from wallfinder.units import is_user_path, ms, short_frame
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
@@ -236,7 +236,7 @@ def launch_bound(f: Facts) -> Finding | None:
     starts = f.dev.ops.ts[f.inside][kernels]
     queue = ""
     if known.any():
-        lag = float(np.median(starts[known] - launched[known]))
+        lag = max(float(np.median(starts[known] - launched[known])), 0.0)
         depth = (
             "a shallow queue: the GPU is fed just in time"
             if lag <= QUEUED_SLACK_NS
@@ -256,6 +256,10 @@ def launch_bound(f: Facts) -> Finding | None:
             "more of the step in the graph, larger batches"
         )
     else:
+        host_ns = causes.get("host_overhead", 0.0) * f.breakdown.per_step_ms["step"] * 1e6
+        per_launch = host_ns / max(per_step, 1.0)
+        if per_launch > f.thresholds.time.host_work_per_launch_ns:
+            return _host_work(f, share, per_step, per_launch, queue)
         fix = (
             "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
             "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
@@ -273,6 +277,75 @@ def launch_bound(f: Facts) -> Finding | None:
         fix,
         speedup=amdahl(share),
     )
+
+
+def _host_work(
+    f: Facts, share: float, per_step: float, per_launch_ns: float, queue: str
+) -> Finding | None:
+    """Launch-bound's other face: few launches with long host work between them. The GPU
+    waits for the host's own work (a Python loop, preparing inputs, I/O), which cutting or
+    fusing launches would not shorten."""
+    return _finding(
+        f,
+        "host-work",
+        "overhead",
+        "The GPU waits while the host works between launches",
+        share,
+        f"{share:.0%} of each step the GPU waits for the host; {per_step:.0f} kernels per step "
+        f"and {per_launch_ns / 1e6:.2f} ms of host time per launch: the host is busy with "
+        f"its own work, not with launching (the launch path costs microseconds)"
+        f"{_host_work_ranges(f)}{queue}",
+        "move that work off the GPU's path: do it on the GPU, overlap it with GPU work (a "
+        "background thread or DataLoader workers, prefetching with non_blocking copies from "
+        "pinned memory), or batch it; cutting launches (torch.compile, CUDA graphs) would "
+        "not help",
+        speedup=amdahl(share),
+    )
+
+
+def _host_work_ranges(f: Facts) -> str:
+    """The host ranges and ops on the launching threads that cover the GPU's idle time in the
+    steady steps, most first, in words; ranges enclosing nearly all of it (a whole-run range)
+    are left out where narrower ones say more."""
+    assert f.dev is not None
+    kinds = (Kind.ANNOTATION, Kind.CPU_OP)
+    ts, dur, name, pid, tid = f.trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
+    window = np.searchsorted(f.window_start, ts, side="right") - 1
+    keep = (
+        (window >= 0)
+        & np.isin(thread_key(pid, tid), f.dev.launch_thread)
+        & ~np.isin(name, f.trace.step_rows().name)
+    )
+    ts, dur, name, window = ts[keep], dur[keep], name[keep], window[keep]
+    end = np.minimum(ts + dur, f.window_end[window])
+    ops = f.dev.ops
+    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    idle = np.maximum((end - ts) - busy.covered(ts, end), 0)
+    if not idle.any():
+        return ""
+    codes, inverse = np.unique(name, return_inverse=True)
+    total = np.bincount(inverse, weights=idle)
+    whole = float(
+        (f.window_end - f.window_start).sum() - busy.covered(f.window_start, f.window_end).sum()
+    )
+    enclosing = total >= 0.9 * whole
+    if (~enclosing & (total >= 0.05 * whole)).any():
+        total = np.where(enclosing, 0.0, total)
+    top = [int(i) for i in np.argsort(-total)[:3] if total[i] > 0]
+    steps = max(f.steps.count, 1)
+    listed = ", ".join(
+        f"{short_frame(f.trace.strings[int(codes[i])])} {_ms(total[i] * 1e-9 / steps)}/step"
+        for i in top
+    )
+    named = total[inverse] > 0
+    spans = Coverage.of(ts[named], end[named])
+    traced = float((spans.ends - spans.starts - busy.covered(spans.starts, spans.ends)).sum())
+    if whole - traced >= 0.1 * whole:
+        untraced = (
+            f"in no recorded op or range (Python) {_ms((whole - traced) * 1e-9 / steps)}/step"
+        )
+        listed = f"{listed}, and {untraced}" if listed else untraced
+    return f"; the host was in {listed} while the GPU waited" if listed else ""
 
 
 def _slow_launches(f: Facts, kernels: np.ndarray) -> str:
