@@ -11,6 +11,7 @@ from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, Thresholds, analyze
 from wallfinder.analysis import MemoryThresholds, TimeThresholds
 from wallfinder.analysis.findings import amdahl
+from wallfinder.units import short_kernel
 
 GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
 
@@ -280,6 +281,26 @@ def test_idle_time_waiting_on_a_dependency_gets_its_own_finding(tmp_path: Path) 
     assert (d.verdict.wall, d.verdict.cause) == ("overhead", "dependency_wait")
     assert d.findings[0].id == "dependency-wait"
     assert d.findings[0].share == pytest.approx(d.breakdown.idle_causes["dependency_wait"])
+    # The kernel that ends each wait, its idle time and how long it sat launched (from its
+    # launch call's return at 104 µs to its start at 800 µs).
+    assert (
+        f"the waits end at {short_kernel(GEMM)} 0.30 ms/step, launched a median 0.70 ms "
+        "before it started" in d.findings[0].evidence
+    )
+
+
+def test_kernel_names_read_short_in_sentences() -> None:
+    assert short_kernel("void at::native::reduce_kernel<512, 1>(at::native::ReduceOp<float>)") == (
+        "at::native::reduce_kernel"
+    )
+    assert short_kernel("void (anonymous namespace)::softmax_warp_forward<float>(float*)") == (
+        "softmax_warp_forward"
+    )
+    assert short_kernel("Memset (Device)") == "Memset (Device)"
+    assert short_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)") == (
+        "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"
+    )
+    assert short_kernel("Cijk_" + "x" * 80) == "Cijk_" + "x" * 54 + "…"
 
 
 def test_two_steps_are_too_few_to_call_step_time_unstable(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from wallfinder.diagnosis import (
     Wall,
 )
 from wallfinder.trace import Events, Kind, Trace, thread_key
-from wallfinder.units import is_user_path, ms, short_frame
+from wallfinder.units import is_user_path, ms, short_frame, short_kernel
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -410,13 +410,55 @@ def dependency_wait(f: Facts) -> Finding | None:
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle although the work "
         "that ends the wait was already launched (before the gap, or over 50 µs before it "
-        "started): it waited for a dependency, or the GPU ran work the trace did not record",
+        "started): it waited for a dependency, or the GPU ran work the trace did not record"
+        f"{_waiting_work(f)}",
         "find what it waits for: cross-stream waits (cudaStreamWaitEvent, copies on a side "
         "stream), a collective waiting for a slower rank (compare the ranks' traces), events "
         "recorded late, another process on the GPU, or work from before the profiler started "
         "(profile more steps); overlap or remove the dependency",
         speedup=amdahl(share),
     )
+
+
+def _waiting_work(f: Facts) -> str:
+    """The work that ended the steady steps' dependency waits — gaps in the device's busy
+    time whose next op had been launched before the gap began — most idle time first, with
+    how long before it started it was launched, in words."""
+    if f.dev is None or f.dev.ops.ts.size == 0:
+        return ""
+    ops = f.dev.ops
+    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    lo, hi = int(f.window_start.min()), int(f.window_end.max())
+    gap_start, gap_end = busy.gaps(lo, hi)
+    nxt = np.searchsorted(ops.ts, gap_end, side="left")
+    keep = in_windows(gap_start, f.window_start, f.window_end) & (nxt < ops.ts.size)
+    gap_start, gap_end, nxt = gap_start[keep], gap_end[keep], nxt[keep]
+    # As the idle causes count it: all of a gap whose work was queued before it began, and
+    # the part of a gap past its work's launch path (the call, then QUEUED_SLACK_NS).
+    launched = f.dev.launch_end[nxt]
+    known = launched != NO_LAUNCH
+    queued = known & (launched < gap_start - QUEUED_SLACK_NS)
+    waited = np.where(
+        queued, gap_end - gap_start, np.clip(gap_end - (launched + QUEUED_SLACK_NS), 0, None)
+    )
+    waited = np.where(known, waited, 0)
+    if not waited.any():
+        return ""
+    keep = waited > 0
+    gap_start, gap_end, nxt, waited = gap_start[keep], gap_end[keep], nxt[keep], waited[keep]
+    names, inverse = np.unique(ops.name[nxt], return_inverse=True)
+    idle = np.bincount(inverse, weights=waited.astype(np.float64))
+    lead = ops.ts[nxt] - f.dev.launch_end[nxt]
+    said = []
+    for i in np.argsort(-idle)[:2].tolist():
+        mine = inverse == i
+        graph = " (replayed from a graph)" if f.dev.graph[nxt[mine]].all() else ""
+        said.append(
+            f"{short_kernel(f.trace.strings[int(names[i])])}{graph} "
+            f"{_ms(idle[i] * 1e-9 / max(f.steps.count, 1))}/step, launched a median "
+            f"{_ms(float(np.median(lead[mine])) * 1e-9)} before it started"
+        )
+    return "; the waits end at " + ", ".join(said)
 
 
 @rule(Facts)
@@ -820,7 +862,7 @@ def _first_launches(f: Facts) -> str:
     calls = f.dev.launch_end[rows] - f.dev.launch_ts[rows]
     top = rows[np.argsort(-calls, kind="stable")][:2]
     named = ", ".join(
-        f"{f.trace.strings[int(f.dev.ops.name[r])][:60]} "
+        f"{short_kernel(f.trace.strings[int(f.dev.ops.name[r])])} "
         f"{_ms(float(f.dev.launch_end[r] - f.dev.launch_ts[r]) * 1e-9)}"
         for r in top.tolist()
     )
@@ -858,7 +900,7 @@ def tiny_grids(f: Facts) -> Finding | None:
         f"{f.per_step(int(small.sum())):.0f} kernels per step "
         f"({_ms(float(dur.sum()) * 1e-9 / steps)}) launch fewer blocks than the device's "
         f"{f.sm_count} SMs, e.g. "
-        + ", ".join(n[:60] for n in top)
+        + ", ".join(short_kernel(n) for n in top)
         + " (the bound assumes they would fill the device)",
         "give each kernel more work: larger batches, fuse small ops (torch.compile), batch "
         "small matmuls (bmm/grouped GEMM), avoid per-sample loops",
