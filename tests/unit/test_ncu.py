@@ -8,6 +8,7 @@ import csv
 import gzip
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -435,3 +436,29 @@ def test_the_cost_models_flops_and_bytes_are_set_against_the_counted(tmp_path: P
     assert "FLOPs 2.00x the counted" in check.detail
     assert "bytes 0.25x the counted" in check.detail
     assert report.findings == []
+
+
+def test_a_report_is_exported_by_ncu_into_the_cache_never_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in `ncu` that prints a raw page for `--import`: the report is read through it,
+    once, into the cache folder."""
+    page = write(tmp_path, raw_page(), "page.csv")
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "ncu"
+    fake.parent.mkdir()
+    cat = shutil.which("cat")
+    fake.write_text(f'#!/bin/sh\necho "$@" >> "{calls}"\n"{cat}" "{page}"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    monkeypatch.setenv("WALLFINDER_CACHE", str(tmp_path / "cache"))
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    report = reports / "run.ncu-rep"
+    report.write_bytes(b"\x00a binary report")
+    for _ in range(2):
+        export = load_ncu(report)
+        assert [x.name for x in export.launches] == [GEMM, ADD_NCU, SOFTMAX]
+    assert calls.read_text().splitlines() == [f"--import {report} --csv --page raw"]
+    assert sorted(p.name for p in reports.iterdir()) == ["run.ncu-rep"]
+    assert len(list((tmp_path / "cache" / "ncu").glob("*.csv"))) == 1

@@ -132,11 +132,13 @@ def _bound(
     )
 
 
-def _missing_note(export: NcuExport, kernels: list[CounterKernel]) -> list[str]:
+def _lacking(export: NcuExport) -> list[str]:
+    """The figures a bound needs that no launch of the export carries."""
+    return [k for k in _NEEDED if all(launch.figures.get(k) is None for launch in export.launches)]
+
+
+def _notes(lacking: list[str], kernels: list[CounterKernel]) -> list[str]:
     notes = []
-    lacking = [
-        k for k in _NEEDED if all(launch.figures.get(k) is None for launch in export.launches)
-    ]
     if lacking:
         notes.append(
             f"the export has no {', '.join(lacking)} for any launch: collect them with the "
@@ -283,7 +285,8 @@ def counter_report(
     its top kernels' roofline estimates confirmed or refuted."""
     th = thresholds or Thresholds()
     kernels = [classify(launch, th) for launch in export.launches]
-    notes = _missing_note(export, kernels)
+    lacking = _lacking(export)
+    notes = _notes(lacking, kernels)
     checks: list[CounterCheck] = []
     unmatched: list[str] = []
     unmatched_launches = 0
@@ -303,9 +306,9 @@ def counter_report(
         finding = _refuted_finding(checks, th.counters)
         if finding is not None:
             findings.append(finding)
-        if unmatched or notes:
+        if unmatched or lacking:
             collect = collect_commands(diagnosis, th)
-    elif notes and any("collect" in n for n in notes):
+    elif lacking:
         collect = collect_commands(None, th)
     return CounterReport(
         source=export.source,

@@ -25,7 +25,7 @@ calls both a % of peak and a byte rate "Memory Throughput").
 from __future__ import annotations
 
 import csv
-import hashlib
+import functools
 import math
 import os
 import re
@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace._nsys import cache_dir, cache_key
 from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
 
 REPORT_SUFFIX = ".ncu-rep"
@@ -57,6 +58,7 @@ def _split_prefix(unit: str, bases: Sequence[str]) -> tuple[float, str] | None:
     return None
 
 
+@functools.cache
 def _scale(unit: str) -> tuple[str, float]:
     """A unit's kind after normalisation and the factor that takes a value there: "byte",
     "second", "byte/second", "cycle/second", "fraction" (a % / 100), or the unit itself
@@ -110,6 +112,13 @@ def _decimal_comma(values: Iterable[str]) -> bool:
 def _number(text: str, comma: bool) -> float | None:
     """A value as ncu wrote it: locale digits, `n/a` (None), or a `(x, y, z)` launch size
     (its product)."""
+    if not comma:
+        try:  # the common case: plain digits with a decimal point
+            value = float(text)
+        except ValueError:
+            pass
+        else:
+            return value if math.isfinite(value) else None
     s = text.strip().replace("\u202f", "").replace("\xa0", "").replace("'", "")
     if s in _MISSING:
         return None
@@ -422,13 +431,13 @@ def read_csv_export(path: Path, source: str | None = None) -> NcuExport:
 
 
 def _body(lines: list[str]) -> list[str]:
-    """The CSV's lines, less `==PROF==`/`==WARNING==` lines and program output interleaved
-    after the header (lines that do not begin with a quoted cell or a number)."""
+    """The CSV's lines, less ncu's own `==PROF==`/`==WARNING==` lines (program output between
+    rows is dropped later, as rows too short to be the export's)."""
     return [line for line in lines if line and not line.startswith("==")]
 
 
 def _figures_from(
-    values: dict[tuple[str, str], float], metric_names: set[str]
+    values: dict[tuple[str, str], float],
 ) -> tuple[dict[str, float | None], float | None, str | None]:
     """The named figures of one launch from its (metric name, unit kind) → value table."""
     figures: dict[str, float | None] = {}
@@ -441,11 +450,13 @@ def _figures_from(
     if figures["duration_s"] is None and figures["cycles"] and figures["clock_hz"]:
         # Older collections name no duration: elapsed cycles over the SM clock is it.
         figures["duration_s"] = figures["cycles"] / figures["clock_hz"]
-    flops, basis = _flops({n: v for (n, _k), v in values.items()}, metric_names)
+    flops, basis = _flops({n: v for (n, _k), v in values.items()})
     return figures, flops, basis
 
 
-def _flops(values: dict[str, float], names: set[str]) -> tuple[float | None, str | None]:
+def _flops(values: dict[str, float]) -> tuple[float | None, str | None]:
+    """FLOPs: the export's FLOP counts, else the SASS thread-instruction counters (an FMA is
+    two FLOPs; `sm__` or `smsp__` spelling); None when it has neither."""
     counted = [values[n] for n in _FLOP_COUNTS if n in values]
     if counted:
         return float(sum(counted)), "flop_count"
@@ -522,7 +533,7 @@ def _launch(
             size = _number(row[col[column]], False)
             if size is not None:
                 values[(column, "")] = size
-    figures, flops, basis = _figures_from(values, {n for n, _ in values})
+    figures, flops, basis = _figures_from(values)
     device = row[col["Device"]] if "Device" in col and row[col["Device"]] else None
     nvtx = " ".join(
         row[i].strip().strip('"')
@@ -544,15 +555,6 @@ def _launch(
 # --- Reports (.ncu-rep): exported once, to a cache ---------------------------------------------
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("WALLFINDER_CACHE")
-    if base:
-        return Path(base) / "ncu"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg) if xdg else Path.home() / ".cache"
-    return root / "wallfinder" / "ncu"
-
-
 def _exported(report: Path) -> Path:
     """The raw-page CSV of an `.ncu-rep` report, made with `ncu --import` into the cache (never
     beside the report) and reused while the report is unchanged."""
@@ -564,10 +566,8 @@ def _exported(report: Path) -> Path:
             f"{report.name}: reading an Nsight Compute report needs the ncu command on PATH; "
             f"or export it yourself ({EXPORT_HINT}) and pass the .csv"
         )
-    st = report.stat()
-    digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}:{report.name}".encode())
-    folder = _cache_dir()
-    target = folder / f"{digest.hexdigest()[:32]}.csv"
+    folder = cache_dir("ncu")
+    target = folder / f"{cache_key(report)}.csv"
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)

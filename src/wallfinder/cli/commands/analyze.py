@@ -158,13 +158,14 @@ def positive_int(text: str) -> int:
 
 def options_from(args: argparse.Namespace) -> Options:
     """The analysis options the flags describe."""
+    # Commands without the model flags (`counters`) describe no model.
     model = ModelFlops(
-        flops_per_step=args.model_flops,
-        params=args.params,
-        tokens_per_step=args.tokens_per_step,
-        seq_len=args.seq_len,
-        layers=args.layers,
-        hidden=args.hidden,
+        flops_per_step=getattr(args, "model_flops", None),
+        params=getattr(args, "params", None),
+        tokens_per_step=getattr(args, "tokens_per_step", None),
+        seq_len=getattr(args, "seq_len", None),
+        layers=getattr(args, "layers", None),
+        hidden=getattr(args, "hidden", None),
     )
     return Options(
         device=args.device,

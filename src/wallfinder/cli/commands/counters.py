@@ -47,17 +47,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    options = options_from(
-        argparse.Namespace(
-            **vars(args),
-            model_flops=None,
-            params=None,
-            tokens_per_step=None,
-            seq_len=None,
-            layers=None,
-            hidden=None,
-        )
-    )
+    options = options_from(args)
     diagnosis = analyze(args.trace, options) if args.trace is not None else None
     if args.collect:
         sys.stdout.write("".join(f"{c}\n" for c in ncu_commands(diagnosis, options)))
