@@ -688,6 +688,7 @@ class CounterKernel(_Base, frozen=True):
     grid: int | None
     block: int | None
     duration_s: float | None
+    """Per launch (for a summary page's row: the average over its `invocations`)."""
     sm_pct: float | None
     memory_pct: float | None
     dram_pct: float | None
@@ -712,6 +713,8 @@ class CounterKernel(_Base, frozen=True):
     compute; for latency the reasons (low occupancy, launch-sized)."""
     reason: str
     """The figures that decided the bound, in words."""
+    invocations: int = 1
+    """Launches this row stands for (a summary page's `Invocations`; else 1)."""
 
 
 class CounterCheck(_Base, frozen=True):

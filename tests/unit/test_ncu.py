@@ -8,6 +8,7 @@ import csv
 import gzip
 import io
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tracegen import TraceBuilder, training_trace
 from wallfinder import WallfinderError
 from wallfinder.api import Diagnosis, analyze, analyze_counters, ncu_commands
 from wallfinder.cli import main
+from wallfinder.report.counters import shell_lines
 from wallfinder.trace import base_name, load_ncu, normalised_name
 
 GEMM = "ampere_sgemm_128x128_tn"
@@ -347,6 +349,9 @@ def test_analyze_with_counters_adds_them_to_the_diagnosis(
     html = page.read_text(encoding="utf-8")
     assert 'id="counters"' in html
     assert ">refuted<" in html
+    assert main(["analyze", str(trace), "--counters", str(export), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "| `softmax_warp_forward` | bandwidth | latency | refuted |" in md
 
 
 def test_counters_command_prints_a_table_and_json(
@@ -462,3 +467,48 @@ def test_a_report_is_exported_by_ncu_into_the_cache_never_beside_it(
     assert calls.read_text().splitlines() == [f"--import {report} --csv --page raw"]
     assert sorted(p.name for p in reports.iterdir()) == ["run.ncu-rep"]
     assert len(list((tmp_path / "cache" / "ncu").glob("*.csv"))) == 1
+
+
+def test_a_per_kernel_summary_page_reads_its_averages_and_invocations(tmp_path: Path) -> None:
+    """`ncu --print-summary per-kernel --csv`: one row per kernel and metric, Minimum,
+    Maximum and Average over its Invocations."""
+    head = ["ID", "Process ID", "Kernel Name", "Invocations", "Section Name", "Metric Name"]
+    head += ["Metric Unit", "Minimum", "Maximum", "Average"]
+    rows = [head]
+    for raw, _, unit, value in ADD_METRICS:
+        rows.append(["0", "42", ADD_NCU, "12", "m", raw, unit, "n/a", "n/a", value])
+    report = analyze_counters(write(tmp_path, _csv(rows)))
+    assert report.page == "summary"
+    (add,) = report.kernels
+    assert add.invocations == 12
+    assert add.duration_s == pytest.approx(0.2e-3)
+    assert (add.bound, add.unit) == ("memory", "dram")
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.37, 0.5, 0.73, 0.99])
+def test_a_file_cut_anywhere_is_read_or_refused_in_one_line(tmp_path: Path, keep: float) -> None:
+    text = PREAMBLE + details_page()
+    path = write(tmp_path, text[: int(len(text) * keep)])
+    error: WallfinderError | None = None
+    try:
+        launches = load_ncu(path).launches
+    except WallfinderError as exc:
+        error = exc
+    if error is None:
+        assert launches
+    else:
+        assert "\n" not in str(error)
+
+
+def test_a_field_past_the_csv_limit_is_refused_in_one_line(tmp_path: Path) -> None:
+    text = details_page().replace(GEMM, "k" * 200_000)
+    with pytest.raises(WallfinderError, match="not readable as CSV"):
+        load_ncu(write(tmp_path, text))
+
+
+def test_a_command_broken_over_lines_pastes_into_a_shell_as_the_same_arguments() -> None:
+    command = ncu_commands()[0]
+    broken = shell_lines(command, width=72)
+    assert max(len(line) for line in broken.splitlines()) <= 73  # the backslash past it
+    # The shell removes each backslash-newline before it splits the words.
+    assert shlex.split(broken.replace("\\\n", "")) == shlex.split(command)

@@ -80,6 +80,7 @@ def classify(launch: NcuLaunch, thresholds: Thresholds) -> CounterKernel:
         bound=bound,
         unit=unit,
         reason=reason,
+        invocations=launch.invocations,
     )
 
 
@@ -205,7 +206,8 @@ def _check(
     by_time: dict[Literal["compute", "memory", "latency"], float] = {}
     for k in ks:
         if k.bound is not None:
-            by_time[k.bound] = by_time.get(k.bound, 0.0) + (k.duration_s or 0.0)
+            spent = (k.duration_s or 0.0) * k.invocations
+            by_time[k.bound] = by_time.get(k.bound, 0.0) + spent
     bound = max(by_time.items(), key=lambda kv: kv[1])[0] if by_time else None
     units = [k.unit for k in ks if k.bound == bound and k.unit]
     unit = max(set(units), key=units.count) if units else None
@@ -234,7 +236,7 @@ def _check(
         kernel=row.name,
         time_s=row.time_s,
         share=row.share,
-        launches=len(ks),
+        launches=sum(k.invocations for k in ks),
         matched_by=how,
         estimated_bound=row.bound,
         estimated_flops=est_flops,

@@ -15,7 +15,7 @@ from wallfinder.report._format import short_kernel, si
 from wallfinder.report.terminal import print_parts
 from wallfinder.units import duration, pct, size
 
-__all__ = ["counter_parts", "render_counters_text"]
+__all__ = ["counter_parts", "render_counters_text", "shell_lines"]
 
 
 def _ratio(r: float | None) -> str:
@@ -101,6 +101,26 @@ def _check_table(r: CounterReport) -> Table:
     return table
 
 
+def shell_lines(command: str, width: int = 88) -> str:
+    """A command line broken into lines of at most `width` with backslash-newlines, so that
+    it pastes into a shell as it is (the report's wrapping would break it): between words,
+    and inside the `--metrics` list after a comma (that line's continuation starts at column
+    0, since the shell joins the pieces into one word)."""
+    pieces: list[str] = []  # each ends with the separator that follows it
+    for word in command.split(" "):
+        parts = word.split(",")
+        pieces += [f"{p}," for p in parts[:-1]] + [f"{parts[-1]} "]
+    lines: list[str] = []
+    line = "  "
+    for piece in pieces:
+        if len(line) + len(piece) > width and line.strip():
+            lines.append(line + "\\")
+            line = "  " if line.endswith(" ") else ""
+        line += piece
+    lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
 def counter_parts(r: CounterReport) -> Iterator[RenderableType]:
     """The report's parts, for its own page and for the end of a diagnosis."""
     yield Text(
@@ -136,7 +156,7 @@ def counter_parts(r: CounterReport) -> Iterator[RenderableType]:
     if r.collect:
         yield Text(
             "collect the counters with (PROGRAM is your command):\n"
-            + "\n".join(f"  {c}" for c in r.collect)
+            + "\n".join(shell_lines(c) for c in r.collect)
         )
     if r.notes:
         yield Text("\n".join(f"note: {n}" for n in r.notes), style="dim")

@@ -301,6 +301,9 @@ class NcuLaunch:
     nvtx: str | None = None
     metrics: frozenset[str] = frozenset()
     """The metric names this launch carried a value for."""
+    invocations: int = 1
+    """Launches this record stands for: 1, or a summary page's `Invocations` (its figures
+    are their averages)."""
 
     def __getitem__(self, key: str) -> float | None:
         return self.figures.get(key)
@@ -313,12 +316,16 @@ class NcuExport:
     source: str
     launches: list[NcuLaunch]
     page: str
-    """"details", "raw" or both ("details+raw") for several files."""
+    """"details", "raw" or "summary" (`--print-summary per-kernel`); for several files, those
+    they had ("details+raw")."""
     metrics: frozenset[str] = frozenset()
     """Every metric name the export carried a value for."""
 
 
 _NAME_COLUMNS = ("Kernel Name", "Function Name", "Name")
+_VALUE_COLUMNS = ("Metric Value", "Average")
+"""Where the details page keeps a metric's value; `--print-summary per-kernel` writes one row
+per kernel with its `Invocations` and the metric's Minimum, Maximum and Average."""
 _IDENTITY = {
     "Block Size",
     "Grid Size",
@@ -338,6 +345,10 @@ _IDENTITY = {
     "Metric Name",
     "Metric Unit",
     "Metric Value",
+    "Invocations",
+    "Minimum",
+    "Maximum",
+    "Average",
     "Rule Name",
     "Rule Type",
     "Rule Description",
@@ -408,19 +419,23 @@ def read_csv_export(path: Path, source: str | None = None) -> NcuExport:
             f'{name}: not an Nsight Compute CSV export (no header row with "ID" and '
             f'"Kernel Name"); export one with: {EXPORT_HINT}'
         )
-    rows = [r for r in csv.reader(_body(lines[start:])) if r]
+    try:
+        rows = [r for r in csv.reader(_body(lines[start:])) if r]
+    except csv.Error as exc:  # a field past the csv module's size limit, a NUL byte
+        raise WallfinderError(f"{name}: not readable as CSV ({exc})") from None
     header, body = rows[0], rows[1:]
-    details = "Metric Name" in header and "Metric Value" in header
+    value = next((c for c in _VALUE_COLUMNS if c in header), None)
+    details = "Metric Name" in header and value is not None
     # The details page leaves a metric row's empty rule cells out; the raw page writes all.
-    width = header.index("Metric Value") + 1 if details else len(header)
+    width = header.index(value) + 1 if details and value else len(header)
     if body and len(body[-1]) < width:
         raise WallfinderError(
             f"{name}: truncated (its last row has {len(body[-1])} of {width} columns)"
         )
     body = [r for r in body if len(r) >= width]
-    if details:
-        launches = _details(name, header, body)
-        page = "details"
+    if details and value:
+        launches = _details(name, header, body, value)
+        page = "details" if value == "Metric Value" else "summary"
     else:
         launches = _raw(name, header, body)
         page = "raw"
@@ -472,9 +487,9 @@ def _flops(values: dict[str, float]) -> tuple[float | None, str | None]:
     return (total, "sass") if found else (None, None)
 
 
-def _details(name: str, header: list[str], body: list[list[str]]) -> list[NcuLaunch]:
+def _details(name: str, header: list[str], body: list[list[str]], value: str) -> list[NcuLaunch]:
     col = {h: i for i, h in enumerate(header)}
-    m_name, m_unit, m_value = col["Metric Name"], col["Metric Unit"], col["Metric Value"]
+    m_name, m_unit, m_value = col["Metric Name"], col.get("Metric Unit"), col[value]
     comma = _decimal_comma(r[m_value] for r in body if len(r) > m_value)
     order: list[str] = []
     per: dict[str, list[list[str]]] = {}
@@ -489,7 +504,7 @@ def _details(name: str, header: list[str], body: list[list[str]]) -> list[NcuLau
         rows = per[lid]
         values: dict[tuple[str, str], float] = {}
         for r in rows:
-            kind, factor = _scale(r[m_unit])
+            kind, factor = _scale(r[m_unit] if m_unit is not None else "")
             v = _number(r[m_value], comma)
             if v is not None:
                 values.setdefault((r[m_name], kind), v * factor)
@@ -540,7 +555,9 @@ def _launch(
         for i, h in enumerate(header)
         if _is_nvtx_column(h) and row[i].strip()
     )
+    count = _number(row[col["Invocations"]], False) if "Invocations" in col else None
     return NcuLaunch(
+        invocations=max(1, int(count or 1)),
         id=number,
         name=kernel,
         figures=figures,
