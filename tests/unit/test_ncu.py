@@ -263,10 +263,11 @@ def test_duration_from_cycles_and_clock_when_no_duration_is_collected(tmp_path: 
     [
         ('{"traceEvents": []}\n', "not an Nsight Compute CSV export"),
         ("a,b,c\n1,2,3\n", "not an Nsight Compute CSV export"),
+        ('"ID","Name","Value"\n"1","x","3"\n', "none of its columns is an ncu metric"),
         (details_page()[:-120], "truncated"),
         (details_page().splitlines()[0] + "\n", "no kernel launches"),
     ],
-    ids=["json", "other-csv", "truncated", "header-only"],
+    ids=["json", "other-csv", "id-and-name-csv", "truncated", "header-only"],
 )
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, needle: str
@@ -397,12 +398,13 @@ def test_missing_counters_are_said_with_the_command_to_collect_them(tmp_path: Pa
     assert report.collect[0].startswith("ncu --csv --page raw --metrics")
 
 
-def test_the_cost_models_flops_and_bytes_are_set_against_the_counted(tmp_path: Path) -> None:
-    """A bf16 4096³ mm on an A100 (estimate: compute, 2·N³ FLOPs, 3·N²·2 bytes): counters that
-    count half the FLOPs and four times the bytes, the SMs busy, confirm the bound and say by
-    how much the cost model is off."""
-    n = 4096
-    kernel = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1"
+N = 4096
+MM_KERNEL = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1"
+
+
+def mm_diagnosis(tmp_path: Path) -> Diagnosis:
+    """Three steps of one bf16 N³ mm (a 1000 µs kernel) on an A100: the roofline estimates it
+    compute-bound, 2·N³ FLOPs and 3·N²·2 bytes a call."""
     b = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
     for s in range(3):
         t0 = s * 1500.0
@@ -411,16 +413,23 @@ def test_the_cost_models_flops_and_bytes_are_set_against_the_counted(tmp_path: P
             "aten::mm",
             t0 + 10,
             5.0,
-            args={"Input Dims": [[n, n], [n, n]], "Input type": ["c10::BFloat16"] * 2},
+            args={"Input Dims": [[N, N], [N, N]], "Input type": ["c10::BFloat16"] * 2},
         )
-        b.kernel(kernel, t0 + 20, 1000.0, launch_at=t0 + 11)
+        b.kernel(MM_KERNEL, t0 + 20, 1000.0, launch_at=t0 + 11)
         b.events[-1]["args"]["External id"] = event["args"]["External id"]
-    d = analyze(b.write(tmp_path / "t.json"))
-    flops, nbytes = 2.0 * n**3, 3.0 * n * n * 2
+    return analyze(b.write(tmp_path / "t.json"))
+
+
+def test_the_cost_models_flops_and_bytes_are_set_against_the_counted(tmp_path: Path) -> None:
+    """A bf16 4096³ mm on an A100 (estimate: compute, 2·N³ FLOPs, 3·N²·2 bytes): counters that
+    count half the FLOPs and four times the bytes, the SMs busy, confirm the bound and say by
+    how much the cost model is off."""
+    d = mm_diagnosis(tmp_path)
+    flops, nbytes = 2.0 * N**3, 3.0 * N * N * 2
     rows = [
         ["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"],
         *(
-            [str(i), kernel, "m", metric, unit, value]
+            [str(i), MM_KERNEL, "m", metric, unit, value]
             for i in range(2)
             for metric, unit, value in (
                 ("gpu__time_duration.sum", "msecond", "1"),
@@ -512,3 +521,45 @@ def test_a_command_broken_over_lines_pastes_into_a_shell_as_the_same_arguments()
     assert max(len(line) for line in broken.splitlines()) <= 73  # the backslash past it
     # The shell removes each backslash-newline before it splits the words.
     assert shlex.split(broken.replace("\\\n", "")) == shlex.split(command)
+
+
+def test_newer_short_units_and_an_export_trimmed_to_fewer_columns(tmp_path: Path) -> None:
+    """Newer releases write `ns`/`us`/`ms` and `Gbyte/s`; an export trimmed to the kernel and
+    metric columns (no ID) starts a launch where a metric comes round again."""
+    rows = [["Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    for duration, unit in (("12.40", "us"), ("853,984", "ns"), ("76.30", "ms")):
+        rows += [
+            [GEMM, "SOL", "Duration", unit, duration],
+            [GEMM, "SOL", "Compute (SM) Throughput", "%", "77.11"],
+            [GEMM, "SOL", "Memory Throughput", "%", "38.38"],
+            [GEMM, "MWA", "Memory Throughput", "Gbyte/s", "1,200.00"],
+            [GEMM, "SOL", "", "", ""],  # rule rows
+            [GEMM, "SOL", "", "", ""],
+        ]
+    launches = load_ncu(write(tmp_path, _csv(rows))).launches
+    assert len(launches) == 3
+    assert [x["duration_s"] for x in launches] == [
+        pytest.approx(12.40e-6),
+        pytest.approx(853_984e-9),
+        pytest.approx(76.30e-3),
+    ]
+    assert launches[0]["memory_pct"] == pytest.approx(0.3838)
+    assert launches[0]["dram_bytes_per_s"] == pytest.approx(1.2e12)
+    k = analyze_counters(write(tmp_path, _csv(rows))).kernels[0]
+    assert k.dram_bytes == pytest.approx(1.2e12 * 12.40e-6)
+    assert (k.bound, k.unit) == ("compute", "cuda cores")
+
+
+def test_a_refuted_matmul_is_said_against_the_verdicts_fourth_question(tmp_path: Path) -> None:
+    """A bf16 mm the roofline calls compute-bound whose counters find neither unit busy."""
+    d = mm_diagnosis(tmp_path)
+    rows = [
+        ["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"],
+        ["0", MM_KERNEL, "SOL", "Duration", "ms", "1"],
+        ["0", MM_KERNEL, "SOL", "Compute (SM) Throughput", "%", "30"],
+        ["0", MM_KERNEL, "SOL", "Memory Throughput", "%", "20"],
+    ]
+    report = analyze_counters(write(tmp_path, _csv(rows)), diagnosis=d)
+    assert [c.status for c in report.checks] == ["refuted"]
+    assert any("fourth question counts 1 matmul kernel(s)" in n for n in report.notes)
+    assert [f.id for f in report.findings] == ["roofline-refuted"]

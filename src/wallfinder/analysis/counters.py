@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
 from wallfinder.analysis.thresholds import CounterThresholds, Thresholds
 from wallfinder.diagnosis import (
     CounterCheck,
@@ -30,6 +31,11 @@ __all__ = ["classify", "collect_commands", "counter_report"]
 _ESTIMATE_TO_COUNTER = {"compute": "compute", "bandwidth": "memory"}
 _NEEDED = ("sm_pct", "memory_pct", "duration_s")
 """Figures without which a launch's bound cannot be decided: the export lacks its counters."""
+
+
+def short_name(kernel: str) -> str:
+    """A kernel's function name without its namespaces, for a line of text."""
+    return base_name(kernel).rsplit("::", 1)[-1] or kernel[:60]
 
 
 def _int(x: float | None) -> int | None:
@@ -163,7 +169,7 @@ def collect_commands(d: Diagnosis | None, thresholds: Thresholds) -> list[str]:
     steps = max(1, d.steps.count)
     out = []
     for row in [r for r in d.kernels if r.cls != "communication"][: thresholds.counters.top]:
-        name = base_name(row.name).rsplit("::", 1)[-1]
+        name = short_name(row.name)
         per_step = max(1, round(row.count / steps))
         out.append(ncu_command(re.escape(name), launch_skip=per_step, launch_count=1))
     return out
@@ -261,7 +267,7 @@ def _refuted_finding(checks: list[CounterCheck], th: CounterThresholds) -> Findi
     if not wrong or total <= 0 or share / total < th.refuted_share:
         return None
     names = "; ".join(
-        f"{c.kernel[:60]} (estimate {c.estimated_bound}, counters {c.counter_bound})"
+        f"{short_name(c.kernel)} (estimate {c.estimated_bound}, counters {c.counter_bound})"
         for c in sorted(wrong, key=lambda c: -c.share)[:3]
     )
     return Finding(
@@ -278,6 +284,26 @@ def _refuted_finding(checks: list[CounterCheck], th: CounterThresholds) -> Findi
         "launch (batching, fusion, CUDA graphs), not a faster unit; a memory-bound one that the "
         "estimate called compute moves more bytes than its shapes say",
     )
+
+
+def _verdict_notes(d: Diagnosis, checks: list[CounterCheck]) -> list[str]:
+    """What the counters change in the verdict's fourth question (are the matmuls near peak?):
+    matmul kernels it counted as compute-bound that the counters call otherwise."""
+    matmul = {r.name for r in d.kernels if KernelClass(r.cls) in MATMUL_CLASSES}
+    moved = [
+        c
+        for c in checks
+        if c.kernel in matmul and c.estimated_bound == "compute" and c.status == "refuted"
+    ]
+    if not moved:
+        return []
+    share = sum(c.share for c in moved)
+    names = ", ".join(f"{short_name(c.kernel)} ({c.counter_bound})" for c in moved[:3])
+    return [
+        f"the verdict's fourth question counts {len(moved)} matmul kernel(s) as compute-bound "
+        f"({pct(share)} of kernel time) that the counters call otherwise: {names}; their % of "
+        "roof measures a roof they do not reach for that reason"
+    ]
 
 
 def counter_report(
@@ -308,6 +334,7 @@ def counter_report(
         finding = _refuted_finding(checks, th.counters)
         if finding is not None:
             findings.append(finding)
+        notes += _verdict_notes(diagnosis, checks)
         if unmatched or lacking:
             collect = collect_commands(diagnosis, th)
     elif lacking:

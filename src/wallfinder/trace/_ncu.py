@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,17 +44,22 @@ EXPORT_HINT = "ncu --import FILE.ncu-rep --csv --page raw > FILE.csv"
 
 # --- Units ----------------------------------------------------------------------------------
 
-_PREFIX = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9}
-_PREFIX["T"] = 1e12
+_PREFIX = {"n": 1e-9, "u": 1e-6, "\u00b5": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3}
+_PREFIX.update({"M": 1e6, "G": 1e9, "T": 1e12})
+_BASES = {"byte": "byte", "B": "byte", "second": "second", "s": "second", "cycle": "cycle"}
+_BASES.update({"inst": "inst", "sector": "sector", "request": "request"})
+"""Base units as ncu spells them (`usecond` in older releases, `us` in newer; `Kbyte`) and
+what they normalise to."""
 _TIME = {"second": 1.0, "s": 1.0}
 
 
 def _split_prefix(unit: str, bases: Sequence[str]) -> tuple[float, str] | None:
+    """(the prefix's factor, the base's normal name) when `unit` is a prefix and a base."""
     for base in bases:
         if unit.endswith(base):
             prefix = unit[: -len(base)]
             if prefix in _PREFIX:
-                return _PREFIX[prefix], base
+                return _PREFIX[prefix], _BASES.get(base, base)
     return None
 
 
@@ -75,7 +80,7 @@ def _scale(unit: str) -> tuple[str, float]:
     num, _, den = u.partition("/")
     factor = 1.0
     kind_num = num
-    hit = _split_prefix(num, ("byte", "second", "cycle", "inst", "sector", "request"))
+    hit = _split_prefix(num, tuple(_BASES))
     if hit is not None:
         factor, kind_num = hit
     elif num.endswith("bytes"):
@@ -382,14 +387,16 @@ def is_ncu_input(path: Path) -> bool:
 
 
 def _header(line: str) -> list[str] | None:
-    """The header row, when `line` is one: it names the launch (`ID`) and the kernel."""
-    if '"ID"' not in line and not line.startswith("ID,"):
+    """The header row, when `line` is one: it names the kernel and either the launch (`ID`)
+    or the metric (`Metric Name`; exports trimmed to fewer columns keep these)."""
+    if "Name" not in line:
         return None
     try:
         cells = next(csv.reader([line]))
     except (csv.Error, StopIteration):
         return None
-    if cells and cells[0] == "ID" and any(c in cells for c in _NAME_COLUMNS):
+    named = any(c in cells for c in _NAME_COLUMNS)
+    if named and ("ID" in cells or "Metric Name" in cells):
         return cells
     return None
 
@@ -441,6 +448,13 @@ def read_csv_export(path: Path, source: str | None = None) -> NcuExport:
         page = "raw"
     if not launches:
         raise WallfinderError(f"{name}: an Nsight Compute export with no kernel launches in it")
+    if all(v is None for x in launches for v in x.figures.values()) and all(
+        x.flops is None for x in launches
+    ):
+        raise WallfinderError(
+            f"{name}: not an Nsight Compute CSV export (none of its columns is an ncu metric); "
+            f"export one with: {EXPORT_HINT}"
+        )
     metrics = frozenset(n for launch in launches for n in launch.metrics)
     return NcuExport(source=name, launches=launches, page=page, metrics=metrics)
 
@@ -493,12 +507,20 @@ def _details(name: str, header: list[str], body: list[list[str]], value: str) ->
     comma = _decimal_comma(r[m_value] for r in body if len(r) > m_value)
     order: list[str] = []
     per: dict[str, list[list[str]]] = {}
-    for r in body:
+
+    def metric(r: list[str]) -> tuple[str, str] | None:
+        # A metric by its name and unit kind: "Memory Throughput" is a % and a byte rate.
+        if m_name >= len(r) or not r[m_name]:
+            return None
+        unit = r[m_unit] if m_unit is not None and m_unit < len(r) else ""
+        return r[m_name], _scale(unit)[0]
+
+    for r, lid in zip(body, _launch_ids(header, body, metric), strict=True):
         if len(r) <= m_value or not r[m_name]:
             continue  # a rule row, or a section's header row: no metric
-        per.setdefault(r[col["ID"]], []).append(r)
-        if len(per[r[col["ID"]]]) == 1:
-            order.append(r[col["ID"]])
+        per.setdefault(lid, []).append(r)
+        if len(per[lid]) == 1:
+            order.append(lid)
     launches = []
     for lid in order:
         rows = per[lid]
@@ -512,24 +534,46 @@ def _details(name: str, header: list[str], body: list[list[str]], value: str) ->
     return launches
 
 
+def _launch_ids(
+    header: list[str], body: list[list[str]], metric: Callable[[list[str]], object] | None
+) -> list[str]:
+    """Each row's launch: its `ID`; in an export without that column, a new launch begins
+    where the kernel's name changes or (details page) a `metric` comes round again."""
+    if "ID" in header:
+        at = header.index("ID")
+        return [r[at] for r in body]
+    at = next(header.index(c) for c in _NAME_COLUMNS if c in header)
+    ids: list[str] = []
+    launch, kernel = -1, None
+    seen: set[object] = set()
+    for r in body:
+        key = metric(r) if metric is not None else None
+        if key is None and metric is not None and r[at] == kernel:
+            ids.append(str(launch))  # a rule row: no metric, the launch goes on
+            continue
+        if r[at] != kernel or metric is None or key in seen:
+            launch, kernel, seen = launch + 1, r[at], set()
+        seen.add(key)
+        ids.append(str(launch))
+    return ids
+
+
 def _raw(name: str, header: list[str], body: list[list[str]]) -> list[NcuLaunch]:
-    col = {h: i for i, h in enumerate(header)}
     units: list[str] = [""] * len(header)
-    if body and body[0][col["ID"]] == "":
+    kernel = next(header.index(c) for c in _NAME_COLUMNS if c in header)
+    if body and body[0][kernel] == "":  # the units row: no kernel named
         units, body = body[0], body[1:]
     metric_cols = [i for i, h in enumerate(header) if h not in _IDENTITY and not _is_nvtx_column(h)]
     comma = _decimal_comma(r[i] for r in body for i in metric_cols if i < len(r))
     launches = []
-    for r in body:
-        if len(r) < len(header):
-            continue
+    for r, lid in zip(body, _launch_ids(header, body, None), strict=True):
         values: dict[tuple[str, str], float] = {}
         for i in metric_cols:
             kind, factor = _scale(units[i] if i < len(units) else "")
             v = _number(r[i], comma)
             if v is not None:
                 values[(header[i], kind)] = v * factor
-        launches.append(_launch(name, r[col["ID"]], header, r, values))
+        launches.append(_launch(name, lid, header, r, values))
     return launches
 
 
