@@ -729,7 +729,8 @@ class CounterCheck(_Base, frozen=True):
     launches: int
     """How many profiled launches matched it."""
     matched_by: str
-    """"name" (the normalised full name) or "base name" (function name alone)."""
+    """"name" (the normalised full name), "base name" (the qualified function name) or
+    "function name" (without its namespaces, as `--print-kernel-base function` prints it)."""
     estimated_bound: str | None
     estimated_flops: float | None
     estimated_bytes: float | None

@@ -325,6 +325,16 @@ def test_the_join_confirms_and_refutes_the_estimate(tmp_path: Path) -> None:
     assert [f.id for f in report.findings] == ["roofline-refuted"]
 
 
+def test_a_function_name_alone_matches_the_trace_kernel(tmp_path: Path) -> None:
+    """`ncu --print-kernel-base function` prints no namespaces, templates or parameters."""
+    d = matching_trace(tmp_path)
+    text = details_page().replace(SOFTMAX, "softmax_warp_forward")
+    report = analyze_counters(write(tmp_path, text), diagnosis=d)
+    check = next(c for c in report.checks if c.kernel == SOFTMAX_TRACE)
+    assert check.matched_by == "function name"
+    assert check.counter_bound == "latency"
+
+
 def test_analyze_with_counters_adds_them_to_the_diagnosis(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,6 +11,7 @@ compute on the tensor pipe or the CUDA cores); with neither busy the kernel is l
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Literal
 
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
@@ -175,17 +176,23 @@ def collect_commands(d: Diagnosis | None, thresholds: Thresholds) -> list[str]:
     return out
 
 
+_TIERS: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("name", normalised_name),
+    ("base name", base_name),
+    ("function name", short_name),
+)
+"""How a trace's kernel and a profiled launch are matched, strictest first: the whole
+normalised name, the qualified function name (`base_name`), the function name alone (what ncu
+prints with `--print-kernel-base function`)."""
+
+
 def _match(rows: list[KernelRow], launches: list[NcuLaunch]) -> dict[int, tuple[str, list[int]]]:
-    """Trace kernel (index) → how it matched and the launches (indices): by normalised full
-    name first, else by function name; each launch joins one kernel at most, in launch order."""
+    """Trace kernel (index) → how it matched and the launches (indices), by the first tier of
+    `_TIERS` that finds any; each launch joins one kernel at most, in launch order."""
     free = set(range(len(launches)))
-    full = [normalised_name(x.name) for x in launches]
-    base = [base_name(x.name) for x in launches]
     out: dict[int, tuple[str, list[int]]] = {}
-    for how, keys, key_of in (
-        ("name", full, normalised_name),
-        ("base name", base, base_name),
-    ):
+    for how, key_of in _TIERS:
+        keys = [key_of(x.name) for x in launches]
         for i, row in enumerate(rows):
             if i in out:
                 continue

@@ -73,8 +73,7 @@ def _scale(unit: str) -> tuple[str, float]:
         return "fraction", 0.01
     if u == "":
         return "", 1.0
-    low = u.lower()
-    if low.endswith("hz"):  # SM frequency: Ghz, Mhz, hz
+    if u.lower().endswith("hz"):  # SM frequency: Ghz, Mhz, hz
         p = _split_prefix(u[:-2] + "hz", ("hz",))
         return "cycle/second", p[0] if p else 1.0
     num, _, den = u.partition("/")
@@ -97,7 +96,6 @@ def _scale(unit: str) -> tuple[str, float]:
 
 _MISSING = {"", "n/a", "N/A", "na", "-", "nan", "NaN"}
 _DECIMAL_COMMA = re.compile(r"^[+-]?\d{1,3}(\.\d{3})+,\d+$|^[+-]?\d+,(\d{1,2}|\d{4,})$")
-_TRIPLE = re.compile(r"^[+-]?\d{1,3}(,\d{3})+(\.\d+)?$")
 _GROUPED_POINT = re.compile(r"^[+-]?\d{1,3}(\.\d{3}){2,}$")
 
 
