@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from realtraces import real_trace, real_trace_params
-from wallfinder.api import analyze_counters
+from tracegen import training_trace
+from wallfinder.api import analyze, analyze_counters
 from wallfinder.cli import main
 
 
@@ -51,3 +52,19 @@ def test_the_2021_bert_exports_count_flops_and_bytes(capsys: pytest.CaptureFixtu
     assert sgemm.duration_s == pytest.approx(9583.22 / 998_252_314.81)
     assert main(["counters", str(path), "--format", "json"]) == 0
     assert '"schema": "wallfinder.counters/1"' in capsys.readouterr().out
+
+
+def test_a_trace_of_the_real_exports_kernels_is_joined_launch_for_launch(tmp_path: Path) -> None:
+    """A trace built with the real export's kernels, in its launch order: every kernel
+    matches by its whole name, and the elementwise kernels the roofline calls bandwidth-bound
+    are refuted (the counters find them latency-bound: a few µs, no unit busy)."""
+    path = real_trace("ncu/a100_bert_attention_torch.ncu.csv.gz")
+    names = tuple(dict.fromkeys(k.name for k in analyze_counters(path).kernels))
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(training_trace(2, kernels=names).to_bytes())
+    report = analyze_counters(path, diagnosis=analyze(trace))
+    assert report.unmatched_kernels == []
+    assert {c.matched_by for c in report.checks} == {"name"}
+    assert sum(c.launches for c in report.checks) + report.unmatched_launches == 26
+    assert {c.counter_bound for c in report.checks} == {"latency"}
+    assert "refuted" in {c.status for c in report.checks}
