@@ -377,6 +377,11 @@ def test_counters_command_prints_a_table_and_json(
     assert main(["counters", str(export), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [k["bound"] for k in doc["kernels"]] == ["compute", "memory", "latency"]
+    page = tmp_path / "counters.html"
+    assert main(["counters", str(export), "--format", "html", "-o", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert html.count('<tr><td class="num">') == 3
+    assert "compute (tensor)" in html
 
 
 def test_collect_prints_the_ncu_commands_for_the_top_kernels(

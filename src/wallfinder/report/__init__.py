@@ -30,7 +30,7 @@ __all__ = [
 FORMATS = ("text", "json", "md", "html")
 DIFF_FORMATS = ("text", "json", "md", "html")
 MEMORY_FORMATS = ("text", "json", "md")
-COUNTER_FORMATS = ("text", "json")
+COUNTER_FORMATS = ("text", "json", "html")
 
 
 def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
@@ -109,9 +109,14 @@ def render_memory(report: MemoryReport, fmt: str, *, width: int | None = None) -
 
 
 def render_counters(report: CounterReport, fmt: str, *, width: int | None = None) -> str:
-    """A counters report (`wallfinder counters`) in format `fmt`: "text" or "json"."""
+    """A counters report (`wallfinder counters`) in format `fmt`: "text", "json" or "html"
+    (one self-contained page)."""
     if fmt == "json":
         return report.to_json() + "\n"
+    if fmt == "html":
+        from wallfinder.report.counters import render_counters_html
+
+        return render_counters_html(report)
     if fmt != "text":
         raise ValueError(f"unknown counters format {fmt!r}: one of {', '.join(COUNTER_FORMATS)}")
     from wallfinder.report.counters import render_counters_text
