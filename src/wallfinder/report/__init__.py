@@ -114,7 +114,7 @@ def render_counters(report: CounterReport, fmt: str, *, width: int | None = None
     if fmt == "json":
         return report.to_json() + "\n"
     if fmt == "html":
-        from wallfinder.report.counters import render_counters_html
+        from wallfinder.report.html import render_counters_html
 
         return render_counters_html(report)
     if fmt != "text":

@@ -1,5 +1,5 @@
-"""The counters report (`wallfinder counters`, `analyze --counters`) as text and as an HTML
-page: it renders the `CounterReport` and computes nothing new."""
+"""The counters report (`wallfinder counters`, `analyze --counters`) as text: it renders the
+`CounterReport` and computes nothing new (its HTML page is `html.render_counters_html`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from wallfinder.report._format import short_kernel, si
 from wallfinder.report.terminal import print_parts
 from wallfinder.units import duration, pct, size
 
-__all__ = ["counter_parts", "render_counters_html", "render_counters_text", "shell_lines"]
+__all__ = ["counter_parts", "render_counters_text", "shell_lines"]
 
 
 def _ratio(r: float | None) -> str:
@@ -165,11 +165,3 @@ def counter_parts(r: CounterReport) -> Iterator[RenderableType]:
 def render_counters_text(r: CounterReport, *, width: int | None = None) -> str:
     """The counters report as plain text."""
     return print_parts(counter_parts(r), width=width or 140, color=False)
-
-
-def render_counters_html(r: CounterReport) -> str:
-    """The counters report as one self-contained HTML page (the card a diagnosis's page
-    shows, alone)."""
-    from wallfinder.report.html import render_page
-
-    return render_page("counters.html", {}, c=r)
