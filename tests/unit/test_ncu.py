@@ -206,6 +206,17 @@ def test_every_form_reads_to_the_same_figures_in_base_units(tmp_path: Path, form
         assert add.flops == pytest.approx(25e6)
 
 
+def test_thousands_grouped_by_spaces_with_a_decimal_comma(tmp_path: Path) -> None:
+    rows = [
+        ["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"],
+        ["0", GEMM, "SOL", "Duration", "nsecond", "1\u202f234,5"],
+        ["0", GEMM, "SOL", "Elapsed Cycles", "cycle", "2 469"],
+    ]
+    launch = load_ncu(write(tmp_path, _csv(rows))).launches[0]
+    assert launch["duration_s"] == pytest.approx(1234.5e-9)
+    assert launch["cycles"] == 2469
+
+
 def test_an_old_release_keeps_its_nvtx_range_and_has_no_device(tmp_path: Path) -> None:
     export = load_ncu(write(tmp_path, PREAMBLE + details_page(old=True), "old.ncu.csv.gz"))
     assert export.launches[0].nvtx == "fwd"

@@ -104,7 +104,7 @@ def _decimal_comma(values: Iterable[str]) -> bool:
     (a comma followed by other than three digits, or points grouping thousands before a
     comma); a file without such evidence is read with a decimal point."""
     for v in values:
-        s = v.strip()
+        s = "".join(v.split()).replace("'", "")  # spaces that group thousands (`1 234,5`)
         if _DECIMAL_COMMA.match(s) or _GROUPED_POINT.match(s):
             return True
         if "." in s and "," in s and s.rfind(",") < s.rfind("."):
