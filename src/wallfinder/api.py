@@ -19,11 +19,19 @@ from wallfinder.analysis import ModelFlops, Thresholds, diagnose
 from wallfinder.analysis.calculator import calculate, cost_of, fusion
 from wallfinder.analysis.check import BoundCheck, Bounds, check
 from wallfinder.analysis.collectives import rank_collectives
+from wallfinder.analysis.counters import collect_commands, counter_report
 from wallfinder.analysis.diff import diff
 from wallfinder.analysis.job import RankResult, job_diagnosis
 from wallfinder.analysis.memory import memory_report
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
-from wallfinder.diagnosis import DIAGNOSIS_SCHEMAS, SCHEMA, Calculation, Diagnosis, MemoryReport
+from wallfinder.diagnosis import (
+    DIAGNOSIS_SCHEMAS,
+    SCHEMA,
+    Calculation,
+    CounterReport,
+    Diagnosis,
+    MemoryReport,
+)
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import (
     DeviceEvidence,
@@ -42,6 +50,7 @@ from wallfinder.trace import (
     Trace,
     find_trace_files,
     gunzipped,
+    load_ncu,
     load_trace,
     load_traces,
     process_context,
@@ -60,6 +69,7 @@ __all__ = [
     "RankResult",
     "Thresholds",
     "analyze",
+    "analyze_counters",
     "analyze_memory",
     "analyze_rank",
     "calculate",
@@ -68,6 +78,7 @@ __all__ = [
     "diff",
     "fusion",
     "load_diagnosis",
+    "ncu_commands",
     "read_toml",
     "saved_schema",
 ]
@@ -299,6 +310,25 @@ def analyze_memory(path: str | Path, options: Options | None = None) -> MemoryRe
     but plain data is refused with a `WallfinderError`."""
     thresholds = (options or Options()).thresholds
     return memory_report(load_snapshot(path), source=str(path), thresholds=thresholds)
+
+
+def analyze_counters(
+    path: str | Path, options: Options | None = None, *, diagnosis: Diagnosis | None = None
+) -> CounterReport:
+    """What the hardware counters of an Nsight Compute export (`ncu --csv`, details or raw
+    page; an `.ncu-rep` with `ncu` on PATH; or a folder of them) say per kernel: its bound by
+    counters and the figures that decided it. With the `diagnosis` of a trace of the same
+    program, its top kernels are joined to the profiled launches and each roofline estimate is
+    confirmed or refuted. Raises `WallfinderError` for input that is not an export."""
+    thresholds = (options or Options()).thresholds
+    return counter_report(load_ncu(path), thresholds, diagnosis)
+
+
+def ncu_commands(diagnosis: Diagnosis | None = None, options: Options | None = None) -> list[str]:
+    """The `ncu` command lines that collect the counters `analyze_counters` reads: for a
+    diagnosis, one per top kernel by time (its first step's launches skipped); else one for
+    every kernel."""
+    return collect_commands(diagnosis, (options or Options()).thresholds)
 
 
 def read_toml(path: str | os.PathLike[str], what: str) -> tuple[Path, dict[str, object]]:

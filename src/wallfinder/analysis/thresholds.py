@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = [
+    "CounterThresholds",
     "JobThresholds",
     "MemoryThresholds",
     "SnapshotThresholds",
@@ -108,6 +109,29 @@ class JobThresholds:
 
 
 @dataclass(frozen=True)
+class CounterThresholds:
+    """How a kernel's hardware counters (an Nsight Compute export) decide its bound."""
+
+    busy: float = 0.60
+    """A unit (the SMs, or memory at any level) at this share of its peak is what limits the
+    kernel (Nsight Compute's own guidance: above 60% of speed-of-light a unit is the limiter);
+    a kernel with neither unit this busy is latency-bound."""
+    tensor_active: float = 0.20
+    """A compute-bound kernel whose tensor pipe is active this share of its cycles runs on the
+    tensor cores (with no such figure: any tensor-pipe instructions)."""
+    low_occupancy: float = 0.25
+    """Achieved occupancy below this is named as a reason a latency-bound kernel is so."""
+    refuted_share: float = 0.20
+    """The roofline estimate refuted for at least this share of the matched kernels' time is
+    a finding."""
+    model_tolerance: float = 0.25
+    """The cost model's bytes or FLOPs differ from the counted ones when off by more than this
+    fraction."""
+    top: int = 5
+    """How many kernels, by time, get an `ncu` command to collect their counters."""
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """Named, documented thresholds: the verdict's at the top level, the findings' in groups.
     See the module's docstring."""
@@ -127,3 +151,4 @@ class Thresholds:
     memory: MemoryThresholds = field(default_factory=MemoryThresholds)
     snapshot: SnapshotThresholds = field(default_factory=SnapshotThresholds)
     job: JobThresholds = field(default_factory=JobThresholds)
+    counters: CounterThresholds = field(default_factory=CounterThresholds)

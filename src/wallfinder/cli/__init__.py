@@ -13,6 +13,7 @@ from wallfinder import __version__
 from wallfinder.cli.commands import analyze as analyze_command
 from wallfinder.cli.commands import calibrate as calibrate_command
 from wallfinder.cli.commands import check as check_command
+from wallfinder.cli.commands import counters as counters_command
 from wallfinder.cli.commands import demo as demo_command
 from wallfinder.cli.commands import diff as diff_command
 from wallfinder.cli.commands import history as history_command
@@ -31,6 +32,7 @@ COMMANDS = {
     "check": check_command,
     "history": history_command,
     "memory": memory_command,
+    "counters": counters_command,
 }
 
 

@@ -5,14 +5,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from wallfinder.diagnosis import Calculation, Diagnosis, DiagnosisDiff, MemoryReport, Steps
+    from wallfinder.diagnosis import (
+        Calculation,
+        CounterReport,
+        Diagnosis,
+        DiagnosisDiff,
+        MemoryReport,
+        Steps,
+    )
 
 __all__ = [
+    "COUNTER_FORMATS",
     "DIFF_FORMATS",
     "FORMATS",
     "MEMORY_FORMATS",
     "render",
     "render_calculation",
+    "render_counters",
     "render_diff",
     "render_memory",
     "render_steps",
@@ -21,6 +30,7 @@ __all__ = [
 FORMATS = ("text", "json", "md", "html")
 DIFF_FORMATS = ("text", "json", "md", "html")
 MEMORY_FORMATS = ("text", "json", "md")
+COUNTER_FORMATS = ("text", "json", "html")
 
 
 def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
@@ -96,3 +106,19 @@ def render_memory(report: MemoryReport, fmt: str, *, width: int | None = None) -
     from wallfinder.report.memory import render_memory_text
 
     return render_memory_text(report, width=width)
+
+
+def render_counters(report: CounterReport, fmt: str, *, width: int | None = None) -> str:
+    """A counters report (`wallfinder counters`) in format `fmt`: "text", "json" or "html"
+    (one self-contained page)."""
+    if fmt == "json":
+        return report.to_json() + "\n"
+    if fmt == "html":
+        from wallfinder.report.html import render_counters_html
+
+        return render_counters_html(report)
+    if fmt != "text":
+        raise ValueError(f"unknown counters format {fmt!r}: one of {', '.join(COUNTER_FORMATS)}")
+    from wallfinder.report.counters import render_counters_text
+
+    return render_counters_text(report, width=width)

@@ -151,6 +151,7 @@ def short_kernel(kernel: str) -> str:
     """A kernel name without its return type, namespaces' noise, template arguments and
     parameter list (the JSON has it whole)."""
     name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
+    name = name.replace("<unnamed>::", "")
     for stop in ("<", "("):
         name = name.split(stop, 1)[0]
     return name.removeprefix("at::native::")

@@ -28,6 +28,7 @@ from markupsafe import Markup
 
 from wallfinder.diagnosis import (
     MEMORY_CATEGORIES,
+    CounterReport,
     DeviceMemoryProfile,
     Diagnosis,
     JobSummary,
@@ -105,6 +106,12 @@ def render_html(d: Diagnosis) -> str:
         cause_label=fmt.cause_label,
         ranks_memory=fmt.ranks_have_memory(d),
     )
+
+
+def render_counters_html(r: CounterReport) -> str:
+    """A counters report (`wallfinder counters`) as one self-contained HTML page: the card a
+    diagnosis's page shows, alone."""
+    return render_page("counters.html", {}, c=r)
 
 
 def render_page(

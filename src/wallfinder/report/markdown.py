@@ -62,6 +62,7 @@ def render_markdown(d: Diagnosis) -> str:
         _mfu(d),
     ]
     out += _job(d)
+    out += _counters(d)
     if d.warnings:
         out += ["", *(f"- _note:_ {text(w)}" for w in d.warnings)]
     out += ["", f"<sub>wallfinder · {d.schema}</sub>", ""]
@@ -87,6 +88,26 @@ def text(value: str) -> str:
     so that no name in it mentions anyone."""
     escaped = _SPECIAL.sub(r"\\\1", " ".join(value.split()).replace("&", "&amp;"))
     return escaped.replace("@", "@\u2060")
+
+
+def _counters(d: Diagnosis) -> list[str]:
+    c = d.counters
+    if c is None or not c.checks:
+        return []
+    out = [
+        "",
+        f"**Hardware counters** ({code(c.source)}): the roofline's bound per kernel",
+        "",
+        "| kernel | estimate | counters | status |",
+        "|---|---|---|---|",
+    ]
+    out += [
+        f"| {code(fmt.short_kernel(k.kernel), table=True)} | {k.estimated_bound or '?'} | "
+        f"{k.counter_bound or '?'} | {k.status} |"
+        for k in c.checks
+    ]
+    out += [f"- {text(f.title)}" for f in c.findings]
+    return out
 
 
 def _job(d: Diagnosis) -> list[str]:

@@ -74,6 +74,10 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
         yield _ranks(d)
     if d.job is not None:
         yield from _job(d)
+    if d.counters is not None:
+        from wallfinder.report.counters import counter_parts
+
+        yield from counter_parts(d.counters)
     if d.warnings:
         yield Text("\n".join(f"note: {w}" for w in d.warnings), style="dim")
 

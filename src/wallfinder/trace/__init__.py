@@ -22,6 +22,14 @@ import numpy as np
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
+from wallfinder.trace._ncu import (
+    NcuExport,
+    NcuLaunch,
+    base_name,
+    load_ncu,
+    ncu_command,
+    normalised_name,
+)
 from wallfinder.trace._nsys import is_nsys_input, load_nsys
 from wallfinder.trace._reader import (
     GZIP_DATA_ERRORS,
@@ -51,14 +59,20 @@ __all__ = [
     "Events",
     "Kind",
     "MemoryEvents",
+    "NcuExport",
+    "NcuLaunch",
     "OpArgs",
     "Progress",
     "Tensor",
     "Trace",
+    "base_name",
     "find_trace_files",
     "gunzipped",
+    "load_ncu",
     "load_trace",
     "load_traces",
+    "ncu_command",
+    "normalised_name",
     "process_context",
     "step_key",
     "thread_key",

@@ -781,21 +781,23 @@ def _default_step_range(trace: Trace) -> None:
 # --- Reports (.nsys-rep): exported once, to a cache --------------------------------------------
 
 
-def cache_dir() -> Path:
-    """Where exports of reports are kept: $WALLFINDER_CACHE, else the user's cache folder."""
+def cache_dir(tool: str = "nsys") -> Path:
+    """Where exports of a tool's reports are kept (`nsys`, `ncu`): a folder of its own in
+    $WALLFINDER_CACHE, else in the user's cache folder."""
     base = os.environ.get("WALLFINDER_CACHE")
     if base:
-        return Path(base) / "nsys"
+        return Path(base) / tool
     xdg = os.environ.get("XDG_CACHE_HOME")
     root = Path(xdg) if xdg else Path.home() / ".cache"
-    return root / "wallfinder" / "nsys"
+    return root / "wallfinder" / tool
 
 
 _HASHED = 1 << 20
 """Bytes of a report hashed at each end for its cache key (with its size and mtime)."""
 
 
-def _cache_key(path: Path) -> str:
+def cache_key(path: Path) -> str:
+    """A report's key in the cache: its size, mtime and the bytes at each end, hashed."""
     st = path.stat()
     digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
     with path.open("rb") as f:
@@ -818,7 +820,7 @@ def exported(report: Path) -> Path:
             f"or export it yourself ({EXPORT_HINT}) and analyse the .sqlite file"
         )
     folder = cache_dir()
-    target = folder / f"{_cache_key(report)}.sqlite"
+    target = folder / f"{cache_key(report)}.sqlite"
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)

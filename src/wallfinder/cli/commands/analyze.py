@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wallfinder.api import Diagnosis, ModelFlops, Options, Progress, analyze
+import msgspec
+
+from wallfinder.api import Diagnosis, ModelFlops, Options, Progress, analyze, analyze_counters
 from wallfinder.errors import WallfinderError
 from wallfinder.history import History, git_commit, this_host
 from wallfinder.report import FORMATS, render
@@ -37,6 +39,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="analyse the ranks on a running dask.distributed cluster (e.g. tcp://host:8786; "
         "needs wallfinder[dask]); its workers must see PATH at the same absolute path",
+    )
+    parser.add_argument(
+        "--counters",
+        type=Path,
+        metavar="NCU",
+        help="an Nsight Compute export (ncu --csv, .ncu-rep with ncu on PATH, or a folder): "
+        "confirm or refute each top kernel's roofline bound with its hardware counters",
     )
     add_device_options(parser)
     add_step_option(parser)
@@ -149,13 +158,14 @@ def positive_int(text: str) -> int:
 
 def options_from(args: argparse.Namespace) -> Options:
     """The analysis options the flags describe."""
+    # Commands without the model flags (`counters`) describe no model.
     model = ModelFlops(
-        flops_per_step=args.model_flops,
-        params=args.params,
-        tokens_per_step=args.tokens_per_step,
-        seq_len=args.seq_len,
-        layers=args.layers,
-        hidden=args.hidden,
+        flops_per_step=getattr(args, "model_flops", None),
+        params=getattr(args, "params", None),
+        tokens_per_step=getattr(args, "tokens_per_step", None),
+        seq_len=getattr(args, "seq_len", None),
+        layers=getattr(args, "layers", None),
+        hidden=getattr(args, "hidden", None),
     )
     return Options(
         device=args.device,
@@ -178,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             scheduler=args.scheduler,
         )
+    if args.counters is not None:
+        report = analyze_counters(args.counters, options_from(args), diagnosis=diagnosis)
+        diagnosis = msgspec.structs.replace(diagnosis, counters=report)
     write_report(render(diagnosis, args.format), args.output)
     record_if_asked(args, diagnosis)
     return 0

@@ -1,0 +1,359 @@
+"""What hardware counters say: each profiled kernel's bound from an Nsight Compute export, and
+beside a trace, whether the roofline's estimate (shapes and datasheet peaks) holds.
+
+The roofline is the prior, the counters are the ground truth: a unit (the SMs, or memory at
+some level) at `CounterThresholds.busy` of its peak limits the kernel; the busier of the two is
+its bound (memory at the level that is busiest: DRAM, or L2/L1 when the working set is cached;
+compute on the tensor pipe or the CUDA cores); with neither busy the kernel is latency-bound
+(too little work, low occupancy, launch-sized).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Literal
+
+from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
+from wallfinder.analysis.thresholds import CounterThresholds, Thresholds
+from wallfinder.diagnosis import (
+    CounterCheck,
+    CounterKernel,
+    CounterReport,
+    Diagnosis,
+    Finding,
+    KernelRow,
+)
+from wallfinder.trace import NcuExport, NcuLaunch, base_name, ncu_command, normalised_name
+from wallfinder.units import duration, pct
+
+__all__ = ["classify", "collect_commands", "counter_report"]
+
+_ESTIMATE_TO_COUNTER = {"compute": "compute", "bandwidth": "memory"}
+_NEEDED = ("sm_pct", "memory_pct", "duration_s")
+"""Figures without which a launch's bound cannot be decided: the export lacks its counters."""
+
+
+def short_name(kernel: str) -> str:
+    """A kernel's function name without its namespaces, for a line of text."""
+    return base_name(kernel).rsplit("::", 1)[-1] or kernel[:60]
+
+
+def _int(x: float | None) -> int | None:
+    return None if x is None else int(x)
+
+
+def classify(launch: NcuLaunch, thresholds: Thresholds) -> CounterKernel:
+    """One launch's figures and its bound by counters, with the numbers that decided it."""
+    th = thresholds.counters
+    f = launch.figures
+    dur = f.get("duration_s")
+    levels = {
+        k: v for k, v in (("dram", f["dram_pct"]), ("l2", f["l2_pct"]), ("l1", f["l1_pct"])) if v
+    }
+    sm = f["sm_pct"]
+    mem = f["memory_pct"]
+    if mem is None and levels:
+        mem = max(levels.values())
+    dram_bytes = f["dram_bytes"]
+    if dram_bytes is None and f["dram_bytes_per_s"] is not None and dur:
+        dram_bytes = f["dram_bytes_per_s"] * dur
+    flops = launch.flops
+    ai = flops / dram_bytes if flops is not None and dram_bytes else None
+    flops_per_s = flops / dur if flops is not None and dur else None
+    bw = dram_bytes / dur if dram_bytes is not None and dur else None
+    bound, unit, reason = _bound(launch, sm, mem, levels, th, thresholds.time.short_kernel_ns)
+    return CounterKernel(
+        id=launch.id,
+        name=launch.name,
+        grid=_int(f["grid"]),
+        block=_int(f["block"]),
+        duration_s=dur,
+        sm_pct=sm,
+        memory_pct=mem,
+        dram_pct=f["dram_pct"],
+        l1_pct=f["l1_pct"],
+        l2_pct=f["l2_pct"],
+        dram_bytes=dram_bytes,
+        l2_bytes=f["l2_bytes"],
+        flops=flops,
+        flops_basis=launch.flops_basis,
+        tensor_pct=f["tensor_pct"],
+        tensor_instructions=f["tensor_inst"],
+        ai=ai,
+        flops_per_s=flops_per_s,
+        dram_bytes_per_s=bw,
+        occupancy=f["occupancy"],
+        bound=bound,
+        unit=unit,
+        reason=reason,
+        invocations=launch.invocations,
+    )
+
+
+def _levels_text(levels: dict[str, float]) -> str:
+    return ", ".join(f"{k.upper()} {pct(v)}" for k, v in levels.items())
+
+
+def _bound(
+    launch: NcuLaunch,
+    sm: float | None,
+    mem: float | None,
+    levels: dict[str, float],
+    th: CounterThresholds,
+    short_ns: int,
+) -> tuple[Literal["compute", "memory", "latency"] | None, str | None, str]:
+    if sm is None and mem is None:
+        return None, None, "no SM or memory throughput in the export"
+    s, m = sm or 0.0, mem or 0.0
+    said = f"SM {pct(sm)}, memory {pct(mem)} of peak"
+    if levels:
+        said += f" ({_levels_text(levels)})"
+    if max(s, m) < th.busy:
+        why = []
+        occ = launch.figures["occupancy"]
+        if occ is not None and occ < th.low_occupancy:
+            why.append(f"occupancy {pct(occ)}")
+        dur = launch.figures["duration_s"]
+        if dur is not None and dur * 1e9 < short_ns:
+            why.append(f"launch-sized ({duration(dur)})")
+        grid = launch.figures["grid"]
+        if grid is not None and "occupancy" not in " ".join(why):
+            why.append(f"grid {int(grid)} blocks")
+        return (
+            "latency",
+            ", ".join(why) or None,
+            f"neither unit busy: {said}, both under {pct(th.busy, 0)}",
+        )
+    if m >= s:
+        unit = max(levels, key=lambda k: levels[k]) if levels else None
+        where = f" at {unit.upper()}" if unit else ""
+        return "memory", unit, f"memory{where}: {said}"
+    tensor = launch.figures["tensor_pct"]
+    inst = launch.figures["tensor_inst"]
+    on_tensor = tensor >= th.tensor_active if tensor is not None else bool(inst)
+    pipe = f"tensor pipe {pct(tensor)}" if tensor is not None else f"{inst or 0:.0f} tensor inst"
+    return (
+        "compute",
+        "tensor" if on_tensor else "cuda cores",
+        f"compute on {'the tensor pipe' if on_tensor else 'CUDA cores'}: {said}; {pipe}",
+    )
+
+
+def _lacking(export: NcuExport) -> list[str]:
+    """The figures a bound needs that no launch of the export carries."""
+    return [k for k in _NEEDED if all(launch.figures.get(k) is None for launch in export.launches)]
+
+
+def _notes(lacking: list[str], kernels: list[CounterKernel]) -> list[str]:
+    notes = []
+    if lacking:
+        notes.append(
+            f"the export has no {', '.join(lacking)} for any launch: collect them with the "
+            "command below"
+        )
+    if any(k.flops_basis == "sass" and (k.tensor_instructions or 0) > 0 for k in kernels):
+        notes.append(
+            "FLOPs are counted CUDA-core instructions (FMA as two): work on the tensor pipe "
+            "is not in them, so a tensor-core kernel's FLOPs and AI read low"
+        )
+    if all(k.flops is None for k in kernels):
+        notes.append("the export counts no FLOPs: no achieved AI or FLOP/s")
+    return notes
+
+
+def collect_commands(d: Diagnosis | None, thresholds: Thresholds) -> list[str]:
+    """The `ncu` command lines that collect what wallfinder reads: one per top kernel by time
+    of a diagnosis (its first step's launches skipped, then one launch), else one for all."""
+    if d is None or not d.kernels:
+        return [ncu_command()]
+    steps = max(1, d.steps.count)
+    out = []
+    for row in [r for r in d.kernels if r.cls != "communication"][: thresholds.counters.top]:
+        name = short_name(row.name)
+        per_step = max(1, round(row.count / steps))
+        out.append(ncu_command(re.escape(name), launch_skip=per_step, launch_count=1))
+    return out
+
+
+_TIERS: tuple[tuple[str, Callable[[str], str]], ...] = (
+    ("name", normalised_name),
+    ("base name", base_name),
+    ("function name", short_name),
+)
+"""How a trace's kernel and a profiled launch are matched, strictest first: the whole
+normalised name, the qualified function name (`base_name`), the function name alone (what ncu
+prints with `--print-kernel-base function`)."""
+
+
+def _match(rows: list[KernelRow], launches: list[NcuLaunch]) -> dict[int, tuple[str, list[int]]]:
+    """Trace kernel (index) → how it matched and the launches (indices), by the first tier of
+    `_TIERS` that finds any; each launch joins one kernel at most, in launch order."""
+    free = set(range(len(launches)))
+    out: dict[int, tuple[str, list[int]]] = {}
+    for how, key_of in _TIERS:
+        keys = [key_of(x.name) for x in launches]
+        for i, row in enumerate(rows):
+            if i in out:
+                continue
+            key = key_of(row.name)
+            hit = [j for j in sorted(free) if keys[j] == key]
+            if hit:
+                out[i] = (how, hit)
+                free -= set(hit)
+    return out
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _check(
+    row: KernelRow, how: str, ks: list[CounterKernel], th: CounterThresholds
+) -> CounterCheck:
+    by_time: dict[Literal["compute", "memory", "latency"], float] = {}
+    for k in ks:
+        if k.bound is not None:
+            spent = (k.duration_s or 0.0) * k.invocations
+            by_time[k.bound] = by_time.get(k.bound, 0.0) + spent
+    bound = max(by_time.items(), key=lambda kv: kv[1])[0] if by_time else None
+    units = [k.unit for k in ks if k.bound == bound and k.unit]
+    unit = max(set(units), key=units.count) if units else None
+    counted_flops = _mean([k.flops for k in ks])
+    counted_bytes = _mean([k.dram_bytes for k in ks])
+    count = max(1, row.count)
+    est_flops = row.flops / count if row.flops is not None else None
+    est_bytes = row.bytes / count if row.bytes is not None else None
+    flops_ratio = _ratio(est_flops, counted_flops)
+    bytes_ratio = _ratio(est_bytes, counted_bytes)
+    expected = _ESTIMATE_TO_COUNTER.get(row.bound or "")
+    status: Literal["confirmed", "refuted", "no estimate", "no counters"]
+    if bound is None:
+        status = "no counters"
+    elif expected is None:
+        status = "no estimate"
+    else:
+        status = "confirmed" if expected == bound else "refuted"
+    detail = []
+    if status in ("confirmed", "refuted"):
+        detail.append(f"estimate {row.bound}, counters {bound}" + (f" ({unit})" if unit else ""))
+    for what, r in (("FLOPs", flops_ratio), ("bytes", bytes_ratio)):
+        if r is not None and abs(r - 1) > th.model_tolerance:
+            detail.append(f"cost model's {what} {r:.2f}x the counted")
+    return CounterCheck(
+        kernel=row.name,
+        time_s=row.time_s,
+        share=row.share,
+        launches=sum(k.invocations for k in ks),
+        matched_by=how,
+        estimated_bound=row.bound,
+        estimated_flops=est_flops,
+        estimated_bytes=est_bytes,
+        pct_of_roof=row.pct_of_roof,
+        counter_bound=bound,
+        counter_unit=unit,
+        counted_flops=counted_flops,
+        counted_bytes=counted_bytes,
+        flops_ratio=flops_ratio,
+        bytes_ratio=bytes_ratio,
+        status=status,
+        detail="; ".join(detail),
+    )
+
+
+def _refuted_finding(checks: list[CounterCheck], th: CounterThresholds) -> Finding | None:
+    judged = [c for c in checks if c.status in ("confirmed", "refuted")]
+    total = sum(c.share for c in judged)
+    wrong = [c for c in judged if c.status == "refuted"]
+    share = sum(c.share for c in wrong)
+    if not wrong or total <= 0 or share / total < th.refuted_share:
+        return None
+    names = "; ".join(
+        f"{short_name(c.kernel)} (estimate {c.estimated_bound}, counters {c.counter_bound})"
+        for c in sorted(wrong, key=lambda c: -c.share)[:3]
+    )
+    return Finding(
+        id="roofline-refuted",
+        wall=None,
+        title="the roofline's bound is refuted by the counters for "
+        f"{pct(share / total, 0)} of the matched kernels' time",
+        share=0.0,
+        max_speedup=1.0,
+        evidence=f"{len(wrong)} of {len(judged)} matched kernels with an estimate, "
+        f"{pct(share)} of the kernel time: "
+        f"{names}",
+        fix="trust the counters for these kernels: a latency-bound kernel needs more work per "
+        "launch (batching, fusion, CUDA graphs), not a faster unit; a memory-bound one that the "
+        "estimate called compute moves more bytes than its shapes say",
+    )
+
+
+def _verdict_notes(d: Diagnosis, checks: list[CounterCheck]) -> list[str]:
+    """What the counters change in the verdict's fourth question (are the matmuls near peak?):
+    matmul kernels it counted as compute-bound that the counters call otherwise."""
+    matmul = {r.name for r in d.kernels if KernelClass(r.cls) in MATMUL_CLASSES}
+    moved = [
+        c
+        for c in checks
+        if c.kernel in matmul and c.estimated_bound == "compute" and c.status == "refuted"
+    ]
+    if not moved:
+        return []
+    share = sum(c.share for c in moved)
+    names = ", ".join(f"{short_name(c.kernel)} ({c.counter_bound})" for c in moved[:3])
+    return [
+        f"the verdict's fourth question counts {len(moved)} matmul kernel(s) as compute-bound "
+        f"({pct(share)} of kernel time) that the counters call otherwise: {names}; their % of "
+        "roof measures a roof they do not reach for that reason"
+    ]
+
+
+def counter_report(
+    export: NcuExport, thresholds: Thresholds | None = None, diagnosis: Diagnosis | None = None
+) -> CounterReport:
+    """Each profiled launch's bound by counters and, with a `diagnosis` of the same program,
+    its top kernels' roofline estimates confirmed or refuted."""
+    th = thresholds or Thresholds()
+    kernels = [classify(launch, th) for launch in export.launches]
+    lacking = _lacking(export)
+    notes = _notes(lacking, kernels)
+    checks: list[CounterCheck] = []
+    unmatched: list[str] = []
+    unmatched_launches = 0
+    findings: list[Finding] = []
+    collect: list[str] = []
+    if diagnosis is not None:
+        rows = diagnosis.kernels
+        matched = _match(rows, export.launches)
+        for i, row in enumerate(rows):
+            if i not in matched:
+                unmatched.append(row.name)
+                continue
+            how, idx = matched[i]
+            checks.append(_check(row, how, [kernels[j] for j in idx], th.counters))
+        used = {j for _, idx in matched.values() for j in idx}
+        unmatched_launches = len(export.launches) - len(used)
+        finding = _refuted_finding(checks, th.counters)
+        if finding is not None:
+            findings.append(finding)
+        notes += _verdict_notes(diagnosis, checks)
+        if unmatched or lacking:
+            collect = collect_commands(diagnosis, th)
+    elif lacking:
+        collect = collect_commands(None, th)
+    return CounterReport(
+        source=export.source,
+        page=export.page,
+        kernels=kernels,
+        checks=checks,
+        unmatched_kernels=unmatched,
+        unmatched_launches=unmatched_launches,
+        findings=findings,
+        collect=collect,
+        notes=notes,
+    )

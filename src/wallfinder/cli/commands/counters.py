@@ -1,0 +1,59 @@
+"""`wallfinder counters NCU`: what an Nsight Compute export's hardware counters say per kernel,
+and beside a trace (`--trace`), which of the roofline's bounds they confirm or refute."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wallfinder.api import analyze, analyze_counters, ncu_commands
+from wallfinder.cli.commands.analyze import (
+    add_device_options,
+    add_step_option,
+    options_from,
+    write_report,
+)
+from wallfinder.errors import WallfinderError
+from wallfinder.report import COUNTER_FORMATS, render_counters
+
+HELP = "each kernel's bound from Nsight Compute counters (ncu --csv), checked against a trace"
+
+
+def prepare_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "export",
+        type=Path,
+        nargs="?",
+        help="an `ncu --csv` export (details or raw page, plain or gzip), an .ncu-rep report "
+        "(with ncu on PATH), or a folder of them",
+    )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        help="a trace of the same program: join its top kernels to the profiled launches and "
+        "confirm or refute each roofline bound",
+    )
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="print the ncu command lines that collect what this needs (for --trace: one per "
+        "top kernel) and exit",
+    )
+    parser.add_argument("--format", choices=COUNTER_FORMATS, default="text", help="output format")
+    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_device_options(parser)
+    add_step_option(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from(args)
+    diagnosis = analyze(args.trace, options) if args.trace is not None else None
+    if args.collect:
+        sys.stdout.write("".join(f"{c}\n" for c in ncu_commands(diagnosis, options)))
+        return 0
+    if args.export is None:
+        raise WallfinderError("counters needs an Nsight Compute export (or --collect)")
+    report = analyze_counters(args.export, options, diagnosis=diagnosis)
+    write_report(render_counters(report, args.format), args.output)
+    return 0
