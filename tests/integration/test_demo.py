@@ -12,7 +12,6 @@ traces whose timings the tests set (tests/unit)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,19 +30,6 @@ STEPS = 3
 CASES = [(name, fixed) for name in WORKLOADS for fixed in (False, True)]
 
 
-@pytest.fixture(scope="module")
-def one_thread() -> Iterator[None]:
-    """Each workload runs on one thread: with more, another process on a shared machine can
-    stall every op on a barrier."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
-@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize(
     ("name", "fixed"), CASES, ids=[f"{n}{'-fixed' if f else ''}" for n, f in CASES]
 )

@@ -3,11 +3,14 @@ set: what the pair was made to show, what the diff found, and whether they agree
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+
+import pytest
 
 from tracegen import TraceBuilder
 from wallfinder import analyze
-from wallfinder.capture.workloads import get
+from wallfinder.capture.workloads import CPU_THREADS, get
 from wallfinder.cli.commands.demo import pair_summary
 from wallfinder.measure import DemoPair, DemoResult
 
@@ -106,3 +109,26 @@ def test_only_a_fix_that_speeds_this_device_up_expects_a_faster_step() -> None:
     # .item() costs the CPU nothing: its fix is not expected to speed the CPU's step up.
     assert get("sync").expected("cpu", True).faster is None
     assert get("sync").expected("cuda", True).faster is True
+
+
+def test_a_note_the_fixed_run_extends_is_said_once(tmp_path: Path) -> None:
+    pair = DemoPair.of(
+        result(tmp_path, "matmul", False, compute_bound()),
+        result(tmp_path, "matmul", True, compute_bound()),
+    )
+    notes = [text for label, text in pair_summary(pair) if label == "on the cpu"]
+    assert notes == [get("matmul").expected("cpu", True).note]
+
+
+def test_a_workload_runs_on_one_cpu_thread_and_leaves_the_setting_as_it_was() -> None:
+    torch = pytest.importorskip("torch")
+    seen: list[int] = []
+    w = dataclasses.replace(get("matmul"), loop=lambda *_: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        w.run(1, device="cpu")
+        assert seen == [CPU_THREADS]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

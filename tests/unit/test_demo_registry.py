@@ -107,7 +107,7 @@ def test_without_torch_the_demo_says_how_to_install_it(
     assert main(["demo", "--list"]) == 0
 
 
-@pytest.mark.parametrize("flag", [["--steps", "0"], ["--device", "tpu"]])
+@pytest.mark.parametrize("flag", [["--steps", "0"], ["--device", "tpu"], ["--compare", "--fixed"]])
 def test_bad_demo_flags_are_usage_errors(
     flag: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -223,7 +223,9 @@ def pair_summary(pair: DemoPair) -> list[tuple[str, str]]:
         ),
         ("wall", verdict_line(pair.diff)),
     ]
-    notes = dict.fromkeys(n for n in (before.expected.note, after.expected.note) if n)
+    notes = [n for n in (before.expected.note, after.expected.note) if n]
+    # A note the other one contains (the fixed run's often extends the first) is said once.
+    notes = [n for i, n in enumerate(notes) if not any(n in m for m in notes[i + 1 :])]
     rows += [(f"on the {device}", note) for note in notes]
     differences = pair.differences
     unshown = pair.cannot_show
