@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wallfinder.analysis import Thresholds, timed_steps
-from wallfinder.api import Options, analyze
+from wallfinder.api import Options, analyze, diff
 from wallfinder.capture import (
     DEFAULT_ACTIVE,
     DEFAULT_WAIT,
@@ -39,15 +39,17 @@ from wallfinder.capture.workloads import (
     Workload,
     prepare_demo,
 )
-from wallfinder.diagnosis import Diagnosis, Steps
+from wallfinder.diagnosis import Diagnosis, DiagnosisDiff, Steps
 
 __all__ = [
+    "DemoPair",
     "DemoResult",
     "Profile",
     "StepTimer",
     "diagnose_run",
     "profile",
     "run_demo",
+    "run_demo_pair",
     "run_steps",
 ]
 
@@ -183,6 +185,58 @@ def run_demo(
         trace_path=p.trace_path,
         expected=workload.expected(dev, fixed),
     )
+
+
+@dataclass(frozen=True)
+class DemoPair:
+    """A workload run as written (`before`) and with its fix (`after`), and what moved between
+    them: `diff`, as `wallfinder diff` of the two runs computes it."""
+
+    before: DemoResult
+    after: DemoResult
+    diff: DiagnosisDiff
+
+    @classmethod
+    def of(cls, before: DemoResult, after: DemoResult) -> DemoPair:
+        """The pair of two runs of one workload, with their diff."""
+        return cls(before, after, diff(before.diagnosis, after.diagnosis))
+
+    @property
+    def faster(self) -> bool:
+        """Whether the fixed step is faster by more than the runs' own spread."""
+        steps = self.diff.steps
+        return steps.change_s < 0 and not steps.within_noise
+
+    @property
+    def cannot_show(self) -> str:
+        """Why this device cannot show the workload's wall ("" when it can)."""
+        return self.before.workload.cannot_show(self.before.device)
+
+    @property
+    def differences(self) -> list[str]:
+        """How the pair differs from what the workload expects on this device: each run's
+        diagnosis against its expectation, and a fix expected to make the step faster that did
+        not (beyond the noise). Empty when the pair shows what it was made to show."""
+        out = [f"as written: {d}" for d in self.before.differences]
+        out += [f"fixed: {d}" for d in self.after.differences]
+        if self.after.expected.faster and not self.faster:
+            out.append(f"the fixed step is not faster beyond the noise ({self.diff.steps.note})")
+        return out
+
+
+def run_demo_pair(
+    name: str,
+    *,
+    device: str | None = None,
+    steps: int = 5,
+    trace_dir: str | os.PathLike[str] = "wallfinder-demo",
+) -> DemoPair:
+    """Run a workload as written, then with its fix (each as `run_demo`, into `trace_dir`'s
+    subfolders NAME and NAME-fixed), and diff the two diagnoses."""
+    root = Path(trace_dir)
+    before = run_demo(name, device=device, steps=steps, trace_dir=root / name)
+    after = run_demo(name, fixed=True, device=device, steps=steps, trace_dir=root / f"{name}-fixed")
+    return DemoPair.of(before, after)
 
 
 def run_steps(outcome: RunOutcome) -> Steps | None:

@@ -107,7 +107,7 @@ def test_without_torch_the_demo_says_how_to_install_it(
     assert main(["demo", "--list"]) == 0
 
 
-@pytest.mark.parametrize("flag", [["--steps", "0"], ["--device", "tpu"]])
+@pytest.mark.parametrize("flag", [["--steps", "0"], ["--device", "tpu"], ["--compare", "--fixed"]])
 def test_bad_demo_flags_are_usage_errors(
     flag: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -122,3 +122,11 @@ def test_importing_the_demo_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_wall_the_cpu_cannot_have_is_named_with_the_reason() -> None:
+    unshown = {name for name, w in WORKLOADS.items() if w.cannot_show("cpu")}
+    assert unshown == {"sync", "precision"}
+    assert "synchronously" in get("sync").cannot_show("cpu")
+    assert "TF32" in get("precision").cannot_show("cpu")
+    assert all(not w.cannot_show("cuda:0") for w in WORKLOADS.values())

@@ -28,7 +28,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from wallfinder.capture import require_torch
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from wallfinder.diagnosis import Diagnosis, Wall
 
 __all__ = [
+    "CPU_THREADS",
     "DEFAULT",
     "DEVICES",
     "READ_S",
@@ -66,12 +67,15 @@ selection, the profiler starting up)."""
 class Expectation:
     """What a workload's diagnosis should say on one kind of device: the wall, and where it is
     meaningful the verdict's cause and the id of the top finding (None: not asserted); `note`
-    says why this device differs from the workload's headline, when it does."""
+    says why this device differs from the workload's headline, when it does. `faster`, for a
+    fixed variant: whether its step is faster than as written, beyond the runs' noise (None:
+    not asserted, e.g. where it depends on the CPU's instructions)."""
 
     wall: Wall
     cause: str | None = None
     finding: str | None = None
     note: str = ""
+    faster: bool | None = None
 
     def describe(self) -> str:
         parts: list[str] = [self.wall]
@@ -101,8 +105,9 @@ Loop = Callable[[int, bool, str], None]
 @dataclass(frozen=True)
 class Workload:
     """A demo training job: `wall` says in one line what it hits, `fix` what the fixed variant
-    changes, `expect` what the diagnosis should say per kind of device (as written, fixed), and
-    `notes` how it works."""
+    changes, `expect` what the diagnosis should say per kind of device (as written, fixed),
+    `notes` how it works, and `unshown` why a kind of device cannot show the wall at all (the
+    mechanism does not exist there)."""
 
     name: str
     wall: str
@@ -110,15 +115,22 @@ class Workload:
     expect: dict[Device, tuple[Expectation, Expectation]]
     notes: str
     loop: Loop
+    unshown: dict[Device, str] = field(default_factory=dict)
 
     def expected(self, device: str, fixed: bool) -> Expectation:
-        broken, good = self.expect["cuda" if device.startswith("cuda") else "cpu"]
+        broken, good = self.expect[_kind(device)]
         return good if fixed else broken
 
+    def cannot_show(self, device: str) -> str:
+        """Why `device` cannot show this workload's wall ("" when it can)."""
+        return self.unshown.get(_kind(device), "")
+
     def run(self, steps: int, fixed: bool = False, device: str = "cpu") -> None:
-        """Run `steps` training steps (optimizer steps) as written, or with the fix."""
+        """Run `steps` training steps (optimizer steps) as written, or with the fix; on the CPU
+        with torch's ops on one thread (see `CPU_THREADS`)."""
         require_torch("wallfinder demo")
-        self.loop(steps, fixed, device)
+        with _threads(None if _on_gpu(device) else CPU_THREADS):
+            self.loop(steps, fixed, device)
 
 
 # The loops ---------------------------------------------------------------------------------------
@@ -138,6 +150,10 @@ def _on_gpu(device: str) -> bool:
     return device.startswith("cuda")
 
 
+def _kind(device: str) -> Device:
+    return "cuda" if _on_gpu(device) else "cpu"
+
+
 def _mlp(sizes: list[int], device: str) -> Any:
     torch = _torch()
 
@@ -147,6 +163,27 @@ def _mlp(sizes: list[int], device: str) -> Any:
             layers.append(torch.nn.ReLU())
         layers.append(torch.nn.Linear(a, b))
     return torch.nn.Sequential(*layers).to(device)
+
+
+CPU_THREADS = 1
+"""Threads for torch's ops when a workload runs on the CPU. One: the workloads' sizes then mean
+the same on a laptop and on a 64-core server, and another program on a busy machine can slow
+an op down but not stall every op on a barrier between threads (measured on a shared 2-core
+machine: 29 ms steps on one thread, 19 to 210 ms on two)."""
+
+
+@contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """torch.set_num_threads(count) for the loop only (None: leave it): it is process-wide."""
+    torch = _torch()
+
+    before = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextmanager
@@ -185,15 +222,21 @@ class _SlowBatches:
         return x, y
 
 
-READ_S: dict[Device, float] = {"cuda": 0.008, "cpu": 0.060}
-"""How long the dataloader workload takes to read one batch, per kind of device. On the CPU
-the model's step is ~25 ms and can double or triple on a busy machine: a 60 ms read keeps the
-wait the larger part of the step there, and four workers (15 ms a batch between them) still
-hide it in the fixed variant. A test that must see the wall on any machine, however busy,
-lengthens it far past the step."""
+READ_S: dict[Device, float] = {"cuda": 0.030, "cpu": 0.150}
+"""How long the dataloader workload takes to read one batch, per kind of device: several times
+the model's step, so that the wait is the step's wall by a wide margin. On one CPU thread the
+step is ~25 ms, and two or three times that on a busy machine: a 150 ms read is still most of
+the step there. On GPUs the step is ~4 ms (H100, fp32) to ~30 ms (T4): a 30 ms read is at
+least half of it. The fixed variant's workers read `LOADER_WORKERS` batches at a time: one
+batch every 19 ms on the CPU and every 4 ms on GPUs, no slower than the step consumes them,
+and with all of a short run's batches requested at once (see `PREFETCH`)."""
 
-LOADER_WORKERS = 4
+LOADER_WORKERS = 8
 """More workers than a small machine has cores is fine here: they wait on storage, not the CPU."""
+
+PREFETCH = 4
+"""Batches each worker reads ahead: with `LOADER_WORKERS`, 32 batches in flight, more than the
+demo's default run (13 steps) asks for."""
 
 
 def _dataloader_loop(steps: int, fixed: bool, device: str) -> None:
@@ -206,7 +249,7 @@ def _dataloader_loop(steps: int, fixed: bool, device: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = _SlowBatches(steps, batch, width, 10, read_s=READ_S["cuda" if gpu else "cpu"])
     with warnings.catch_warnings():
-        # "This DataLoader will create 4 worker processes in total. Our suggested max number
+        # "This DataLoader will create 8 worker processes in total. Our suggested max number
         # of worker in current system is 2": true of CPU-bound workers; these wait on storage.
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         loader = (
@@ -215,7 +258,7 @@ def _dataloader_loop(steps: int, fixed: bool, device: str) -> None:
                 batch_size=None,  # the dataset yields whole batches
                 num_workers=LOADER_WORKERS,
                 persistent_workers=True,
-                prefetch_factor=4,
+                prefetch_factor=PREFETCH,
                 pin_memory=gpu,
             )
             if fixed
@@ -236,16 +279,25 @@ def _tiny_ops_loop(steps: int, fixed: bool, device: str) -> None:
     batch, width = 128, 64
     torch.manual_seed(0)
     model = _mlp([width, width, width, 10], device)
+    layers = [m for m in model if isinstance(m, torch.nn.Linear)]
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(batch, width, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
+
+    def forward(h: Any) -> Any:
+        # The layers' functions called directly: the modules' own Python would add time
+        # between the ops that the profiler records as no op at all.
+        for i, layer in enumerate(layers):
+            h = nnf.linear(torch.relu(h) if i else h, layer.weight, layer.bias)
+        return h
+
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         if fixed:  # the whole batch in one pass: a few larger ops
-            loss = nnf.cross_entropy(model(x), y)
+            loss = nnf.cross_entropy(forward(x), y)
         else:  # one sample at a time: the same maths as thousands of tiny ops
-            loss = sum(nnf.cross_entropy(model(x[i : i + 1]), y[i : i + 1]) for i in range(batch))
-            loss = loss / batch
+            pairs = zip(x.split(1), y.split(1), strict=True)
+            loss = torch.stack([nnf.cross_entropy(forward(a), b) for a, b in pairs]).mean()
         loss.backward()
         opt.step()
 
@@ -384,10 +436,7 @@ def _precision_loop(steps: int, fixed: bool, device: str) -> None:
 
 # The registry ------------------------------------------------------------------------------------
 
-_SAME_ON_CPU = (
-    "The CPU runs ops synchronously: .item() costs it nothing, and both variants are the same "
-    "compute-bound job there."
-)
+_SAME_ON_CPU = "both variants are the same compute-bound job there"
 _CPU_ROOF = (
     "On the CPU, how near peak the matmuls run is measured against a nominal CPU roof (give "
     "wallfinder analyze --spec FILE for yours), so the cause is not asserted."
@@ -399,22 +448,22 @@ WORKLOADS: dict[str, Workload] = {
         Workload(
             name="dataloader",
             wall="overhead: a slow DataLoader with num_workers=0 (each step waits for its batch)",
-            fix="DataLoader(num_workers=4, persistent_workers=True, prefetch_factor=4, "
-            "pin_memory on GPUs): batches are read in the background",
+            fix=f"DataLoader(num_workers={LOADER_WORKERS}, persistent_workers=True, "
+            f"prefetch_factor={PREFETCH}, pin_memory on GPUs): batches are read in the background",
             expect={
                 "cpu": (
                     Expectation("overhead", "data_loading", "data-loading"),
-                    Expectation("compute"),
+                    Expectation("compute", faster=True),
                 ),
                 "cuda": (
                     Expectation("overhead", "data_loading", "data-loading"),
-                    Expectation("compute"),
+                    Expectation("compute", faster=True),
                 ),
             },
             notes=f"Each batch takes {READ_S['cuda'] * 1e3:g} ms to read on a GPU run, "
             f"{READ_S['cpu'] * 1e3:g} ms on the CPU (a sleep standing in for slow storage). "
-            "Without workers the loop waits for every read; with four, the reads overlap the "
-            "training step, and the step is the model's alone.",
+            f"Without workers the loop waits for every read; with {LOADER_WORKERS}, the reads "
+            "overlap the training step, and the step is the model's alone.",
             loop=_dataloader_loop,
         ),
         Workload(
@@ -424,11 +473,18 @@ WORKLOADS: dict[str, Workload] = {
             "of tiny ones",
             expect={
                 "cpu": (
-                    Expectation("overhead", "host_overhead", "launch-bound"),
+                    Expectation(
+                        "overhead",
+                        finding="launch-bound",
+                        note="the Python between the tiny ops runs in no recorded op: on a "
+                        "busy CPU the verdict's cause can read 'unexplained', and the top "
+                        "finding names the per-op overhead",
+                    ),
                     Expectation(
                         "overhead",
                         note="a model this small is mostly per-op overhead even when "
                         "batched; the step is many times faster",
+                        faster=True,
                     ),
                 ),
                 "cuda": (
@@ -437,6 +493,7 @@ WORKLOADS: dict[str, Workload] = {
                         "overhead",
                         note="a model this small cannot keep a GPU busy even when "
                         "batched; the step is many times faster",
+                        faster=True,
                     ),
                 ),
             },
@@ -456,7 +513,7 @@ WORKLOADS: dict[str, Workload] = {
                 ),
                 "cuda": (
                     Expectation("overhead", "synchronization", "sync-in-step"),
-                    Expectation("compute"),
+                    Expectation("compute", faster=True),
                 ),
             },
             notes="A GPU runs ops asynchronously: without the .item(), the host samples and "
@@ -464,6 +521,10 @@ WORKLOADS: dict[str, Workload] = {
             "waits for the GPU, then the GPU waits for the host. On GPUs the host's share of "
             "the work is sized to the GPU's speed after the first steps.",
             loop=_sync_loop,
+            unshown={
+                "cpu": "the CPU runs ops synchronously: .item() has no device to wait for, so "
+                "it costs nothing"
+            },
         ),
         Workload(
             name="pointwise",
@@ -478,11 +539,11 @@ WORKLOADS: dict[str, Workload] = {
                         "elementwise",
                         note="the fusion finding needs device kernels: none on the CPU",
                     ),
-                    Expectation("bandwidth"),
+                    Expectation("bandwidth", faster=True),
                 ),
                 "cuda": (
                     Expectation("bandwidth", "elementwise", "fusable-pointwise"),
-                    Expectation("bandwidth"),
+                    Expectation("bandwidth", faster=True),
                 ),
             },
             notes="Each written-out op reads and writes the whole activation: a dozen trips "
@@ -503,7 +564,7 @@ WORKLOADS: dict[str, Workload] = {
                         "with bf16 instructions (AVX512-BF16, AMX).",
                     ),
                 ),
-                "cuda": (Expectation("compute"), Expectation("compute")),
+                "cuda": (Expectation("compute"), Expectation("compute", faster=True)),
             },
             notes="The wall to be at: the device is busy with matmuls. fp32 runs in TF32 on "
             "GPUs that have it; bf16 doubles the roof again.",
@@ -516,17 +577,18 @@ WORKLOADS: dict[str, Workload] = {
             "(oneDNN may then compute fp32 matmuls in bf16)",
             expect={
                 "cpu": (
-                    Expectation("compute", note="CPUs have no TF32. " + _CPU_ROOF),
+                    Expectation("compute", note=_CPU_ROOF),
                     Expectation("compute", note="faster only on CPUs with bf16 instructions"),
                 ),
                 "cuda": (
                     Expectation("compute", "below peak: precision/shape/kernel", "fp32-matmul"),
-                    Expectation("compute"),
+                    Expectation("compute", faster=True),
                 ),
             },
             notes="TF32 runs fp32 matmuls on the tensor cores of NVIDIA GPUs from Ampere on, "
             "several times faster than fp32 on their CUDA cores.",
             loop=_precision_loop,
+            unshown={"cpu": "CPUs have no TF32: there is no faster fp32 matmul path to leave off"},
         ),
     ]
 }

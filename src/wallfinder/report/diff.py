@@ -11,7 +11,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from wallfinder.diagnosis import BytesChange, DiagnosisDiff, MemoryChange, PartChange
+from wallfinder.diagnosis import BytesChange, DiagnosisDiff, MemoryChange, PartChange, StepChange
 from wallfinder.report import _format as fmt
 from wallfinder.units import size
 
@@ -20,6 +20,7 @@ __all__ = [
     "render_diff_html",
     "render_diff_markdown",
     "render_diff_text",
+    "speed_text",
     "verdict_line",
 ]
 
@@ -59,13 +60,21 @@ def _flat(label: str) -> str:
     return label.replace(" (", ", ").replace(")", "")
 
 
+def speed_text(s: StepChange) -> str:
+    """The change of step time as a speed: "2.50x faster", "1.20x slower", "unchanged", or
+    "—" when the step after took no time."""
+    if s.speedup is None:
+        return "—"
+    if s.change_s == 0:
+        return "unchanged"
+    return f"{s.speedup:.2f}x faster" if s.speedup >= 1 else f"{1 / s.speedup:.2f}x slower"
+
+
 def step_line(x: DiagnosisDiff) -> str:
     s = x.steps
     faster = ""
     if s.speedup is not None and s.change_s != 0:
-        faster = (
-            f", {s.speedup:.2f}x faster" if s.speedup >= 1 else f", {1 / s.speedup:.2f}x slower"
-        )
+        faster = ", " + speed_text(s)
     return (
         f"{fmt.ms(s.before_s)} ms → {fmt.ms(s.after_s)} ms ({s.change * 100:+.1f}%{faster}) — "
         f"{s.note}"
@@ -332,14 +341,7 @@ def render_diff_html(x: DiagnosisDiff) -> str:
 
 def _step_view(x: DiagnosisDiff) -> dict[str, Any]:
     s = x.steps
-    if s.speedup is None:
-        speed = "—"
-    elif s.change_s == 0:
-        speed = "unchanged"
-    elif s.speedup >= 1:
-        speed = f"{s.speedup:.2f}x faster"
-    else:
-        speed = f"{1 / s.speedup:.2f}x slower"
+    speed = speed_text(s)
     judgement = "faster" if s.change_s < 0 else "slower"
     if s.within_noise:
         judgement = "within the noise"

@@ -1,0 +1,134 @@
+"""`wallfinder demo --compare`'s judgement of a pair of runs, on traces whose timings the tests
+set: what the pair was made to show, what the diff found, and whether they agree."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tracegen import TraceBuilder
+from wallfinder import analyze
+from wallfinder.capture.workloads import CPU_THREADS, get
+from wallfinder.cli.commands.demo import pair_summary
+from wallfinder.measure import DemoPair, DemoResult
+
+STEP_US, COMPUTE_US = 1000.0, 300.0
+
+
+def loader_bound() -> TraceBuilder:
+    """Each step waits 700 µs for its batch, then computes for 300 µs."""
+    b = TraceBuilder(device_name=None)
+    for s in range(4):
+        t0 = s * STEP_US
+        b.step(s + 1, t0, STEP_US)
+        b.dataloader(t0, STEP_US - COMPUTE_US)
+        b.cpu_op("aten::mm", t0 + STEP_US - COMPUTE_US, COMPUTE_US)
+    return b
+
+
+def compute_bound() -> TraceBuilder:
+    """The same compute with the batch already there: 300 µs steps, all matmul."""
+    b = TraceBuilder(device_name=None)
+    for s in range(4):
+        t0 = s * COMPUTE_US
+        b.step(s + 1, t0, COMPUTE_US)
+        b.cpu_op("aten::mm", t0, COMPUTE_US)
+    return b
+
+
+def result(tmp_path: Path, name: str, fixed: bool, trace: TraceBuilder) -> DemoResult:
+    path = trace.write(tmp_path / f"{name}{'-fixed' if fixed else ''}.json")
+    w = get(name)
+    return DemoResult(
+        workload=w,
+        fixed=fixed,
+        device="cpu",
+        diagnosis=analyze(path),
+        trace_path=path,
+        expected=w.expected("cpu", fixed),
+    )
+
+
+def rows(pair: DemoPair) -> dict[str, str]:
+    return dict(pair_summary(pair))
+
+
+def test_a_pair_that_moves_its_wall_as_made_to_show_agrees(tmp_path: Path) -> None:
+    pair = DemoPair.of(
+        result(tmp_path, "dataloader", False, loader_bound()),
+        result(tmp_path, "dataloader", True, compute_bound()),
+    )
+    v = pair.diff.verdict
+    assert (v.before_wall, v.before_cause, v.after_wall) == ("overhead", "data_loading", "compute")
+    assert pair.faster
+    assert pair.differences == []
+    summary = rows(pair)
+    assert summary["step"] == "1.0 ms → 0.3 ms, 3.33x faster (beyond the noise)"
+    assert summary["wall"].startswith("the wall moved from overhead (data loading")
+    assert summary["result"] == (
+        "as made to show: the wall moved from overhead to compute, and the step is 3.33x faster"
+    )
+    assert list(summary)[-1] == "result"
+
+
+def test_a_fix_that_moved_nothing_is_reported_as_differing(tmp_path: Path) -> None:
+    pair = DemoPair.of(
+        result(tmp_path, "dataloader", False, loader_bound()),
+        result(tmp_path, "dataloader", True, loader_bound()),
+    )
+    assert not pair.faster
+    assert pair.differences[0] == "fixed: wall overhead (expected compute)"
+    assert pair.differences[-1].startswith("the fixed step is not faster beyond the noise")
+    summary = rows(pair)
+    assert summary["wall"].startswith("the wall did not move: overhead")
+    assert summary["result"].startswith(
+        "differs from what the job was made to show: fixed: wall overhead (expected compute)"
+    )
+
+
+def test_a_wall_the_device_cannot_have_is_said_plainly_not_claimed(tmp_path: Path) -> None:
+    # The sync workload's .item() wall needs an asynchronous device: on the CPU both runs are
+    # the same compute-bound job, and no speed-up is expected of the fix.
+    pair = DemoPair.of(
+        result(tmp_path, "sync", False, compute_bound()),
+        result(tmp_path, "sync", True, compute_bound()),
+    )
+    assert pair.cannot_show.startswith("the CPU runs ops synchronously")
+    assert pair.differences == []
+    summary = rows(pair)
+    assert summary["step"].endswith("unchanged (within the noise)")
+    assert summary["result"].startswith("the cpu cannot show this job's wall: the CPU runs ops")
+    assert "as made to show" not in summary["result"]
+
+
+def test_only_a_fix_that_speeds_this_device_up_expects_a_faster_step() -> None:
+    assert get("dataloader").expected("cpu", True).faster is True
+    assert get("dataloader").expected("cpu", False).faster is None
+    # .item() costs the CPU nothing: its fix is not expected to speed the CPU's step up.
+    assert get("sync").expected("cpu", True).faster is None
+    assert get("sync").expected("cuda", True).faster is True
+
+
+def test_a_note_the_fixed_run_extends_is_said_once(tmp_path: Path) -> None:
+    pair = DemoPair.of(
+        result(tmp_path, "matmul", False, compute_bound()),
+        result(tmp_path, "matmul", True, compute_bound()),
+    )
+    notes = [text for label, text in pair_summary(pair) if label == "on the cpu"]
+    assert notes == [get("matmul").expected("cpu", True).note]
+
+
+def test_a_workload_runs_on_one_cpu_thread_and_leaves_the_setting_as_it_was() -> None:
+    torch = pytest.importorskip("torch")
+    seen: list[int] = []
+    w = dataclasses.replace(get("matmul"), loop=lambda *_: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        w.run(1, device="cpu")
+        assert seen == [CPU_THREADS]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
