@@ -251,6 +251,8 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         ],
         "breakdown": _breakdown_rows(d),
         "graph_line": fmt.graph_line(d),
+        "critical_path_line": fmt.critical_path_line(d),
+        "what_if": fmt.what_if_cells(d),
         "gaps": _gap_rows(d, d.timeline) if d.timeline else [],
         "roof_ops": [_op_row(d, o) for o in d.roofline.ops] if d.roofline else [],
         "roof_more": len(d.roofline.more_ops) if d.roofline else 0,

@@ -60,6 +60,7 @@ def render_markdown(d: Diagnosis) -> str:
         *_top(d),
         "",
         _mfu(d),
+        *_what_if(d),
     ]
     out += _job(d)
     if d.warnings:
@@ -87,6 +88,20 @@ def text(value: str) -> str:
     so that no name in it mentions anyone."""
     escaped = _SPECIAL.sub(r"\\\1", " ".join(value.split()).replace("&", "&amp;"))
     return escaped.replace("@", "@\u2060")
+
+
+def _what_if(d: Diagnosis) -> list[str]:
+    rows = fmt.what_if_cells(d)
+    if not rows:
+        return []
+    return [
+        "",
+        f"**What if** — {text(fmt.critical_path_line(d))}",
+        "",
+        "| fix | step | speed-up | wall after |",
+        "|---|---|---|---|",
+        *(f"| {' | '.join(text(c) for c in row)} |" for row in rows),
+    ]
 
 
 def _job(d: Diagnosis) -> list[str]:
