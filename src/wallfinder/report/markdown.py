@@ -56,11 +56,11 @@ def render_markdown(d: Diagnosis) -> str:
         "",
         *_breakdown(d),
         *_findings(d),
+        *_what_if(d),
         *_memory(d),
         *_top(d),
         "",
         _mfu(d),
-        *_what_if(d),
     ]
     out += _job(d)
     if d.warnings:
