@@ -694,6 +694,15 @@ class WhatIfRow(_Base, frozen=True):
     wall_after: Wall
 
 
+class PathSegment(_Base, frozen=True):
+    """A stretch of the critical path in the timeline's step: seconds from its start, and
+    what the path spends it in (one of `CriticalPath.shares`' categories)."""
+
+    start_s: float
+    end_s: float
+    category: str
+
+
 class CriticalPath(_Base, frozen=True):
     """The steady steps' dependency graph, replayed: its critical path's time by category
     (`shares` of the replayed step, summing to 1: data, host, launch, sync, communication,
@@ -715,6 +724,9 @@ class CriticalPath(_Base, frozen=True):
     notes: list[str] = []
     rank: int | None = None
     """For a job: the rank whose path sets the job's step (the one the others wait for)."""
+    timeline: list[PathSegment] = []
+    """The path through the step `Diagnosis.timeline` draws (replayed times, which the
+    unchanged replay keeps within `replay_error` of the measured ones), bounded in number."""
 
 
 class Diagnosis(_Base, frozen=True, kw_only=True):

@@ -195,3 +195,16 @@ def test_a_cpu_only_trace_has_no_critical_path(tmp_path: Path) -> None:
     d = analyze(b.write(tmp_path / "t.json"))
     assert d.critical_path is None
     assert all(f.replay_speedup is None for f in d.findings)
+
+
+def test_the_path_through_the_timelines_step_is_in_order_and_drawn(tmp_path: Path) -> None:
+    d = analyze(training_trace(6).write(tmp_path / "t.json"))
+    assert d.timeline is not None
+    segments = _path(d).timeline
+    # The step begins with its DataLoader wait, on the path.
+    assert (segments[0].category, segments[0].start_s) == ("data", 0.0)
+    assert segments[0].end_s == pytest.approx(100 * US)
+    ends = [s.start_s for s in segments[1:]]
+    assert ends == [s.end_s for s in segments[:-1]]  # contiguous, in time order
+    assert segments[-1].end_s <= d.timeline.duration_s + 1e-12
+    assert '"critical path"' in render(d, "html")

@@ -132,7 +132,7 @@ def diagnose(
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
     memory = memory_profile(scope, *parts.capacity)
-    path, whatif = critical_path(scope, parts.fusion, parts.roofline, changes)
+    path, whatif = critical_path(scope, parts.fusion, parts.roofline, changes, parts.timeline)
     facts = Facts(
         scope,
         steps,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -49,8 +50,10 @@ from wallfinder.diagnosis import (
     CriticalPath,
     Finding,
     FusionCandidate,
+    PathSegment,
     RankSummary,
     Roofline,
+    StepTimeline,
     Wall,
     WhatIfRow,
 )
@@ -211,6 +214,8 @@ class StepGraph:
     """Of `gap`: the part in the DataLoader."""
     gap_comm: I64
     """Of `gap`: the part in host-side collectives."""
+    after_data: I64
+    """Of `gap`: the time after its last stretch in the DataLoader (0: no DataLoader)."""
     cost: I64
     """The call's own time (for a sync: the part after the device drained)."""
     sync: npt.NDArray[np.bool_]
@@ -321,6 +326,7 @@ def build_graph(
     category = _host_categories(trace, h_name)
     gap_data = np.zeros(rows.size, np.int64)
     gap_comm = np.zeros(rows.size, np.int64)
+    after_data = np.zeros(rows.size, np.int64)
     for t in np.unique(c_thread).tolist():
         mine = c_thread == t
         here = h_thread == t
@@ -328,6 +334,12 @@ def build_graph(
         comm = Coverage.of(h_ts[here & (category == 2)], (h_ts + h_dur)[here & (category == 2)])
         a, b = gap_from[mine], gap_from[mine] + gap[mine]
         gap_data[mine] = data.covered(a, b)
+        if data.starts.size:
+            # Host work after the last DataLoader stretch in the gap (a step's batch comes
+            # first, the ops that use it after).
+            i = np.searchsorted(data.starts, b, side="left") - 1
+            data_end = np.where(i >= 0, np.minimum(data.ends[np.maximum(i, 0)], b), a)
+            after_data[mine] = np.where(gap_data[mine] > 0, b - np.maximum(data_end, a), 0)
         gap_comm[mine] = np.minimum(comm.covered(a, b), gap[mine] - gap_data[mine])
     call_step = np.clip(np.searchsorted(scope.start[first : last + 1], c_ts, "right") - 1, 0, None)
 
@@ -439,6 +451,7 @@ def build_graph(
         gap=gap,
         gap_data=gap_data,
         gap_comm=gap_comm,
+        after_data=after_data,
         cost=own,
         sync=sync,
         offset=offset,
@@ -587,12 +600,37 @@ def _seg_max(values: I64, seg: I64) -> I64:
 
 
 def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
-    """The critical path's time by category (CATEGORIES), as shares of the replayed range:
-    walked back from where the last step ends, through each node's binding edge."""
-    out = dict.fromkeys(CATEGORIES, 0.0)
-    total = float(t.end)
-    if total <= 0:
-        return out
+    """The critical path's time by category (CATEGORIES), as shares of the replayed range."""
+    return walk_path(g, t).shares()
+
+
+class _Walk:
+    """The critical path as it is walked back: time taken per category, and the segments
+    (start, end, category) in replayed ns, latest first."""
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor
+        self.out = dict.fromkeys(CATEGORIES, 0.0)
+        self.segments: list[tuple[int, int, str]] = []
+
+    def take(self, category: str, lo: int) -> None:
+        """The path spends [lo, cursor) in `category`; it goes on from `lo`."""
+        if lo < self.cursor:
+            self.out[category] += self.cursor - lo
+            self.segments.append((lo, self.cursor, category))
+            self.cursor = lo
+
+    def shares(self) -> dict[str, float]:
+        total = float(sum(self.out.values())) or 1.0
+        return {k: float(v) / total for k, v in self.out.items()}
+
+
+def walk_path(g: StepGraph, t: Timing) -> _Walk:
+    """The critical path, walked back from where the last step ends through each node's
+    binding edge to the start of the range."""
+    walk = _Walk(t.end)
+    if t.end <= 0:
+        return walk
     has_call = g.call >= 0
     # Per stream, the previous op (NONE for the first).
     prev = np.where(g.stream_first, -1, np.arange(g.dur.size) - 1)
@@ -604,97 +642,75 @@ def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
         rows = rows[np.lexsort((t.op_end[rows], g.drained_by[rows]))]
         last = np.r_[g.drained_by[rows][1:] != g.drained_by[rows][:-1], True]
         drain_op[g.drained_by[rows][last]] = rows[last]
-    other = g.gap - g.gap_data - g.gap_comm
     candidates = np.flatnonzero(has_call)
     node_op = int(candidates[np.argmax(t.op_end[candidates])]) if candidates.size else -1
     node_call = -1 if node_op >= 0 else int(np.argmax(t.call_end))
-    cursor = t.end
     if node_op >= 0 and t.end > int(t.op_end[node_op]):
         # The last step ended with its host work (it launched nothing).
         node_op, node_call = -1, int(np.argmax(t.call_end))
-    seen = 0
-    limit = 4 * (g.dur.size + g.gap.size) + 4
-    while cursor > 0 and seen < limit:
-        seen += 1
+    for _ in range(4 * (g.dur.size + g.gap.size) + 4):
+        if walk.cursor <= 0:
+            break
         if node_op >= 0:
             k = node_op
             start = int(t.op_start[k])
-            kind = (
-                "communication"
-                if g.cls[k] == COMM
-                else ("compute" if int(g.cls[k]) in _MATMUL else "bandwidth")
+            comm = g.cls[k] == COMM
+            # A collective held up past its stream or launch waited for its peers.
+            waited = "communication" if comm else "wait"
+            walk.take(waited, int(t.op_end[k]))
+            walk.take(
+                "communication" if comm else "compute" if int(g.cls[k]) in _MATMUL else "bandwidth",
+                start,
             )
-            out[kind] += max(min(cursor, int(t.op_end[k])) - start, 0)
-            cursor = min(cursor, start)
             p = int(prev[k])
             if p >= 0 and int(t.op_end[p]) + int(g.stream_gap[k]) >= start:
-                # A collective held up past its stream waited for its peers.
-                waited = "communication" if g.cls[k] == COMM else "wait"
-                out[waited] += max(cursor - int(t.op_end[p]), 0)
-                cursor = min(cursor, int(t.op_end[p]))
                 node_op = p
                 continue
             if g.dep[k] >= 0 and int(t.dep_end[k]) >= start:
-                d = int(g.dep[k])
-                out["wait"] += max(cursor - int(t.op_end[d]), 0)
-                cursor = min(cursor, int(t.op_end[d]))
-                node_op = d
+                node_op = int(g.dep[k])
+                walk.take("wait", int(t.op_end[node_op]))
                 continue
-            if g.host[k] >= 0 and int(t.released[k]) >= start:
-                c = int(g.host[k])
-                out["launch"] += max(cursor - int(t.call_start[c]), 0)
-                cursor = _host_before(g, t, c, min(cursor, int(t.call_start[c])), out, other)
-                node_op, node_call = -1, (-1 if g.call_first[c] else c - 1)
-                continue
-            if has_call[k]:
+            c = int(g.host[k]) if g.host[k] >= 0 and int(t.released[k]) >= start else -1
+            if c < 0 and has_call[k]:
                 c = int(g.call[k])
-                # A collective held up past its launch waited for its peers.
-                waited = "communication" if g.cls[k] == COMM else "wait"
-                out[waited] += min(int(g.extra[k]), max(cursor - int(t.call_start[c]), 0))
-                cursor = max(cursor - int(g.extra[k]), int(t.call_start[c]))
-                out["launch"] += max(cursor - int(t.call_start[c]), 0)
-                cursor = _host_before(g, t, c, min(cursor, int(t.call_start[c])), out, other)
-                node_op, node_call = -1, (-1 if g.call_first[c] else c - 1)
-                continue
-            out["wait"] += cursor
-            break
+                walk.take(waited, max(walk.cursor - int(g.extra[k]), int(t.call_start[c])))
+            if c < 0:
+                walk.take("wait", 0)
+                break
+            walk.take("launch", int(t.call_start[c]))
+            _host_before(g, t, c, walk)
+            node_op, node_call = -1, (-1 if g.call_first[c] else c - 1)
+            continue
         if node_call < 0:
-            out["host"] += cursor
+            walk.take("host", 0)
             break
         c = node_call
-        end = int(t.call_end[c])
-        if end < cursor:
-            out["host"] += cursor - end
-            cursor = end
+        walk.take("host", int(t.call_end[c]))
         if g.sync[c] and drain_op[c] >= 0 and int(t.drain[c]) > int(t.call_start[c]):
-            out["sync"] += max(cursor - int(t.drain[c]), 0)
-            cursor = min(cursor, int(t.drain[c]))
+            walk.take("sync", int(t.drain[c]))
             node_op, node_call = int(drain_op[c]), -1
             continue
-        out["sync" if g.sync[c] else "launch"] += max(cursor - int(t.call_start[c]), 0)
-        cursor = min(cursor, int(t.call_start[c]))
-        cursor = _host_before(g, t, c, cursor, out, other)
+        walk.take("sync" if g.sync[c] else "launch", int(t.call_start[c]))
+        _host_before(g, t, c, walk)
         node_call = -1 if g.call_first[c] else c - 1
-    total = float(sum(out.values())) or 1.0
-    return {k: float(v) / total for k, v in out.items()}
+    return walk
 
 
-def _host_before(
-    g: StepGraph, t: Timing, c: int, cursor: int, out: dict[str, float], other: I64
-) -> int:
-    """Take the host work before call `c` off the path (split by what it was); return where
-    the path goes on (the previous call's end)."""
+def _host_before(g: StepGraph, t: Timing, c: int, walk: _Walk) -> None:
+    """Take the host work before call `c` off the path, split by what it was, up to the
+    previous call's end: the host work after the DataLoader's last stretch, the DataLoader,
+    host-side collectives, then the rest (the order of the last two is not recorded)."""
     before = 0 if g.call_first[c] else int(t.call_end[c - 1])
-    span = max(cursor - before, 0)
+    span = max(walk.cursor - before, 0)
     total = int(g.gap[c])
     if total > 0 and span > 0:
         scale = span / total
-        out["data"] += g.gap_data[c] * scale
-        out["communication"] += g.gap_comm[c] * scale
-        out["host"] += other[c] * scale
-    elif span > 0:
-        out["host"] += span
-    return min(cursor, before)
+        other = total - int(g.gap_data[c]) - int(g.gap_comm[c])
+        tail = min(int(g.after_data[c]), other) if g.gap_data[c] > 0 else 0
+        walk.take("host", walk.cursor - round(tail * scale))
+        walk.take("data", walk.cursor - round(int(g.gap_data[c]) * scale))
+        walk.take("communication", walk.cursor - round(int(g.gap_comm[c]) * scale))
+    walk.take("host", before)
 
 
 def wall_of(shares: dict[str, float]) -> Wall:
@@ -757,6 +773,7 @@ def critical_path(
     fusion: Sequence[FusionCandidate] = (),
     roofline: Roofline | None = None,
     changes: Sequence[Change] | None = None,
+    timeline: StepTimeline | None = None,
 ) -> tuple[CriticalPath | None, WhatIf | None]:
     """The steady steps' critical path, the replay check and the what-if table (the default
     changes, or `changes`); None when the graph cannot be built."""
@@ -765,7 +782,8 @@ def critical_path(
         return None, None
     base = replay(g)
     whatif = WhatIf(g, base)
-    shares = path_shares(g, base)
+    walk = walk_path(g, base)
+    shares = walk.shares()
     notes = []
     if base.rounds >= MAX_ROUNDS:
         notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
@@ -791,9 +809,42 @@ def critical_path(
             sync_edges=int((g.drained_by >= 0).sum()),
             what_if=rows,
             notes=notes,
+            timeline=_in_step(g, walk, scope, timeline),
         ),
         whatif,
     )
+
+
+MAX_SEGMENTS = 300
+"""Path segments drawn on the timeline, at most: neighbours of one category are merged, then
+the shortest are merged into the one before them until they fit."""
+
+
+def _in_step(
+    g: StepGraph, walk: _Walk, scope: Scope, timeline: StepTimeline | None
+) -> list[PathSegment]:
+    """The path's segments inside the timeline's step, in seconds from its start."""
+    if timeline is None or not walk.segments:
+        return []
+    a = int(scope.start[0]) + round(timeline.start_s / NS) - g.t0
+    b = a + round(timeline.duration_s / NS)
+    merged: list[list[Any]] = []
+    for lo, hi, cat in reversed(walk.segments):
+        lo, hi = max(lo, a), min(hi, b)
+        if hi <= lo:
+            continue
+        if merged and merged[-1][2] == cat and merged[-1][1] >= lo:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi, cat])
+    while len(merged) > MAX_SEGMENTS:
+        i = min(range(1, len(merged)), key=lambda j: merged[j][1] - merged[j][0])
+        merged[i - 1][1] = merged[i][1]
+        del merged[i]
+    return [
+        PathSegment(start_s=(lo - a) * NS, end_s=(hi - a) * NS, category=cat)
+        for lo, hi, cat in merged
+    ]
 
 
 def job_path(
