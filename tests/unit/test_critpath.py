@@ -208,3 +208,26 @@ def test_the_path_through_the_timelines_step_is_in_order_and_drawn(tmp_path: Pat
     assert ends == [s.end_s for s in segments[:-1]]  # contiguous, in time order
     assert segments[-1].end_s <= d.timeline.duration_s + 1e-12
     assert '"critical path"' in render(d, "html")
+
+
+def test_the_sync_finding_gets_its_gain_by_replay(tmp_path: Path) -> None:
+    d = analyze(sync_bound().write(tmp_path / "t.json"))
+    finding = next(f for f in d.findings if f.id == "sync-in-step")
+    assert finding.gain_basis == "replay"
+    assert finding.replay_speedup is not None
+    # Without the sync the step is the kernels' 200 µs: the replay, capped at the bound.
+    replayed = _path(d).measured_step_s / (200 * US)
+    assert finding.replay_speedup == pytest.approx(min(replayed, finding.max_speedup), rel=0.02)
+    assert finding.wall_after == "compute"
+
+
+def test_fusing_kernels_off_the_path_gains_less_than_its_bound(tmp_path: Path) -> None:
+    """Fusing pointwise kernels of a host-bound step: Amdahl's bound over their time is
+    10%, but they are not on the critical path, so the replay gains next to nothing."""
+    d = analyze(host_bound().write(tmp_path / "t.json"))
+    finding = next(f for f in d.findings if f.id == "fusable-pointwise")
+    assert finding.gain_basis == "replay"
+    assert finding.max_speedup > 1.05
+    assert finding.replay_speedup is not None
+    assert finding.replay_speedup < 1.01
+    assert finding.wall_after == "overhead"

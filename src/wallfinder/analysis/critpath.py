@@ -745,9 +745,10 @@ class WhatIf:
 
 FINDING_CHANGES = {
     "data-loading": Change(data=True),
-    "synchronization": Change(sync=True),
+    "sync-in-step": Change(sync=True),
     "launch-bound": Change(host=float("inf")),
-    "fusion": Change(fuse=True),
+    "fusable-pointwise": Change(fuse=True),
+    "matmul-below-roof": Change(matmul=1.0),
 }
 """The findings the graph can replay, and the change each stands for (the change the finding's
 Amdahl bound assumes: its share gone)."""
