@@ -105,6 +105,10 @@ class Options:
     step_range: str | None = None
     """The name of the range (an NVTX range, a `record_function`) that marks each step, in
     place of `ProfilerStep#N` (or, for an Nsight Systems capture, the range chosen by name)."""
+    what_if: str | None = None
+    """The fixes to replay on each step's dependency graph, comma-separated (`"data,host:4"`:
+    each alone, then all combined; see `wallfinder analyze --help`); None: the default
+    what-if table."""
 
     def spec_for(self, trace: Trace) -> DeviceSpec | None:
         """The device spec to analyse `trace` against, or None when it is unknown.
@@ -231,7 +235,9 @@ def _read(path: Path) -> bytes:
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
     spec = options.spec_for(trace)
-    return diagnose(trace, options.thresholds, spec=spec, model=options.model)
+    return diagnose(
+        trace, options.thresholds, spec=spec, model=options.model, what_if=options.what_if
+    )
 
 
 def analyze_rank(path: Path, options: Options) -> RankResult:

@@ -240,6 +240,14 @@ class Finding(_Base, frozen=True):
     saves: Literal["time", "memory", "once"] = "time"
     saving_bytes: int | None = None
     device: str | None = None
+    gain_basis: Literal["replay", "bound"] | None = None
+    """How the gain is known: "replay" (the step's dependency graph re-timed with the fix,
+    `replay_speedup`), "bound" (Amdahl's over `share` only: the graph cannot say), null
+    (not asked: a memory or once finding, or an older result)."""
+    replay_speedup: float | None = None
+    """The step's speed-up with the fix, replayed on the graph (≤ `max_speedup`)."""
+    wall_after: Wall | None = None
+    """The wall the replayed step's critical path hits after the fix."""
 
     @classmethod
     def memory(
@@ -771,6 +779,52 @@ class CounterReport(_Base, frozen=True, kw_only=True):
         return msgspec.json.decode(text, type=cls)
 
 
+class WhatIfRow(_Base, frozen=True):
+    """One what-if: the steady step replayed on its dependency graph with `change` applied
+    (an estimate: the graph's edges are read from the trace's timing)."""
+
+    change: str
+    step_s: float
+    speedup: float
+    """Replayed unchanged step / replayed step with the change."""
+    wall_after: Wall
+
+
+class PathSegment(_Base, frozen=True):
+    """A stretch of the critical path in the timeline's step: seconds from its start, and
+    what the path spends it in (one of `CriticalPath.shares`' categories)."""
+
+    start_s: float
+    end_s: float
+    category: str
+
+
+class CriticalPath(_Base, frozen=True):
+    """The steady steps' dependency graph, replayed: its critical path's time by category
+    (`shares` of the replayed step, summing to 1: data, host, launch, sync, communication,
+    compute (matmul-class kernels), bandwidth (other kernels), wait (device waits no edge
+    explains)), the replay's error against the measured step, and the what-if table."""
+
+    steps: int
+    measured_step_s: float
+    replayed_step_s: float
+    replay_error: float
+    """(replayed − measured) / measured, for the unchanged graph."""
+    shares: dict[str, float]
+    wall: Wall
+    host_calls: int
+    device_ops: int
+    event_waits: int
+    sync_edges: int
+    what_if: list[WhatIfRow] = []
+    notes: list[str] = []
+    rank: int | None = None
+    """For a job: the rank whose path sets the job's step (the one the others wait for)."""
+    timeline: list[PathSegment] = []
+    """The path through the step `Diagnosis.timeline` draws (replayed times, which the
+    unchanged replay keeps within `replay_error` of the measured ones), bounded in number."""
+
+
 class Diagnosis(_Base, frozen=True, kw_only=True):
     """Where a job's step time goes and which wall it hits. Renders itself in a terminal
     (rich) and in a notebook; `to_json()` gives the contract form.
@@ -810,6 +864,8 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     counters: CounterReport | None = None
     """Hardware counters (an Nsight Compute export, `--counters`) beside the roofline's
     estimate: each matched kernel's bound confirmed or refuted (null without an export)."""
+    critical_path: CriticalPath | None = None
+    """The steady steps' critical path and what-if replay (null: no device graph)."""
 
     @property
     def main_memory(self) -> DeviceMemoryProfile | None:
@@ -1141,6 +1197,11 @@ def _violations(d: Diagnosis) -> list[str]:
         amdahl = 1.0 / max(1.0 - min(f.share, 0.999), 1e-3)
         if not (1.0 <= f.max_speedup <= amdahl * (1 + SUM_TOLERANCE)):
             out.append(f"finding {f.id}: bound {f.max_speedup}x outside [1x, {amdahl}x]")
+        if f.replay_speedup is not None and not 1.0 <= f.replay_speedup <= f.max_speedup:
+            out.append(f"finding {f.id}: replayed {f.replay_speedup}x outside its bound")
+    cp = d.critical_path
+    if cp is not None and abs(sum(cp.shares.values()) - 1.0) > SUM_TOLERANCE:
+        out.append(f"critical path shares sum to {sum(cp.shares.values())}, not 1")
     if len(d.verdict.questions) != 4:
         out.append(f"the verdict answers {len(d.verdict.questions)} questions, not 4")
     for m in d.memory.devices if d.memory else []:

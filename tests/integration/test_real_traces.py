@@ -320,3 +320,30 @@ def test_real_nsys_export_matches_its_own_tables() -> None:
     text = d.to_json()
     assert environment
     assert not any(env in text for env in environment)
+
+
+@pytest.mark.parametrize("path", real_trace_params())
+def test_replaying_the_unchanged_graph_reproduces_the_measured_step(path: Path) -> None:
+    """On every real trace with steps and device work, the step's dependency graph replayed
+    as recorded gives the measured mean step within 3% (benchmarks/bench_critpath.py prints
+    the error of each)."""
+    _, d = loaded(path)
+    cp = d.critical_path
+    if cp is None or d.steps.source.startswith("whole"):
+        pytest.skip("no device graph over steps in this trace")
+    assert abs(cp.replay_error) <= 0.03
+    assert sum(cp.shares.values()) == pytest.approx(1.0)
+
+
+def test_a_starved_resnet_gains_its_data_wait_by_replay() -> None:
+    """The RTX 2080 Ti ResNet waits for its DataLoader: the replay puts the data wait on the
+    critical path, and removing it is worth what Amdahl's bound says (the wait is serial
+    with everything else), the compute wall after it."""
+    _, d = loaded(real_trace("param/rtx2080ti_resnet.json.gz"))
+    cp = d.critical_path
+    assert cp is not None
+    assert max(cp.shares, key=lambda k: cp.shares[k]) == "data"
+    finding = next(f for f in d.findings if f.id == "data-loading")
+    assert finding.gain_basis == "replay"
+    assert finding.replay_speedup == pytest.approx(finding.max_speedup, rel=0.01)
+    assert finding.wall_after == "compute"

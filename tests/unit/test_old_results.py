@@ -34,21 +34,24 @@ def _without(rows: list[dict[str, Any]], added: tuple[str, ...]) -> list[dict[st
 
 
 _ROOFLINE_V2 = ("matmul_bandwidth_share", "matmul_unknown_share")
+_REPLAY = ("gain_basis", "replay_speedup", "wall_after")
+"""The fields a finding's replayed gain added (additive: /2 files without them still load)."""
 
 
 def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     """A /2 JSON form as /1 wrote it: the findings, breakdown, verdict, blocks and leak sites
     without the fields /2 added (the memory model's blocks and leaks are shared with the
     snapshot's report)."""
-    memory_only = ("wall", "share", "max_speedup", "saves")
-    out = {k: v for k, v in d.items() if k not in ("trace_format", "counters")}
+    replay = _REPLAY
+    memory_only = ("wall", "share", "max_speedup", "saves", *replay)
+    out = {k: v for k, v in d.items() if k not in ("trace_format", "counters", "critical_path")}
     out["schema"] = "wallfinder.diagnosis/1"
     out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k != "graph_replayed"}
     out["verdict"] = {k: v for k, v in d["verdict"].items() if k != "thin_evidence"}
     if d.get("roofline"):
         out["roofline"] = _without([d["roofline"]], _ROOFLINE_V2)[0]
     out["findings"] = [
-        {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device")}
+        {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device", *replay)}
         for f in d["findings"]
     ]
     if d.get("memory"):
@@ -173,7 +176,7 @@ def test_a_v1_memory_report_loads_as_v2() -> None:
     assert [s.category for s in r.leaks] == ["other"]
     again = msgspec.json.decode(r.to_json())
     for f in again["findings"]:
-        for key in ("wall", "share", "max_speedup", "saves"):
+        for key in ("wall", "share", "max_speedup", "saves", *_REPLAY):
             del f[key]
     assert _memory_as_v1({**again, "schema": "wallfinder.memory/1"}) == json.loads(text)
 

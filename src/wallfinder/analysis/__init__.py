@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.critpath import critical_path, parse_what_if
 from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
@@ -62,6 +63,7 @@ from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
     CpuActivity,
+    CriticalPath,
     Device,
     Diagnosis,
     DroppedStep,
@@ -103,11 +105,14 @@ def diagnose(
     *,
     spec: DeviceSpec | None = None,
     model: ModelFlops | None = None,
+    what_if: str | None = None,
 ) -> Diagnosis:
     """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, roofline and
     MFU against `spec` (None: the device is unknown, and figures that need it are null),
-    verdict. A trace with no device kernels is analysed the same way with the CPU as the
-    device."""
+    the critical path and what-if replay (`what_if`: the changes to replay, as
+    `--what-if` takes them; None: the default table), verdict. A trace with no device
+    kernels is analysed the same way with the CPU as the device."""
+    changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
     spans = cpu_steps(trace)
     warnings = _step_warnings(trace, spans)
@@ -127,8 +132,16 @@ def diagnose(
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
     memory = memory_profile(scope, *parts.capacity)
+    path, whatif = critical_path(scope, parts.fusion, parts.roofline, changes, parts.timeline)
     facts = Facts(
-        scope, steps, parts.breakdown, parts.roofline, parts.fusion, parts.dispatch, memory
+        scope,
+        steps,
+        parts.breakdown,
+        parts.roofline,
+        parts.fusion,
+        parts.dispatch,
+        memory,
+        whatif,
     )
     return _result(
         trace,
@@ -146,6 +159,7 @@ def diagnose(
         timeline=parts.timeline,
         facts=facts,
         memory=memory,
+        critical_path=path,
     )
 
 
@@ -288,6 +302,7 @@ def _result(
     timeline: StepTimeline | None = None,
     facts: Facts | None = None,
     memory: MemoryProfile | None = None,
+    critical_path: CriticalPath | None = None,
 ) -> Diagnosis:
     estimate = (device.spec_source or "").startswith("estimate")
     typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
@@ -324,6 +339,7 @@ def _result(
         timeline=timeline,
         memory=memory,
         trace_format=trace.format,
+        critical_path=critical_path,
     )
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.critpath import WhatIf, with_replay
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
@@ -65,6 +66,7 @@ class Facts:
     fusion: list[FusionCandidate]
     cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
     memory: MemoryProfile | None = None
+    whatif: WhatIf | None = None  # the step's dependency graph, to replay a fix on
 
     @property
     def trace(self) -> Trace:
@@ -972,5 +974,5 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
 def find(facts: Facts, wall: Wall) -> list[Finding]:
     """Every rank rule's finding, the ones that move `wall` first, each group by bound on
     gain."""
-    found = evaluate(facts)
+    found = [with_replay(facts.whatif, x) if x.saves == "time" else x for x in evaluate(facts)]
     return sorted(found, key=lambda x: (x.wall != wall, -x.max_speedup))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import msgspec
 
 from wallfinder.analysis.collectives import RankCollectives, join
+from wallfinder.analysis.critpath import job_path
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
@@ -52,12 +53,15 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
         if notes == job.summary.notes
         else msgspec.structs.replace(job.summary, notes=notes)
     )
+    straggler = summary.stragglers[0].rank if summary.stragglers else None
+    path = job_path([(d.rank, d.critical_path) for d, _ in kept], job.ranks, straggler)
     return msgspec.structs.replace(
         main,
         ranks=job.ranks,
         findings=findings,
         warnings=[*main.warnings, *skipped],
         job=summary,
+        critical_path=path,
     )
 
 

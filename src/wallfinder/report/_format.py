@@ -220,7 +220,41 @@ def gain(f: Finding, times: str = "x") -> str:
     one-off cost its share of the profiled time."""
     if f.saves == "once":
         return f"a one-off cost: {pct(f.share, 0)} of the profiled time, none per steady step"
-    return f"up to {f.max_speedup:.2f}{times} faster ({pct(f.share, 0)} of the step)"
+    if f.replay_speedup is not None:
+        return (
+            f"{f.replay_speedup:.2f}{times} by replay; Amdahl's bound {f.max_speedup:.2f}{times} "
+            f"({pct(f.share, 0)} of the step)"
+            + (f"; then the {f.wall_after} wall" if f.wall_after else "")
+        )
+    basis = "bound; " if f.gain_basis == "bound" else ""
+    return f"up to {f.max_speedup:.2f}{times} faster ({basis}{pct(f.share, 0)} of the step)"
+
+
+def what_if_cells(d: Diagnosis) -> list[list[str]]:
+    """The what-if table's rows: the change, the replayed step, the speed-up and the wall
+    after (empty without a critical path)."""
+    cp = d.critical_path
+    if cp is None:
+        return []
+    return [[r.change, f"{ms(r.step_s)} ms", f"{r.speedup:.2f}x", r.wall_after] for r in cp.what_if]
+
+
+def critical_path_line(d: Diagnosis) -> str:
+    """The critical path in one line: where its time goes, the replay check, and the rank it
+    runs through ("" without one)."""
+    cp = d.critical_path
+    if cp is None:
+        return ""
+    parts = ", ".join(
+        f"{k} {pct(v, 0)}" for k, v in sorted(cp.shares.items(), key=lambda x: -x[1]) if v >= 0.01
+    )
+    rank = f" through rank {cp.rank} (the rank the others wait for)" if cp.rank is not None else ""
+    return (
+        f"critical path{rank}: {parts}; the {cp.wall} wall. Replaying the unchanged graph gives "
+        f"{ms(cp.replayed_step_s)} ms per step for the measured {ms(cp.measured_step_s)} ms "
+        f"({cp.replay_error:+.1%}); the what-ifs are estimates from the replay"
+        + "".join(f". {n[0].upper()}{n[1:]}" for n in cp.notes)
+    )
 
 
 def ellipsize(text: str, width: int) -> str:

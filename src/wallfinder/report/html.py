@@ -76,6 +76,18 @@ IDLE_COLOR = {
     "other": "#c7c7c7",
 }
 IDLE_TOTAL_COLOR = "#6e7781"
+PATH_COLOR = {
+    "data": IDLE_COLOR["data_loading"],
+    "host": IDLE_COLOR["host_overhead"],
+    "launch": IDLE_COLOR["launch_latency"],
+    "sync": IDLE_COLOR["synchronization"],
+    "communication": IDLE_COLOR["communication_wait"],
+    "compute": "#2ca02c",
+    "bandwidth": "#1f77b4",
+    "wait": IDLE_COLOR["dependency_wait"],
+}
+"""The critical path's categories on the timeline (the idle causes' colours where they
+match)."""
 MEMORY_COLOR = {
     "parameters": "#bcbd22",
     "before_trace": "#8c959f",
@@ -258,6 +270,8 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         ],
         "breakdown": _breakdown_rows(d),
         "graph_line": fmt.graph_line(d),
+        "critical_path_line": fmt.critical_path_line(d),
+        "what_if": fmt.what_if_cells(d),
         "gaps": _gap_rows(d, d.timeline) if d.timeline else [],
         "roof_ops": [_op_row(d, o) for o in d.roofline.ops] if d.roofline else [],
         "roof_more": len(d.roofline.more_ops) if d.roofline else 0,
@@ -570,6 +584,7 @@ def _steps_figure(d: Diagnosis) -> dict[str, Any]:
 _LANES = {"compute": "compute", "communication": "communication", "copy": "copies"}
 _IDLE_LANE = "GPU idle"
 _HOST_LANE = "host, in the gaps"
+_PATH_LANE = "critical path"
 
 
 def _timeline_figure(d: Diagnosis, t: StepTimeline) -> dict[str, Any]:
@@ -632,7 +647,25 @@ def _timeline_figure(d: Diagnosis, t: StepTimeline) -> dict[str, Any]:
                 legendgroup="host",
             )
         )
-    lanes = [name for key, name in _LANES.items() if any(s.lane == key for s in t.spans)]
+    path = d.critical_path.timeline if d.critical_path is not None else []
+    for category, color in PATH_COLOR.items():
+        segments = [p for p in path if p.category == category]
+        if segments:
+            data.append(
+                _hbar(
+                    f"path: {category}",
+                    color,
+                    [_PATH_LANE] * len(segments),
+                    [(p.start_s, p.end_s) for p in segments],
+                    [
+                        f"critical path {p.start_s * 1e3:.3f}–{p.end_s * 1e3:.3f} ms: {category}"
+                        for p in segments
+                    ],
+                    legendgroup="path",
+                )
+            )
+    lanes = [_PATH_LANE] * bool(path)
+    lanes += [name for key, name in _LANES.items() if any(s.lane == key for s in t.spans)]
     lanes += [_IDLE_LANE] * bool(t.gaps) + [_HOST_LANE] * bool(hosted)
     return {
         "data": data,

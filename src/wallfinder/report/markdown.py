@@ -56,6 +56,7 @@ def render_markdown(d: Diagnosis) -> str:
         "",
         *_breakdown(d),
         *_findings(d),
+        *_what_if(d),
         *_memory(d),
         *_top(d),
         "",
@@ -108,6 +109,20 @@ def _counters(d: Diagnosis) -> list[str]:
     ]
     out += [f"- {text(f.title)}" for f in c.findings]
     return out
+
+
+def _what_if(d: Diagnosis) -> list[str]:
+    rows = fmt.what_if_cells(d)
+    if not rows:
+        return []
+    return [
+        "",
+        f"**What if** — {text(fmt.critical_path_line(d))}",
+        "",
+        "| fix | step | speed-up | wall after |",
+        "|---|---|---|---|",
+        *(f"| {' | '.join(text(c) for c in row)} |" for row in rows),
+    ]
 
 
 def _job(d: Diagnosis) -> list[str]:

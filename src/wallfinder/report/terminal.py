@@ -19,6 +19,7 @@ from wallfinder.report._format import (
     breakdown_parts,
     cause_label,
     collective_cells,
+    critical_path_line,
     device_label,
     duration,
     gain,
@@ -43,6 +44,7 @@ from wallfinder.report._format import (
     si,
     size,
     tensor_core_fix,
+    what_if_cells,
 )
 
 NAME_WIDTH = 52
@@ -70,6 +72,8 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
     if d.fusion:
         yield _fusion(d)
     yield _mfu(d)
+    if d.critical_path is not None:
+        yield _what_if(d)
     if d.ranks:
         yield _ranks(d)
     if d.job is not None:
@@ -443,6 +447,23 @@ def _fusion(d: Diagnosis) -> Table:
             f"{c.time_s * 1e3:.2f}",
             f"{c.max_saving_s * 1e3:.2f}",
         )
+    return table
+
+
+def _what_if(d: Diagnosis) -> Table:
+    table = Table(
+        title="What if (the step's dependency graph replayed with each fix; estimates)",
+        caption=critical_path_line(d),
+        caption_justify="left",
+        title_justify="left",
+        show_edge=False,
+    )
+    table.add_column("fix", no_wrap=True)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("speed-up", justify="right", no_wrap=True)
+    table.add_column("wall after", no_wrap=True)
+    for row in what_if_cells(d):
+        table.add_row(*row)
     return table
 
 

@@ -50,6 +50,14 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_device_options(parser)
     add_step_option(parser)
     add_model_options(parser)
+    parser.add_argument(
+        "--what-if",
+        metavar="FIXES",
+        help="replay each step's dependency graph with these fixes, comma-separated, each "
+        "alone then combined: data (data-loading gaps removed), host[:F] (host work and "
+        "launch calls / F, default 2), sync (sync points removed), fuse (memory-bound chains "
+        "fused), matmul[:P] (matmuls at P of their roof, default 0.8)",
+    )
     add_record_options(parser)
 
 
@@ -174,6 +182,7 @@ def options_from(args: argparse.Namespace) -> Options:
         device_profile=args.device_profile,
         # `run` has no --step-range: its steps are the ones its own profiler marks.
         step_range=getattr(args, "step_range", None),
+        what_if=getattr(args, "what_if", None),
     )
 
 

@@ -1,0 +1,899 @@
+"""The step's dependency graph, its critical path, and what-if replay.
+
+The graph is built from what the trace holds, as columns (no object per event):
+
+- the **host chain**: the runtime calls of the threads that launch device work, in time order
+  (the autograd engine's thread and the main thread take turns, so one chain), each with the
+  host work before it (the gap since the previous call ended: Python and CPU ops, the
+  DataLoader, host-side collectives) and its own cost;
+- **launch → op**: each kernel, copy or set starts no earlier than its launch call plus the
+  launch path's latency (correlation ids; a graph launch starts all its kernels);
+- **stream order**: an op starts after the previous op on its stream ends;
+- **event waits**: an op that started later than its launch and its stream allowed, just as
+  an op on another stream ended, waited for that op (a stream/event wait: Kineto does not
+  record which event, so the edge is taken from the timing);
+- **synchronisation**: a synchronising call (`cudaStreamSynchronize`, `cudaDeviceSynchronize`,
+  `cudaEventSynchronize`, a blocking copy; HIP's likewise) returns after the device work it
+  drained: the launched ops that had ended by the time it returned.
+
+Replay re-times the graph: the host chain is a max-plus scan (each call starts when the
+previous ended plus its host work; a sync ends no earlier than its drain), each stream a
+max-plus scan (an op starts at the latest of its launch, its stream predecessor and the op it
+waited for), both vectorised, iterated to the fixed point (the longest path). The unchanged
+graph reproduces the measured steps where the trace records every dependency; the error is
+reported. A what-if changes the graph's weights (host gaps, call costs, op durations, sync
+edges) and replays it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.gpu import (
+    CLASSES,
+    COMM,
+    QUEUED_SLACK_NS,
+    SYNC_RUNTIME,
+    _host_categories,
+)
+from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.scope import Scope
+from wallfinder.analysis.steps import NO_LAUNCH
+from wallfinder.diagnosis import (
+    CriticalPath,
+    Finding,
+    FusionCandidate,
+    PathSegment,
+    RankSummary,
+    Roofline,
+    StepTimeline,
+    Wall,
+    WhatIfRow,
+)
+from wallfinder.errors import WallfinderError
+from wallfinder.trace import Kind, Trace
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+NS = 1e-9
+NEVER = -(1 << 52)
+"""A time before everything (ns): no constraint."""
+MAX_ROUNDS = 5000
+"""Fixed-point rounds at most: each round settles at least one more sync or event wait along
+the longest chain, so this is only reached by a step with thousands of them."""
+EDGE_SLACK_NS = 5_000
+"""An op that started this long after its launch and stream allowed, within this long of
+another stream's op ending, waited for that op."""
+
+_MATMUL = frozenset(
+    CLASSES.index(c) for c in (KernelClass.GEMM, KernelClass.CONVOLUTION, KernelClass.ATTENTION)
+)
+_MEMORY_BOUND = frozenset(
+    CLASSES.index(c)
+    for c in (
+        KernelClass.ELEMENTWISE,
+        KernelClass.REDUCTION,
+        KernelClass.NORMALIZATION,
+        KernelClass.SOFTMAX,
+        KernelClass.COPY,
+    )
+)
+
+CATEGORIES = ("data", "host", "launch", "sync", "communication", "compute", "bandwidth", "wait")
+"""What the critical path's time is spent in: the host waiting for the DataLoader, host work
+(Python, CPU ops), launch calls and their latency, synchronising calls' own cost, collectives
+(on the host or the device), matmul-class kernels, memory-bound and other kernels, and device
+waits the graph cannot explain by an edge (start-up, unrecorded dependencies)."""
+
+_WALL_OF: dict[str, Wall] = {
+    "data": "overhead",
+    "host": "overhead",
+    "launch": "overhead",
+    "sync": "overhead",
+    "communication": "overhead",
+    "wait": "overhead",
+    "compute": "compute",
+    "bandwidth": "bandwidth",
+}
+
+WHAT_IFS = {
+    "data": "data-loading gaps removed",
+    "host": "host overhead (host work and launch calls) cut by a factor (host:F, default 2)",
+    "sync": "synchronisation points removed (the host no longer waits for the device)",
+    "fuse": "memory-bound chains fused (each at the fusion analysis's fused time)",
+    "matmul": "matmuls at a fraction of their roof (matmul:P, default 0.8)",
+}
+"""The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A what-if: the graph's weights it changes. Identity by default."""
+
+    data: bool = False
+    host: float = 1.0
+    """Host gaps (but the DataLoader's and collectives') and launch calls divided by this."""
+    sync: bool = False
+    fuse: bool = False
+    matmul: float | None = None
+    """Matmul-class kernels at this fraction of their roof (None: unchanged)."""
+
+    @property
+    def label(self) -> str:
+        parts = []
+        if self.data:
+            parts.append("data")
+        if self.host != 1.0:
+            parts.append("host" if self.host == float("inf") else f"host:{self.host:g}")
+        if self.sync:
+            parts.append("sync")
+        if self.fuse:
+            parts.append("fuse")
+        if self.matmul is not None:
+            parts.append(f"matmul:{self.matmul:g}")
+        return ",".join(parts) or "unchanged"
+
+
+def parse_what_if(text: str) -> list[Change]:
+    """The rows a `--what-if` text asks for: each item alone, then (for several) all of them
+    combined. Raises `WallfinderError` for an unknown item or a bad factor."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise WallfinderError("--what-if: name at least one of " + ", ".join(WHAT_IFS))
+    singles = [_parse_item(t) for t in items]
+    if len(singles) == 1:
+        return singles
+    combined = Change()
+    for c in singles:
+        combined = Change(
+            data=combined.data or c.data,
+            host=max(combined.host, c.host),
+            sync=combined.sync or c.sync,
+            fuse=combined.fuse or c.fuse,
+            matmul=c.matmul if c.matmul is not None else combined.matmul,
+        )
+    return [*singles, combined]
+
+
+def _parse_item(item: str) -> Change:
+    name, _, arg = item.partition(":")
+    name = name.strip().lower()
+    if name not in WHAT_IFS:
+        raise WallfinderError(f"--what-if: unknown change {name!r} (known: {', '.join(WHAT_IFS)})")
+    value: float | None = None
+    if arg:
+        try:
+            value = float(arg.rstrip("%")) / (100.0 if arg.endswith("%") else 1.0)
+        except ValueError:
+            raise WallfinderError(f"--what-if: {item!r}: {arg!r} is not a number") from None
+    if name == "host":
+        factor = 2.0 if value is None else value
+        if not factor >= 1.0:
+            raise WallfinderError(f"--what-if: {item!r}: the factor must be at least 1")
+        return Change(host=factor)
+    if name == "matmul":
+        pct = 0.8 if value is None else value
+        if not 0.0 < pct <= 1.0:
+            raise WallfinderError(f"--what-if: {item!r}: the fraction of roof is in (0, 1]")
+        return Change(matmul=pct)
+    if value is not None:
+        raise WallfinderError(f"--what-if: {name!r} takes no argument")
+    return Change(data=name == "data", sync=name == "sync", fuse=name == "fuse")
+
+
+DEFAULT_CHANGES = (
+    Change(data=True),
+    Change(host=2.0),
+    Change(sync=True),
+    Change(fuse=True),
+    Change(matmul=0.8),
+)
+
+
+@dataclass(frozen=True, eq=False)
+class StepGraph:
+    """One rank's steady-state steps as a dependency graph: the host chain (calls), the device
+    ops, and their edges. Times are ns relative to `t0`: the first steady step's CPU start,
+    or its window's start when that is earlier (the host runs ahead of the device, so a step's
+    CPU work begins before the previous step's device work ends)."""
+
+    t0: int
+    origin: int
+    """Where the first steady step's window starts, relative to `t0`."""
+    # The host chain, in time order.
+    gap: I64
+    """Host work before each call (since the previous call ended, or `t0`)."""
+    gap_data: I64
+    """Of `gap`: the part in the DataLoader."""
+    gap_comm: I64
+    """Of `gap`: the part in host-side collectives."""
+    after_data: I64
+    """Of `gap`: the time after its last stretch in the DataLoader (0: no DataLoader)."""
+    cost: I64
+    """The call's own time (for a sync: the part after the device drained)."""
+    sync: npt.NDArray[np.bool_]
+    offset: I64
+    """Each call's start less the previous calls' end: `gap` when positive, else how far it
+    overlapped them."""
+    call_first: npt.NDArray[np.bool_]
+    """The first call of its thread's chain (the chains are in (thread, time) order)."""
+    call_step: npt.NDArray[np.intp]
+    """The steady step (index into the replayed range) each call is in."""
+    # The device ops (rows of `DeviceOps.ops` in the range), sorted by (stream, start).
+    row: I64
+    call: I64
+    """The op's launch call (NONE: placed at its measured start, `fixed`)."""
+    fixed: I64
+    lat: I64
+    dur: I64
+    cls: npt.NDArray[np.int8]
+    stream_first: npt.NDArray[np.bool_]
+    dep: I64
+    """The op (index into these) it waited for on another stream (NONE: none)."""
+    dep_gap: I64
+    host: I64
+    """The later host call whose start released the op (NONE: none)."""
+    host_lat: I64
+    extra: I64
+    """Per op: a wait after its launch that no edge explains, kept as a fixed delay."""
+    stream_gap: I64
+    """Per op: likewise, a wait after the op before it on its stream."""
+    drained_by: I64
+    """The sync call that waited for the op (NONE: none)."""
+    fused: F64
+    """Per op: its time with the fusion candidates fused (== dur where not in one)."""
+    roof_time: F64
+    """Per op: the share of its time a matmul at 100% of roof would take (NaN: unknown)."""
+    steps: int
+    tail: int
+    """Host work after the last call, when the last step launched no device work (its window
+    ends with its CPU work); -1 otherwise."""
+    measured_s: float
+    """The measured mean step over the replayed range."""
+
+
+@dataclass(frozen=True, eq=False)
+class Timing:
+    """A replay: when each call and op started and ended, and the mean step."""
+
+    call_start: I64
+    call_end: I64
+    drain: I64
+    op_start: I64
+    op_end: I64
+    ready: I64
+    dep_end: I64
+    released: I64
+    end: int
+    """Where the last step's window ends."""
+    step_s: float
+    rounds: int
+
+
+def build_graph(
+    scope: Scope, fusion: Sequence[FusionCandidate] = (), roofline: Roofline | None = None
+) -> StepGraph | None:
+    """The dependency graph of the steady-state steps, or None when there is nothing to
+    replay (no device ops, no launch records, or no steady step)."""
+    dev = scope.dev
+    if dev is None or scope.count == 0:
+        return None
+    trace, spans = scope.trace, scope.spans
+    kept = np.flatnonzero(scope.kept)
+    first, last = int(kept[0]), int(kept[-1])
+    w0, t_end = int(scope.start[first]), int(scope.end[last])
+    cpu_lo, cpu_hi = int(spans.cpu_start[first]), int(spans.cpu_end[last])
+    t0 = min(w0, cpu_lo)
+    ops = dev.ops
+    launched = dev.launch_ts != NO_LAUNCH
+    if not launched.any():
+        return None
+
+    # The host chain: runtime calls on the launching threads, inside the range's CPU steps.
+    runtime = trace.of_kind(Kind.RUNTIME)
+    threads = np.unique(dev.launch_thread[launched])
+    on = np.isin(runtime.thread, threads) & (runtime.ts >= cpu_lo) & (runtime.ts < cpu_hi)
+    rows = np.flatnonzero(on)
+    if rows.size == 0:
+        return None
+    # One chain in time order: the launching threads take turns (the main thread blocks in
+    # backward() while the autograd engine's thread launches), so the host is one resource;
+    # a call that overlaps the one before starts before it ends (`offset` < 0).
+    c_ts, c_end = runtime.ts[rows], runtime.end[rows]
+    c_thread = runtime.thread[rows]
+    call_first = np.zeros(rows.size, dtype=bool)
+    call_first[0] = True
+    prev_end = np.maximum(np.maximum.accumulate(np.concatenate([[t0], c_end[:-1]])), t0)
+    gap = np.maximum(c_ts - prev_end, 0)
+    offset = c_ts - prev_end
+    inc = np.maximum(c_end - np.maximum(c_ts, prev_end), 0)
+    gap_from = np.minimum(prev_end, c_ts)
+    sync = np.isin(runtime.name[rows], trace.names_matching(SYNC_RUNTIME.__contains__))
+
+    # What the host did in each gap, on the calling thread: the DataLoader, collectives.
+    kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+    h_ts, h_dur, h_name, h_pid, h_tid = trace.columns_of_kinds(
+        kinds, "ts", "dur", "name", "pid", "tid"
+    )
+    h_thread = (h_pid.astype(np.int64) << 32) | h_tid.astype(np.int64)
+    category = _host_categories(trace, h_name)
+    gap_data = np.zeros(rows.size, np.int64)
+    gap_comm = np.zeros(rows.size, np.int64)
+    after_data = np.zeros(rows.size, np.int64)
+    for t in np.unique(c_thread).tolist():
+        mine = c_thread == t
+        here = h_thread == t
+        data = Coverage.of(h_ts[here & (category == 0)], (h_ts + h_dur)[here & (category == 0)])
+        comm = Coverage.of(h_ts[here & (category == 2)], (h_ts + h_dur)[here & (category == 2)])
+        a, b = gap_from[mine], gap_from[mine] + gap[mine]
+        gap_data[mine] = data.covered(a, b)
+        if data.starts.size:
+            # Host work after the last DataLoader stretch in the gap (a step's batch comes
+            # first, the ops that use it after).
+            i = np.searchsorted(data.starts, b, side="left") - 1
+            data_end = np.where(i >= 0, np.minimum(data.ends[np.maximum(i, 0)], b), a)
+            after_data[mine] = np.where(gap_data[mine] > 0, b - np.maximum(data_end, a), 0)
+        gap_comm[mine] = np.minimum(comm.covered(a, b), gap[mine] - gap_data[mine])
+    call_step = np.clip(np.searchsorted(scope.start[first : last + 1], c_ts, "right") - 1, 0, None)
+
+    # The ops: launched by a chain call, or running in the range (placed where they ran).
+    corr_of_call = runtime.correlation[rows]
+    in_range = (ops.end > w0) & (ops.ts < t_end)
+    order = np.argsort(corr_of_call, kind="stable")
+    sorted_corr = corr_of_call[order]
+    pos = np.clip(np.searchsorted(sorted_corr, ops.correlation), 0, max(sorted_corr.size - 1, 0))
+    has_call = (ops.correlation >= 0) & (sorted_corr[pos] == ops.correlation) & launched
+    # In flight at the start, or launched by the chain: not work the next step launched.
+    early = (dev.launch_ts < cpu_lo) | ~launched
+    keep = np.flatnonzero((in_range & early) | has_call)
+    stream = np.where(ops.stream >= 0, ops.stream, ops.tid.astype(np.int64))[keep]
+    keep = keep[np.lexsort((ops.ts[keep], stream))]
+    stream = np.where(ops.stream >= 0, ops.stream, ops.tid.astype(np.int64))[keep]
+    call = np.where(has_call[keep], order[pos[keep]], -1).astype(np.int64)
+    o_ts, o_end = ops.ts[keep], ops.end[keep]
+    # A copy call that returned after its copy ended blocked on it (a copy to pageable
+    # memory): it synchronised, whatever its name says.
+    copy_call = np.isin(runtime.name[rows], trace.names_matching(lambda x: "emcpy" in x))
+    own_end = np.full(rows.size, NEVER + t0, np.int64)
+    np.maximum.at(own_end, call[call >= 0], o_end[call >= 0])
+    sync |= copy_call & (own_end > NEVER + t0) & (c_end >= own_end - EDGE_SLACK_NS)
+    # The launch path: at most the call itself (not a blocking one: that is a wait) and then
+    # QUEUED_SLACK_NS; an op that started later waited for something else.
+    c = np.maximum(call, 0)
+    path = np.where(sync[c], 0, c_end[c] - c_ts[c]) + QUEUED_SLACK_NS
+    lat = np.where(call >= 0, np.clip(o_ts - c_ts[c], 0, path), 0)
+    fixed = np.where(call >= 0, NEVER, o_ts - t0)
+    stream_first = np.concatenate([[True], stream[1:] != stream[:-1]])
+
+    # Event waits: an op that started later than its launch and stream allowed, just as an op
+    # on another stream ended.
+    launch_ready = np.where(call >= 0, c_ts[np.maximum(call, 0)] + lat, o_ts)
+    prev = np.where(stream_first, NEVER + t0, np.concatenate([[NEVER + t0], o_end[:-1]]))
+    allowed = np.maximum(launch_ready, prev)
+    waited = o_ts - allowed > EDGE_SLACK_NS
+    by_end = np.argsort(o_end, kind="stable")
+    ends_sorted = o_end[by_end]
+    cand = np.searchsorted(ends_sorted, o_ts + EDGE_SLACK_NS // 10, "right") - 1
+    dep = np.full(keep.size, -1, np.int64)
+    for back in range(2):  # the latest ending op, or the one before it when that is ours
+        other = by_end[np.maximum(cand - back, 0)]
+        ok = (
+            waited
+            & (dep < 0)
+            & (cand - back >= 0)
+            & (stream[other] != stream)
+            & (o_end[other] >= o_ts - EDGE_SLACK_NS)
+            & (o_end[other] <= o_ts + EDGE_SLACK_NS)
+        )
+        dep[ok] = other[ok]
+    dep_gap = np.where(dep >= 0, np.maximum(o_ts - o_end[np.maximum(dep, 0)], 0), 0)
+    # Else, an op that started just after a later host call began waited for the host there
+    # (work the host released: a graph's node behind a host-side wait, a stream made ready).
+    by_ts = np.argsort(c_ts, kind="stable")
+    after = by_ts[np.maximum(np.searchsorted(c_ts[by_ts], o_ts, "right") - 1, 0)]
+    host = np.where(
+        waited
+        & (dep < 0)
+        & (c_ts[after] <= o_ts)
+        & (c_ts[after] > c_ts[c])
+        & (o_ts - c_ts[after] <= QUEUED_SLACK_NS),
+        after,
+        -1,
+    )
+    host_lat = np.where(host >= 0, o_ts - c_ts[np.maximum(host, 0)], 0)
+    # What no edge explains stays as measured: a fixed delay after the op's launch.
+    # after whichever held it last: its launch, or the op before it on its stream.
+    unexplained = np.where(waited & (dep < 0) & (host < 0), o_ts - allowed, 0)
+    after_prev = prev >= launch_ready
+    extra = np.where(after_prev, 0, unexplained)
+    stream_gap = np.where(after_prev, unexplained, 0)
+
+    # Syncs: the first sync at or after an op's launch that returned after the op ended.
+    sync_idx = np.flatnonzero(sync)
+    sync_idx = sync_idx[np.argsort(c_ts[sync_idx], kind="stable")]
+    drained_by = np.full(keep.size, -1, np.int64)
+    own = c_end - c_ts
+    if sync_idx.size:
+        after_launch = np.searchsorted(c_ts[sync_idx], c_ts[c])
+        s_end = c_end[sync_idx]
+        after_end = np.searchsorted(np.maximum.accumulate(s_end), o_end - EDGE_SLACK_NS)
+        p = np.maximum(after_launch, after_end)
+        ok = (call >= 0) & (p < sync_idx.size)
+        drained_by[ok] = sync_idx[np.minimum(p, sync_idx.size - 1)][ok]
+        drain = np.full(rows.size, NEVER + t0, np.int64)
+        np.maximum.at(drain, drained_by[ok], o_end[ok])
+        # A sync's own cost is what it took after the device drained.
+        own = np.where(sync, c_end - np.clip(drain, c_ts, c_end), own)
+    # The host's time moves by what each call adds to it (its part past the one before).
+    own = np.where(sync, np.minimum(own, inc), inc)
+
+    cls = dev.cls[keep]
+    fused = _fused(ops.name[keep], ops.dur[keep].astype(np.float64), cls, fusion, trace)
+    roof = np.full(keep.size, np.nan)
+    if roofline is not None and roofline.pct_of_roof_matmul:
+        matmul = np.isin(cls, list(_MATMUL))
+        roof[matmul] = float(roofline.pct_of_roof_matmul)
+    steps = last - first + 1
+    # A last step that launched no device work ends with its CPU work, as its window does.
+    last_cpu = int(spans.cpu_start[last])
+    launched_last = (call >= 0) & (c_ts[c] >= last_cpu)
+    tail = -1 if launched_last.any() else max(cpu_hi - int(c_end.max()), 0)
+    return StepGraph(
+        t0=t0,
+        origin=w0 - t0,
+        gap=gap,
+        gap_data=gap_data,
+        gap_comm=gap_comm,
+        after_data=after_data,
+        cost=own,
+        sync=sync,
+        offset=offset,
+        call_first=call_first,
+        call_step=call_step,
+        row=keep.astype(np.int64),
+        call=call,
+        fixed=fixed,
+        lat=lat,
+        dur=ops.dur[keep].astype(np.int64),
+        cls=cls,
+        stream_first=stream_first,
+        dep=dep,
+        dep_gap=dep_gap,
+        host=host,
+        host_lat=host_lat,
+        extra=extra,
+        stream_gap=stream_gap,
+        drained_by=drained_by,
+        fused=fused,
+        roof_time=roof,
+        steps=steps,
+        tail=tail,
+        measured_s=float(t_end - w0) * NS / steps,
+    )
+
+
+def _fused(
+    names: npt.NDArray[np.int32],
+    dur: F64,
+    cls: npt.NDArray[np.int8],
+    fusion: Sequence[FusionCandidate],
+    trace: Trace,
+) -> F64:
+    """Each op's time with the fusion candidates fused: a candidate's kernels scaled so that
+    their time is the candidate's less its saving (an estimate: every launch of a kernel the
+    candidate names is scaled, in a chain or not)."""
+    out: F64 = dur.copy()
+    for c in fusion:
+        if c.time_s <= 0:
+            continue
+        factor = max(1.0 - c.max_saving_s / c.time_s, 0.0)
+        member = np.isin(names, [trace.code_of(k) for k in c.kernels])
+        member &= np.isin(cls, list(_MEMORY_BOUND))
+        out[member] = np.minimum(out[member], dur[member] * factor)
+    return out
+
+
+def replay(g: StepGraph, change: Change = Change()) -> Timing:
+    """Re-time the graph with `change` applied: the longest path from `t0`, by max-plus scans
+    iterated to the fixed point."""
+    n_calls = g.gap.size
+    other = g.gap - g.gap_data - g.gap_comm
+    gap = g.gap.astype(np.float64)
+    cost = g.cost.astype(np.float64)
+    if change.data:
+        gap = gap - g.gap_data
+    if change.host != 1.0:
+        gap = gap - other + other / change.host
+        cost = np.where(g.sync, cost, cost / change.host)
+    dur = g.dur.astype(np.float64)
+    lat = g.lat.astype(np.float64)
+    if change.host != 1.0:
+        lat = lat / change.host
+    if change.fuse:
+        dur = np.minimum(dur, g.fused)
+    if change.matmul is not None:
+        known = np.isfinite(g.roof_time)
+        # At P of the roof, a kernel now at R of it takes R / P of its time.
+        dur = np.where(known, dur * np.minimum(g.roof_time / change.matmul, 1.0), dur)
+    gap_i = np.rint(gap).astype(np.int64)
+    cost_i = np.rint(cost).astype(np.int64)
+    dur_i = np.rint(dur).astype(np.int64)
+    lat_i = np.rint(lat).astype(np.int64)
+    use_sync = not change.sync
+    if change.sync:
+        cost_i = np.where(g.sync, 0, cost_i)
+
+    a = np.cumsum(gap_i + cost_i)
+    seg = np.cumsum(g.stream_first) - 1
+    w = np.cumsum(dur_i + g.stream_gap)
+    w_seg = w - (w - dur_i - g.stream_gap)[np.flatnonzero(g.stream_first)][seg]
+    c_seg = np.cumsum(g.call_first) - 1
+    a_seg = a - (a - gap_i - cost_i)[np.flatnonzero(g.call_first)][c_seg]
+    has_call = g.call >= 0
+    call = np.maximum(g.call, 0)
+    drain = np.full(n_calls, NEVER, np.int64)
+    dep_end = np.full(g.dur.size, NEVER, np.int64)
+    synced = use_sync & (g.drained_by >= 0)
+    rounds = 0
+    op_end = np.zeros(g.dur.size, np.int64)
+    while True:
+        rounds += 1
+        # Host, per thread: e_i = max(e_{i-1} + gap_i + cost_i, drain_i + cost_i), from 0.
+        b = np.where(drain > NEVER, drain + cost_i - a_seg, NEVER)
+        call_end = a_seg + np.maximum(_seg_max(b, c_seg), 0)
+        previous = np.where(g.call_first, 0, np.concatenate([[0], call_end[:-1]]))
+        call_start = previous + np.where(g.offset >= 0, gap_i, g.offset)
+        ready = np.where(has_call, call_start[call] + lat_i + g.extra, g.fixed)
+        released = np.where(g.host >= 0, call_start[np.maximum(g.host, 0)] + g.host_lat, NEVER)
+        r = np.maximum(np.maximum(ready, dep_end), released)
+        # Streams: e_k = max(e_{k-1} + gap_k + dur_k, r_k + dur_k), per stream.
+        new_end = _seg_max(r + dur_i - w_seg, seg) + w_seg
+        if rounds > 1 and np.array_equal(new_end, op_end):
+            break
+        op_end = new_end
+        dep_end = np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap, NEVER)
+        if synced.any():
+            drain = np.full(n_calls, NEVER, np.int64)
+            np.maximum.at(drain, g.drained_by[synced], op_end[synced])
+        if rounds >= MAX_ROUNDS:
+            break
+    op_start = op_end - dur_i
+    # The range ends where the last step's ops end (or its host chain, with no ops).
+    # As the measured windows: the last step ends with the device work it launched.
+    end = int(op_end[has_call].max()) if has_call.any() else 0
+    if g.tail >= 0 or not has_call.any():
+        end = max(end, int(call_end.max(initial=0)) + int(max(g.tail, 0) / change.host))
+    return Timing(
+        call_start=call_start,
+        call_end=call_end,
+        drain=drain,
+        op_start=op_start,
+        op_end=op_end,
+        ready=ready,
+        dep_end=dep_end,
+        released=released,
+        end=end,
+        step_s=float(end - g.origin) * NS / g.steps,
+        rounds=rounds,
+    )
+
+
+def _seg_max(values: I64, seg: I64) -> I64:
+    """The running maximum of `values` within each segment (`seg`: the segment of each entry,
+    non-decreasing): one pass, each segment lifted above the ones before it."""
+    if values.size == 0:
+        return values
+    real = values > NEVER
+    floor = min(int(values[real].min()) - 1, -1) if real.any() else -1
+    lo = np.where(real, values, floor)
+    span = int(lo.max()) - int(lo.min()) + 1
+    lifted = lo + seg * span
+    out: I64 = np.maximum.accumulate(lifted) - seg * span
+    return out
+
+
+def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
+    """The critical path's time by category (CATEGORIES), as shares of the replayed range."""
+    return walk_path(g, t).shares()
+
+
+class _Walk:
+    """The critical path as it is walked back: time taken per category, and the segments
+    (start, end, category) in replayed ns, latest first."""
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor
+        self.out = dict.fromkeys(CATEGORIES, 0.0)
+        self.segments: list[tuple[int, int, str]] = []
+
+    def take(self, category: str, lo: int) -> None:
+        """The path spends [lo, cursor) in `category`; it goes on from `lo`."""
+        if lo < self.cursor:
+            self.out[category] += self.cursor - lo
+            self.segments.append((lo, self.cursor, category))
+            self.cursor = lo
+
+    def shares(self) -> dict[str, float]:
+        total = float(sum(self.out.values())) or 1.0
+        return {k: float(v) / total for k, v in self.out.items()}
+
+
+def walk_path(g: StepGraph, t: Timing) -> _Walk:
+    """The critical path, walked back from where the last step ends through each node's
+    binding edge to the start of the range."""
+    walk = _Walk(t.end)
+    if t.end <= 0:
+        return walk
+    has_call = g.call >= 0
+    # Per stream, the previous op (NONE for the first).
+    prev = np.where(g.stream_first, -1, np.arange(g.dur.size) - 1)
+    # Per sync call, the op its drain waited for.
+    drain_op = np.full(g.gap.size, -1, np.int64)
+    synced = g.drained_by >= 0
+    if synced.any():
+        rows = np.flatnonzero(synced)
+        rows = rows[np.lexsort((t.op_end[rows], g.drained_by[rows]))]
+        last = np.r_[g.drained_by[rows][1:] != g.drained_by[rows][:-1], True]
+        drain_op[g.drained_by[rows][last]] = rows[last]
+    candidates = np.flatnonzero(has_call)
+    node_op = int(candidates[np.argmax(t.op_end[candidates])]) if candidates.size else -1
+    node_call = -1 if node_op >= 0 else int(np.argmax(t.call_end))
+    if node_op >= 0 and t.end > int(t.op_end[node_op]):
+        # The last step ended with its host work (it launched nothing).
+        node_op, node_call = -1, int(np.argmax(t.call_end))
+    for _ in range(4 * (g.dur.size + g.gap.size) + 4):
+        if walk.cursor <= 0:
+            break
+        if node_op >= 0:
+            k = node_op
+            start = int(t.op_start[k])
+            comm = g.cls[k] == COMM
+            # A collective held up past its stream or launch waited for its peers.
+            waited = "communication" if comm else "wait"
+            walk.take(waited, int(t.op_end[k]))
+            walk.take(
+                "communication" if comm else "compute" if int(g.cls[k]) in _MATMUL else "bandwidth",
+                start,
+            )
+            p = int(prev[k])
+            if p >= 0 and int(t.op_end[p]) + int(g.stream_gap[k]) >= start:
+                node_op = p
+                continue
+            if g.dep[k] >= 0 and int(t.dep_end[k]) >= start:
+                node_op = int(g.dep[k])
+                walk.take("wait", int(t.op_end[node_op]))
+                continue
+            c = int(g.host[k]) if g.host[k] >= 0 and int(t.released[k]) >= start else -1
+            if c < 0 and has_call[k]:
+                c = int(g.call[k])
+                walk.take(waited, max(walk.cursor - int(g.extra[k]), int(t.call_start[c])))
+            if c < 0:
+                walk.take("wait", 0)
+                break
+            walk.take("launch", int(t.call_start[c]))
+            _host_before(g, t, c, walk)
+            node_op, node_call = -1, (-1 if g.call_first[c] else c - 1)
+            continue
+        if node_call < 0:
+            walk.take("host", 0)
+            break
+        c = node_call
+        walk.take("host", int(t.call_end[c]))
+        if g.sync[c] and drain_op[c] >= 0 and int(t.drain[c]) > int(t.call_start[c]):
+            walk.take("sync", int(t.drain[c]))
+            node_op, node_call = int(drain_op[c]), -1
+            continue
+        walk.take("sync" if g.sync[c] else "launch", int(t.call_start[c]))
+        _host_before(g, t, c, walk)
+        node_call = -1 if g.call_first[c] else c - 1
+    return walk
+
+
+def _host_before(g: StepGraph, t: Timing, c: int, walk: _Walk) -> None:
+    """Take the host work before call `c` off the path, split by what it was, up to the
+    previous call's end: the host work after the DataLoader's last stretch, the DataLoader,
+    host-side collectives, then the rest (the order of the last two is not recorded)."""
+    before = 0 if g.call_first[c] else int(t.call_end[c - 1])
+    span = max(walk.cursor - before, 0)
+    total = int(g.gap[c])
+    if total > 0 and span > 0:
+        scale = span / total
+        other = total - int(g.gap_data[c]) - int(g.gap_comm[c])
+        tail = min(int(g.after_data[c]), other) if g.gap_data[c] > 0 else 0
+        walk.take("host", walk.cursor - round(tail * scale))
+        walk.take("data", walk.cursor - round(int(g.gap_data[c]) * scale))
+        walk.take("communication", walk.cursor - round(int(g.gap_comm[c]) * scale))
+    walk.take("host", before)
+
+
+def wall_of(shares: dict[str, float]) -> Wall:
+    """The wall a critical path hits: that of its largest group of categories."""
+    walls: dict[Wall, float] = {}
+    for k, v in shares.items():
+        walls[_WALL_OF[k]] = walls.get(_WALL_OF[k], 0.0) + v
+    return max(walls, key=lambda w: walls[w])
+
+
+@dataclass(frozen=True, eq=False)
+class WhatIf:
+    """A rank's graph, its unchanged replay, and replays on demand: what the findings ask."""
+
+    graph: StepGraph
+    base: Timing
+
+    def speedup(self, change: Change) -> tuple[float, Wall]:
+        t = replay(self.graph, change)
+        return self.base.step_s / max(t.step_s, 1e-12), wall_of(path_shares(self.graph, t))
+
+    def row(self, change: Change) -> WhatIfRow:
+        t = replay(self.graph, change)
+        shares = path_shares(self.graph, t)
+        return WhatIfRow(
+            change=change.label,
+            step_s=t.step_s,
+            speedup=self.base.step_s / max(t.step_s, 1e-12),
+            wall_after=wall_of(shares),
+        )
+
+
+FINDING_CHANGES = {
+    "data-loading": Change(data=True),
+    "sync-in-step": Change(sync=True),
+    "launch-bound": Change(host=float("inf")),
+    "fusable-pointwise": Change(fuse=True),
+    "matmul-below-roof": Change(matmul=1.0),
+}
+"""The findings the graph can replay, and the change each stands for (the change the finding's
+Amdahl bound assumes: its share gone)."""
+
+
+def with_replay(whatif: WhatIf | None, finding: Finding) -> Finding:
+    """`finding` with its gain replayed on the graph where the graph can (`replay_speedup`,
+    `wall_after`), else marked as a bound (`gain_basis`)."""
+    change = FINDING_CHANGES.get(finding.id)
+    if whatif is None or change is None or finding.saves != "time":
+        return msgspec.structs.replace(finding, gain_basis="bound")
+    speedup, wall = whatif.speedup(change)
+    # The replay moves what the graph holds; the Amdahl bound caps what removing the share
+    # can give, so a replay above it is the graph's error, not a gain.
+    speedup = min(max(speedup, 1.0), finding.max_speedup)
+    return msgspec.structs.replace(
+        finding, gain_basis="replay", replay_speedup=speedup, wall_after=wall
+    )
+
+
+def critical_path(
+    scope: Scope,
+    fusion: Sequence[FusionCandidate] = (),
+    roofline: Roofline | None = None,
+    changes: Sequence[Change] | None = None,
+    timeline: StepTimeline | None = None,
+) -> tuple[CriticalPath | None, WhatIf | None]:
+    """The steady steps' critical path, the replay check and the what-if table (the default
+    changes, or `changes`); None when the graph cannot be built."""
+    g = build_graph(scope, fusion, roofline)
+    if g is None:
+        return None, None
+    base = replay(g)
+    whatif = WhatIf(g, base)
+    walk = walk_path(g, base)
+    shares = walk.shares()
+    notes = []
+    if base.rounds >= MAX_ROUNDS:
+        notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
+    if shares["wait"] >= 0.05:
+        notes.append(
+            f"{shares['wait']:.0%} of the critical path is device waits no recorded edge "
+            "explains (an event or stream wait on work the trace does not show, a graph's "
+            "internal edges): kept as measured, so fixes elsewhere cannot move them"
+        )
+    rows = [whatif.row(c) for c in (changes if changes is not None else DEFAULT_CHANGES)]
+    error = (base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
+    return (
+        CriticalPath(
+            steps=g.steps,
+            measured_step_s=g.measured_s,
+            replayed_step_s=base.step_s,
+            replay_error=error,
+            shares=shares,
+            wall=wall_of(shares),
+            host_calls=int(g.gap.size),
+            device_ops=int(g.dur.size),
+            event_waits=int((g.dep >= 0).sum()),
+            sync_edges=int((g.drained_by >= 0).sum()),
+            what_if=rows,
+            notes=notes,
+            timeline=_in_step(g, walk, scope, timeline),
+        ),
+        whatif,
+    )
+
+
+MAX_SEGMENTS = 300
+"""Path segments drawn on the timeline, at most: neighbours of one category are merged, then
+the shortest are merged into the one before them until they fit."""
+
+
+def _in_step(
+    g: StepGraph, walk: _Walk, scope: Scope, timeline: StepTimeline | None
+) -> list[PathSegment]:
+    """The path's segments inside the timeline's step, in seconds from its start."""
+    if timeline is None or not walk.segments:
+        return []
+    a = int(scope.start[0]) + round(timeline.start_s / NS) - g.t0
+    b = a + round(timeline.duration_s / NS)
+    merged: list[list[Any]] = []
+    for lo, hi, cat in reversed(walk.segments):
+        lo, hi = max(lo, a), min(hi, b)
+        if hi <= lo:
+            continue
+        if merged and merged[-1][2] == cat and merged[-1][1] >= lo:
+            merged[-1][1] = hi
+        else:
+            merged.append([lo, hi, cat])
+    while len(merged) > MAX_SEGMENTS:
+        i = min(range(1, len(merged)), key=lambda j: merged[j][1] - merged[j][0])
+        merged[i - 1][1] = merged[i][1]
+        del merged[i]
+    return [
+        PathSegment(start_s=(lo - a) * NS, end_s=(hi - a) * NS, category=cat)
+        for lo, hi, cat in merged
+    ]
+
+
+def job_path(
+    paths: Sequence[tuple[int | None, CriticalPath | None]],
+    ranks: Sequence[RankSummary],
+    straggler: int | None,
+) -> CriticalPath | None:
+    """A job's critical path: that of the rank the others wait for (the straggler; else the
+    rank with the longest replayed step), with the what-if "straggler" added: the rank
+    brought to the median, so that the wait every other rank shares (the least of their
+    waits in the collective join) leaves the step (an estimate from the join's waits, not a
+    replay across ranks)."""
+    known = [(r, p) for r, p in paths if p is not None]
+    if not known:
+        return None
+    by_rank = dict(known)
+    if straggler is None or straggler not in by_rank:
+        straggler = max(known, key=lambda x: x[1].replayed_step_s)[0]
+    path = by_rank[straggler]
+    waits = sorted(r.wait_s for r in ranks if r.rank != straggler and r.wait_s is not None)
+    rows = list(path.what_if)
+    if waits:
+        # Every other rank waits for the straggler at least the least of their waits: the
+        # straggler at the median takes that off every rank's step.
+        step = max(path.measured_step_s - waits[0], 1e-12)
+        rows.append(
+            WhatIfRow(
+                change="straggler",
+                step_s=step,
+                speedup=path.measured_step_s / step,
+                wall_after=path.wall,
+            )
+        )
+    return msgspec.structs.replace(path, rank=straggler, what_if=rows)
+
+
+__all__ = [
+    "CATEGORIES",
+    "WHAT_IFS",
+    "Change",
+    "StepGraph",
+    "Timing",
+    "WhatIf",
+    "build_graph",
+    "critical_path",
+    "job_path",
+    "parse_what_if",
+    "path_shares",
+    "replay",
+    "with_replay",
+]
