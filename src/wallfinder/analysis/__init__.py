@@ -26,6 +26,7 @@ from wallfinder.analysis.gpu import (
 )
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.memory_profile import memory_profile
+from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
 from wallfinder.analysis.roofline import (
     KernelCost,
     cost_device_ops,
@@ -35,6 +36,7 @@ from wallfinder.analysis.roofline import (
     launching_ops,
     mfu,
     outermost,
+    place,
     roofline,
 )
 from wallfinder.analysis.scope import ModelFlops, Scope
@@ -128,7 +130,14 @@ def diagnose(
     parts = device.parts(scope, bd)
     memory = memory_profile(scope, *parts.capacity)
     facts = Facts(
-        scope, steps, parts.breakdown, parts.roofline, parts.fusion, parts.dispatch, memory
+        scope,
+        steps,
+        parts.breakdown,
+        parts.roofline,
+        parts.fusion,
+        parts.dispatch,
+        memory,
+        parts.attribution,
     )
     return _result(
         trace,
@@ -146,6 +155,7 @@ def diagnose(
         timeline=parts.timeline,
         facts=facts,
         memory=memory,
+        attribution=parts.attribution,
     )
 
 
@@ -191,6 +201,7 @@ class _Parts:
     timeline: StepTimeline | None = None
     cpu: CpuActivity | None = None
     dispatch: DispatchSummary | None = None
+    attribution: Attribution | None = None
 
 
 class _DeviceModel(Protocol):
@@ -257,17 +268,19 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
+        placed = place(scope, costed)
         return _Parts(
             device=_device(trace, dev, spec),
             breakdown=bd,
             classes=classes,
-            roofline=roofline(scope, costed),
+            roofline=roofline(scope, costed, placed),
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
             kernels=kernels,
             fusion=fusion_candidates(scope, costed),
             timeline=step_timeline(scope),
+            attribution=attribute(scope, device_work(scope, placed.bound, placed.pct)),
         )
 
 
@@ -288,6 +301,7 @@ def _result(
     timeline: StepTimeline | None = None,
     facts: Facts | None = None,
     memory: MemoryProfile | None = None,
+    attribution: Attribution | None = None,
 ) -> Diagnosis:
     estimate = (device.spec_source or "").startswith("estimate")
     typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
@@ -324,6 +338,8 @@ def _result(
         timeline=timeline,
         memory=memory,
         trace_format=trace.format,
+        phases=attribution.phases if attribution else None,
+        modules=attribution.modules if attribution else None,
     )
 
 
@@ -578,6 +594,7 @@ class _Cpu:
             warnings=[warning],
             cpu=cpu,
             dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
+            attribution=attribute(scope, host_work(scope, cpu_ops)),
         )
 
 

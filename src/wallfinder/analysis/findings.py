@@ -20,6 +20,7 @@ from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import in_windows
+from wallfinder.analysis.phases import Attribution
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope
@@ -65,6 +66,8 @@ class Facts:
     fusion: list[FusionCandidate]
     cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
     memory: MemoryProfile | None = None
+    attribution: Attribution | None = None
+    """Each unit of work's phase and module (`phases.attribute`)."""
 
     @property
     def trace(self) -> Trace:

@@ -248,13 +248,46 @@ def effective_dtype(dtype: str, kernel_name: str, spec: DeviceSpec | None) -> st
     return dtype
 
 
-def roofline(scope: Scope, costed: Costed) -> Roofline:
+@dataclass(frozen=True)
+class Placement:
+    """Per device op: its place on the roofline (`bound` 0 unknown, 1 compute, 2 bandwidth;
+    `pct` of roof, NaN where unknown), with the costed op rows behind it."""
+
+    rows: list[OpRoofRow]
+    bound: npt.NDArray[np.int8]
+    pct: npt.NDArray[np.float64]
+    fp32_no_tc_s: float
+
+
+def roofline(scope: Scope, costed: Costed, placed: Placement | None = None) -> Roofline:
     """Where the busy time sits on the roofline, over the device ops in the steady-state
-    steps."""
+    steps (`placed`: `place(scope, costed)`, when the caller already has it)."""
+    dev, inside = scope.gpu, scope.inside
+    ops = dev.ops
+    placed = placed or place(scope, costed)
+    dur = ops.dur.astype(np.float64) * inside
+    is_kernel = ops.kind == Kind.KERNEL
+    busy = float(dur[is_kernel].sum())
+    return _summary(
+        scope.spec,
+        placed.rows,
+        busy * NS,
+        dur * is_kernel * NS,
+        placed.bound,
+        placed.pct,
+        matmul=_MATMUL[dev.cls],
+        costed=np.isfinite(placed.pct),
+        fp32_no_tc_s=placed.fp32_no_tc_s,
+        steps=scope.count,
+    )
+
+
+def place(scope: Scope, costed: Costed) -> Placement:
+    """Each device op's bound and % of roof: its costed op group's over the steady-state
+    steps, else its class's (or its name's)."""
     dev, inside, spec = scope.gpu, scope.inside, scope.spec
     ops = dev.ops
     dur = ops.dur.astype(np.float64) * inside
-    busy = float(dur[ops.kind == Kind.KERNEL].sum())
     is_kernel = ops.kind == Kind.KERNEL
     groups = costed.group
     rows: list[OpRoofRow] = []
@@ -311,19 +344,7 @@ def roofline(scope: Scope, costed: Costed) -> Roofline:
     # Kernels with no cost: the bound of their class, or their name's.
     unknown = is_kernel & (kernel_bound == 0)
     kernel_bound[unknown] = _class_bounds(scope.trace, dev)[unknown]
-    weights = dur * is_kernel
-    return _summary(
-        spec,
-        rows,
-        busy * NS,
-        weights * NS,
-        kernel_bound,
-        pct,
-        matmul=_MATMUL[dev.cls],
-        costed=np.isfinite(pct),
-        fp32_no_tc_s=fp32_no_tc,
-        steps=scope.count,
-    )
+    return Placement(rows, kernel_bound, pct, fp32_no_tc)
 
 
 def _summary(
