@@ -107,6 +107,10 @@ class Attribution:
     ranges: _Ranges
     range_row: I64
     """Per module range: its row in `modules.rows` (NONE: not kept)."""
+    work: Work
+    recompute: npt.NDArray[np.bool_]
+    """Backward work issued inside an `nn.Module` range: a forward re-run during the
+    backward (activation checkpointing)."""
 
     def where(self, rows: npt.NDArray[np.bool_], weights: npt.NDArray[np.float64]) -> str:
         """The module and phase that hold most of the selected units of work (`weights`:
@@ -115,11 +119,18 @@ class Attribution:
 
     def where_calls(self, thread: I64, ts: I64) -> str:
         """The same for host calls on `thread` at `ts` (syncs, copies), each weighing one."""
+        phase, module = self.place_calls(thread, ts)
+        return _where(self, phase, module, np.ones(ts.size))
+
+    def place_calls(self, thread: I64, ts: I64) -> tuple[npt.NDArray[np.int8], I64]:
+        """The phase and module row (NONE: none) of host calls on `thread` at `ts`."""
         work = Work.calls(thread, ts)
         phase, in_module, in_node = _place(self.scope, self.ranges, work)
         owner, _, _ = _owners(self.scope.trace, self.ranges, phase, in_module, in_node)
-        module = np.where(owner >= 0, self.range_row[np.maximum(owner, 0)], NONE)
-        return _where(self, phase, module, np.ones(ts.size))
+        module = np.full(ts.size, NONE, dtype=np.int64)
+        if self.range_row.size:
+            module = np.where(owner >= 0, self.range_row[np.maximum(owner, 0)], NONE)
+        return phase, module
 
 
 def _where(
@@ -128,12 +139,13 @@ def _where(
     if phase.size == 0 or a.phases.evidence == []:
         return ""
     time = np.bincount(phase, weights=weights, minlength=len(PHASES))
+    main = int(time.argmax())
     parts = []
-    has = module >= 0
+    # The module that holds most of the main phase's share of the work.
+    has = (module >= 0) & ((phase == main) | (main == OTHER))
     if a.modules is not None and has.any():
         top = int(np.bincount(module[has], weights=weights[has]).argmax())
         parts.append(f"module {a.modules.rows[top].path}")
-    main = int(time.argmax())
     if main != OTHER:
         parts.append(f"the {PHASES[main].replace('_', ' ')} phase")
     return f" (mostly in {', '.join(parts)})" if parts else ""
@@ -312,7 +324,8 @@ def attribute(scope: Scope, work: Work) -> Attribution:
             "the forward op that made them"
         )
     modules, module, range_row = _modules(scope, r, work, phase, owner)
-    return Attribution(phase, module, phases, modules, scope, r, range_row)
+    recompute = (phase == BACKWARD) & (in_module >= 0) & (r.module_source == "modules")
+    return Attribution(phase, module, phases, modules, scope, r, range_row, work, recompute)
 
 
 def _per_step(ranges: Events, scope: Scope) -> float:

@@ -64,6 +64,15 @@ PART_COLOR = {
     "comm_exposed": "#9467bd",
     "copy_exposed": "#17becf",
 }
+PHASE_COLOR = {
+    "data_wait": "#d62728",
+    "input_copy": "#17becf",
+    "forward": "#2ca02c",
+    "backward": "#1f77b4",
+    "optimizer": "#c9a227",
+    "communication": "#9467bd",
+    "other": "#b0b4b9",
+}
 IDLE_COLOR = {
     "data_loading": "#d62728",
     "synchronization": "#ff7f0e",
@@ -265,6 +274,21 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "class_color": CLASS_COLOR,
         "job": _job_view(d.job) if d.job is not None else None,
         "memory": _memory_view(d, figures),
+        "phases": [
+            {
+                "label": fmt.PHASE_LABEL[k],
+                "share": share,
+                "ms": share * d.breakdown.per_step_ms["step"],
+                "device_ms": None if busy is None else busy * 1e3,
+                "color": PHASE_COLOR[k],
+            }
+            for k, share, busy in fmt.phase_parts(d)
+        ],
+        "module_columns": fmt.MODULE_COLUMNS,
+        "modules": [
+            {"depth": r.depth, "cells": [c.strip() for c in fmt.module_cells(r)]}
+            for r in (d.modules.rows if d.modules else [])
+        ],
     }
 
 
@@ -471,6 +495,8 @@ def _figures(d: Diagnosis) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     if d.breakdown.steps:
         figures["plot-steps"] = _steps_figure(d)
+    if d.phases is not None and d.phases.steps:
+        figures["plot-phases"] = _phases_figure(d)
     if d.timeline is not None:
         figures["plot-timeline"] = _timeline_figure(d, d.timeline)
     memory = d.main_memory
@@ -552,6 +578,41 @@ def _steps_figure(d: Diagnosis) -> dict[str, Any]:
             barmode="stack",
             showlegend=True,
             height=360,
+            bargap=0.15,
+            xaxis={"type": "category"},
+            legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
+            yaxis={"title": {"text": "ms"}},
+        ),
+    }
+
+
+def _phases_figure(d: Diagnosis) -> dict[str, Any]:
+    """Stacked bars, one per step: its exposed time by phase (milliseconds)."""
+    assert d.phases is not None
+    steps = d.phases.steps
+    x = [_plot_text(s.step) for s in steps]
+    opacity = [0.4 if s.warmup else 1.0 for s in steps]
+    data: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "name": label,
+            "x": x,
+            "y": [s.exposed_s.get(key, 0.0) * 1e3 for s in steps],
+            "marker": {"color": PHASE_COLOR[key], "opacity": opacity},
+            "hovertemplate": "%{x}<br>" + label + ": %{y:.3f} ms<extra></extra>",
+        }
+        for key, label in fmt.PHASE_LABEL.items()
+        if any(s.exposed_s.get(key, 0.0) > 0 for s in steps)
+    ]
+    if len(steps) < 4:
+        for trace in data:
+            trace["width"] = 0.3
+    return {
+        "data": data,
+        "layout": _layout(
+            barmode="stack",
+            showlegend=True,
+            height=320,
             bargap=0.15,
             xaxis={"type": "category"},
             legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
