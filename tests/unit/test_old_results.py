@@ -41,7 +41,7 @@ def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     without the fields /2 added (the memory model's blocks and leaks are shared with the
     snapshot's report)."""
     memory_only = ("wall", "share", "max_speedup", "saves")
-    out = {k: v for k, v in d.items() if k != "trace_format"}
+    out = {k: v for k, v in d.items() if k not in ("trace_format", "phases", "modules")}
     out["schema"] = "wallfinder.diagnosis/1"
     out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k != "graph_replayed"}
     out["verdict"] = {k: v for k, v in d["verdict"].items() if k != "thin_evidence"}
