@@ -239,31 +239,40 @@ def _phases(d: Diagnosis) -> Text:
     return text
 
 
+def _busy_word(d: Diagnosis) -> str:
+    """What a module's time is: its device ops', or on a CPU trace its main-thread ops'."""
+    return "device" if d.phases is None or d.phases.basis == "gpu" else "CPU (main thread's ops)"
+
+
 def _modules(d: Diagnosis) -> Table:
     assert d.modules is not None
     m = d.modules
     table = Table(
-        title=f"Time per module (device time per step; {m.note})",
+        title=f"Time per module ({_busy_word(d)} time per step; {m.note})",
         title_justify="left",
         show_edge=False,
     )
-    for i, heading in enumerate(MODULE_COLUMNS):
+    # The spread and the slowest block share a column (two lines) to fit 100 columns.
+    headings = [*MODULE_COLUMNS[:-2], "blocks: min/med/max ms, slowest"]
+    for i, heading in enumerate(headings):
+        last = i == len(headings) - 1
         table.add_column(
             heading,
-            justify="left" if i in (0, len(MODULE_COLUMNS) - 1) else "right",
+            justify="left" if i == 0 or last else "right",
             overflow="ellipsis",
             no_wrap=True,
-            max_width=24 if i == 0 else 18 if i == len(MODULE_COLUMNS) - 1 else None,
-            min_width=None if i in (0, len(MODULE_COLUMNS) - 1) else len(heading),
+            max_width=24 if i == 0 else None,
+            min_width=None if i == 0 or last else max(len(heading), 7),
         )
     for r in m.rows[:MODULE_TOP]:
-        table.add_row(*[Text(c) for c in module_cells(r)])
+        *cells, spread, slowest = module_cells(r)
+        table.add_row(*[Text(c) for c in cells], Text(f"{spread}\n{slowest}" if spread else ""))
     if len(m.rows) > MODULE_TOP or m.unattributed_s > 0:
         table.caption = (
             f"{len(m.rows) - MODULE_TOP} more rows in the JSON and HTML reports; "
             if len(m.rows) > MODULE_TOP
             else ""
-        ) + f"{ms(m.unattributed_s)} ms/step of device time is in no module"
+        ) + f"{ms(m.unattributed_s)} ms/step of {_busy_word(d)} time is in no module"
         table.caption_justify = "left"
     return table
 
