@@ -520,7 +520,7 @@ def phased_training_trace(
     launching a 50 µs kernel, 870–920. With `recompute`, each backward node first re-runs
     its block's forward (a module range on the autograd thread, activation checkpointing)
     launching a 30 µs GEMM at the node's start. Without `modules` the blocks are
-    `record_function` ranges named `block0`/`block1` and there is no Net_0 range.
+    `record_function` ranges named `layers.0`/`layers.1` and there is no Net_0 range.
 
     In steady state the GPU time is input copy 20, forward 250, backward 300 (by default),
     optimizer 50 µs; exposed (idle to the phase the GPU waited for, the DataLoader's 100 µs
@@ -555,7 +555,7 @@ def phased_training_trace(
                 module(f"Block_{i}", t0 + start, 140.0)
                 module(f"Linear_{i}", t0 + start + 5.0, 130.0)
             else:
-                b.annotation(f"block{i}", t0 + start, 140.0)
+                b.annotation(f"layers.{i}", t0 + start, 140.0)
             mm(t0 + start + 10.0, seq + i)
             b.kernel(gemm, t0 + kernel_at, kernel_us, launch_at=t0 + start + 12.0)
         if backward:

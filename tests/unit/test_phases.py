@@ -91,10 +91,12 @@ def test_without_module_records_record_function_ranges_stand_in(tmp_path: Path) 
     assert d.modules is not None
     assert d.modules.source == "record_function"
     assert "no module records" in d.modules.note
-    rows = {r.path: r for r in d.modules.rows}
-    assert set(rows) == {"block0", "block1"}  # distinct names: nothing to collapse
-    assert rows["block1"].forward_s == pytest.approx(150 * US)
-    assert rows["block1"].backward_s == pytest.approx(200 * US)
+    (row,) = d.modules.rows  # layers.0 and layers.1: one repeated block
+    assert (row.path, row.instances) == ("layers.*", 2)
+    assert row.forward_s == pytest.approx(250 * US)
+    assert row.backward_s == pytest.approx(300 * US)
+    assert row.spread is not None
+    assert row.spread.outlier == "layers.1"
 
 
 def test_a_trace_without_backward_says_what_it_could_not_split(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import ModuleRow, Modules, ModuleSpread, Phases, StepPhases
-from wallfinder.trace import NONE, Events, Kind, Trace
+from wallfinder.trace import NONE, Events, Kind, Trace, step_key
 
 NS = 1e-9
 I64 = npt.NDArray[np.int64]
@@ -60,7 +60,9 @@ _BUSY_ORDER = (BACKWARD, FORWARD, OPTIMIZER, OTHER, COMMUNICATION, COPY_IN)
 collective, then a copy (as the breakdown exposes communication and copies)."""
 
 MODULE_PREFIX = "nn.Module: "
-_INSTANCE = re.compile(r"^(.*?)_(\d+)$")
+_NUMBER = re.compile(r"(?<![A-Za-z])\d+(?![A-Za-z])")
+"""A number standing alone in a name (`Block_3`, `layer_7_ffn`, `layers.3.attn`; not the 2
+of `Conv2d`): instances of one repeated block differ only there."""
 MAX_MODULE_ROWS = 60
 """Module rows kept in the result (the largest, with every ancestor they need)."""
 _BOUND_NAMES = ("unknown", "compute", "bandwidth")
@@ -219,7 +221,11 @@ def _ranges(trace: Trace) -> _Ranges:
     )
     source = "modules"
     if len(modules) == 0:
-        modules = trace.named((Kind.ANNOTATION,), trace.names_matching(_is_user_range))
+        step = step_key(trace.step_range) if trace.step_range else None
+        modules = trace.named(
+            (Kind.ANNOTATION,),
+            trace.names_matching(lambda s: _is_user_range(s) and step_key(s) != step),
+        )
         source = "record_function"
     return _Ranges(backward, optimizer, data, modules, source)
 
@@ -500,7 +506,8 @@ def _tree(trace: Trace, mods: Events) -> list[str]:
 
 def _collapsed(paths: list[str]) -> dict[str, str]:
     """Each distinct instance path's row: sibling instances of one class under the same row
-    (`Block_0` … `Block_31`) become one row (`Block_*`). Settled depth by depth, since which
+    (`Block_0` … `Block_31`, `layer_0_ffn` … `layer_7_ffn`) become one row (`Block_*`,
+    `layer_*_ffn`). Settled depth by depth, since which
     instances are siblings depends on their parents' rows."""
     out: dict[str, str] = {}
     by_depth: dict[int, list[str]] = {}
@@ -511,12 +518,11 @@ def _collapsed(paths: list[str]) -> dict[str, str]:
         keys = {}
         for path in by_depth[depth]:
             head, _, name = path.rpartition("/")
-            m = _INSTANCE.match(name)
-            key = (out[head] if head else "", m.group(1) if m else name)
+            key = (out[head] if head else "", _NUMBER.sub("*", name))
             groups.setdefault(key, set()).add(name)
-            keys[path] = (key, m is not None, name)
-        for path, (key, numbered, name) in keys.items():
-            leaf = f"{key[1]}_*" if numbered and len(groups[key]) > 1 else name
+            keys[path] = (key, name)
+        for path, (key, name) in keys.items():
+            leaf = key[1] if len(groups[key]) > 1 else name
             out[path] = f"{key[0]}/{leaf}" if key[0] else leaf
     return out
 
@@ -639,7 +645,7 @@ def _module_rows(
                 min_s=float(each.min()),
                 median_s=float(np.median(each)),
                 max_s=float(each.max()),
-                outlier=inst_names[int(idx[top])].rpartition("/")[2],
+                outlier=_short_names([inst_names[int(i)] for i in idx])[top],
             )
         head = name.rpartition("/")[0]
         out.append(
@@ -663,6 +669,17 @@ def _module_rows(
             )
         )
     return out
+
+
+def _short_names(paths: list[str]) -> list[str]:
+    """The shortest path ends that tell the instances apart (`Block_3`, or
+    `layer_3_ffn/mlp` where every instance's own name is `mlp`)."""
+    parts = [p.split("/") for p in paths]
+    for k in range(1, max(len(p) for p in parts) + 1):
+        ends = ["/".join(p[-k:]) for p in parts]
+        if len(set(ends)) == len(ends):
+            return ends
+    return paths
 
 
 def _top_rows(rows: list[ModuleRow]) -> tuple[list[ModuleRow], npt.NDArray[np.intp]]:
