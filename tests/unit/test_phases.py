@@ -117,6 +117,12 @@ def test_recomputation_inside_the_backward_makes_a_backward_heavy_finding(
     f = found["backward-heavy"]
     assert "re-run inside the backward" in f.evidence
     assert "0.06 ms per step of recomputation" in f.evidence  # two 30 µs re-runs per step
+    # The re-run blocks on the autograd thread keep their place in the tree (Net_0/Block_*),
+    # and their time is the blocks' backward: 300 + 400 µs of gradients, 2 × 30 of re-runs.
+    assert d.modules is not None
+    assert [r.path for r in d.modules.rows if r.depth == 0] == ["Net_0"]
+    blocks = next(r for r in d.modules.rows if r.path == "Net_0/Block_*")
+    assert blocks.backward_s == pytest.approx(760 * US)
     step_s = d.breakdown.per_step_ms["step"] / 1e3
     assert f.share == pytest.approx(60 * US / step_s, rel=1e-3)
 

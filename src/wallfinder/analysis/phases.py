@@ -480,8 +480,10 @@ def _forward_ops(trace: Trace, nodes: Events, node_rows: I64) -> tuple[I64, I64,
 
 def _tree(trace: Trace, mods: Events) -> list[str]:
     """Each module range's path ("Model_0/Block_3/Attention_3"), from nesting on its
-    thread. A loop over the module ranges only (a few per
-    module per step)."""
+    thread. A module re-run on another thread (a checkpointed block recomputed by the
+    autograd engine) has no parent there: it takes the path its instance has where it does
+    (instance names are unique per module object). A loop over the module ranges only (a
+    few per module per step)."""
     n = len(mods)
     parent = np.full(n, NONE, dtype=np.int64)
     order = np.lexsort((-mods.end, mods.ts, mods.thread))
@@ -501,6 +503,18 @@ def _tree(trace: Trace, mods: Events) -> list[str]:
     for i in order.tolist():  # parents come before their children
         p = int(parent[i])
         paths[i] = names[i] if p == NONE else f"{paths[p]}/{names[i]}"
+    nested: dict[str, set[str]] = {}
+    for i in np.flatnonzero(parent != NONE).tolist():
+        nested.setdefault(names[i], set()).add(paths[i])
+    if not any(parent[i] == NONE and names[i] in nested for i in range(n)):
+        return paths
+    for i in order.tolist():  # again, re-rooting the orphans and their descendants
+        p = int(parent[i])
+        known = nested.get(names[i], set())
+        if p == NONE:
+            paths[i] = next(iter(known)) if len(known) == 1 else names[i]
+        else:
+            paths[i] = f"{paths[p]}/{names[i]}"
     return paths
 
 
