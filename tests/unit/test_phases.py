@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 import pytest
+from test_report_html import figures_of
 
 from invariants import assert_diagnosis_invariants, assert_phases_and_modules
 from realtraces import real_trace
@@ -228,6 +229,12 @@ def test_reports_show_the_phase_bar_and_the_module_table(tmp_path: Path) -> None
     html = render_html(d)
     assert 'id="plot-phases"' in html
     assert "Time per module" in html
+    (icicle,) = figures_of(html)["plot-modules"]["data"]
+    assert icicle["type"] == "icicle"
+    assert icicle["ids"] == ["Net_0", "Net_0/Block_*", "Net_0/Block_*/Linear_*"]
+    assert icicle["parents"] == ["", "Net_0", "Net_0/Block_*"]
+    # Each module's own time beside its children (remainder branches): all in the Linears.
+    assert icicle["values"] == pytest.approx([0.0, 0.0, 0.55])
 
 
 def test_real_trace_phases_match_a_hand_count() -> None:

@@ -497,6 +497,8 @@ def _figures(d: Diagnosis) -> dict[str, Any]:
         figures["plot-steps"] = _steps_figure(d)
     if d.phases is not None and d.phases.steps:
         figures["plot-phases"] = _phases_figure(d)
+    if d.modules is not None and d.modules.rows:
+        figures["plot-modules"] = _modules_figure(d)
     if d.timeline is not None:
         figures["plot-timeline"] = _timeline_figure(d, d.timeline)
     memory = d.main_memory
@@ -618,6 +620,64 @@ def _phases_figure(d: Diagnosis) -> dict[str, Any]:
             legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
             yaxis={"title": {"text": "ms"}},
         ),
+    }
+
+
+def _modules_figure(d: Diagnosis) -> dict[str, Any]:
+    """The module tree as an icicle (click a module to zoom into it): each module's width is
+    its time per step, its children's within it; hover for forward, backward, share and where
+    the time sits on the roofline."""
+    assert d.modules is not None
+    rows = d.modules.rows
+    # Each module's own time (beside its listed children's): "remainder" branches add the
+    # children's back, so no rounding can make children overflow their parent.
+    own = [(r.forward_s + r.backward_s) * 1e3 for r in rows]
+    index = {r.path: i for i, r in enumerate(rows)}
+    for r in rows:
+        if r.parent in index:
+            own[index[r.parent]] -= (r.forward_s + r.backward_s) * 1e3
+    own = [max(v, 0.0) for v in own]
+    hover = []
+    for r in rows:
+        total = r.forward_s + r.backward_s
+        bound = (
+            ", ".join(
+                f"{fmt.pct(v / total, 0)} {k}-bound"
+                if k != "unknown"
+                else f"{fmt.pct(v / total, 0)} unknown"
+                for k, v in sorted(r.bound_s.items(), key=lambda kv: -kv[1])
+            )
+            if total > 0
+            else ""
+        )
+        spread = (
+            f"<br>{r.spread.count} blocks: {fmt.ms(r.spread.min_s)}/{fmt.ms(r.spread.median_s)}/"
+            f"{fmt.ms(r.spread.max_s)} ms, slowest {_plot_text(r.spread.outlier)}"
+            if r.spread
+            else ""
+        )
+        hover.append(
+            f"{_plot_text(r.path)}<br>forward {fmt.ms(r.forward_s)} ms, backward "
+            f"{fmt.ms(r.backward_s)} ms ({fmt.pct(r.share)} of the device time)"
+            + (f"<br>{bound}" if bound else "")
+            + spread
+        )
+    return {
+        "data": [
+            {
+                "type": "icicle",
+                "ids": [_plot_text(r.path) for r in rows],
+                "labels": [_plot_text(r.path.rpartition("/")[2]) for r in rows],
+                "parents": [_plot_text(r.parent) if r.parent else "" for r in rows],
+                "values": own,
+                "branchvalues": "remainder",
+                "customdata": hover,
+                "hovertemplate": "%{customdata}<extra></extra>",
+                "tiling": {"orientation": "v"},
+                "root": {"color": "#f6f8fa"},
+            }
+        ],
+        "layout": _layout(height=420, margin={"l": 8, "r": 8, "t": 8, "b": 8}),
     }
 
 
