@@ -9,10 +9,11 @@ import msgspec
 import numpy as np
 import pytest
 from test_report_html import figures_of
+from test_roofline import A100, MM_DIMS, op_with_kernel
 
 from invariants import assert_diagnosis_invariants, assert_phases_and_modules
 from realtraces import real_trace
-from tracegen import AUTOGRAD_TID, TraceBuilder, phased_training_trace
+from tracegen import AUTOGRAD_TID, MODULE, TraceBuilder, phased_training_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.analysis import Thresholds, TimeThresholds, diagnose
 from wallfinder.trace import load_trace
@@ -272,3 +273,24 @@ def test_threads_are_matched_by_shared_sequence_numbers(tmp_path: Path) -> None:
     d = diagnose(t)
     assert d.phases is not None
     assert "4 of 4 backward autograd nodes" in "; ".join(d.phases.evidence)
+
+
+def test_an_fp32_matmul_finding_names_its_module(tmp_path: Path) -> None:
+    b = TraceBuilder(device_name=A100)
+    for s in range(3):
+        t0 = s * 2100.0
+        b.step(s + 1, t0, 2100.0)
+        b.host(MODULE + "Linear_0", t0, 20.0, cat="python_function")
+        op_with_kernel(
+            b,
+            "aten::mm",
+            MM_DIMS,
+            ["float", "float"],
+            t0 + 2,
+            "volta_sgemm_128x64_nn",
+            t0 + 10,
+            2000,
+        )
+    d = analysed(b, tmp_path)
+    f = next(x for x in d.findings if x.id == "fp32-matmul")
+    assert "CUDA cores (mostly in module Linear_0, the forward phase)" in f.evidence

@@ -280,7 +280,7 @@ class _Gpu:
             kernels=kernels,
             fusion=fusion_candidates(scope, costed),
             timeline=step_timeline(scope),
-            attribution=attribute(scope, device_work(scope, placed.bound, placed.pct)),
+            attribution=attribute(scope, device_work(scope, placed)),
         )
 
 

@@ -455,7 +455,7 @@ def fp32_matmul(f: Facts) -> Finding | None:
         "Matmuls run in fp32 without tensor cores",
         share,
         f"{_ms(r.fp32_matmul_without_tensor_cores_s)} per step of matmul kernels use fp32 "
-        f"CUDA cores{assumption}",
+        f"CUDA cores{_where_fp32(f)}{assumption}",
         "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision"
         "('high')), or torch.autocast(dtype=torch.bfloat16); fp16 autocast with GradScaler on "
         "devices without TF32/bf16",
@@ -879,6 +879,14 @@ def _where_below_roof(f: Facts) -> str:
     with np.errstate(invalid="ignore"):
         rows = f.inside & matmul & (w.bound == 1) & (w.pct < f.thresholds.near_peak)
     return a.where(rows, f.dev.ops.dur.astype(np.float64))
+
+
+def _where_fp32(f: Facts) -> str:
+    """Where the fp32 matmul kernels that skip the tensor cores sit."""
+    a = f.attribution
+    if a is None or f.dev is None:
+        return ""
+    return a.where(f.inside & a.work.fp32_no_tc, f.dev.ops.dur.astype(np.float64))
 
 
 def _where_calls(f: Facts, names: tuple[str, ...]) -> str:

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps, is_data_loading
 from wallfinder.analysis.intervals import Coverage, in_windows
-from wallfinder.analysis.roofline import enclosing, outermost
+from wallfinder.analysis.roofline import Placement, enclosing, outermost
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import ModuleRow, Modules, ModuleSpread, Phases, StepPhases
@@ -85,6 +85,8 @@ class Work:
     """Starts inside a steady-state step."""
     pct: npt.NDArray[np.float64]
     """% of roof (NaN: unknown)."""
+    fp32_no_tc: npt.NDArray[np.bool_]
+    """An fp32 matmul that does not use the device's tensor cores."""
 
     @classmethod
     def calls(cls, thread: I64, ts: I64) -> Work:
@@ -93,7 +95,7 @@ class Work:
         n = ts.size
         zeros = np.zeros(n, dtype=np.int8)
         no = np.zeros(n, dtype=bool)
-        return cls(ts, thread, ts, ts, zeros, zeros, no, no, np.full(n, np.nan))
+        return cls(ts, thread, ts, ts, zeros, zeros, no, no, np.full(n, np.nan), no)
 
 
 @dataclass(frozen=True)
@@ -153,8 +155,8 @@ def _where(
     return f" (mostly in {', '.join(parts)})" if parts else ""
 
 
-def device_work(scope: Scope, bound: npt.NDArray[np.int8], pct: npt.NDArray[np.float64]) -> Work:
-    """The device ops as units of work (`bound`, `pct`: their roofline placement)."""
+def device_work(scope: Scope, placed: Placement) -> Work:
+    """The device ops as units of work, with their place on the roofline."""
     dev: DeviceOps = scope.gpu
     trace, ops = scope.trace, dev.ops
     htod = trace.names_matching(lambda s: "htod" in s.lower().replace(" ", ""))
@@ -164,10 +166,11 @@ def device_work(scope: Scope, bound: npt.NDArray[np.int8], pct: npt.NDArray[np.f
         ts=ops.ts,
         end=ops.end,
         cls=dev.cls,
-        bound=bound,
+        bound=placed.bound,
         input_copy=(ops.kind == Kind.MEMCPY) & np.isin(ops.name, htod),
         inside=scope.inside,
-        pct=pct,
+        pct=placed.pct,
+        fp32_no_tc=placed.fp32_no_tc,
     )
 
 
@@ -192,6 +195,7 @@ def host_work(scope: Scope, ops: Events) -> Work:
         input_copy=np.zeros(len(ops), dtype=bool),
         inside=in_windows(ops.ts, scope.window_start, scope.window_end),
         pct=np.full(len(ops), np.nan),
+        fp32_no_tc=np.zeros(len(ops), dtype=bool),
     )
 
 

@@ -257,6 +257,8 @@ class Placement:
     bound: npt.NDArray[np.int8]
     pct: npt.NDArray[np.float64]
     fp32_no_tc_s: float
+    fp32_no_tc: npt.NDArray[np.bool_]
+    """Per device op: an fp32 matmul on a device with tensor cores that does not use them."""
 
 
 def roofline(scope: Scope, costed: Costed, placed: Placement | None = None) -> Roofline:
@@ -294,6 +296,7 @@ def place(scope: Scope, costed: Costed) -> Placement:
     kernel_bound = np.zeros(len(ops), dtype=np.int8)  # 0 unknown, 1 compute, 2 bandwidth
     pct = np.full(len(ops), np.nan)
     fp32_no_tc = 0.0
+    fp32_rows = np.zeros(len(ops), dtype=bool)
     if costed.costs:
         # Union of each group's kernel intervals: groups shifted apart on one time axis.
         sel = inside & is_kernel & (groups >= 0)
@@ -341,10 +344,11 @@ def place(scope: Scope, costed: Costed) -> Placement:
                 and spec.tensor_cores
             ):
                 fp32_no_tc += float(dur[in_group].sum()) * NS
+                fp32_rows |= in_group
     # Kernels with no cost: the bound of their class, or their name's.
     unknown = is_kernel & (kernel_bound == 0)
     kernel_bound[unknown] = _class_bounds(scope.trace, dev)[unknown]
-    return Placement(rows, kernel_bound, pct, fp32_no_tc)
+    return Placement(rows, kernel_bound, pct, fp32_no_tc, fp32_rows)
 
 
 def _summary(
