@@ -623,6 +623,14 @@ def _phases_figure(d: Diagnosis) -> dict[str, Any]:
     }
 
 
+_BOUND_COLOR = {"compute": "#2ca02c", "bandwidth": "#ff7f0e", "unknown": "#b0b4b9"}
+
+
+def _main_bound(bound_s: dict[str, float]) -> str:
+    """Where most of a module's time sits on the roofline ("unknown" when nothing is known)."""
+    return max(bound_s, key=lambda k: bound_s[k]) if bound_s else "unknown"
+
+
 def _modules_figure(d: Diagnosis) -> dict[str, Any]:
     """The module tree as an icicle (click a module to zoom into it): each module's width is
     its time per step, its children's within it; hover for forward, backward, share and where
@@ -674,6 +682,7 @@ def _modules_figure(d: Diagnosis) -> dict[str, Any]:
                 "customdata": hover,
                 "hovertemplate": "%{customdata}<extra></extra>",
                 "tiling": {"orientation": "v"},
+                "marker": {"colors": [_BOUND_COLOR[_main_bound(r.bound_s)] for r in rows]},
                 "root": {"color": "#f6f8fa"},
             }
         ],
