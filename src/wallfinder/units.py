@@ -79,6 +79,20 @@ def short_frame(name: str) -> str:
     return short_path(m["path"]) + m["rest"] if m else name
 
 
+_SIGNATURE = re.compile(r"(?<=[^\s])[<(]")
+"""Where a kernel's template arguments or parameters begin (not a parenthesis after a space,
+as in "Memset (Device)")."""
+
+
+def short_kernel(name: str, width: int = 60) -> str:
+    """A kernel's name for a sentence: no `void`, anonymous namespaces, template arguments or
+    parameter list, at most `width` characters."""
+    s = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+    cut = _SIGNATURE.search(s)
+    s = s[: cut.start()] if cut else s
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
 def is_user_path(path: str) -> bool:
     """A source file of the user's own code: a `.py` file outside torch, installed packages
     (site- or dist-packages) and the standard library. How call sites are chosen, for profiler

@@ -123,6 +123,24 @@ def test_sync_that_ended_long_before_the_gap_is_not_synchronization(tmp_path: Pa
     assert causes_ns(wb) == {"host_overhead": 38 * US, "other": 2 * US, "launch_latency": 16 * US}
 
 
+def test_a_sync_costs_the_gpu_at_most_the_time_the_host_was_blocked(tmp_path: Path) -> None:
+    # The sync [105, 112) waited 5 µs for the GEMM to end at 110: without it the host would
+    # have run 5 µs ahead. The 35 µs of host work after that would have left the GPU idle
+    # anyway: host overhead, not the sync's.
+    b = TraceBuilder()
+    b.step(1, 0.0, 256.0)
+    b.kernel(GEMM, 10.0, 100.0, launch_at=0.0)
+    b.sync(105.0, 7.0)
+    b.cpu_op("aten::add", 112.0, 38.0)
+    b.kernel(GEMM, 156.0, 100.0, launch_at=150.0)
+    wb = windows(b, tmp_path)
+    assert causes_ns(wb) == {
+        "synchronization": 5 * US,
+        "host_overhead": 35 * US,
+        "launch_latency": 16 * US,
+    }
+
+
 # (c) launch latency -----------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, Thresholds, analyze
 from wallfinder.analysis import MemoryThresholds, TimeThresholds
 from wallfinder.analysis.findings import amdahl
+from wallfinder.units import short_kernel
 
 GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
 
@@ -66,6 +67,28 @@ def test_tiny_kernels_make_the_step_launch_bound(tmp_path: Path) -> None:
     launch = next(f for f in d.findings if f.id == "launch-bound")
     assert d.findings[0] is launch
     assert "40 kernels per step, 100% of them under 10 µs" in launch.evidence
+
+
+def test_few_launches_with_long_host_work_between_them_is_host_work(tmp_path: Path) -> None:
+    # Two 100 µs kernels per 2 ms step, the host 1.5 ms in its own range between them: the
+    # GPU waits on the host's work, which fewer launches would not shorten.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 2000.0
+        b.step(s + 1, t0, 2000.0)
+        b.kernel(GEMM, t0 + 10.0, 100.0, launch_at=t0 + 2.0)
+        b.annotation("prepare_batch", t0 + 120.0, 1500.0)
+        b.cpu_op("aten::add", t0 + 1700.0, 20.0)
+        b.kernel(GEMM, t0 + 1730.0, 100.0, launch_at=t0 + 1720.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "host_overhead")
+    top = d.findings[0]
+    assert top.id == "host-work"
+    assert "2 kernels per step" in top.evidence
+    assert "the host was in prepare_batch 1.50 ms/step" in top.evidence
+    assert "torch.compile" in top.fix
+    assert "would not help" in top.fix
+    assert not any(f.id == "launch-bound" for f in d.findings)
 
 
 def test_exposed_nccl_is_found(tmp_path: Path) -> None:
@@ -258,6 +281,26 @@ def test_idle_time_waiting_on_a_dependency_gets_its_own_finding(tmp_path: Path) 
     assert (d.verdict.wall, d.verdict.cause) == ("overhead", "dependency_wait")
     assert d.findings[0].id == "dependency-wait"
     assert d.findings[0].share == pytest.approx(d.breakdown.idle_causes["dependency_wait"])
+    # The kernel that ends each wait, its idle time and how long it sat launched (from its
+    # launch call's return at 104 µs to its start at 800 µs).
+    assert (
+        f"the waits end at {short_kernel(GEMM)} 0.30 ms/step, launched a median 0.70 ms "
+        "before it started" in d.findings[0].evidence
+    )
+
+
+def test_kernel_names_read_short_in_sentences() -> None:
+    assert short_kernel("void at::native::reduce_kernel<512, 1>(at::native::ReduceOp<float>)") == (
+        "at::native::reduce_kernel"
+    )
+    assert short_kernel("void (anonymous namespace)::softmax_warp_forward<float>(float*)") == (
+        "softmax_warp_forward"
+    )
+    assert short_kernel("Memset (Device)") == "Memset (Device)"
+    assert short_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)") == (
+        "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"
+    )
+    assert short_kernel("Cijk_" + "x" * 80) == "Cijk_" + "x" * 54 + "…"
 
 
 def test_two_steps_are_too_few_to_call_step_time_unstable(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from wallfinder.diagnosis import (
 )
 from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import Kind, Trace
+from wallfinder.units import short_kernel
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -489,7 +490,7 @@ def _doing(diags: Sequence[Diagnosis], waits: Sequence[float], i: int) -> str:
     else:
         text = f"{_PARTS.get(key, key)}: {extra * 1e3:.2f} ms/step more than the other ranks"
     if key == "compute" and d.kernels:
-        text += f"; its longest kernel is {d.kernels[0].name[:60]}"
+        text += f"; its longest kernel is {short_kernel(d.kernels[0].name)}"
     return text
 
 

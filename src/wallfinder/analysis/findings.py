@@ -19,7 +19,7 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
-from wallfinder.analysis.intervals import in_windows
+from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.phases import PHASES, Attribution
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
@@ -36,8 +36,8 @@ from wallfinder.diagnosis import (
     Steps,
     Wall,
 )
-from wallfinder.trace import Events, Kind, Trace
-from wallfinder.units import is_user_path, ms, short_frame
+from wallfinder.trace import Events, Kind, Trace, thread_key
+from wallfinder.units import is_user_path, ms, short_frame, short_kernel
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -240,7 +240,7 @@ def launch_bound(f: Facts) -> Finding | None:
     starts = f.dev.ops.ts[f.inside][kernels]
     queue = ""
     if known.any():
-        lag = float(np.median(starts[known] - launched[known]))
+        lag = max(float(np.median(starts[known] - launched[known])), 0.0)
         depth = (
             "a shallow queue: the GPU is fed just in time"
             if lag <= QUEUED_SLACK_NS
@@ -260,6 +260,10 @@ def launch_bound(f: Facts) -> Finding | None:
             "more of the step in the graph, larger batches"
         )
     else:
+        host_ns = causes.get("host_overhead", 0.0) * f.breakdown.per_step_ms["step"] * 1e6
+        per_launch = host_ns / max(per_step, 1.0)
+        if per_launch > f.thresholds.time.host_work_per_launch_ns:
+            return _host_work(f, share, per_step, per_launch, queue)
         fix = (
             "cut the launches: torch.compile (fuses kernels and drops Python overhead), CUDA "
             "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
@@ -277,6 +281,75 @@ def launch_bound(f: Facts) -> Finding | None:
         fix,
         speedup=amdahl(share),
     )
+
+
+def _host_work(
+    f: Facts, share: float, per_step: float, per_launch_ns: float, queue: str
+) -> Finding | None:
+    """Launch-bound's other face: few launches with long host work between them. The GPU
+    waits for the host's own work (a Python loop, preparing inputs, I/O), which cutting or
+    fusing launches would not shorten."""
+    return _finding(
+        f,
+        "host-work",
+        "overhead",
+        "The GPU waits while the host works between launches",
+        share,
+        f"{share:.0%} of each step the GPU waits for the host; {per_step:.0f} kernels per step "
+        f"and {per_launch_ns / 1e6:.2f} ms of host time per launch: the host is busy with "
+        f"its own work, not with launching (the launch path costs microseconds)"
+        f"{_host_work_ranges(f)}{queue}",
+        "move that work off the GPU's path: do it on the GPU, overlap it with GPU work (a "
+        "background thread or DataLoader workers, prefetching with non_blocking copies from "
+        "pinned memory), or batch it; cutting launches (torch.compile, CUDA graphs) would "
+        "not help",
+        speedup=amdahl(share),
+    )
+
+
+def _host_work_ranges(f: Facts) -> str:
+    """The host ranges and ops on the launching threads that cover the GPU's idle time in the
+    steady steps, most first, in words; ranges enclosing nearly all of it (a whole-run range)
+    are left out where narrower ones say more."""
+    assert f.dev is not None
+    kinds = (Kind.ANNOTATION, Kind.CPU_OP)
+    ts, dur, name, pid, tid = f.trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
+    window = np.searchsorted(f.window_start, ts, side="right") - 1
+    keep = (
+        (window >= 0)
+        & np.isin(thread_key(pid, tid), f.dev.launch_thread)
+        & ~np.isin(name, f.trace.step_rows().name)
+    )
+    ts, dur, name, window = ts[keep], dur[keep], name[keep], window[keep]
+    end = np.minimum(ts + dur, f.window_end[window])
+    ops = f.dev.ops
+    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    idle = np.maximum((end - ts) - busy.covered(ts, end), 0)
+    if not idle.any():
+        return ""
+    codes, inverse = np.unique(name, return_inverse=True)
+    total = np.bincount(inverse, weights=idle)
+    whole = float(
+        (f.window_end - f.window_start).sum() - busy.covered(f.window_start, f.window_end).sum()
+    )
+    enclosing = total >= 0.9 * whole
+    if (~enclosing & (total >= 0.05 * whole)).any():
+        total = np.where(enclosing, 0.0, total)
+    top = [int(i) for i in np.argsort(-total)[:3] if total[i] > 0]
+    steps = max(f.steps.count, 1)
+    listed = ", ".join(
+        f"{short_frame(f.trace.strings[int(codes[i])])} {_ms(total[i] * 1e-9 / steps)}/step"
+        for i in top
+    )
+    named = total[inverse] > 0
+    spans = Coverage.of(ts[named], end[named])
+    traced = float((spans.ends - spans.starts - busy.covered(spans.starts, spans.ends)).sum())
+    if whole - traced >= 0.1 * whole:
+        untraced = (
+            f"in no recorded op or range (Python) {_ms((whole - traced) * 1e-9 / steps)}/step"
+        )
+        listed = f"{listed}, and {untraced}" if listed else untraced
+    return f"; the host was in {listed} while the GPU waited" if listed else ""
 
 
 def _slow_launches(f: Facts, kernels: np.ndarray) -> str:
@@ -341,13 +414,55 @@ def dependency_wait(f: Facts) -> Finding | None:
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle although the work "
         "that ends the wait was already launched (before the gap, or over 50 µs before it "
-        "started): it waited for a dependency, or the GPU ran work the trace did not record",
+        "started): it waited for a dependency, or the GPU ran work the trace did not record"
+        f"{_waiting_work(f)}",
         "find what it waits for: cross-stream waits (cudaStreamWaitEvent, copies on a side "
         "stream), a collective waiting for a slower rank (compare the ranks' traces), events "
         "recorded late, another process on the GPU, or work from before the profiler started "
         "(profile more steps); overlap or remove the dependency",
         speedup=amdahl(share),
     )
+
+
+def _waiting_work(f: Facts) -> str:
+    """The work that ended the steady steps' dependency waits — gaps in the device's busy
+    time whose next op had been launched before the gap began — most idle time first, with
+    how long before it started it was launched, in words."""
+    if f.dev is None or f.dev.ops.ts.size == 0:
+        return ""
+    ops = f.dev.ops
+    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    lo, hi = int(f.window_start.min()), int(f.window_end.max())
+    gap_start, gap_end = busy.gaps(lo, hi)
+    nxt = np.searchsorted(ops.ts, gap_end, side="left")
+    keep = in_windows(gap_start, f.window_start, f.window_end) & (nxt < ops.ts.size)
+    gap_start, gap_end, nxt = gap_start[keep], gap_end[keep], nxt[keep]
+    # As the idle causes count it: all of a gap whose work was queued before it began, and
+    # the part of a gap past its work's launch path (the call, then QUEUED_SLACK_NS).
+    launched = f.dev.launch_end[nxt]
+    known = launched != NO_LAUNCH
+    queued = known & (launched < gap_start - QUEUED_SLACK_NS)
+    waited = np.where(
+        queued, gap_end - gap_start, np.clip(gap_end - (launched + QUEUED_SLACK_NS), 0, None)
+    )
+    waited = np.where(known, waited, 0)
+    if not waited.any():
+        return ""
+    keep = waited > 0
+    gap_start, gap_end, nxt, waited = gap_start[keep], gap_end[keep], nxt[keep], waited[keep]
+    names, inverse = np.unique(ops.name[nxt], return_inverse=True)
+    idle = np.bincount(inverse, weights=waited.astype(np.float64))
+    lead = ops.ts[nxt] - f.dev.launch_end[nxt]
+    said = []
+    for i in np.argsort(-idle)[:2].tolist():
+        mine = inverse == i
+        graph = " (replayed from a graph)" if f.dev.graph[nxt[mine]].all() else ""
+        said.append(
+            f"{short_kernel(f.trace.strings[int(names[i])])}{graph} "
+            f"{_ms(idle[i] * 1e-9 / max(f.steps.count, 1))}/step, launched a median "
+            f"{_ms(float(np.median(lead[mine])) * 1e-9)} before it started"
+        )
+    return "; the waits end at " + ", ".join(said)
 
 
 @rule(Facts)
@@ -752,7 +867,7 @@ def _first_launches(f: Facts) -> str:
     calls = f.dev.launch_end[rows] - f.dev.launch_ts[rows]
     top = rows[np.argsort(-calls, kind="stable")][:2]
     named = ", ".join(
-        f"{f.trace.strings[int(f.dev.ops.name[r])][:60]} "
+        f"{short_kernel(f.trace.strings[int(f.dev.ops.name[r])])} "
         f"{_ms(float(f.dev.launch_end[r] - f.dev.launch_ts[r]) * 1e-9)}"
         for r in top.tolist()
     )
@@ -790,7 +905,7 @@ def tiny_grids(f: Facts) -> Finding | None:
         f"{f.per_step(int(small.sum())):.0f} kernels per step "
         f"({_ms(float(dur.sum()) * 1e-9 / steps)}) launch fewer blocks than the device's "
         f"{f.sm_count} SMs, e.g. "
-        + ", ".join(n[:60] for n in top)
+        + ", ".join(short_kernel(n) for n in top)
         + " (the bound assumes they would fill the device)",
         "give each kernel more work: larger batches, fuse small ops (torch.compile), batch "
         "small matmuls (bmm/grouped GEMM), avoid per-sample loops",

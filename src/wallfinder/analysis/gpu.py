@@ -75,7 +75,9 @@ SYNC_OPS = frozenset(
 )
 DRAIN_SLACK_NS = 20_000
 """A sync call that ended at most this long before the GPU went idle is taken to have drained
-the launch queue: the host was blocked, so it had nothing queued when the GPU finished."""
+the launch queue: the host was blocked, so it had nothing queued when the GPU finished. The
+idle it caused is at most the time the host was blocked in it (the GPU work the host would
+otherwise have run ahead of); the rest of the wait is what the host did next."""
 
 
 def is_data_loading(name: str) -> bool:
@@ -354,19 +356,21 @@ def _attribute_host_waits(
         ]
         pa, pb, pw = a[mine], b[mine], piece[mine]
         sync_cov = Coverage.of(ts[on_thread & (category == 1)], end[on_thread & (category == 1)])
-        drained = sync_cov.contains(g0[mine], DRAIN_SLACK_NS)
+        # A sync that drained the queue cost the GPU at most the time the host was blocked in
+        # it: without the sync, the host's next work would have overlapped that much queued
+        # GPU work. The wait past that is what the host did after the sync, split as any other.
+        blocked = sync_cov.lead(g0[mine], DRAIN_SLACK_NS)
+        cut = np.clip(g0[mine] + blocked, pa, pb)
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
-        # would have run dry during a long wait for the next batch anyway. The rest of a
-        # drained wait is the synchronisation's.
-        data = cov[0].covered(pa, pb)
-        np.add.at(out["data_loading"], pw, data)
-        np.add.at(out["synchronization"], pw, np.where(drained, (pb - pa) - data, 0))
-        previous = data
+        # would have run dry during a long wait for the next batch anyway.
+        np.add.at(out["data_loading"], pw, cov[0].covered(pa, pb))
+        np.add.at(out["synchronization"], pw, (cut - pa) - cov[0].covered(pa, cut))
+        previous = cov[0].covered(cut, pb)
         for k, cause in enumerate(IDLE_CAUSES[1:4], start=1):
-            upto = cov[k].covered(pa, pb)
-            np.add.at(out[cause], pw, np.where(drained, 0, upto - previous))
+            upto = cov[k].covered(cut, pb)
+            np.add.at(out[cause], pw, upto - previous)
             previous = upto
-        np.add.at(out["other"], pw, np.where(drained, 0, (pb - pa) - previous))
+        np.add.at(out["other"], pw, (pb - cut) - previous)
 
 
 def _host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:

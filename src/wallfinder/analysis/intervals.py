@@ -79,6 +79,17 @@ class Coverage:
     def total(self) -> int:
         return int((self.ends - self.starts).sum())
 
+    def lead(self, t: I64, slack: int = 0) -> I64:
+        """For each t that lies in an interval (extended by `slack` at its end), how long that
+        interval had run by t (at most its length); 0 for a t outside every interval."""
+        if self.starts.size == 0:
+            return np.zeros(np.shape(t), dtype=np.int64)
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        j = np.maximum(i, 0)
+        inside = (i >= 0) & (t <= self.ends[j] + slack)
+        result: I64 = np.where(inside, np.minimum(t, self.ends[j]) - self.starts[j], 0)
+        return result
+
     def contains(self, t: I64, slack: int = 0) -> npt.NDArray[np.bool_]:
         """Whether each t lies in an interval (extended by `slack` at its end)."""
         if self.starts.size == 0:

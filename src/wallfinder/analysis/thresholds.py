@@ -49,6 +49,10 @@ class TimeThresholds:
     slow_launch_ns: int = 1_000_000
     """A launch call this long is not the launch path's usual cost (microseconds): a first
     launch loading the kernel's code, or a host stalled inside the runtime."""
+    host_work_per_launch_ns: int = 200_000
+    """Host time the GPU waited for, per kernel launched, beyond this is the host's own work
+    between launches (the launch path costs tens of microseconds per eager op): the fix is to
+    move or overlap that work, not to cut launches."""
     first_launch_factor: float = 10.0
     """A kernel's first launch whose call takes at least `slow_launch_ns` and this many times
     the median call of its launch API loads the kernel's code (a code object, a lazily
