@@ -294,3 +294,22 @@ def test_an_fp32_matmul_finding_names_its_module(tmp_path: Path) -> None:
     d = analysed(b, tmp_path)
     f = next(x for x in d.findings if x.id == "fp32-matmul")
     assert "CUDA cores (mostly in module Linear_0, the forward phase)" in f.evidence
+
+
+def test_a_gradient_sync_after_the_backward_that_overlaps_nothing_is_a_finding(
+    tmp_path: Path,
+) -> None:
+    b = phased_training_trace(4)
+    for s in range(4):  # a 30 µs all-reduce after the last backward kernel (ends at 830)
+        t0 = s * 1000.0
+        b.nccl(t0 + 832.0, 30.0, launch_at=t0 + 826.0)
+    d = analysed(b, tmp_path)
+    f = {f.id: f for f in d.findings}["gradient-sync-tail"]
+    assert "0.03 ms per step of collectives (ncclDevKernel_AllReduce" in f.evidence
+    step_s = d.breakdown.per_step_ms["step"] / 1e3
+    assert f.share == pytest.approx(30 * US / step_s, rel=1e-3)
+    # Under the backward instead, it hides: no finding.
+    hidden = phased_training_trace(4)
+    for s in range(4):
+        hidden.nccl(s * 1000.0 + 600.0, 30.0, launch_at=s * 1000.0 + 590.0)
+    assert "gradient-sync-tail" not in {f.id for f in analysed(hidden, tmp_path).findings}

@@ -1179,6 +1179,58 @@ def optimizer_heavy(f: Facts) -> Finding | None:
     )
 
 
+@rule(Facts)
+def gradient_sync_tail(f: Facts) -> Finding | None:
+    """Collectives that run after the step's last backward kernel and before its optimizer
+    step with no compute beside them: the gradient all-reduce was not overlapped with the
+    backward (DDP buckets, FSDP prefetch)."""
+    a = f.attribution
+    if a is None or f.dev is None or f.step_s <= 0:
+        return None
+    w, phase = a.work, a.phase
+    backward = phase == PHASES.index("backward")
+    optimizer = phase == PHASES.index("optimizer")
+    comm = phase == PHASES.index("communication")
+    if not (backward.any() and comm.any()):
+        return None
+    others = Coverage.of(w.ts[~comm], w.end[~comm])
+    both = Coverage.union(others, Coverage.of(w.ts[comm], w.end[comm]))
+    exposed = 0.0
+    names: dict[int, float] = {}
+    for start, end in zip(f.window_start.tolist(), f.window_end.tolist(), strict=True):
+        here = (w.ts >= start) & (w.ts < end)
+        if not (backward & here).any():
+            continue
+        lo = int(w.end[backward & here].max())
+        opt = optimizer & here & (w.ts >= lo)
+        hi = int(w.ts[opt].min()) if opt.any() else int(end)
+        if hi <= lo:
+            continue
+        tail = np.array([lo]), np.array([hi])
+        exposed += float((both.covered(*tail) - others.covered(*tail))[0])
+        for row in np.flatnonzero(comm & (w.ts < hi) & (w.end > lo)).tolist():
+            code = int(f.dev.ops.name[row])
+            names[code] = names.get(code, 0.0) + float(min(w.end[row], hi) - max(w.ts[row], lo))
+    seconds = exposed * 1e-9 / max(f.steps.count, 1)
+    share = min(seconds / f.step_s, 1.0)
+    top = sorted(names, key=lambda c: -names[c])[:2]
+    listed = ", ".join(short_kernel(f.trace.strings[c]) for c in top)
+    return _finding(
+        f,
+        "gradient-sync-tail",
+        "overhead",
+        "Collectives between the backward and the optimizer step overlap nothing",
+        share,
+        f"{_ms(seconds)} per step of collectives ({listed}) run between the last backward "
+        "kernel and the optimizer step with no compute beside them (the bound removes them "
+        "all)",
+        "overlap the gradient sync with the backward: DDP bucket_cap_mb (smaller buckets "
+        "start sooner), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
+        "backward_prefetch=BACKWARD_PRE; compare the ranks' traces for a straggler",
+        speedup=amdahl(share),
+    )
+
+
 def find(facts: Facts, wall: Wall) -> list[Finding]:
     """Every rank rule's finding, the ones that move `wall` first, each group by bound on
     gain."""

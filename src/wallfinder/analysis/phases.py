@@ -204,6 +204,9 @@ class _Ranges:
     """The host ranges that mark phases and modules, each sorted by start."""
 
     backward: Events
+    outer_backward: Events
+    """The backward ranges no other encloses on their thread: whether work is backward is
+    asked of these (the innermost-range search gives up behind many nested nodes)."""
     optimizer: Events
     data: Events
     modules: Events
@@ -231,7 +234,17 @@ def _ranges(trace: Trace) -> _Ranges:
             trace.names_matching(lambda s: _is_user_range(s) and step_key(s) != step),
         )
         source = "record_function"
-    return _Ranges(backward, optimizer, data, modules, source)
+    return _Ranges(backward, _outermost(backward), optimizer, data, modules, source)
+
+
+def _outermost(ranges: Events) -> Events:
+    """The ranges no earlier one encloses on the same thread, by start."""
+    keep = np.zeros(len(ranges), dtype=bool)
+    thread = ranges.thread
+    for t in np.unique(thread).tolist():
+        rows = np.flatnonzero(thread == t)
+        keep[rows[outermost(ranges.take(rows))]] = True
+    return ranges.take(np.flatnonzero(keep))
 
 
 def _is_user_range(name: str) -> bool:
@@ -265,10 +278,12 @@ def _place(scope: Scope, r: _Ranges, work: Work) -> tuple[npt.NDArray[np.int8], 
     in_node[issued] = _inside(r.backward, work, issued)
     in_opt = np.zeros(n, dtype=bool)
     in_opt[issued] = _inside(r.optimizer, work, issued) >= 0
+    in_backward = np.zeros(n, dtype=bool)
+    in_backward[issued] = _inside(r.outer_backward, work, issued) >= 0
     phase[(in_module >= 0) | _before_backward(scope, r.backward, work)] = FORWARD
     phase[work.input_copy] = COPY_IN
     phase[in_opt] = OPTIMIZER
-    phase[in_node >= 0] = BACKWARD
+    phase[in_backward | (in_node >= 0)] = BACKWARD
     phase[work.cls == COMM] = COMMUNICATION
     return phase, in_module, in_node
 
