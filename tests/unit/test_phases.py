@@ -313,3 +313,29 @@ def test_a_gradient_sync_after_the_backward_that_overlaps_nothing_is_a_finding(
     for s in range(4):
         hidden.nccl(s * 1000.0 + 600.0, 30.0, launch_at=s * 1000.0 + 590.0)
     assert "gradient-sync-tail" not in {f.id for f in analysed(hidden, tmp_path).findings}
+
+
+def test_a_cpu_run_counts_the_backward_of_another_thread(tmp_path: Path) -> None:
+    # Each 1000 µs step on the CPU: the forward's mm 0–200 on the main thread, the backward
+    # on the autograd thread 250–750 (the main thread waits, in no op), the optimizer's add_
+    # 810–890 inside Optimizer.step.
+    b = TraceBuilder(device_name=None)
+    for s in range(4):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.host("aten::mm", t0, 200.0, args={"Sequence number": s, "Fwd thread id": 0})
+        node = "autograd::engine::evaluate_function: MmBackward0"
+        args = {"Sequence number": s, "Fwd thread id": 1}
+        b.host(node, t0 + 250.0, 500.0, tid=AUTOGRAD_TID, args=args)
+        b.annotation("Optimizer.step#SGD.step", t0 + 800.0, 100.0)
+        b.cpu_op("aten::add_", t0 + 810.0, 80.0)
+    d = analysed(b, tmp_path)
+    p = d.phases
+    assert p is not None
+    assert p.basis == "cpu"
+    assert p.gpu_s == {}
+    # Gaps go to the work that follows: 200–250 to backward, 750–810 to the optimizer,
+    # 890–1000 to the next step's forward.
+    for step in p.steps[:-1]:
+        exposed = {k: v / US for k, v in step.exposed_s.items() if v}
+        assert exposed == pytest.approx({"forward": 310, "backward": 550, "optimizer": 140})

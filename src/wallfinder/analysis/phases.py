@@ -27,7 +27,7 @@ module class (`TransformerBlock_0` … `_31`) are collapsed into one row with th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import numpy as np
@@ -176,9 +176,21 @@ def device_work(scope: Scope, placed: Placement) -> Work:
 
 def host_work(scope: Scope, ops: Events) -> Work:
     """The CPU's units of work on a CPU-only trace: the outermost of `ops` (the main
-    thread's CPU ops, by start), issued where they start."""
+    thread's CPU ops, by start), and the outermost autograd nodes of other threads (a
+    backward the main thread waits for), each issued where it starts."""
     trace = scope.trace
     ops = ops.take(np.flatnonzero(outermost(ops)))
+    main = np.unique(ops.thread)
+    nodes = _ranges(trace).outer_backward
+    nodes = nodes.take(np.flatnonzero(~np.isin(nodes.thread, main)))
+    if len(nodes):
+        order = np.argsort(np.concatenate([ops.ts, nodes.ts]), kind="stable")
+        ops = Events(
+            **{
+                f.name: np.concatenate([getattr(ops, f.name), getattr(nodes, f.name)])[order]
+                for f in fields(Events)
+            }
+        )
     codes, inverse = np.unique(ops.name, return_inverse=True)
     index = {c: i for i, c in enumerate(CLASSES)}
     per_name = np.array(
