@@ -3,6 +3,8 @@ the checks the real-trace and real-workload tests make of each result they get."
 
 from __future__ import annotations
 
+import pytest
+
 from wallfinder import Diagnosis
 from wallfinder.analysis.classify import KernelClass
 
@@ -43,3 +45,27 @@ def assert_findings_bounded(d: Diagnosis) -> None:
     assert order == sorted(order)
     for f in d.memory.findings if d.memory is not None else []:
         assert (f.saves, f.wall, f.share, f.max_speedup) == ("memory", None, 0.0, 1.0), f.id
+
+
+def assert_phases_and_modules(d: Diagnosis) -> None:
+    """Phases tile every step (exposed times sum to it), no phase's device time exceeds the
+    step, and every module's time holds its children's."""
+    p = d.phases
+    if p is not None:
+        assert sum(p.exposed.values()) == pytest.approx(1.0, abs=1e-9)
+        for step in p.steps:
+            assert sum(step.exposed_s.values()) == pytest.approx(step.duration_s, abs=2e-9)
+            assert all(v >= 0 for v in step.exposed_s.values())
+            assert all(0 <= v <= step.duration_s + 2e-9 for v in step.gpu_s.values())
+    m = d.modules
+    if m is not None:
+        rows = {r.path: r for r in m.rows}
+        children: dict[str, float] = {}
+        for r in m.rows:
+            assert 0.0 <= r.share <= 1.0
+            if r.parent is not None:
+                assert r.parent in rows, r.path
+                children[r.parent] = children.get(r.parent, 0.0) + r.forward_s + r.backward_s
+        for path, total in children.items():
+            own = rows[path].forward_s + rows[path].backward_s
+            assert total <= own * (1 + 1e-9) + 2e-9, path

@@ -172,11 +172,12 @@ class TraceBuilder:
         launcher: str,
         launch_dur: float,
         extra: dict[str, Any] | None = None,
+        launch_tid: int | None = None,
     ) -> int:
         correlation = self.new_id()
         external = self.new_id()
         if launch_at is not None:
-            self.runtime(launcher, launch_at, launch_dur, correlation=correlation)
+            self.runtime(launcher, launch_at, launch_dur, correlation=correlation, tid=launch_tid)
         self.events.append(
             {
                 "ph": "X",
@@ -208,9 +209,11 @@ class TraceBuilder:
         launch_dur: float = 4.0,
         stream: int = 7,
         args: dict[str, Any] | None = None,
+        launch_tid: int | None = None,
     ) -> int:
-        """A kernel; with `launch_at`, also its `cudaLaunchKernel` call; `args` are added to
-        its args. Returns the correlation id."""
+        """A kernel; with `launch_at`, also its `cudaLaunchKernel` call (on thread
+        `launch_tid`, the main thread by default); `args` are added to its args. Returns the
+        correlation id."""
         return self._device_event(
             "kernel",
             name,
@@ -221,6 +224,7 @@ class TraceBuilder:
             launcher="cudaLaunchKernel",
             launch_dur=launch_dur,
             extra={"grid": [128, 1, 1], "block": [256, 1, 1], **(args or {})},
+            launch_tid=launch_tid,
         )
 
     def nccl(
@@ -485,6 +489,91 @@ def training_trace(
             b.cpu_op("aten::mm" if "gemm" in name else "aten::add", t, 8.0)
             b.kernel(name, t + 10.0, kernel_us, launch_at=t + 2.0)
             t += kernel_us + 10.0
+    return b
+
+
+MODULE = "nn.Module: "
+"""The prefix of the `python_function` ranges `with_modules`/`with_stack` traces record
+around each module's forward."""
+AUTOGRAD_TID = 4343
+"""The autograd engine's thread in `phased_training_trace`."""
+
+
+def phased_training_trace(
+    steps: int = 4,
+    *,
+    modules: bool = True,
+    backward: bool = True,
+    recompute: bool = False,
+    backward_us: tuple[float, float] = (100.0, 200.0),
+    builder: TraceBuilder | None = None,
+) -> TraceBuilder:
+    """A training trace whose phases and module times are known exactly.
+
+    Each 1000 µs step (µs from the step's start): the DataLoader 0–100; a host-to-device copy
+    launched at 100, on the GPU 105–125; the forward of `Net_0` with two blocks, `Block_0`
+    (its `Linear_0` launching a 100 µs GEMM, 160–260) and `Block_1` (`Linear_1`, a 150 µs
+    GEMM, 300–450); with `backward`, the backward on the autograd thread (`AUTOGRAD_TID`):
+    `evaluate_function: MmBackward0` nodes linked by `Sequence number` and `Fwd thread id` to
+    the two forward `aten::mm` ops, Block_1's first (its kernel 510–710 by default), then
+    Block_0's (730–830) (`backward_us`: their lengths); then `Optimizer.step#SGD.step`
+    launching a 50 µs kernel, 870–920. With `recompute`, each backward node first re-runs
+    its block's forward (a module range on the autograd thread, activation checkpointing)
+    launching a 30 µs GEMM at the node's start. Without `modules` the blocks are
+    `record_function` ranges named `layers.0`/`layers.1` and there is no Net_0 range.
+
+    In steady state the GPU time is input copy 20, forward 250, backward 300 (by default),
+    optimizer 50 µs; exposed (idle to the phase the GPU waited for, the DataLoader's 100 µs
+    to data wait): data wait 100, input copy 105, forward 325, backward 380, optimizer 90.
+    """
+    b = builder or TraceBuilder()
+    gemm = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
+
+    def module(name: str, start: float, dur: float, tid: int | None = None) -> None:
+        if modules:
+            b.host(MODULE + name, start, dur, cat="python_function", tid=tid)
+
+    def mm(start: float, seq: int, tid: int | None = None, fwd_thread: int = 0) -> None:
+        b.host(
+            "aten::mm",
+            start,
+            8.0,
+            tid=tid,
+            args={"Sequence number": seq, "Fwd thread id": fwd_thread},
+        )
+
+    for s in range(steps):
+        t0 = s * 1000.0
+        seq = 10 + 2 * s
+        b.step(s + 1, t0, 1000.0)
+        b.dataloader(t0, 100.0)
+        b.memcpy(t0 + 105.0, 20.0, 1 << 20, launch_at=t0 + 100.0)
+        module("Net_0", t0 + 130.0, 300.0)
+        blocks = ((0, 140.0, 160.0, 100.0), (1, 280.0, 300.0, 150.0))
+        for i, start, kernel_at, kernel_us in blocks:
+            if modules:
+                module(f"Block_{i}", t0 + start, 140.0)
+                module(f"Linear_{i}", t0 + start + 5.0, 130.0)
+            else:
+                b.annotation(f"layers.{i}", t0 + start, 140.0)
+            mm(t0 + start + 10.0, seq + i)
+            b.kernel(gemm, t0 + kernel_at, kernel_us, launch_at=t0 + start + 12.0)
+        if backward:
+            at = t0 + 500.0
+            for i, kernel_us in ((1, backward_us[1]), (0, backward_us[0])):
+                node = "autograd::engine::evaluate_function: MmBackward0"
+                args = {"Sequence number": seq + i, "Fwd thread id": 1}
+                b.host(node, at, 40.0, tid=AUTOGRAD_TID, args=args)
+                kernel_at = at + 10.0
+                if recompute:
+                    module(f"Block_{i}", at + 1.0, 10.0, tid=AUTOGRAD_TID)
+                    b.kernel(gemm, at + 10.0, 30.0, launch_at=at + 2.0, launch_tid=AUTOGRAD_TID)
+                    kernel_at = at + 40.0
+                launch = at + (15.0 if recompute else 5.0)  # after the re-run's range
+                b.kernel(gemm, kernel_at, kernel_us, launch_at=launch, launch_tid=AUTOGRAD_TID)
+                at = kernel_at + kernel_us + 10.0
+        b.annotation("Optimizer.step#SGD.step", t0 + 850.0, 100.0)
+        b.kernel("vectorized_elementwise_kernel", t0 + 870.0, 50.0, launch_at=t0 + 860.0)
     return b
 
 

@@ -336,6 +336,71 @@ class Roofline(_Base, frozen=True):
     every point of the roofline plot."""
 
 
+class StepPhases(_Base, frozen=True):
+    """One step's time by phase: `exposed_s` tiles the step (sums to `duration_s`);
+    `gpu_s` is each phase's device busy time (phases overlap on streams; empty on the
+    CPU)."""
+
+    step: str
+    duration_s: float
+    exposed_s: dict[str, float]
+    gpu_s: dict[str, float] = {}
+    warmup: bool = False
+
+
+class Phases(_Base, frozen=True):
+    """Where the step goes by phase (data_wait, input_copy, forward, backward, optimizer,
+    communication, other), over the steady-state steps: `exposed` as fractions of the step
+    (summing to 1), `exposed_s` and `gpu_s` in seconds per step. `evidence` says what the
+    split rests on; `unsplit` what the trace could not split."""
+
+    basis: Literal["gpu", "cpu"]
+    exposed: dict[str, float]
+    exposed_s: dict[str, float]
+    gpu_s: dict[str, float] = {}
+    evidence: list[str] = []
+    unsplit: list[str] = []
+    steps: list[StepPhases] = []
+
+
+class ModuleSpread(_Base, frozen=True):
+    """The instances of a collapsed row (e.g. 32 `Block_*`): their time per step (forward
+    plus backward) and the largest one."""
+
+    count: int
+    min_s: float
+    median_s: float
+    max_s: float
+    outlier: str
+
+
+class ModuleRow(_Base, frozen=True):
+    """One module (or collapsed repeated block) with its descendants' time: device time per
+    step in forward and backward, its share of the steady-state device time, by kernel class
+    and by roofline bound ("compute", "bandwidth", "unknown")."""
+
+    path: str
+    parent: str | None
+    depth: int
+    instances: int
+    forward_s: float
+    backward_s: float
+    share: float
+    classes: dict[str, float] = {}
+    bound_s: dict[str, float] = {}
+    spread: ModuleSpread | None = None
+
+
+class Modules(_Base, frozen=True):
+    """Time per module, rolled up the module tree (`rows` in tree order, the largest kept).
+    `source`: "modules" (nn.Module ranges) or "record_function" (user ranges instead)."""
+
+    source: str
+    note: str
+    rows: list[ModuleRow] = []
+    unattributed_s: float = 0.0
+
+
 class RankSummary(_Base, frozen=True):
     """One rank of a job: its step time, breakdown and verdict, and (from the cross-rank join
     of its collectives) its estimated clock offset and its time in collectives per step."""
@@ -866,6 +931,10 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     estimate: each matched kernel's bound confirmed or refuted (null without an export)."""
     critical_path: CriticalPath | None = None
     """The steady steps' critical path and what-if replay (null: no device graph)."""
+    phases: Phases | None = None
+    """The step by phase (null when not computed)."""
+    modules: Modules | None = None
+    """Time per module (null when the trace has no module or record_function ranges)."""
 
     @property
     def main_memory(self) -> DeviceMemoryProfile | None:
@@ -1204,6 +1273,7 @@ def _violations(d: Diagnosis) -> list[str]:
         out.append(f"critical path shares sum to {sum(cp.shares.values())}, not 1")
     if len(d.verdict.questions) != 4:
         out.append(f"the verdict answers {len(d.verdict.questions)} questions, not 4")
+    out += _phase_violations(d.phases) + _module_violations(d.modules)
     for m in d.memory.devices if d.memory else []:
         if sum(m.categories.values()) != m.peak_allocated:
             out.append(f"{m.device}: memory categories do not sum to the peak")
@@ -1211,4 +1281,48 @@ def _violations(d: Diagnosis) -> list[str]:
             out.append(f"{m.device}: a memory category is negative")
         if m.timeline and max(p.allocated for p in m.timeline) != m.peak_allocated:
             out.append(f"{m.device}: the memory timeline misses the peak")
+    return out
+
+
+def _phase_violations(p: Phases | None) -> list[str]:
+    """Phases tile the step; no time is negative."""
+    if p is None:
+        return []
+    out = []
+    if abs(sum(p.exposed.values()) - 1.0) > SUM_TOLERANCE:
+        out.append(f"phases sum to {sum(p.exposed.values())} of the step, not 1")
+    out += [f"phase {k} {v} is not a fraction" for k, v in p.exposed.items() if not _fraction(v)]
+    for step in p.steps:
+        if abs(sum(step.exposed_s.values()) - step.duration_s) > STEP_TOLERANCE_S:
+            out.append(
+                f"{step.step}: phases sum to {sum(step.exposed_s.values())} s, not its "
+                f"{step.duration_s} s"
+            )
+        if min([*step.exposed_s.values(), *step.gpu_s.values(), 0.0]) < 0:
+            out.append(f"{step.step}: a phase time is negative")
+    return out
+
+
+def _module_violations(m: Modules | None) -> list[str]:
+    """Each module's time holds its children's; shares are fractions."""
+    if m is None:
+        return []
+    out = []
+    rows = {r.path: r for r in m.rows}
+    children: dict[str, float] = {}
+    for r in m.rows:
+        if not _fraction(r.share):
+            out.append(f"module {r.path}: share {r.share} is not a fraction")
+        if r.parent is not None:
+            if r.parent not in rows:
+                out.append(f"module {r.path}: its parent {r.parent} is not listed")
+            children[r.parent] = children.get(r.parent, 0.0) + r.forward_s + r.backward_s
+    for path, total in children.items():
+        parent = rows.get(path)
+        if (
+            parent is not None
+            and total
+            > (parent.forward_s + parent.backward_s) * (1 + SUM_TOLERANCE) + STEP_TOLERANCE_S
+        ):
+            out.append(f"module {path}: its children take {total} s, more than its own")
     return out

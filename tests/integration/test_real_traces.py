@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 import wallfinder.trace._reader as reader_module
-from invariants import assert_diagnosis_invariants, assert_findings_bounded
+from invariants import (
+    assert_diagnosis_invariants,
+    assert_findings_bounded,
+    assert_phases_and_modules,
+)
 from realtraces import real_trace, real_trace_params
 from tracegen import assert_same_trace
 from wallfinder import Diagnosis, analyze
@@ -36,6 +40,7 @@ def test_real_trace_diagnosis_keeps_the_invariants(path: Path) -> None:
     trace, d = loaded(path)
     assert len(trace.events) > 0
     assert_diagnosis_invariants(d)
+    assert_phases_and_modules(d)
 
 
 def test_v100_memory_events_give_the_peak_and_what_was_live() -> None:

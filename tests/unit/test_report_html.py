@@ -330,7 +330,12 @@ def test_html_report_shows_every_section_of_the_diagnosis(tmp_path: Path) -> Non
     for section in ("Step time", "One step on the device", "time per step", "Top kernels", "MFU"):
         assert section in visible
     figures = figures_of(page)
-    assert set(figures) == {"plot-steps", "plot-timeline"}  # no costed op: no roofline plot
+    # No costed op: no roofline plot.
+    assert set(figures) == {"plot-steps", "plot-timeline", "plot-phases"}
+    assert "Step by phase" in visible
+    phases = figures["plot-phases"]["data"]
+    assert d.phases is not None
+    assert sum(t["y"][0] for t in phases) == pytest.approx(d.phases.steps[0].duration_s * 1e3)
     bars = figures["plot-steps"]["data"]
     assert all(len(t["y"]) == len(d.breakdown.steps) for t in bars)
     # The bars are the diagnosis's per-step figures, in milliseconds.

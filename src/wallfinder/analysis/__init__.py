@@ -27,6 +27,7 @@ from wallfinder.analysis.gpu import (
 )
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.memory_profile import memory_profile
+from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
 from wallfinder.analysis.roofline import (
     KernelCost,
     cost_device_ops,
@@ -36,6 +37,7 @@ from wallfinder.analysis.roofline import (
     launching_ops,
     mfu,
     outermost,
+    place,
     roofline,
 )
 from wallfinder.analysis.scope import ModelFlops, Scope
@@ -142,6 +144,7 @@ def diagnose(
         parts.dispatch,
         memory,
         whatif,
+        parts.attribution,
     )
     return _result(
         trace,
@@ -160,6 +163,7 @@ def diagnose(
         facts=facts,
         memory=memory,
         critical_path=path,
+        attribution=parts.attribution,
     )
 
 
@@ -205,6 +209,7 @@ class _Parts:
     timeline: StepTimeline | None = None
     cpu: CpuActivity | None = None
     dispatch: DispatchSummary | None = None
+    attribution: Attribution | None = None
 
 
 class _DeviceModel(Protocol):
@@ -271,17 +276,19 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
+        placed = place(scope, costed)
         return _Parts(
             device=_device(trace, dev, spec),
             breakdown=bd,
             classes=classes,
-            roofline=roofline(scope, costed),
+            roofline=roofline(scope, costed, placed),
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
             kernels=kernels,
             fusion=fusion_candidates(scope, costed),
             timeline=step_timeline(scope),
+            attribution=attribute(scope, device_work(scope, placed)),
         )
 
 
@@ -303,6 +310,7 @@ def _result(
     facts: Facts | None = None,
     memory: MemoryProfile | None = None,
     critical_path: CriticalPath | None = None,
+    attribution: Attribution | None = None,
 ) -> Diagnosis:
     estimate = (device.spec_source or "").startswith("estimate")
     typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
@@ -340,6 +348,8 @@ def _result(
         memory=memory,
         trace_format=trace.format,
         critical_path=critical_path,
+        phases=attribution.phases if attribution else None,
+        modules=attribution.modules if attribution else None,
     )
 
 
@@ -594,6 +604,7 @@ class _Cpu:
             warnings=[warning],
             cpu=cpu,
             dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
+            attribution=attribute(scope, host_work(scope, cpu_ops)),
         )
 
 

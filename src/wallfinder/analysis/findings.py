@@ -16,11 +16,12 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
 from wallfinder.analysis.critpath import WhatIf, with_replay
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.phases import PHASES, Attribution
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope
@@ -67,6 +68,8 @@ class Facts:
     cpu_dispatch: DispatchSummary | None = None  # CPU-only traces: the dispatch-sized ops
     memory: MemoryProfile | None = None
     whatif: WhatIf | None = None  # the step's dependency graph, to replay a fix on
+    attribution: Attribution | None = None
+    """Each unit of work's phase and module (`phases.attribute`)."""
 
     @property
     def trace(self) -> Trace:
@@ -209,6 +212,7 @@ def synchronization(f: Facts) -> Finding | None:
         "The host blocks on the GPU inside the step",
         share,
         f"{share:.0%} of each step the GPU is idle after the host waited for it: {listed}"
+        + _where_calls(f, _SYNC_NAMES)
         + call_sites(f, _SYNC_NAMES, (Kind.CPU_OP, Kind.RUNTIME)),
         "remove .item(), .cpu(), print/logging of tensors and torch.cuda.synchronize() from "
         "the step (log every N steps, keep metrics on the GPU); use non_blocking=True copies",
@@ -568,7 +572,7 @@ def fp32_matmul(f: Facts) -> Finding | None:
         "Matmuls run in fp32 without tensor cores",
         share,
         f"{_ms(r.fp32_matmul_without_tensor_cores_s)} per step of matmul kernels use fp32 "
-        f"CUDA cores{assumption}",
+        f"CUDA cores{_where_fp32(f)}{assumption}",
         "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision"
         "('high')), or torch.autocast(dtype=torch.bfloat16); fp16 autocast with GradScaler on "
         "devices without TF32/bf16",
@@ -584,6 +588,7 @@ def fusion(f: Facts) -> Finding | None:
     share = saving / f.step_s
     top = f.fusion[0]
     ops = ", ".join(top.ops[:4]) or "unknown ops"
+    where = _where_kernels(f, top.kernels)
     return _finding(
         f,
         "fusable-pointwise",
@@ -591,7 +596,7 @@ def fusion(f: Facts) -> Finding | None:
         "Chains of memory-bound kernels could be fused",
         share,
         f"{len(f.fusion)} repeated runs of memory-bound kernels; the costliest ({ops}) takes "
-        f"{_ms(top.time_s)} per step; fusing could save at most {_ms(saving)} per step",
+        f"{_ms(top.time_s)} per step{where}; fusing could save at most {_ms(saving)} per step",
         "torch.compile the model (Inductor fuses pointwise/norm chains); or use fused ops "
         "(fused LayerNorm/RMSNorm, fused optimizer)",
         speedup=amdahl(share),
@@ -963,10 +968,267 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
         "compute",
         "Matmuls run well below their roof",
         share,
-        f"{listed} (the bound assumes each reached its roof)",
+        f"{listed} (the bound assumes each reached its roof)" + _where_below_roof(f),
         "make shapes tensor-core friendly (dimensions multiples of 8/16, avoid tiny or skinny "
         "GEMMs; batch small ones), use the lowest precision that trains (bf16, fp8 with "
         "_scaled_mm), try torch.compile(mode='max-autotune') for better kernels",
+        speedup=amdahl(share),
+    )
+
+
+def _where_kernels(f: Facts, names: list[str]) -> str:
+    """The module and phase most of the named kernels' time sits in ("" when unknown)."""
+    a = f.attribution
+    if a is None or f.dev is None:
+        return ""
+    codes = np.array([c for n in names if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
+    rows = f.inside & np.isin(f.dev.ops.name, codes)
+    return a.where(rows, f.dev.ops.dur.astype(np.float64))
+
+
+def _where_below_roof(f: Facts) -> str:
+    """Where the compute-bound matmul kernels below their roof sit."""
+    a = f.attribution
+    if a is None or f.dev is None:
+        return ""
+    w = a.work
+    matmul = np.isin(f.dev.cls, [CLASSES.index(c) for c in MATMUL_CLASSES])
+    with np.errstate(invalid="ignore"):
+        rows = f.inside & matmul & (w.bound == 1) & (w.pct < f.thresholds.near_peak)
+    return a.where(rows, f.dev.ops.dur.astype(np.float64))
+
+
+def _where_fp32(f: Facts) -> str:
+    """Where the fp32 matmul kernels that skip the tensor cores sit."""
+    a = f.attribution
+    if a is None or f.dev is None:
+        return ""
+    return a.where(f.inside & a.work.fp32_no_tc, f.dev.ops.dur.astype(np.float64))
+
+
+def _where_calls(f: Facts, names: tuple[str, ...]) -> str:
+    """Where the named host calls in the steady-state steps sit."""
+    a = f.attribution
+    if a is None:
+        return ""
+    calls = _calls_in_steps(f, names)
+    return a.where_calls(calls.thread, calls.ts) if len(calls) else ""
+
+
+def _calls_in_steps(f: Facts, names: tuple[str, ...]) -> Events:
+    """The named host ops and runtime calls that start in a steady-state step's host span."""
+    codes = np.array([c for n in names if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
+    calls = f.trace.named((Kind.CPU_OP, Kind.RUNTIME), codes)
+    spans, kept = f.scope.spans, f.scope.kept
+    return calls.take(
+        np.flatnonzero(in_windows(calls.ts, spans.cpu_start[kept], spans.cpu_end[kept]))
+    )
+
+
+def _phase_times(f: Facts) -> tuple[dict[str, float], dict[str, float]] | None:
+    """Per phase, seconds per step: device time (exposed time on a CPU-only trace) and
+    exposed time; None without phases or without backward evidence."""
+    a = f.attribution
+    if a is None:
+        return None
+    p = a.phases
+    busy = p.gpu_s or p.exposed_s
+    if busy.get("backward", 0.0) <= 0 or busy.get("forward", 0.0) <= 0:
+        return None
+    return busy, p.exposed_s
+
+
+@rule(Facts)
+def forward_heavy(f: Facts) -> Finding | None:
+    """A forward that takes longer than its backward: not what training looks like (the
+    backward does about twice the forward's work), so the forward waits on something."""
+    times = _phase_times(f)
+    if times is None or f.dev is None or f.step_s <= 0 or f.attribution is None:
+        return None
+    busy, exposed = times
+    fwd, bwd = busy["forward"], busy["backward"]
+    if exposed["forward"] <= f.thresholds.time.forward_over_backward * exposed["backward"]:
+        return None
+    # Bound: the device's idle time inside the forward (what a forward without host stalls
+    # would not wait), not the forward's work.
+    idle = max(exposed["forward"] - fwd, 0.0)
+    share = min(idle / f.step_s, 1.0)
+    calls = _calls_in_steps(f, _FORWARD_STALLS)
+    phase, _ = f.attribution.place_calls(calls.thread, calls.ts)
+    in_forward = phase == PHASES.index("forward")
+    names, counts = np.unique(calls.name[in_forward], return_counts=True)
+    listed = ", ".join(
+        f"{f.trace.strings[int(n)]} ×{f.per_step(int(c)):.0f}/step"
+        for n, c in zip(names.tolist(), counts.tolist(), strict=True)
+    )
+    return _finding(
+        f,
+        "forward-heavy",
+        "overhead",
+        "The forward takes longer than the backward",
+        share,
+        f"forward {_ms(exposed['forward'])} per step against backward "
+        f"{_ms(exposed['backward'])} (device time {_ms(fwd)} and {_ms(bwd)}; a backward is "
+        f"usually about twice its forward); the device idles {_ms(idle)} per step inside the "
+        "forward"
+        + (f"; synchronising calls in the forward: {listed}" if listed else "")
+        + " (the bound is that idle time)",
+        "look in the forward for .item(), .cpu(), .tolist(), print(tensor), data-dependent "
+        "shapes (nonzero, boolean masks) and Python control flow on tensor values; keep "
+        "metrics on the device and log every N steps",
+        speedup=amdahl(share),
+    )
+
+
+_FORWARD_STALLS = (
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::nonzero",
+    "aten::is_nonzero",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaMemcpy",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipMemcpy",
+)
+
+
+@rule(Facts)
+def backward_heavy(f: Facts) -> Finding | None:
+    """A backward well above twice its forward: recomputation (activation checkpointing),
+    or a backward that is slower than it need be."""
+    times = _phase_times(f)
+    if times is None or f.step_s <= 0 or f.attribution is None:
+        return None
+    busy, _ = times
+    fwd, bwd = busy["forward"], busy["backward"]
+    ratio = bwd / fwd
+    if ratio <= f.thresholds.time.backward_over_forward:
+        return None
+    a = f.attribution
+    w = a.work
+    rows = a.recompute & w.inside
+    dur = (w.end - w.ts).astype(np.float64)
+    recompute = float(dur[rows].sum()) * 1e-9 / max(f.steps.count, 1)
+    if recompute > 0:
+        saved = recompute
+        seen = (
+            f"forward modules re-run inside the backward (activation checkpointing): "
+            f"{_ms(recompute)} per step of recomputation{a.where(rows, dur)}; "
+            "the bound is that recomputation, which checkpointing trades for memory"
+        )
+        fix = (
+            "expected with activation checkpointing: checkpoint fewer blocks where memory "
+            "allows (selective checkpointing of the cheap ops), or recompute only attention"
+        )
+    else:
+        saved = max(bwd - 2.0 * fwd, 0.0)
+        seen = (
+            "no recomputation is visible (no module re-run inside the backward)"
+            if a.modules is not None and a.modules.source == "modules"
+            else "the trace has no module records, so recomputation cannot be seen"
+        ) + "; the bound is the backward's time beyond twice its forward"
+        fix = (
+            "find the slow backward kernels (the module table's backward column): "
+            "non-contiguous gradients, fp32 reductions, scatter/index_add backward of "
+            "embeddings and gathers; torch.compile fuses the backward too"
+        )
+    share = min(saved / f.step_s, 1.0)
+    return _finding(
+        f,
+        "backward-heavy",
+        "compute",
+        "The backward takes more than twice the forward",
+        share,
+        f"backward {_ms(bwd)} per step, {ratio:.1f}x the forward's {_ms(fwd)}; {seen}",
+        fix,
+        speedup=amdahl(share),
+    )
+
+
+@rule(Facts)
+def optimizer_heavy(f: Facts) -> Finding | None:
+    """An optimizer step that is a large share of the step (when it is not the many small
+    kernels `slow_optimizer` reports)."""
+    a = f.attribution
+    if a is None or f.step_s <= 0 or len(a.ranges.optimizer) == 0:
+        return None
+    share = f.share(a.phases.exposed.get("optimizer", 0.0))
+    if share < f.thresholds.time.optimizer_share or slow_optimizer(f) is not None:
+        return None
+    names = sorted({f.trace.strings[int(c)] for c in np.unique(a.ranges.optimizer.name)})
+    fused = any("fused" in n.lower() for n in names)
+    busy = a.phases.gpu_s.get("optimizer", 0.0)
+    return _finding(
+        f,
+        "optimizer-heavy",
+        "bandwidth" if busy >= a.phases.exposed_s.get("optimizer", 0.0) / 2 else "overhead",
+        "The optimizer step is a large share of the step",
+        share,
+        f"{', '.join(names[:3])}: {share:.0%} of the step ({_ms(share * f.step_s)})"
+        + (f", {_ms(busy)} of it device time" if f.dev is not None else "")
+        + " (the bound removes it all)",
+        (
+            "the optimizer is already fused: its time is the parameter and state traffic; "
+            "keep optimizer states in bf16 or 8-bit, shard them (ZeRO/FSDP), or step less "
+            "often (gradient accumulation)"
+        )
+        if fused
+        else "use a fused or foreach optimizer (torch.optim.AdamW(..., fused=True) or "
+        "foreach=True), or torch.compile the optimizer step",
+        speedup=amdahl(share),
+    )
+
+
+@rule(Facts)
+def gradient_sync_tail(f: Facts) -> Finding | None:
+    """Collectives that run after the step's last backward kernel and before its optimizer
+    step with no compute beside them: the gradient all-reduce was not overlapped with the
+    backward (DDP buckets, FSDP prefetch)."""
+    a = f.attribution
+    if a is None or f.dev is None or f.step_s <= 0:
+        return None
+    w, phase = a.work, a.phase
+    backward = phase == PHASES.index("backward")
+    optimizer = phase == PHASES.index("optimizer")
+    comm = phase == PHASES.index("communication")
+    if not (backward.any() and comm.any()):
+        return None
+    others = Coverage.of(w.ts[~comm], w.end[~comm])
+    both = Coverage.union(others, Coverage.of(w.ts[comm], w.end[comm]))
+    exposed = 0.0
+    names: dict[int, float] = {}
+    for start, end in zip(f.window_start.tolist(), f.window_end.tolist(), strict=True):
+        here = (w.ts >= start) & (w.ts < end)
+        if not (backward & here).any():
+            continue
+        lo = int(w.end[backward & here].max())
+        opt = optimizer & here & (w.ts >= lo)
+        hi = int(w.ts[opt].min()) if opt.any() else int(end)
+        if hi <= lo:
+            continue
+        tail = np.array([lo]), np.array([hi])
+        exposed += float((both.covered(*tail) - others.covered(*tail))[0])
+        for row in np.flatnonzero(comm & (w.ts < hi) & (w.end > lo)).tolist():
+            code = int(f.dev.ops.name[row])
+            names[code] = names.get(code, 0.0) + float(min(w.end[row], hi) - max(w.ts[row], lo))
+    seconds = exposed * 1e-9 / max(f.steps.count, 1)
+    share = min(seconds / f.step_s, 1.0)
+    top = sorted(names, key=lambda c: -names[c])[:2]
+    listed = ", ".join(short_kernel(f.trace.strings[c]) for c in top)
+    return _finding(
+        f,
+        "gradient-sync-tail",
+        "overhead",
+        "Collectives between the backward and the optimizer step overlap nothing",
+        share,
+        f"{_ms(seconds)} per step of collectives ({listed}) run between the last backward "
+        "kernel and the optimizer step with no compute beside them (the bound removes them "
+        "all)",
+        "overlap the gradient sync with the backward: DDP bucket_cap_mb (smaller buckets "
+        "start sooner), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
+        "backward_prefetch=BACKWARD_PRE; compare the ranks' traces for a straggler",
         speedup=amdahl(share),
     )
 

@@ -248,19 +248,55 @@ def effective_dtype(dtype: str, kernel_name: str, spec: DeviceSpec | None) -> st
     return dtype
 
 
-def roofline(scope: Scope, costed: Costed) -> Roofline:
+@dataclass(frozen=True)
+class Placement:
+    """Per device op: its place on the roofline (`bound` 0 unknown, 1 compute, 2 bandwidth;
+    `pct` of roof, NaN where unknown), with the costed op rows behind it."""
+
+    rows: list[OpRoofRow]
+    bound: npt.NDArray[np.int8]
+    pct: npt.NDArray[np.float64]
+    fp32_no_tc_s: float
+    fp32_no_tc: npt.NDArray[np.bool_]
+    """Per device op: an fp32 matmul on a device with tensor cores that does not use them."""
+
+
+def roofline(scope: Scope, costed: Costed, placed: Placement | None = None) -> Roofline:
     """Where the busy time sits on the roofline, over the device ops in the steady-state
-    steps."""
+    steps (`placed`: `place(scope, costed)`, when the caller already has it)."""
+    dev, inside = scope.gpu, scope.inside
+    ops = dev.ops
+    placed = placed or place(scope, costed)
+    dur = ops.dur.astype(np.float64) * inside
+    is_kernel = ops.kind == Kind.KERNEL
+    busy = float(dur[is_kernel].sum())
+    return _summary(
+        scope.spec,
+        placed.rows,
+        busy * NS,
+        dur * is_kernel * NS,
+        placed.bound,
+        placed.pct,
+        matmul=_MATMUL[dev.cls],
+        costed=np.isfinite(placed.pct),
+        fp32_no_tc_s=placed.fp32_no_tc_s,
+        steps=scope.count,
+    )
+
+
+def place(scope: Scope, costed: Costed) -> Placement:
+    """Each device op's bound and % of roof: its costed op group's over the steady-state
+    steps, else its class's (or its name's)."""
     dev, inside, spec = scope.gpu, scope.inside, scope.spec
     ops = dev.ops
     dur = ops.dur.astype(np.float64) * inside
-    busy = float(dur[ops.kind == Kind.KERNEL].sum())
     is_kernel = ops.kind == Kind.KERNEL
     groups = costed.group
     rows: list[OpRoofRow] = []
     kernel_bound = np.zeros(len(ops), dtype=np.int8)  # 0 unknown, 1 compute, 2 bandwidth
     pct = np.full(len(ops), np.nan)
     fp32_no_tc = 0.0
+    fp32_rows = np.zeros(len(ops), dtype=bool)
     if costed.costs:
         # Union of each group's kernel intervals: groups shifted apart on one time axis.
         sel = inside & is_kernel & (groups >= 0)
@@ -308,22 +344,11 @@ def roofline(scope: Scope, costed: Costed) -> Roofline:
                 and spec.tensor_cores
             ):
                 fp32_no_tc += float(dur[in_group].sum()) * NS
+                fp32_rows |= in_group
     # Kernels with no cost: the bound of their class, or their name's.
     unknown = is_kernel & (kernel_bound == 0)
     kernel_bound[unknown] = _class_bounds(scope.trace, dev)[unknown]
-    weights = dur * is_kernel
-    return _summary(
-        spec,
-        rows,
-        busy * NS,
-        weights * NS,
-        kernel_bound,
-        pct,
-        matmul=_MATMUL[dev.cls],
-        costed=np.isfinite(pct),
-        fp32_no_tc_s=fp32_no_tc,
-        steps=scope.count,
-    )
+    return Placement(rows, kernel_bound, pct, fp32_no_tc, fp32_rows)
 
 
 def _summary(

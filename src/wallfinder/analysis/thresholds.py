@@ -40,6 +40,13 @@ class TimeThresholds:
     """Kernels shorter than this are launch-overhead sized: the host can hardly keep up."""
     optimizer_kernels: float = 50.0
     """An optimizer step launching at least this many kernels per step is slow-optimizer."""
+    forward_over_backward: float = 1.0
+    """A forward taking more device time than this times its backward is forward-heavy (a
+    backward usually takes about twice its forward)."""
+    backward_over_forward: float = 2.5
+    """A backward taking more device time than this times its forward is backward-heavy."""
+    optimizer_share: float = 0.1
+    """An optimizer step exposing at least this share of the step is optimizer-heavy."""
     slow_launch_ns: int = 1_000_000
     """A launch call this long is not the launch path's usual cost (microseconds): a first
     launch loading the kernel's code, or a host stalled inside the runtime."""

@@ -8,6 +8,7 @@ from wallfinder.diagnosis import (
     DeviceMemoryProfile,
     Diagnosis,
     Finding,
+    ModuleRow,
 )
 from wallfinder.units import duration, ms, pct, size
 
@@ -17,6 +18,9 @@ __all__ = [
     "IDLE_LABEL",
     "MEMORY_CATEGORY_LABEL",
     "MEMORY_TOP_SITES",
+    "MODULE_COLUMNS",
+    "MODULE_TOP",
+    "PHASE_LABEL",
     "breakdown_parts",
     "cause_label",
     "device_label",
@@ -33,9 +37,11 @@ __all__ = [
     "memory_peak",
     "memory_saving",
     "memory_when",
+    "module_cells",
     "ms",
     "part_label",
     "pct",
+    "phase_parts",
     "short_kernel",
     "si",
     "size",
@@ -412,3 +418,60 @@ def memory_device_line(m: DeviceMemoryProfile) -> str:
     if m.peak_reserved:
         line += f", {size(m.peak_reserved)} reserved"
     return line
+
+
+PHASE_LABEL = {
+    "data_wait": "data wait",
+    "input_copy": "input copy",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "communication": "communication",
+    "other": "other",
+}
+"""The phases in report order, in words."""
+MODULE_TOP = 15
+"""Module rows the terminal and Markdown reports show (the JSON and HTML have them all)."""
+
+
+def phase_parts(d: Diagnosis) -> list[tuple[str, float, float | None]]:
+    """The phases that took any time: (phase, share of the step exposed, device seconds per
+    step or None on a CPU trace), in report order."""
+    p = d.phases
+    if p is None:
+        return []
+    return [
+        (k, p.exposed.get(k, 0.0), p.gpu_s.get(k) if p.gpu_s else None)
+        for k in PHASE_LABEL
+        if p.exposed.get(k, 0.0) > 0 or p.gpu_s.get(k, 0.0) > 0
+    ]
+
+
+def module_cells(r: ModuleRow) -> list[str]:
+    """A module row's cells: name (indented by depth), forward and backward ms/step, share,
+    where most of its time sits on the roofline (mem, comp, or ? for unknown), and a
+    repeated block's spread (min/median/max ms/step) with its slowest instance."""
+    total = r.forward_s + r.backward_s
+    bound = "-"
+    if total > 0 and r.bound_s:
+        key = max(r.bound_s, key=lambda k: r.bound_s[k])
+        bound = f"{_BOUND_SHORT[key]} {pct(r.bound_s[key] / total, 0)}"
+    spread = slowest = ""
+    if r.spread is not None:
+        s = r.spread
+        spread = f"{ms(s.min_s)}/{ms(s.median_s)}/{ms(s.max_s)}"
+        slowest = f"{s.outlier} ({s.count}×)"
+    return [
+        "  " * r.depth + r.path.rpartition("/")[2],
+        ms(r.forward_s),
+        ms(r.backward_s),
+        pct(r.share),
+        bound,
+        spread,
+        slowest,
+    ]
+
+
+_BOUND_SHORT = {"bandwidth": "mem", "compute": "comp", "unknown": "?"}
+MODULE_COLUMNS = ("module", "fwd ms", "bwd ms", "share", "bound", "min/med/max ms", "slowest of")
+"""The module table's column headings (`module_cells` gives each row's)."""

@@ -65,6 +65,15 @@ PART_COLOR = {
     "comm_exposed": "#9467bd",
     "copy_exposed": "#17becf",
 }
+PHASE_COLOR = {
+    "data_wait": "#d62728",
+    "input_copy": "#17becf",
+    "forward": "#2ca02c",
+    "backward": "#1f77b4",
+    "optimizer": "#c9a227",
+    "communication": "#9467bd",
+    "other": "#b0b4b9",
+}
 IDLE_COLOR = {
     "data_loading": "#d62728",
     "synchronization": "#ff7f0e",
@@ -286,6 +295,21 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "class_color": CLASS_COLOR,
         "job": _job_view(d.job) if d.job is not None else None,
         "memory": _memory_view(d, figures),
+        "phases": [
+            {
+                "label": fmt.PHASE_LABEL[k],
+                "share": share,
+                "ms": share * d.breakdown.per_step_ms["step"],
+                "device_ms": None if busy is None else busy * 1e3,
+                "color": PHASE_COLOR[k],
+            }
+            for k, share, busy in fmt.phase_parts(d)
+        ],
+        "module_columns": fmt.MODULE_COLUMNS,
+        "modules": [
+            {"depth": r.depth, "cells": [c.strip() for c in fmt.module_cells(r)]}
+            for r in (d.modules.rows if d.modules else [])
+        ],
     }
 
 
@@ -492,6 +516,10 @@ def _figures(d: Diagnosis) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     if d.breakdown.steps:
         figures["plot-steps"] = _steps_figure(d)
+    if d.phases is not None and d.phases.steps:
+        figures["plot-phases"] = _phases_figure(d)
+    if d.modules is not None and d.modules.rows:
+        figures["plot-modules"] = _modules_figure(d)
     if d.timeline is not None:
         figures["plot-timeline"] = _timeline_figure(d, d.timeline)
     memory = d.main_memory
@@ -578,6 +606,108 @@ def _steps_figure(d: Diagnosis) -> dict[str, Any]:
             legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
             yaxis={"title": {"text": "ms"}},
         ),
+    }
+
+
+def _phases_figure(d: Diagnosis) -> dict[str, Any]:
+    """Stacked bars, one per step: its exposed time by phase (milliseconds)."""
+    assert d.phases is not None
+    steps = d.phases.steps
+    x = [_plot_text(s.step) for s in steps]
+    opacity = [0.4 if s.warmup else 1.0 for s in steps]
+    data: list[dict[str, Any]] = [
+        {
+            "type": "bar",
+            "name": label,
+            "x": x,
+            "y": [s.exposed_s.get(key, 0.0) * 1e3 for s in steps],
+            "marker": {"color": PHASE_COLOR[key], "opacity": opacity},
+            "hovertemplate": "%{x}<br>" + label + ": %{y:.3f} ms<extra></extra>",
+        }
+        for key, label in fmt.PHASE_LABEL.items()
+        if any(s.exposed_s.get(key, 0.0) > 0 for s in steps)
+    ]
+    if len(steps) < 4:
+        for trace in data:
+            trace["width"] = 0.3
+    return {
+        "data": data,
+        "layout": _layout(
+            barmode="stack",
+            showlegend=True,
+            height=320,
+            bargap=0.15,
+            xaxis={"type": "category"},
+            legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
+            yaxis={"title": {"text": "ms"}},
+        ),
+    }
+
+
+_BOUND_COLOR = {"compute": "#2ca02c", "bandwidth": "#ff7f0e", "unknown": "#b0b4b9"}
+
+
+def _main_bound(bound_s: dict[str, float]) -> str:
+    """Where most of a module's time sits on the roofline ("unknown" when nothing is known)."""
+    return max(bound_s, key=lambda k: bound_s[k]) if bound_s else "unknown"
+
+
+def _modules_figure(d: Diagnosis) -> dict[str, Any]:
+    """The module tree as an icicle (click a module to zoom into it): each module's width is
+    its time per step, its children's within it; hover for forward, backward, share and where
+    the time sits on the roofline."""
+    assert d.modules is not None
+    rows = d.modules.rows
+    # Each module's own time (beside its listed children's): "remainder" branches add the
+    # children's back, so no rounding can make children overflow their parent.
+    own = [(r.forward_s + r.backward_s) * 1e3 for r in rows]
+    index = {r.path: i for i, r in enumerate(rows)}
+    for r in rows:
+        if r.parent in index:
+            own[index[r.parent]] -= (r.forward_s + r.backward_s) * 1e3
+    own = [max(v, 0.0) for v in own]
+    hover = []
+    for r in rows:
+        total = r.forward_s + r.backward_s
+        bound = (
+            ", ".join(
+                f"{fmt.pct(v / total, 0)} {k}-bound"
+                if k != "unknown"
+                else f"{fmt.pct(v / total, 0)} unknown"
+                for k, v in sorted(r.bound_s.items(), key=lambda kv: -kv[1])
+            )
+            if total > 0
+            else ""
+        )
+        spread = (
+            f"<br>{r.spread.count} blocks: {fmt.ms(r.spread.min_s)}/{fmt.ms(r.spread.median_s)}/"
+            f"{fmt.ms(r.spread.max_s)} ms, slowest {_plot_text(r.spread.outlier)}"
+            if r.spread
+            else ""
+        )
+        hover.append(
+            f"{_plot_text(r.path)}<br>forward {fmt.ms(r.forward_s)} ms, backward "
+            f"{fmt.ms(r.backward_s)} ms ({fmt.pct(r.share)} of the device time)"
+            + (f"<br>{bound}" if bound else "")
+            + spread
+        )
+    return {
+        "data": [
+            {
+                "type": "icicle",
+                "ids": [_plot_text(r.path) for r in rows],
+                "labels": [_plot_text(r.path.rpartition("/")[2]) for r in rows],
+                "parents": [_plot_text(r.parent) if r.parent else "" for r in rows],
+                "values": own,
+                "branchvalues": "remainder",
+                "customdata": hover,
+                "hovertemplate": "%{customdata}<extra></extra>",
+                "tiling": {"orientation": "v"},
+                "marker": {"colors": [_BOUND_COLOR[_main_bound(r.bound_s)] for r in rows]},
+                "root": {"color": "#f6f8fa"},
+            }
+        ],
+        "layout": _layout(height=420, margin={"l": 8, "r": 8, "t": 8, "b": 8}),
     }
 
 

@@ -55,6 +55,7 @@ def render_markdown(d: Diagnosis) -> str:
         + ("" if s.stable else " — **unstable**"),
         "",
         *_breakdown(d),
+        *_phases(d),
         *_findings(d),
         *_what_if(d),
         *_memory(d),
@@ -170,6 +171,34 @@ def _breakdown(d: Diagnosis) -> list[str]:
                 rows.append(f"| ↳ {fmt.idle_label(d, cause)} | {fmt.pct(c)} | {c * step_ms:.2f} |")
     if fmt.graph_line(d):
         rows += ["", fmt.graph_line(d)]
+    return rows
+
+
+def _phases(d: Diagnosis) -> list[str]:
+    """The step by phase and the largest modules ([] when the diagnosis has neither)."""
+    if d.phases is None:
+        return []
+    step_ms = d.breakdown.per_step_ms["step"]
+    rows = ["", "| phase | share | ms/step | device ms/step |", "|---|---:|---:|---:|"]
+    for key, share, busy in fmt.phase_parts(d):
+        device = "-" if busy is None else fmt.ms(busy)
+        rows.append(
+            f"| {fmt.PHASE_LABEL[key]} | {fmt.pct(share)} | {share * step_ms:.2f} | {device} |"
+        )
+    if d.phases.unsplit:
+        rows += ["", f"_not split: {text('; '.join(d.phases.unsplit))}_"]
+    if d.modules is not None and d.modules.rows:
+        rows += [
+            "",
+            f"_{text(d.modules.note)}_",
+            "",
+            "| " + " | ".join(fmt.MODULE_COLUMNS) + " |",
+            "|---|" + "---:|" * (len(fmt.MODULE_COLUMNS) - 2) + "---|",
+        ]
+        for r in d.modules.rows[: fmt.MODULE_TOP]:
+            cells = fmt.module_cells(r)
+            name = "&nbsp;&nbsp;" * r.depth + code(cells[0].strip(), table=True)
+            rows.append("| " + " | ".join([name, *(text(c) for c in cells[1:])]) + " |")
     return rows
 
 

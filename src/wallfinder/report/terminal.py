@@ -16,6 +16,9 @@ from wallfinder.report._format import (
     CPU_IDLE_LABEL,
     MEMORY_CATEGORY_LABEL,
     MEMORY_TOP_SITES,
+    MODULE_COLUMNS,
+    MODULE_TOP,
+    PHASE_LABEL,
     breakdown_parts,
     cause_label,
     collective_cells,
@@ -36,9 +39,11 @@ from wallfinder.report._format import (
     memory_peak,
     memory_saving,
     memory_when,
+    module_cells,
     ms,
     part_label,
     pct,
+    phase_parts,
     ranks_have_memory,
     short_kernel,
     si,
@@ -61,6 +66,10 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
         yield _findings(d)
     yield _steps(d)
     yield _breakdown(d)
+    if d.phases is not None:
+        yield _phases(d)
+    if d.modules is not None and d.modules.rows:
+        yield _modules(d)
     yield from _memory(d)
     if d.cpu is not None:
         yield _cpu_ops(d)
@@ -203,6 +212,77 @@ def _bar(d: Diagnosis) -> Text:
         style="dim",
     )
     return text
+
+
+_PHASE_STYLE = {
+    "data_wait": ("░", "red"),
+    "input_copy": ("▒", "cyan"),
+    "forward": ("█", "green"),
+    "backward": ("█", "blue"),
+    "optimizer": ("█", "yellow"),
+    "communication": ("▓", "magenta"),
+    "other": ("▒", "white"),
+}
+
+
+def _phases(d: Diagnosis) -> Text:
+    """The step by phase as one bar (exposed time), with each phase's device time."""
+    assert d.phases is not None
+    p = d.phases
+    step_ms = d.breakdown.per_step_ms["step"]
+    text = Text("Step by phase (steady state, exposed time; the bar is the step)\n  ")
+    for key, share, _ in phase_parts(d):
+        char, style = _PHASE_STYLE[key]
+        text.append(char * round(share * BAR_WIDTH), style=style)
+    for key, share, busy in phase_parts(d):
+        char, style = _PHASE_STYLE[key]
+        text.append(f"\n  {char} ", style=style)
+        text.append(f"{PHASE_LABEL[key]:<14}{pct(share):>7}  {share * step_ms:8.2f} ms")
+        if busy is not None:
+            text.append(f"   device time {busy * 1e3:.2f} ms", style="dim")
+    if p.evidence:
+        text.append("\n  from: " + "; ".join(p.evidence), style="dim")
+    for line in p.unsplit:
+        text.append(f"\n  not split: {line}", style="dim")
+    return text
+
+
+def _busy_word(d: Diagnosis) -> str:
+    """What a module's time is: its device ops', or on a CPU trace its main-thread ops'."""
+    return "device" if d.phases is None or d.phases.basis == "gpu" else "CPU (main thread's ops)"
+
+
+def _modules(d: Diagnosis) -> Table:
+    assert d.modules is not None
+    m = d.modules
+    table = Table(
+        title=f"Time per module ({_busy_word(d)} time per step; {m.note})",
+        title_justify="left",
+        show_edge=False,
+    )
+    # The spread and the slowest block share a column (two lines) to fit 100 columns.
+    headings = [*MODULE_COLUMNS[:-2], "blocks: min/med/max ms, slowest"]
+    for i, heading in enumerate(headings):
+        last = i == len(headings) - 1
+        table.add_column(
+            heading,
+            justify="left" if i == 0 or last else "right",
+            overflow="ellipsis",
+            no_wrap=True,
+            max_width=24 if i == 0 else None,
+            min_width=None if i == 0 or last else max(len(heading), 7),
+        )
+    for r in m.rows[:MODULE_TOP]:
+        *cells, spread, slowest = module_cells(r)
+        table.add_row(*[Text(c) for c in cells], Text(f"{spread}\n{slowest}" if spread else ""))
+    if len(m.rows) > MODULE_TOP or m.unattributed_s > 0:
+        table.caption = (
+            f"{len(m.rows) - MODULE_TOP} more rows in the JSON and HTML reports; "
+            if len(m.rows) > MODULE_TOP
+            else ""
+        ) + f"{ms(m.unattributed_s)} ms/step of {_busy_word(d)} time is in no module"
+        table.caption_justify = "left"
+    return table
 
 
 def _breakdown(d: Diagnosis) -> Table:

@@ -236,6 +236,8 @@ def columns_of(decoded: list[Event]) -> Chunk:
         "device": _sparse_ints(events, kind, _GPU_KINDS, "args.device"),
         "stream": _sparse_ints(events, kind, _GPU_KINDS, "args.stream"),
         "nbytes": _bytes(events, kind),
+        "seq": _sparse_ints(events, kind, (Kind.CPU_OP,), "args.sequence"),
+        "fwd_thread": _sparse_ints(events, kind, (Kind.CPU_OP,), "args.fwd_thread"),
     }
     chunk.input_dims = _sparse_raw(events, kind, raw, "args.input_dims")
     chunk.input_type = _sparse_raw(events, kind, raw, "args.input_type")

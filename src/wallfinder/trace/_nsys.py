@@ -716,6 +716,8 @@ def _trace(
         "device": part.device,
         "stream": part.stream,
         "nbytes": part.nbytes,
+        "seq": np.full(n, NONE, np.int64),
+        "fwd_thread": np.full(n, NONE, np.int64),
         "input_dims": zeros,
         "input_type": zeros,
         "concrete_inputs": zeros,

@@ -114,6 +114,11 @@ class Events:
     device: I64
     stream: I64
     nbytes: I64
+    seq: I64
+    """A CPU op's autograd `Sequence number` (NONE: none recorded)."""
+    fwd_thread: I64
+    """A CPU op's `Fwd thread id`: 0 on forward ops, on backward ops the profiler's id of the
+    thread that ran their forward op (NONE: none recorded)."""
     input_dims: I32
     """Code of an op's `Input Dims` (0: none); `input_type` and `concrete_inputs` likewise.
     Read them with `Trace.op_args`."""
