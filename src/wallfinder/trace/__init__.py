@@ -22,7 +22,6 @@ import numpy as np
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
-from wallfinder.trace._nsys import is_nsys_input, load_nsys
 from wallfinder.trace._reader import (
     GZIP_DATA_ERRORS,
     ChunkReader,
@@ -31,6 +30,7 @@ from wallfinder.trace._reader import (
     Region,
     Remainder,
     gunzipped,
+    is_nsys_input,
     iter_trace_files,
     merge_tail,
     split_remainder,
@@ -78,6 +78,8 @@ def load_traces(
     the steps, in place of `ProfilerStep#N` or the reader's choice."""
     p = Path(path)
     if is_nsys_input(p):
+        from wallfinder.trace._nsys import load_nsys  # sqlite3: imported for nsys input only
+
         if progress is not None:
             progress(0, 1)
         traces = load_nsys(p, step_range)
@@ -124,6 +126,8 @@ def load_trace(
     if not p.exists():
         raise WallfinderError(f"{p}: no such file")
     if is_nsys_input(p):
+        from wallfinder.trace._nsys import load_nsys
+
         traces = load_nsys(p)
         if len(traces) > 1:
             raise WallfinderError(f"{p.name}: holds {len(traces)} GPU processes (ranks)")

@@ -52,25 +52,12 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace._reader import REPORT_SUFFIXES
 from wallfinder.trace.model import NONE, Events, Kind, Trace, step_key
 
 I64 = npt.NDArray[np.int64]
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 EXPORT_HINT = "nsys export --type sqlite --output FILE.sqlite FILE.nsys-rep"
-
-
-def is_nsys_input(path: Path) -> bool:
-    """Whether `path` is an Nsight Systems report (by its suffix) or a SQLite file (by its
-    first bytes, whatever its name)."""
-    if path.suffix.lower() in REPORT_SUFFIXES:
-        return True
-    try:
-        with path.open("rb") as f:
-            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 # --- What the export's tables say, as data -------------------------------------------------

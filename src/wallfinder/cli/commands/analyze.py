@@ -11,10 +11,7 @@ from pathlib import Path
 
 from wallfinder.api import Diagnosis, ModelFlops, Options, Progress, analyze
 from wallfinder.errors import WallfinderError
-from wallfinder.history import History, git_commit, this_host
 from wallfinder.report import FORMATS, render
-
-HELP = "say where a trace's step time goes and which wall it hits"
 
 PROGRESS_FROM_BYTES = 8 << 20
 """Inputs larger than this show a progress bar (on a terminal only)."""
@@ -70,6 +67,8 @@ def record_if_asked(args: argparse.Namespace, diagnosis: Diagnosis) -> None:
     """Record `diagnosis` when --record was given (a note on stderr says where)."""
     if args.record is None:
         return
+    from wallfinder.history import History, git_commit, this_host  # sqlite3: only to record
+
     with History(args.db) as history:
         run = history.record(args.record, diagnosis, commit=git_commit(), host=this_host())
         where = history.path

@@ -15,11 +15,6 @@ from wallfinder.cli.commands.analyze import add_device_options, add_step_option
 from wallfinder.cli.commands.diff import options_from
 from wallfinder.errors import WallfinderError
 
-HELP = (
-    "check a run against bounds (step time, MFU, idle, exposed comm, regression, peak memory, "
-    "memory leak); exit 1 if broken"
-)
-
 CONFIG_TABLE = "tool.wallfinder.check"
 CONFIG_KEYS = {
     "max-step-ms": "max_step_ms",

@@ -16,8 +16,6 @@ from wallfinder.errors import WallfinderError
 from wallfinder.measure import DemoResult, run_demo
 from wallfinder.report import FORMATS, render
 
-HELP = "profile a built-in training job made to hit one wall, and diagnose it"
-
 OUT = Path("wallfinder-demo")
 ATTEMPTS = 2
 """Measure once more when the steps vary: the workloads are steady by design, so varying steps

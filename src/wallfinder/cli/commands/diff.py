@@ -9,8 +9,6 @@ from wallfinder.api import Options, diff, load_diagnosis
 from wallfinder.cli.commands.analyze import add_device_options, add_step_option, write_report
 from wallfinder.report import DIFF_FORMATS, render_diff
 
-HELP = "show what moved between two runs: step time, breakdown, wall, findings, kernels"
-
 _INPUT = "a trace file, a folder of rank traces, or a saved diagnosis (analyze --format json)"
 
 
