@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace import _cache
 from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
 from wallfinder.trace._reader import (
     GZIP_DATA_ERRORS,
@@ -71,11 +72,13 @@ def load_traces(
     *,
     workers: int | None = None,
     step_range: str | None = None,
+    cache: bool = False,
 ) -> list[Trace]:
     """The traces in one file: a Kineto trace is one; an Nsight Systems capture (a SQLite
     export, or an `.nsys-rep` report when `nsys` is on PATH) is one per process with GPU
     activity, each a rank. `step_range` names the range (NVTX, `record_function`) that marks
-    the steps, in place of `ProfilerStep#N` or the reader's choice."""
+    the steps, in place of `ProfilerStep#N` or the reader's choice. `cache`: as for
+    `load_trace`."""
     p = Path(path)
     if is_nsys_input(p):
         from wallfinder.trace._nsys import load_nsys  # sqlite3: imported for nsys input only
@@ -86,7 +89,7 @@ def load_traces(
         if progress is not None:
             progress(1, 1)
         return traces
-    trace = load_trace(p, progress, workers=workers)
+    trace = load_trace(p, progress, workers=workers, cache=cache)
     if step_range is not None:
         trace.use_step_range(step_range)
     return [trace]
@@ -111,13 +114,19 @@ PARALLEL_FROM_BYTES = 32 << 20
 
 
 def load_trace(
-    path: str | Path, progress: Progress | None = None, *, workers: int | None = None
+    path: str | Path,
+    progress: Progress | None = None,
+    *,
+    workers: int | None = None,
+    cache: bool = False,
 ) -> Trace:
     """Parse one Kineto/PyTorch profiler trace file (`.json` or `.json.gz`) into a `Trace`
     (an Nsight Systems capture of one GPU process too; `load_traces` reads every process of
     one).
 
-    Large files are decoded in `workers` processes (default: one per available core).
+    Large files are decoded in `workers` processes (default: one per available core). With
+    `cache`, a large file's parse is kept in wallfinder's cache folder and read from there
+    while the file is unchanged (`trace._cache`).
     Raises `WallfinderError` with a one-line reason for anything that is not a readable trace.
     """
     p = Path(path)
@@ -132,8 +141,16 @@ def load_trace(
         if len(traces) > 1:
             raise WallfinderError(f"{p.name}: holds {len(traces)} GPU processes (ranks)")
         return traces[0]
+    size = text_size(p)
+    cache = cache and size > _cache.FROM_BYTES
+    if cache:
+        cached = _cache.read(p, p.name)
+        if cached is not None:
+            if progress is not None:
+                progress(1, 1)
+            return cached
     if workers is None:
-        workers = _available_cores() if text_size(p) > PARALLEL_FROM_BYTES else 1
+        workers = _available_cores() if size > PARALLEL_FROM_BYTES else 1
     reader = ChunkReader(p, progress, regions=workers > 1)
     assembler = Assembler(p.name)
     # Decoding creates millions of short-lived objects with no cycles: the cyclic collector
@@ -149,7 +166,10 @@ def load_trace(
     header = reader.document.header
     if tail is not None and not reader.document.bare:
         header = merge_tail(header, tail, p.name)
-    return _build(p.name, events, memory, assembler, header)
+    trace = _build(p.name, events, memory, assembler, header)
+    if cache:
+        _cache.write(p, trace)
+    return trace
 
 
 def _available_cores() -> int:

@@ -34,7 +34,6 @@ from the database.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -52,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace._cache import cache_dir, file_key
 from wallfinder.trace._reader import REPORT_SUFFIXES
 from wallfinder.trace.model import NONE, Events, Kind, Trace, step_key
 
@@ -768,31 +768,6 @@ def _default_step_range(trace: Trace) -> None:
 # --- Reports (.nsys-rep): exported once, to a cache --------------------------------------------
 
 
-def cache_dir() -> Path:
-    """Where exports of reports are kept: $WALLFINDER_CACHE, else the user's cache folder."""
-    base = os.environ.get("WALLFINDER_CACHE")
-    if base:
-        return Path(base) / "nsys"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg) if xdg else Path.home() / ".cache"
-    return root / "wallfinder" / "nsys"
-
-
-_HASHED = 1 << 20
-"""Bytes of a report hashed at each end for its cache key (with its size and mtime)."""
-
-
-def _cache_key(path: Path) -> str:
-    st = path.stat()
-    digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
-    with path.open("rb") as f:
-        digest.update(f.read(_HASHED))
-        if st.st_size > 2 * _HASHED:
-            f.seek(-_HASHED, os.SEEK_END)
-            digest.update(f.read(_HASHED))
-    return digest.hexdigest()[:32]
-
-
 def exported(report: Path) -> Path:
     """The SQLite export of an `.nsys-rep` report, made with `nsys export` into the cache
     (never beside the report) on first use and reused while the report is unchanged."""
@@ -804,8 +779,8 @@ def exported(report: Path) -> Path:
             f"{report.name}: reading an Nsight Systems report needs the nsys command on PATH; "
             f"or export it yourself ({EXPORT_HINT}) and analyse the .sqlite file"
         )
-    folder = cache_dir()
-    target = folder / f"{_cache_key(report)}.sqlite"
+    folder = cache_dir("nsys")
+    target = folder / f"{file_key(report)}.sqlite"
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "needs wallfinder[dask]); its workers must see PATH at the same absolute path",
     )
     add_device_options(parser)
-    add_step_option(parser)
+    add_trace_options(parser)
     add_model_options(parser)
     add_record_options(parser)
 
@@ -95,8 +95,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--hidden", type=_positive, help="hidden size (attention FLOPs)")
 
 
-def add_step_option(parser: argparse.ArgumentParser) -> None:
-    """`--step-range NAME` (analyze, diff, check)."""
+def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    """`--step-range NAME` and `--no-cache` (analyze, diff, check: the commands that read
+    traces)."""
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="parse the trace again, neither reading nor writing wallfinder's cache of parsed "
+        "traces (large traces are kept in $WALLFINDER_CACHE, else ~/.cache/wallfinder)",
+    )
     parser.add_argument(
         "--step-range",
         metavar="NAME",
@@ -163,6 +170,7 @@ def options_from(args: argparse.Namespace) -> Options:
         device_profile=args.device_profile,
         # `run` has no --step-range: its steps are the ones its own profiler marks.
         step_range=getattr(args, "step_range", None),
+        cache=not getattr(args, "no_cache", True),
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from wallfinder.api import Bounds, check, load_diagnosis, read_toml
-from wallfinder.cli.commands.analyze import add_device_options, add_step_option
+from wallfinder.cli.commands.analyze import add_device_options, add_trace_options
 from wallfinder.cli.commands.diff import options_from
 from wallfinder.errors import WallfinderError
 
@@ -79,7 +79,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="a pyproject.toml to read bounds from (default: the nearest one from here up)",
     )
     add_device_options(parser)
-    add_step_option(parser)
+    add_trace_options(parser)
 
 
 def fraction(text: str) -> float:
