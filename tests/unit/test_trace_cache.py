@@ -184,3 +184,25 @@ def test_the_cli_caches_unless_told_not_to(
     assert parses.count == 3  # the first, the cached one's, and the last
     outputs = capsys.readouterr().out
     assert outputs.count('"schema"') == 4
+
+
+def test_the_entries_used_longest_ago_are_evicted(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [a_trace(tmp_path, f"t{i}.json") for i in range(3)]
+    for i, path in enumerate(paths):  # distinct files with entries of one size
+        training_trace(4, loader_us=100.0 + i).write(path)
+        load_trace(path, cache=True)
+    entries = sorted(cache.iterdir(), key=lambda e: e.stat().st_mtime_ns)
+    for age, entry in enumerate(entries):  # the first written is the oldest
+        os.utime(entry, ns=(age * 10**9, age * 10**9))
+    load_trace(paths[0], cache=True)  # read: now the most recently used
+    size = entries[0].stat().st_size
+    monkeypatch.setattr(_cache, "LIMIT_BYTES", 2 * size + size // 2)
+    fourth = training_trace(4, loader_us=200.0).write(tmp_path / "t3.json")
+    load_trace(fourth, cache=True)
+    left = {e.name for e in cache.iterdir()}
+    assert len(left) == 2
+    assert entries[0].name in left  # used last, kept
+    assert entries[1].name not in left
+    assert entries[2].name not in left

@@ -30,6 +30,9 @@ FROM_BYTES = 32 << 20
 """Traces with more JSON text than this are cached (smaller ones parse in well under a
 second); `load_trace(..., cache=True)` with a smaller file does not write."""
 
+LIMIT_BYTES = 4 << 30
+"""The parsed traces kept at most: past this, the entries used longest ago are removed."""
+
 _HASHED = 1 << 20
 """Bytes of a file hashed at each end for its cache key (with its size and mtime)."""
 
@@ -116,9 +119,13 @@ def read(path: Path, source: str) -> Trace | None:
         return None
     with f:
         try:
-            return _load(f.fileno(), key, source)
+            trace = _load(f.fileno(), key, source)
         except (OSError, ValueError, TypeError, msgspec.DecodeError):
             pass
+        else:
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # used now: the last to be evicted
+            return trace
     with contextlib.suppress(OSError):
         entry.unlink()
     return None
@@ -175,6 +182,25 @@ def write(path: Path, trace: Trace) -> None:
             os.replace(partial, entry)
         finally:
             partial.unlink(missing_ok=True)
+        _evict(entry.parent, keep=entry)
+
+
+def _evict(folder: Path, keep: Path) -> None:
+    """Remove the entries used longest ago while the folder holds over LIMIT_BYTES (never
+    `keep`, the one just written)."""
+    entries = []
+    for child in folder.glob("*.columns"):
+        with contextlib.suppress(OSError):
+            st = child.stat()
+            entries.append((st.st_mtime_ns, st.st_size, child))
+    total = sum(size for _, size, _ in entries)
+    for _, size, child in sorted(entries, key=lambda e: e[0]):
+        if total <= LIMIT_BYTES:
+            break
+        if child != keep:
+            with contextlib.suppress(OSError):
+                child.unlink()
+                total -= size
 
 
 def _save(target: Path, key: str, trace: Trace) -> None:
