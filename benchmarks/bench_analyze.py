@@ -65,6 +65,37 @@ print(sys.argv[2] + json.dumps({
 }))
 """
 
+# The msgspec typed-decode floor: the whole text read (gunzipped) and decoded in one process
+# into the structs wallfinder declares for an event, nothing else. Runs under this interpreter.
+FLOOR_SCRIPT = """
+import importlib.util, sys
+import msgspec
+try:
+    from isal import igzip as gzip
+except ImportError:
+    import gzip
+# wallfinder's event structs alone (the module, not the package, which imports numpy).
+spec = importlib.util.spec_from_file_location("schema", sys.argv[3])
+schema = importlib.util.module_from_spec(spec)
+sys.modules["schema"] = schema
+spec.loader.exec_module(schema)
+
+class Document(msgspec.Struct):
+    traceEvents: list[schema.Event] = []
+
+with open(sys.argv[1], "rb") as raw:
+    gzipped = raw.read(2) == b"\\x1f\\x8b"
+    raw.seek(0)
+    text = gzip.GzipFile(fileobj=raw).read() if gzipped else raw.read()
+events = msgspec.json.decode(text, type=Document).traceEvents
+del text
+print(sys.argv[2] + '{"events": %d}' % len(events))
+"""
+
+# Whether this wallfinder has a cache of parsed traces (then the parse is timed with it off,
+# and the second look with it on).
+CACHE_PROBE_SCRIPT = "from wallfinder.cli import main; main(['analyze', '--help'])"
+
 WALLFINDER_VERSION_SCRIPT = (
     "import importlib.metadata as m, wallfinder; print(m.version('wallfinder'))"
 )
@@ -268,6 +299,8 @@ def benchmark_file(
     trace: Path,
     hta_python: str | None,
     run_wallfinder: bool,
+    floor: bool,
+    cache_flags: list[str],
     repeat: int,
     timeout: float,
     scratch: Path,
@@ -287,8 +320,18 @@ def benchmark_file(
             "-o",
             os.devnull,
         ]
-        runs.append(best_of("wallfinder", command, size, repeat, timeout))
+        runs.append(best_of("wallfinder", command + cache_flags, size, repeat, timeout))
         print(f"  wallfinder: {describe(runs[-1])}", flush=True)
+        if cache_flags:
+            # The second look: one run fills the cache (in the scratch folder), then timed.
+            run_measured(command, timeout)
+            runs.append(best_of("wf cached", command, size, repeat, timeout))
+            print(f"  wf cached:  {describe(runs[-1])}", flush=True)
+        if floor:
+            schema = REPO_ROOT / "src" / "wallfinder" / "trace" / "_schema.py"
+            command = [sys.executable, "-c", FLOOR_SCRIPT, str(trace), RESULT_MARKER, str(schema)]
+            runs.append(best_of("msgspec", command, size, repeat, timeout))
+            print(f"  msgspec:    {describe(runs[-1])}", flush=True)
     if hta_python:
         folder = hta_folder(trace, scratch)
         command = [hta_python, "-c", HTA_SCRIPT, str(folder), RESULT_MARKER]
@@ -298,11 +341,18 @@ def benchmark_file(
     ratio = (
         speeds["wallfinder"] / speeds["HTA"] if "wallfinder" in speeds and "HTA" in speeds else None
     )
+    walls = {r.tool: r.wall_s for r in runs if r.wall_s}
+    over_floor = (
+        walls["wallfinder"] / walls["msgspec"]
+        if "wallfinder" in walls and "msgspec" in walls
+        else None
+    )
     return {
         "file": trace.name,
         "uncompressed_mb": size / MB,
         "runs": [asdict(r) for r in runs],
         "throughput_ratio_wallfinder_over_hta": ratio,
+        "wall_ratio_wallfinder_over_msgspec_floor": over_floor,
     }
 
 
@@ -313,7 +363,9 @@ def describe(run: Run) -> str:
         f"{run.wall_s:.2f} s, {run.mb_per_s:.1f} MB/s, peak RSS {run.peak_rss_mb:.0f} MB "
         f"(process tree {run.peak_tree_rss_mb:.0f} MB)"
     )
-    if run.details:  # HTA's own account of where its time went, and what it found
+    if (
+        run.details and "import_s" in run.details
+    ):  # HTA's own account of where its time went, and what it found
         d = run.details
         text += (
             f"\n              import {d['import_s']:.1f} s, load {d['load_s']:.1f} s, "
@@ -343,6 +395,9 @@ def print_table(results: list[dict[str, Any]]) -> None:
         ratio = result["throughput_ratio_wallfinder_over_hta"]
         if ratio is not None:
             print(f"{'':34} {'':8}  wallfinder throughput = {ratio:.1f} x HTA's")
+        over_floor = result.get("wall_ratio_wallfinder_over_msgspec_floor")
+        if over_floor is not None:
+            print(f"{'':34} {'':8}  wallfinder wall time = {over_floor:.2f} x the msgspec floor")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hta-python", help="python of a virtual env with HTA installed")
     parser.add_argument(
         "--timeout", type=float, default=1800.0, help="seconds allowed per run (default 1800)"
+    )
+    parser.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the msgspec floor (the file decoded into wallfinder's event structs alone)",
     )
     parser.add_argument("--repeat", type=int, default=1, help="take the best of N runs")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
@@ -406,12 +466,17 @@ def main(argv: list[str] | None = None) -> int:
         print("neither tool can run: nothing to time")
         return 1
 
+    help_text, _ = probe(sys.executable, CACHE_PROBE_SCRIPT)
+    cache_flags = ["--no-cache"] if help_text and "--no-cache" in help_text else []
     with tempfile.TemporaryDirectory(prefix="bench-analyze-") as scratch:
+        os.environ["WALLFINDER_CACHE"] = str(Path(scratch) / "cache")
         results = [
             benchmark_file(
                 trace,
                 args.hta_python if hta_version else None,
                 wallfinder_version is not None,
+                wallfinder_version is not None and not args.no_floor,
+                cache_flags,
                 args.repeat,
                 args.timeout,
                 Path(scratch),

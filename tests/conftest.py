@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,20 @@ from tracegen import TraceBuilder
 set_hypothesis_home_dir(str(Path(tempfile.gettempdir()) / "wallfinder-tests-hypothesis"))
 settings.register_profile("wallfinder", database=None, deadline=None)
 settings.load_profile("wallfinder")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_in_temp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """wallfinder's cache folder (parsed traces, nsys exports) in the session's temporary
+    folder, for every test and the processes they start: the tests write nothing into the
+    user's cache. Tests of the cache set their own."""
+    before = os.environ.get("WALLFINDER_CACHE")
+    os.environ["WALLFINDER_CACHE"] = str(tmp_path_factory.mktemp("wallfinder-cache"))
+    yield
+    if before is None:
+        del os.environ["WALLFINDER_CACHE"]
+    else:
+        os.environ["WALLFINDER_CACHE"] = before
 
 
 @pytest.fixture

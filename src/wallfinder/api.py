@@ -109,6 +109,9 @@ class Options:
     """The fixes to replay on each step's dependency graph, comma-separated (`"data,host:4"`:
     each alone, then all combined; see `wallfinder analyze --help`); None: the default
     what-if table."""
+    cache: bool = False
+    """Keep the parse of a large trace in wallfinder's cache folder ($WALLFINDER_CACHE, else
+    the user's cache folder) and reuse it while the file is unchanged (the CLI's default)."""
 
     def spec_for(self, trace: Trace) -> DeviceSpec | None:
         """The device spec to analyse `trace` against, or None when it is unknown.
@@ -168,7 +171,13 @@ def analyze(
     options = options or Options()
     files = find_trace_files(path)
     if len(files) == 1 and scheduler is None:
-        traces = load_traces(files[0], progress, workers=workers, step_range=options.step_range)
+        traces = load_traces(
+            files[0],
+            progress,
+            workers=workers,
+            step_range=options.step_range,
+            cache=options.cache,
+        )
         if len(traces) == 1:
             return _diagnose(traces[0], options)
         # An Nsight Systems capture of several GPU processes: each is a rank of one job.
@@ -243,7 +252,7 @@ def _diagnose(trace: Trace, options: Options) -> Diagnosis:
 def analyze_rank(path: Path, options: Options) -> RankResult:
     """One rank's work, run in a worker: parse, diagnose, extract the collectives."""
     try:
-        trace = load_trace(path, workers=1)
+        trace = load_trace(path, workers=1, cache=options.cache)
         if options.step_range is not None:
             trace.use_step_range(options.step_range)
         return _diagnose(trace, options), rank_collectives(trace)

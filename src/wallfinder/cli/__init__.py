@@ -7,33 +7,37 @@ import argparse
 import sys
 import traceback
 from collections.abc import Sequence
+from importlib import import_module
+from types import ModuleType
 from typing import NoReturn
 
 from wallfinder import __version__
-from wallfinder.cli.commands import analyze as analyze_command
-from wallfinder.cli.commands import calibrate as calibrate_command
-from wallfinder.cli.commands import check as check_command
-from wallfinder.cli.commands import counters as counters_command
-from wallfinder.cli.commands import demo as demo_command
-from wallfinder.cli.commands import diff as diff_command
-from wallfinder.cli.commands import history as history_command
-from wallfinder.cli.commands import memory as memory_command
-from wallfinder.cli.commands import roofline as roofline_command
-from wallfinder.cli.commands import run as run_command
 from wallfinder.errors import WallfinderError
 
 COMMANDS = {
-    "analyze": analyze_command,
-    "run": run_command,
-    "demo": demo_command,
-    "roofline": roofline_command,
-    "calibrate": calibrate_command,
-    "diff": diff_command,
-    "check": check_command,
-    "history": history_command,
-    "memory": memory_command,
-    "counters": counters_command,
+    "analyze": "say where a trace's step time goes and which wall it hits",
+    "run": "run a training script unmodified, profile its steps, and diagnose them",
+    "demo": "profile a built-in training job made to hit one wall, and diagnose it",
+    "roofline": "AI, ridge, bound, attainable FLOP/s and time floor for an op on a device",
+    "calibrate": "measure this device's matmul FLOP/s, copy bandwidth and launch latency; "
+    "save a profile",
+    "diff": "show what moved between two runs: step time, breakdown, wall, findings, kernels",
+    "check": "check a run against bounds (step time, MFU, idle, exposed comm, regression, "
+    "peak memory, memory leak); exit 1 if broken",
+    "history": "show how a job's recorded runs moved: step time, MFU, idle and the wall over runs",
+    "memory": "what fills GPU memory: peak, call sites, categories, leaks, from an allocator "
+    "snapshot",
+    "counters": "each kernel's bound from Nsight Compute counters (ncu --csv), checked against "
+    "a trace",
 }
+"""Each subcommand's one-line help. Its module, `wallfinder.cli.commands.<name>` with
+`prepare_parser(parser)` and `run(args)`, is imported only when that command is asked for:
+`--help` and one command's run never import the others (the HTML report, calibration)."""
+
+
+def command(name: str) -> ModuleType:
+    """The module of subcommand `name`."""
+    return import_module(f"wallfinder.cli.commands.{name}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,7 +48,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"wallfinder: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with `argv`, only the command it names gets its options (the others
+    are listed with their help, unprepared, so that their modules are not imported)."""
     parser = _Parser(
         prog="wallfinder",
         description="Find the wall a slow PyTorch job is hitting: compute, memory bandwidth, "
@@ -53,19 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"wallfinder {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        module.prepare_parser(sub.add_parser(name, help=module.HELP, description=module.HELP))
+    chosen = None if argv is None else next((a for a in argv if a in COMMANDS), "")
+    for name, text in COMMANDS.items():
+        parser_of = sub.add_parser(name, help=text, description=text)
+        if chosen is None or name == chosen:
+            command(name).prepare_parser(parser_of)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
         return exc.code if isinstance(exc.code, int) else 0
     try:
-        return int(COMMANDS[args.command].run(args))
+        return int(command(args.command).run(args))
     except WallfinderError as exc:
         if args.debug:
             traceback.print_exc()

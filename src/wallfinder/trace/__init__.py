@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace import _cache
 from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
 from wallfinder.trace._ncu import (
     NcuExport,
@@ -30,7 +31,6 @@ from wallfinder.trace._ncu import (
     ncu_command,
     normalised_name,
 )
-from wallfinder.trace._nsys import is_nsys_input, load_nsys
 from wallfinder.trace._reader import (
     GZIP_DATA_ERRORS,
     ChunkReader,
@@ -39,6 +39,7 @@ from wallfinder.trace._reader import (
     Region,
     Remainder,
     gunzipped,
+    is_nsys_input,
     iter_trace_files,
     merge_tail,
     split_remainder,
@@ -85,20 +86,24 @@ def load_traces(
     *,
     workers: int | None = None,
     step_range: str | None = None,
+    cache: bool = False,
 ) -> list[Trace]:
     """The traces in one file: a Kineto trace is one; an Nsight Systems capture (a SQLite
     export, or an `.nsys-rep` report when `nsys` is on PATH) is one per process with GPU
     activity, each a rank. `step_range` names the range (NVTX, `record_function`) that marks
-    the steps, in place of `ProfilerStep#N` or the reader's choice."""
+    the steps, in place of `ProfilerStep#N` or the reader's choice. `cache`: as for
+    `load_trace`."""
     p = Path(path)
     if is_nsys_input(p):
+        from wallfinder.trace._nsys import load_nsys  # sqlite3: imported for nsys input only
+
         if progress is not None:
             progress(0, 1)
         traces = load_nsys(p, step_range)
         if progress is not None:
             progress(1, 1)
         return traces
-    trace = load_trace(p, progress, workers=workers)
+    trace = load_trace(p, progress, workers=workers, cache=cache)
     if step_range is not None:
         trace.use_step_range(step_range)
     return [trace]
@@ -123,13 +128,19 @@ PARALLEL_FROM_BYTES = 32 << 20
 
 
 def load_trace(
-    path: str | Path, progress: Progress | None = None, *, workers: int | None = None
+    path: str | Path,
+    progress: Progress | None = None,
+    *,
+    workers: int | None = None,
+    cache: bool = False,
 ) -> Trace:
     """Parse one Kineto/PyTorch profiler trace file (`.json` or `.json.gz`) into a `Trace`
     (an Nsight Systems capture of one GPU process too; `load_traces` reads every process of
     one).
 
-    Large files are decoded in `workers` processes (default: one per available core).
+    Large files are decoded in `workers` processes (default: one per available core). With
+    `cache`, a large file's parse is kept in wallfinder's cache folder and read from there
+    while the file is unchanged (`trace._cache`).
     Raises `WallfinderError` with a one-line reason for anything that is not a readable trace.
     """
     p = Path(path)
@@ -138,12 +149,22 @@ def load_trace(
     if not p.exists():
         raise WallfinderError(f"{p}: no such file")
     if is_nsys_input(p):
+        from wallfinder.trace._nsys import load_nsys
+
         traces = load_nsys(p)
         if len(traces) > 1:
             raise WallfinderError(f"{p.name}: holds {len(traces)} GPU processes (ranks)")
         return traces[0]
+    size = text_size(p)
+    cache = cache and size > _cache.FROM_BYTES
+    if cache:
+        cached = _cache.read(p, p.name)
+        if cached is not None:
+            if progress is not None:
+                progress(1, 1)
+            return cached
     if workers is None:
-        workers = _available_cores() if text_size(p) > PARALLEL_FROM_BYTES else 1
+        workers = _available_cores() if size > PARALLEL_FROM_BYTES else 1
     reader = ChunkReader(p, progress, regions=workers > 1)
     assembler = Assembler(p.name)
     # Decoding creates millions of short-lived objects with no cycles: the cyclic collector
@@ -159,7 +180,10 @@ def load_trace(
     header = reader.document.header
     if tail is not None and not reader.document.bare:
         header = merge_tail(header, tail, p.name)
-    return _build(p.name, events, memory, assembler, header)
+    trace = _build(p.name, events, memory, assembler, header)
+    if cache:
+        _cache.write(p, trace)
+    return trace
 
 
 def _available_cores() -> int:

@@ -13,8 +13,8 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from itertools import compress
-from operator import attrgetter, itemgetter
+from itertools import compress, count, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import Any
 
 import msgspec
@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._joins import Links, join_launches
-from wallfinder.trace._schema import Event, Scalar
+from wallfinder.trace._schema import Args, Event, Scalar
 from wallfinder.trace.model import (
     MEMORY_COLUMNS,
     NONE,
@@ -230,20 +230,21 @@ def columns_of(decoded: list[Event]) -> Chunk:
         return Chunk(problem=problem)
     chunk.pid = np.fromiter(map(ids.__getitem__, map(attrgetter("pid"), events)), np.int32, n)
     chunk.tid = np.fromiter(map(ids.__getitem__, map(attrgetter("tid"), events)), np.int32, n)
+    args_of = _ArgsOf(events, kind)
     chunk.ints = {
-        "external_id": _sparse_ints(events, kind, _EXTERNAL, "args.external_id"),
-        "correlation": _sparse_ints(events, kind, _CORRELATED, "args.correlation"),
-        "device": _sparse_ints(events, kind, _GPU_KINDS, "args.device"),
-        "stream": _sparse_ints(events, kind, _GPU_KINDS, "args.stream"),
-        "nbytes": _bytes(events, kind),
-        "seq": _sparse_ints(events, kind, (Kind.CPU_OP,), "args.sequence"),
-        "fwd_thread": _sparse_ints(events, kind, (Kind.CPU_OP,), "args.fwd_thread"),
+        "external_id": _sparse_ints(args_of, _EXTERNAL, "external_id"),
+        "correlation": _sparse_ints(args_of, _CORRELATED, "correlation"),
+        "device": _sparse_ints(args_of, _GPU_KINDS, "device"),
+        "stream": _sparse_ints(args_of, _GPU_KINDS, "stream"),
+        "nbytes": _bytes(args_of),
+        "seq": _sparse_ints(args_of, (Kind.CPU_OP,), "sequence"),
+        "fwd_thread": _sparse_ints(args_of, (Kind.CPU_OP,), "fwd_thread"),
     }
-    chunk.input_dims = _sparse_raw(events, kind, raw, "args.input_dims")
-    chunk.input_type = _sparse_raw(events, kind, raw, "args.input_type")
-    chunk.concrete_inputs = _sparse_raw(events, kind, raw, "args.concrete_inputs")
-    chunk.grid = _sparse_raw(events, kind, raw, "args.grid", (Kind.KERNEL,))
-    chunk.comm = _comm(events, kind, raw)
+    chunk.input_dims = _sparse_raw(args_of, raw, "input_dims")
+    chunk.input_type = _sparse_raw(args_of, raw, "input_type")
+    chunk.concrete_inputs = _sparse_raw(args_of, raw, "concrete_inputs")
+    chunk.grid = _sparse_raw(args_of, raw, "grid", (Kind.KERNEL,))
+    chunk.comm = _comm(args_of, raw)
     chunk.labels = {ids[pid]: label for pid, label in labels.items()}
     correlated = _is(kind, _CORRELATED)
     ids_here = chunk.ints["correlation"][correlated]
@@ -251,7 +252,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
         # Some launches or device ops carry no correlation id (or none is in this chunk):
         # keep the flows that join them instead.
         chunk.links = _links(decoded, flows, flow_pair, pair_codes, ids)
-    chunk.memory = _memory(events, kind, chunk)
+    chunk.memory = _memory(args_of, chunk)
     for phase, rows_seen in (("B", chunk.begins), ("E", chunk.ends)):
         codes = [i for i, (p, _) in enumerate(pair_codes) if p == phase]
         if codes:
@@ -310,69 +311,80 @@ def _check_times(
     return None
 
 
-def _sparse_ints(
-    events: Sequence[Event], kind: npt.NDArray[np.int8], kinds: tuple[Kind, ...], path: str
-) -> npt.NDArray[np.int64]:
-    out = np.full(len(events), NONE, dtype=np.int64)
-    rows = _rows(kind, kinds)
+class _ArgsOf:
+    """The `args` of the rows of some kinds of event, gathered once for each set of kinds:
+    several columns read the same rows (the shaped ops' three argument texts, a GPU op's
+    device and stream)."""
+
+    def __init__(self, events: Sequence[Event], kind: npt.NDArray[np.int8]) -> None:
+        self.events = events
+        self.kind = kind
+        self._gathered: dict[tuple[Kind, ...], tuple[npt.NDArray[np.intp], list[Args]]] = {}
+
+    def __call__(self, kinds: tuple[Kind, ...]) -> tuple[npt.NDArray[np.intp], list[Args]]:
+        """The rows of `kinds` and their args, in row order."""
+        gathered = self._gathered.get(kinds)
+        if gathered is None:
+            rows = _rows(self.kind, kinds)
+            args = list(map(_ARGS, _pick(self.events, rows))) if rows.size else []
+            gathered = self._gathered[kinds] = (rows, args)
+        return gathered
+
+
+_ARGS = attrgetter("args")
+
+
+def _sparse_ints(args_of: _ArgsOf, kinds: tuple[Kind, ...], key: str) -> npt.NDArray[np.int64]:
+    out = np.full(len(args_of.events), NONE, dtype=np.int64)
+    rows, args = args_of(kinds)
     if rows.size:
-        out[rows] = _ints(_pick(events, rows), path)
+        out[rows] = _ints(args, key)
     return out
 
 
 def _sparse_raw(
-    events: Sequence[Event],
-    kind: npt.NDArray[np.int8],
-    raw: Interner,
-    path: str,
-    kinds: tuple[Kind, ...] = _SHAPED,
+    args_of: _ArgsOf, raw: Interner, key: str, kinds: tuple[Kind, ...] = _SHAPED
 ) -> npt.NDArray[np.int32]:
-    out = np.zeros(len(events), dtype=np.int32)
-    rows = _rows(kind, kinds)
+    out = np.zeros(len(args_of.events), dtype=np.int32)
+    rows, args = args_of(kinds)
     if rows.size:
-        values = map(bytes, map(attrgetter(path), _pick(events, rows)))
+        values = map(bytes, map(attrgetter(key), args))
         out[rows] = np.fromiter(map(raw.__getitem__, values), np.int32, rows.size)
     return out
 
 
 _COMM_FIELDS = attrgetter(
-    "args.collective",
-    "args.in_nelems",
-    "args.out_nelems",
-    "args.dtype",
-    "args.group_size",
-    "args.pg_name",
-    "args.pg_ranks",
-    "args.seq",
+    "collective",
+    "in_nelems",
+    "out_nelems",
+    "dtype",
+    "group_size",
+    "pg_name",
+    "pg_ranks",
+    "seq",
 )
 _COMM_KINDS = (Kind.KERNEL, Kind.CPU_OP)
 _encode = msgspec.json.encode
 
 
-def _comm(
-    events: Sequence[Event], kind: npt.NDArray[np.int8], raw: Interner
-) -> npt.NDArray[np.int32]:
+def _comm(args_of: _ArgsOf, raw: Interner) -> npt.NDArray[np.int32]:
     """A collective's arguments (name, element counts, dtype, group, sequence number) as a
     compact JSON array interned in the raw table; 0 for events that carry none. Only the few
-    rows with a `Collective name` are encoded."""
-    out = np.zeros(len(events), dtype=np.int32)
-    rows = _rows(kind, _COMM_KINDS)
-    if not rows.size:
-        return out
-    picked = _pick(events, rows)
-    names = list(map(attrgetter("args.collective"), picked))
-    hits = [i for i, v in enumerate(names) if v is not None]
-    for i in hits:
-        out[rows[i]] = raw[_encode(_COMM_FIELDS(picked[i]))]
+    rows with a `Collective name` are encoded (found in one C-level pass)."""
+    out = np.zeros(len(args_of.events), dtype=np.int32)
+    rows, args = args_of(_COMM_KINDS)
+    names = map(attrgetter("collective"), args)
+    for i in compress(count(), map(is_not, names, repeat(None))):
+        out[rows[i]] = raw[_encode(_COMM_FIELDS(args[i]))]
     return out
 
 
-def _bytes(events: Sequence[Event], kind: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
+def _bytes(args_of: _ArgsOf) -> npt.NDArray[np.int64]:
     # Kineto wrote "bytes" for memcpy/memset; some versions and tools write "Bytes".
-    out = np.full(len(events), NONE, dtype=np.int64)
-    for i in _rows(kind, _SIZED).tolist():
-        args = events[i].args
-        out[i] = _as_int(args.bytes_lower if args.bytes_lower != NONE else args.bytes_upper)
+    out = np.full(len(args_of.events), NONE, dtype=np.int64)
+    rows, args = args_of(_SIZED)
+    for i, a in zip(rows.tolist(), args, strict=True):
+        out[i] = _as_int(a.bytes_lower if a.bytes_lower != NONE else a.bytes_upper)
     return out
 
 
@@ -399,20 +411,19 @@ _MEMORY_ARGS = (
 )
 
 
-def _memory(events: Sequence[Event], kind: npt.NDArray[np.int8], chunk: Chunk) -> dict[str, Any]:
+def _memory(args_of: _ArgsOf, chunk: Chunk) -> dict[str, Any]:
     """The `[memory]` events' columns: time (float us), the chunk's pid/tid codes, and their
     args as int64 (NONE where absent)."""
-    rows = np.flatnonzero(kind == Kind.MEMORY)
+    rows, args = args_of((Kind.MEMORY,))
     if rows.size == 0:
         return {}
-    args = [events[i].args for i in rows.tolist()]
     out: dict[str, Any] = {
         "ts_us": chunk.ts_us[rows],
         "pid": chunk.pid[rows],
         "tid": chunk.tid[rows],
     }
     for key in _MEMORY_ARGS:
-        out[key] = np.fromiter(map(_as_int, map(attrgetter(key), args)), np.int64, rows.size)
+        out[key] = _ints(args, key)
     return out
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wallfinder.errors import WallfinderError
-from wallfinder.trace._nsys import cache_dir, cache_key
+from wallfinder.trace._cache import cache_dir, file_key
 from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
 
 REPORT_SUFFIX = ".ncu-rep"
@@ -626,7 +626,7 @@ def _exported(report: Path) -> Path:
             f"or export it yourself ({EXPORT_HINT}) and pass the .csv"
         )
     folder = cache_dir("ncu")
-    target = folder / f"{cache_key(report)}.csv"
+    target = folder / f"{file_key(report)}.csv"
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)

@@ -34,7 +34,6 @@ from the database.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -52,25 +51,13 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
+from wallfinder.trace._cache import cache_dir, file_key
+from wallfinder.trace._reader import REPORT_SUFFIXES
 from wallfinder.trace.model import NONE, Events, Kind, Trace, step_key
 
 I64 = npt.NDArray[np.int64]
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 EXPORT_HINT = "nsys export --type sqlite --output FILE.sqlite FILE.nsys-rep"
-
-
-def is_nsys_input(path: Path) -> bool:
-    """Whether `path` is an Nsight Systems report (by its suffix) or a SQLite file (by its
-    first bytes, whatever its name)."""
-    if path.suffix.lower() in REPORT_SUFFIXES:
-        return True
-    try:
-        with path.open("rb") as f:
-            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 # --- What the export's tables say, as data -------------------------------------------------
@@ -783,33 +770,6 @@ def _default_step_range(trace: Trace) -> None:
 # --- Reports (.nsys-rep): exported once, to a cache --------------------------------------------
 
 
-def cache_dir(tool: str = "nsys") -> Path:
-    """Where exports of a tool's reports are kept (`nsys`, `ncu`): a folder of its own in
-    $WALLFINDER_CACHE, else in the user's cache folder."""
-    base = os.environ.get("WALLFINDER_CACHE")
-    if base:
-        return Path(base) / tool
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg) if xdg else Path.home() / ".cache"
-    return root / "wallfinder" / tool
-
-
-_HASHED = 1 << 20
-"""Bytes of a report hashed at each end for its cache key (with its size and mtime)."""
-
-
-def cache_key(path: Path) -> str:
-    """A report's key in the cache: its size, mtime and the bytes at each end, hashed."""
-    st = path.stat()
-    digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
-    with path.open("rb") as f:
-        digest.update(f.read(_HASHED))
-        if st.st_size > 2 * _HASHED:
-            f.seek(-_HASHED, os.SEEK_END)
-            digest.update(f.read(_HASHED))
-    return digest.hexdigest()[:32]
-
-
 def exported(report: Path) -> Path:
     """The SQLite export of an `.nsys-rep` report, made with `nsys export` into the cache
     (never beside the report) on first use and reused while the report is unchanged."""
@@ -821,8 +781,8 @@ def exported(report: Path) -> Path:
             f"{report.name}: reading an Nsight Systems report needs the nsys command on PATH; "
             f"or export it yourself ({EXPORT_HINT}) and analyse the .sqlite file"
         )
-    folder = cache_dir()
-    target = folder / f"{cache_key(report)}.sqlite"
+    folder = cache_dir("nsys")
+    target = folder / f"{file_key(report)}.sqlite"
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)

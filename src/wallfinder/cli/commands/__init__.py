@@ -1,1 +1,2 @@
-"""One module per subcommand, each with `HELP`, `prepare_parser(parser)` and `run(args)`."""
+"""One module per subcommand, each with `prepare_parser(parser)` and `run(args)`; their
+one-line helps are `wallfinder.cli.COMMANDS`."""

@@ -13,10 +13,7 @@ import msgspec
 
 from wallfinder.api import Diagnosis, ModelFlops, Options, Progress, analyze, analyze_counters
 from wallfinder.errors import WallfinderError
-from wallfinder.history import History, git_commit, this_host
 from wallfinder.report import FORMATS, render
-
-HELP = "say where a trace's step time goes and which wall it hits"
 
 PROGRESS_FROM_BYTES = 8 << 20
 """Inputs larger than this show a progress bar (on a terminal only)."""
@@ -48,7 +45,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "confirm or refute each top kernel's roofline bound with its hardware counters",
     )
     add_device_options(parser)
-    add_step_option(parser)
+    add_trace_options(parser)
     add_model_options(parser)
     parser.add_argument(
         "--what-if",
@@ -87,6 +84,8 @@ def record_if_asked(args: argparse.Namespace, diagnosis: Diagnosis) -> None:
     """Record `diagnosis` when --record was given (a note on stderr says where)."""
     if args.record is None:
         return
+    from wallfinder.history import History, git_commit, this_host  # sqlite3: only to record
+
     with History(args.db) as history:
         run = history.record(args.record, diagnosis, commit=git_commit(), host=this_host())
         where = history.path
@@ -113,8 +112,15 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--hidden", type=_positive, help="hidden size (attention FLOPs)")
 
 
-def add_step_option(parser: argparse.ArgumentParser) -> None:
-    """`--step-range NAME` (analyze, diff, check)."""
+def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    """`--step-range NAME` and `--no-cache` (analyze, diff, check: the commands that read
+    traces)."""
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="parse the trace again, neither reading nor writing wallfinder's cache of parsed "
+        "traces (large traces are kept in $WALLFINDER_CACHE, else ~/.cache/wallfinder)",
+    )
     parser.add_argument(
         "--step-range",
         metavar="NAME",
@@ -183,6 +189,7 @@ def options_from(args: argparse.Namespace) -> Options:
         # `run` has no --step-range: its steps are the ones its own profiler marks.
         step_range=getattr(args, "step_range", None),
         what_if=getattr(args, "what_if", None),
+        cache=not getattr(args, "no_cache", True),
     )
 
 

@@ -17,8 +17,6 @@ from wallfinder.capture.calibrate import CalibrationResult, Figure, Settings, ca
 from wallfinder.cli.commands.analyze import positive_int
 from wallfinder.units import duration
 
-HELP = "measure this device's matmul FLOP/s, copy bandwidth and launch latency; save a profile"
-
 DEFAULT_OUTPUT = Path("wallfinder-device.toml")
 WIDTH = 100
 

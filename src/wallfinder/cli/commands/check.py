@@ -11,14 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from wallfinder.api import Bounds, check, load_diagnosis, read_toml
-from wallfinder.cli.commands.analyze import add_device_options, add_step_option
+from wallfinder.cli.commands.analyze import add_device_options, add_trace_options
 from wallfinder.cli.commands.diff import options_from
 from wallfinder.errors import WallfinderError
-
-HELP = (
-    "check a run against bounds (step time, MFU, idle, exposed comm, regression, peak memory, "
-    "memory leak); exit 1 if broken"
-)
 
 CONFIG_TABLE = "tool.wallfinder.check"
 CONFIG_KEYS = {
@@ -84,7 +79,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="a pyproject.toml to read bounds from (default: the nearest one from here up)",
     )
     add_device_options(parser)
-    add_step_option(parser)
+    add_trace_options(parser)
 
 
 def fraction(text: str) -> float:

@@ -10,14 +10,12 @@ from pathlib import Path
 from wallfinder.api import analyze, analyze_counters, ncu_commands
 from wallfinder.cli.commands.analyze import (
     add_device_options,
-    add_step_option,
+    add_trace_options,
     options_from,
     write_report,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.report import COUNTER_FORMATS, render_counters
-
-HELP = "each kernel's bound from Nsight Compute counters (ncu --csv), checked against a trace"
 
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +41,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=COUNTER_FORMATS, default="text", help="output format")
     parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
     add_device_options(parser)
-    add_step_option(parser)
+    add_trace_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,8 +17,6 @@ from wallfinder.measure import DemoPair, DemoResult, run_demo
 from wallfinder.report import FORMATS, render, render_diff
 from wallfinder.report.diff import speed_text, verdict_line
 
-HELP = "profile a built-in training job made to hit one wall, and diagnose it"
-
 OUT = Path("wallfinder-demo")
 ATTEMPTS = 2
 """Measure once more when the steps vary: the workloads are steady by design, so varying steps

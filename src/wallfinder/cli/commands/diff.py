@@ -6,10 +6,8 @@ import argparse
 from pathlib import Path
 
 from wallfinder.api import Options, diff, load_diagnosis
-from wallfinder.cli.commands.analyze import add_device_options, add_step_option, write_report
+from wallfinder.cli.commands.analyze import add_device_options, add_trace_options, write_report
 from wallfinder.report import DIFF_FORMATS, render_diff
-
-HELP = "show what moved between two runs: step time, breakdown, wall, findings, kernels"
 
 _INPUT = "a trace file, a folder of rank traces, or a saved diagnosis (analyze --format json)"
 
@@ -20,7 +18,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=DIFF_FORMATS, default="text", help="output format")
     parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
     add_device_options(parser)
-    add_step_option(parser)
+    add_trace_options(parser)
 
 
 def options_from(args: argparse.Namespace) -> Options:
@@ -30,6 +28,7 @@ def options_from(args: argparse.Namespace) -> Options:
         spec_file=args.spec,
         device_profile=args.device_profile,
         step_range=args.step_range,
+        cache=not args.no_cache,
     )
 
 

@@ -10,8 +10,6 @@ from wallfinder.errors import WallfinderError
 from wallfinder.history import History
 from wallfinder.report.history import HISTORY_FORMATS, render_history, render_names
 
-HELP = "show how a job's recorded runs moved: step time, MFU, idle and the wall over runs"
-
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -9,8 +9,6 @@ from wallfinder.api import analyze_memory
 from wallfinder.cli.commands.analyze import write_report
 from wallfinder.report import MEMORY_FORMATS, render_memory
 
-HELP = "what fills GPU memory: peak, call sites, categories, leaks, from an allocator snapshot"
-
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -12,8 +12,6 @@ from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file
 from wallfinder.hardware.profile import load_device_profile
 from wallfinder.report import render_calculation
 
-HELP = "AI, ridge, bound, attainable FLOP/s and time floor for an op on a device"
-
 
 def _ints(text: str) -> tuple[int, ...]:
     try:

@@ -29,8 +29,6 @@ from wallfinder.errors import WallfinderError
 from wallfinder.measure import diagnose_run, run_steps
 from wallfinder.report import FORMATS, render, render_memory, render_steps
 
-HELP = "run a training script unmodified, profile its steps, and diagnose them"
-
 EPILOG = """\
 examples:
   wallfinder run -- python train.py --lr 3e-4

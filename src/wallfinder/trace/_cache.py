@@ -1,0 +1,246 @@
+"""wallfinder's cache folder, and parsed traces kept in it so that a second look at the same
+trace (another `--device`, `diff`, `check`, the HTML after the terminal) skips the parse.
+
+An entry is one file: a msgpack header (what the trace's header said, its string tables, and
+where each column lies) followed by the columns' bytes, which are mapped into memory, not read.
+It is keyed by the trace file's size, mtime and a hash of its first and last MiB, and by the
+parser that wrote it (a hash of this package's source): an edited trace, a trace rewritten in
+place, or a newer wallfinder never reads an old entry. The key is checked again against the
+entry's own header, and an entry that does not decode or whose columns do not fit is removed
+and rebuilt, never used. An entry holds nothing the trace did not (not its path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from wallfinder.trace.model import MEMORY_COLUMNS, Events, MemoryEvents, Trace
+
+FROM_BYTES = 32 << 20
+"""Traces with more JSON text than this are cached (smaller ones parse in well under a
+second); `load_trace(..., cache=True)` with a smaller file does not write."""
+
+LIMIT_BYTES = 4 << 30
+"""The parsed traces kept at most: past this, the entries used longest ago are removed."""
+
+_HASHED = 1 << 20
+"""Bytes of a file hashed at each end for its cache key (with its size and mtime)."""
+
+_ALIGN = 64
+
+
+def cache_dir(kind: str) -> Path:
+    """Where wallfinder keeps `kind` ("nsys" exports, "parsed" traces): $WALLFINDER_CACHE,
+    else the user's cache folder. Deleting the folder clears the cache."""
+    base = os.environ.get("WALLFINDER_CACHE")
+    if base:
+        return Path(base) / kind
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    root = Path(xdg) if xdg else Path.home() / ".cache"
+    return root / "wallfinder" / kind
+
+
+def file_key(path: Path) -> str:
+    """A key for the content of `path`: its size, mtime and the hash of its first and last
+    MiB (hashing a whole 1 GB file would cost a third of parsing it)."""
+    st = path.stat()
+    digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    with path.open("rb") as f:
+        digest.update(f.read(_HASHED))
+        if st.st_size > 2 * _HASHED:
+            f.seek(-_HASHED, os.SEEK_END)
+            digest.update(f.read(_HASHED))
+    return digest.hexdigest()[:32]
+
+
+@cache
+def parser_id() -> str:
+    """A hash of the trace package's source: entries written by another parser are stale."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class _Column(msgspec.Struct, array_like=True):
+    name: str
+    dtype: str
+    offset: int
+    count: int
+
+
+class _Header(msgspec.Struct):
+    key: str
+    parser: str
+    origin_us: float
+    strings: list[str]
+    ids: list[int | float | str | None]
+    raw: list[bytes]
+    device_properties: list[dict[str, Any]]
+    distributed: dict[str, Any]
+    base_time_ns: int | None
+    process_labels: dict[int, str]
+    warnings: list[str]
+    cut_step: str | None
+    events: list[_Column]
+    memory: list[_Column]
+
+
+_decode_header = msgspec.msgpack.Decoder(_Header).decode
+_PREFIX = 16  # b"wallfinder-cache" then the header's length (8 bytes, little-endian)
+_MAGIC = b"wallfinder-cache"
+
+
+def _entry(path: Path) -> tuple[Path, str]:
+    key = f"{file_key(path)}-{parser_id()}"
+    return cache_dir("parsed") / f"{key}.columns", key
+
+
+def read(path: Path, source: str) -> Trace | None:
+    """The cached parse of `path`, or None (nothing cached, or an entry that is stale or
+    damaged: removed)."""
+    try:
+        entry, key = _entry(path)
+    except OSError:
+        return None
+    try:
+        f = entry.open("rb")
+    except OSError:
+        return None
+    with f:
+        try:
+            trace = _load(f.fileno(), key, source)
+        except (OSError, ValueError, TypeError, msgspec.DecodeError):
+            pass
+        else:
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # used now: the last to be evicted
+            return trace
+    with contextlib.suppress(OSError):
+        entry.unlink()
+    return None
+
+
+def _load(fd: int, key: str, source: str) -> Trace:
+    data = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)  # copy on write: columns are writable
+    if data[:_PREFIX] != _MAGIC:
+        raise ValueError("not a cache entry")
+    size = int.from_bytes(data[_PREFIX : _PREFIX + 8], "little")
+    header = _decode_header(data[_PREFIX + 8 : _PREFIX + 8 + size])
+    if header.key != key or header.parser != parser_id():
+        raise ValueError("stale entry")
+
+    def columns(specs: list[_Column], names: tuple[str, ...]) -> dict[str, Any]:
+        out = {}
+        for c in specs:
+            dtype = np.dtype(c.dtype)
+            if c.offset + c.count * dtype.itemsize > len(data):
+                raise ValueError("truncated entry")
+            out[c.name] = np.frombuffer(data, dtype, c.count, c.offset)
+        if tuple(out) != names or len({a.shape for a in out.values()}) > 1:
+            raise ValueError("columns do not match")
+        return out
+
+    events = columns(header.events, tuple(f.name for f in fields(Events)))
+    memory = columns(header.memory, MEMORY_COLUMNS)
+    return Trace(
+        source=source,
+        events=Events(**events),
+        strings=header.strings,
+        ids=header.ids,
+        raw=header.raw,
+        origin_us=header.origin_us,
+        device_properties=header.device_properties,
+        distributed=header.distributed,
+        base_time_ns=header.base_time_ns,
+        process_labels=header.process_labels,
+        memory=MemoryEvents(**memory),
+        warnings=header.warnings,
+        cut_step=header.cut_step,
+    )
+
+
+def write(path: Path, trace: Trace) -> None:
+    """Keep `trace`, the parse of `path`, in the cache. Best effort: a cache that cannot be
+    written (a read-only or full disk) leaves the analysis as it was."""
+    with contextlib.suppress(OSError, ValueError, TypeError, OverflowError, msgspec.MsgspecError):
+        entry, key = _entry(path)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        partial = entry.with_name(f"{entry.name}.{os.getpid()}.partial")
+        try:
+            _save(partial, key, trace)
+            os.replace(partial, entry)
+        finally:
+            partial.unlink(missing_ok=True)
+        _evict(entry.parent, keep=entry)
+
+
+def _evict(folder: Path, keep: Path) -> None:
+    """Remove the entries used longest ago while the folder holds over LIMIT_BYTES (never
+    `keep`, the one just written)."""
+    entries = []
+    for child in folder.glob("*.columns"):
+        with contextlib.suppress(OSError):
+            st = child.stat()
+            entries.append((st.st_mtime_ns, st.st_size, child))
+    total = sum(size for _, size, _ in entries)
+    for _, size, child in sorted(entries, key=lambda e: e[0]):
+        if total <= LIMIT_BYTES:
+            break
+        if child != keep:
+            with contextlib.suppress(OSError):
+                child.unlink()
+                total -= size
+
+
+def _save(target: Path, key: str, trace: Trace) -> None:
+    arrays: list[tuple[str, np.ndarray[Any, Any]]] = []
+    specs: dict[str, list[_Column]] = {"events": [], "memory": []}
+    for group, table, names in (
+        ("events", trace.events, [f.name for f in fields(Events)]),
+        ("memory", trace.memory, list(MEMORY_COLUMNS)),
+    ):
+        for name in names:
+            column = np.ascontiguousarray(getattr(table, name))
+            specs[group].append(_Column(name, column.dtype.str, 0, int(column.size)))
+            arrays.append((group, column))
+    header = _Header(
+        key=key,
+        parser=parser_id(),
+        origin_us=trace.origin_us,
+        strings=trace.strings,
+        ids=trace.ids,
+        raw=trace.raw,
+        device_properties=trace.device_properties,
+        distributed=trace.distributed,
+        base_time_ns=trace.base_time_ns,
+        process_labels=trace.process_labels,
+        warnings=trace.warnings,
+        cut_step=trace.cut_step,
+        events=specs["events"],
+        memory=specs["memory"],
+    )
+    # Offsets depend on the header's length, which depends on the offsets' digits: place the
+    # columns after room for the header with offsets of the widest encoding.
+    room = len(msgspec.msgpack.encode(header)) + 9 * len(arrays) + _ALIGN
+    offset = -(-(_PREFIX + 8 + room) // _ALIGN) * _ALIGN
+    for spec, (_, column) in zip([*specs["events"], *specs["memory"]], arrays, strict=True):
+        spec.offset = offset
+        offset += -(-column.nbytes // _ALIGN) * _ALIGN
+    encoded = msgspec.msgpack.encode(header)
+    with target.open("wb") as f:
+        f.write(_MAGIC + len(encoded).to_bytes(8, "little") + encoded)
+        for spec, (_, column) in zip([*specs["events"], *specs["memory"]], arrays, strict=True):
+            f.seek(spec.offset)
+            f.write(column.data)
+        f.truncate(offset)
