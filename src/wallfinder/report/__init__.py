@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,12 +14,14 @@ if TYPE_CHECKING:
         MemoryReport,
         Steps,
     )
+    from wallfinder.report.export import Exported
 
 __all__ = [
     "COUNTER_FORMATS",
     "DIFF_FORMATS",
     "FORMATS",
     "MEMORY_FORMATS",
+    "export_tables",
     "render",
     "render_calculation",
     "render_counters",
@@ -52,6 +55,15 @@ def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
     from wallfinder.report.terminal import render_text
 
     return render_text(diagnosis, width=width)
+
+
+def export_tables(diagnosis: Diagnosis, folder: Path) -> Exported:
+    """Write the diagnosis's tables (kernels, ops, modules, phases, roofline) into `folder`
+    as CSV, and as Parquet when pyarrow is installed (`Exported.note` says when it is not).
+    Raises `WallfinderError` when the folder cannot be written."""
+    from wallfinder.report.export import export_tables as write
+
+    return write(diagnosis, folder)
 
 
 def render_steps(steps: Steps, fmt: str, *, width: int | None = None) -> str:

@@ -13,7 +13,7 @@ import msgspec
 
 from wallfinder.api import Diagnosis, ModelFlops, Options, Progress, analyze, analyze_counters
 from wallfinder.errors import WallfinderError
-from wallfinder.report import FORMATS, render
+from wallfinder.report import FORMATS, export_tables, render
 
 PROGRESS_FROM_BYTES = 8 << 20
 """Inputs larger than this show a progress bar (on a terminal only)."""
@@ -28,6 +28,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
     parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    parser.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="also write the kernel, op, module, phase and roofline tables into DIR as CSV "
+        "(and Parquet, with pyarrow installed: wallfinder[parquet])",
+    )
     parser.add_argument(
         "--workers", type=int, default=None, help="processes for parsing (default: one per core)"
     )
@@ -208,6 +215,14 @@ def run(args: argparse.Namespace) -> int:
         report = analyze_counters(args.counters, options_from(args), diagnosis=diagnosis)
         diagnosis = msgspec.structs.replace(diagnosis, counters=report)
     write_report(render(diagnosis, args.format), args.output)
+    if args.export is not None:
+        exported = export_tables(diagnosis, args.export)
+        # One line on stderr: the report itself may be on stdout.
+        print(
+            f"wallfinder: wrote {len(exported.files)} files to {args.export}"
+            + (f" (CSV only: {exported.note})" if exported.note else " (CSV and Parquet)"),
+            file=sys.stderr,
+        )
     record_if_asked(args, diagnosis)
     return 0
 
