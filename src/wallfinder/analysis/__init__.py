@@ -26,6 +26,7 @@ from wallfinder.analysis.gpu import (
     is_data_loading,
 )
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
 from wallfinder.analysis.roofline import (
@@ -79,6 +80,7 @@ from wallfinder.diagnosis import (
     StepBreakdown,
     Steps,
     StepTimeline,
+    TraceMarks,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
@@ -92,6 +94,7 @@ __all__ = [
     "Thresholds",
     "TimeThresholds",
     "diagnose",
+    "diagnose_marked",
     "timed_steps",
 ]
 
@@ -114,6 +117,30 @@ def diagnose(
     the critical path and what-if replay (`what_if`: the changes to replay, as
     `--what-if` takes them; None: the default table), verdict. A trace with no device
     kernels is analysed the same way with the CPU as the device."""
+    return _diagnosed(trace, thresholds, spec=spec, model=model, what_if=what_if)[0]
+
+
+def diagnose_marked(
+    trace: Trace,
+    thresholds: Thresholds | None = None,
+    *,
+    spec: DeviceSpec | None = None,
+    model: ModelFlops | None = None,
+    what_if: str | None = None,
+) -> tuple[Diagnosis, TraceMarks]:
+    """`diagnose`, and the marks that show its evidence on the trace's timeline."""
+    diagnosis, facts = _diagnosed(trace, thresholds, spec=spec, model=model, what_if=what_if)
+    return diagnosis, trace_marks(facts, diagnosis)
+
+
+def _diagnosed(
+    trace: Trace,
+    thresholds: Thresholds | None,
+    *,
+    spec: DeviceSpec | None,
+    model: ModelFlops | None,
+    what_if: str | None,
+) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
     spans = cpu_steps(trace)
@@ -146,7 +173,7 @@ def diagnose(
         whatif,
         parts.attribution,
     )
-    return _result(
+    diagnosis = _result(
         trace,
         parts.device,
         steps,
@@ -165,6 +192,7 @@ def diagnose(
         critical_path=path,
         attribution=parts.attribution,
     )
+    return diagnosis, facts
 
 
 def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:

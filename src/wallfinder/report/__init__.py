@@ -13,6 +13,7 @@ if TYPE_CHECKING:
         DiagnosisDiff,
         MemoryReport,
         Steps,
+        TraceMarks,
     )
     from wallfinder.report.export import Exported
 
@@ -28,6 +29,7 @@ __all__ = [
     "render_diff",
     "render_memory",
     "render_steps",
+    "write_marks",
 ]
 
 FORMATS = ("text", "json", "md", "html")
@@ -64,6 +66,15 @@ def export_tables(diagnosis: Diagnosis, folder: Path) -> Exported:
     from wallfinder.report.export import export_tables as write
 
     return write(diagnosis, folder)
+
+
+def write_marks(marks: TraceMarks, path: Path) -> None:
+    """Write the marks of `api.analyze_marked` as a companion trace that Perfetto and
+    chrome://tracing open beside the original (gzip when `path` ends in `.gz`). Raises
+    `WallfinderError` when it cannot be written."""
+    from wallfinder.report.annotated import write_marks as write
+
+    write(marks, path)
 
 
 def render_steps(steps: Steps, fmt: str, *, width: int | None = None) -> str:
