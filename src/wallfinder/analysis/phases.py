@@ -235,8 +235,10 @@ def _ranges(trace: Trace) -> _Ranges:
         trace.names_matching(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))),
     )
     data = trace.named(host, trace.names_matching(is_data_loading))
+    # The Python tracer's module records (with_stack), or the same names as record_function
+    # ranges (what `wallfinder run` and `wallfinder.profile` put around each forward).
     modules = trace.named(
-        (Kind.PYTHON,), trace.names_matching(lambda s: s.startswith(MODULE_PREFIX))
+        (Kind.PYTHON, Kind.ANNOTATION), trace.names_matching(lambda s: s.startswith(MODULE_PREFIX))
     )
     source = "modules"
     if len(modules) == 0:
@@ -629,7 +631,7 @@ def _modules(
     attributed = float(d.sum())
     source = r.module_source
     note = (
-        "nn.Module ranges (with_modules/with_stack)"
+        "nn.Module ranges (the profiler's with_stack, or wallfinder run/profile's)"
         if source == "modules"
         else "no module records: record_function ranges stand for modules"
     )
