@@ -897,7 +897,9 @@ def tiny_grids(f: Facts) -> Finding | None:
     share = saved / steps / f.step_s
     names = ops.name[rows][small]
     uniq, counts = np.unique(names, return_counts=True)
-    top = [f.trace.strings[int(c)] for c in uniq[np.argsort(-counts)][:2].tolist()]
+    # The most frequent, by their short names (instantiations of one template read alike).
+    short = [short_kernel(f.trace.strings[int(c)]) for c in uniq[np.argsort(-counts)].tolist()]
+    top = list(dict.fromkeys(short))[:2]
     return _finding(
         f,
         "tiny-grids",
@@ -907,7 +909,7 @@ def tiny_grids(f: Facts) -> Finding | None:
         f"{f.per_step(int(small.sum())):.0f} kernels per step "
         f"({_ms(float(dur.sum()) * 1e-9 / steps)}) launch fewer blocks than the device's "
         f"{f.sm_count} SMs, e.g. "
-        + ", ".join(short_kernel(n) for n in top)
+        + ", ".join(top)
         + " (the bound assumes they would fill the device)",
         "give each kernel more work: larger batches, fuse small ops (torch.compile), batch "
         "small matmuls (bmm/grouped GEMM), avoid per-sample loops",
