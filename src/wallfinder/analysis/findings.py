@@ -21,7 +21,7 @@ from wallfinder.analysis.critpath import WhatIf, with_replay
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COMM, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
-from wallfinder.analysis.phases import PHASES, Attribution
+from wallfinder.analysis.phases import PHASES, Attribution, user_frames
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope
@@ -38,7 +38,7 @@ from wallfinder.diagnosis import (
     Wall,
 )
 from wallfinder.trace import Events, Kind, Trace, thread_key
-from wallfinder.units import is_user_path, ms, short_frame, short_kernel
+from wallfinder.units import ms, short_frame, short_kernel
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -651,19 +651,6 @@ def allocator_churn(f: Facts) -> Finding | None:
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; keep tensor shapes stable",
         speedup=amdahl(share),
     )
-
-
-def user_frames(trace: Trace) -> Events:
-    """The trace's Python frames of the user's code (recorded with stacks), by start time."""
-    py = trace.of_kind(Kind.PYTHON)
-    if len(py) == 0:
-        return py
-    return py.take(np.flatnonzero(np.isin(py.name, trace.names_matching(_is_user_frame))))
-
-
-def _is_user_frame(name: str) -> bool:
-    """A profiler Python frame ("path(line): function") of the user's code."""
-    return "(" in name and is_user_path(name.split("(", 1)[0])
 
 
 def call_sites(f: Facts, names: tuple[str, ...], kinds: tuple[Kind, ...]) -> str:
