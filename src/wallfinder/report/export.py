@@ -3,9 +3,10 @@ kernels, ops, modules, phases per step, and the device's roofs, each as CSV and,
 is installed (the `parquet` extra), as Parquet. Every table is written, with its header, even
 when the trace gives it no rows, so a script can read the same files from every run.
 
-The columns are fixed per table (README, "Exporting tables"): times in seconds per steady-state
-step unless a column says otherwise, shares as fractions, an empty cell (a Parquet null) where
-the diagnosis has no figure. Nothing here computes a figure: each cell is one of the
+The columns are fixed per table (README, "Tables for notebooks and spreadsheets"): times in
+seconds, as the diagnosis holds them (kernels and ops: totals over the steady-state steps;
+modules: per step; phases: one row per step), shares as fractions, an empty cell (a Parquet
+null) where the diagnosis has no figure. Nothing here computes a figure: each cell is one of the
 diagnosis's, laid out flat."""
 
 from __future__ import annotations
