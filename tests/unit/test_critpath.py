@@ -185,14 +185,53 @@ def test_every_format_shows_the_what_if_table_and_the_replayed_gain(
     assert "data,host" not in out  # the default table: each fix alone
 
 
-def test_a_cpu_only_trace_has_no_critical_path(tmp_path: Path) -> None:
+def cpu_loader_bound() -> TraceBuilder:
+    """CPU-only steps of 1000 µs: 500 µs waiting for the batch, 50 µs of Python, a 200 µs
+    matmul, then 20 dispatch-sized adds of 4 µs with 6 µs of Python after each (50 µs of
+    Python closes the step)."""
     b = TraceBuilder(device_name=None)
     for s in range(4):
-        b.step(s + 1, s * 100.0, 100.0)
-        b.cpu_op("aten::add", s * 100.0 + 10, 50.0)
-    d = analyze(b.write(tmp_path / "t.json"))
-    assert d.critical_path is None
-    assert all(f.replay_speedup is None for f in d.findings)
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.dataloader(t0, 500.0)
+        b.cpu_op("aten::mm", t0 + 550.0, 200.0)
+        for i in range(20):
+            b.cpu_op("aten::add", t0 + 750.0 + 10.0 * i, 4.0)
+    return b
+
+
+def test_a_cpu_only_trace_gets_a_path_of_its_main_threads_ops(tmp_path: Path) -> None:
+    d = analyze(cpu_loader_bound().write(tmp_path / "t.json"))
+    path = _path(d)
+    assert path.device_ops == 0
+    assert path.host_calls == 4 * 21
+    assert path.replayed_step_s == pytest.approx(path.measured_step_s) == pytest.approx(1000 * US)
+    shares = path.shares
+    assert shares["data"] == pytest.approx(0.5)
+    assert shares["compute"] == pytest.approx(0.2)  # the matmul
+    # The adds (dispatch-sized: all fixed cost) and the Python between the ops.
+    assert shares["host"] == pytest.approx(0.3)
+    assert path.wall == "overhead"
+    assert [r.change for r in path.what_if] == ["data", "host:2"]
+    assert path.notes[0].startswith("CPU-only trace: the main thread's ops are the device")
+
+
+def test_on_the_cpu_removing_the_data_wait_gains_the_loader_time(tmp_path: Path) -> None:
+    d = analyze(cpu_loader_bound().write(tmp_path / "t.json"))
+    assert _row(_path(d), "data") == pytest.approx(500 * US)
+    loading = next(f for f in d.findings if f.id == "data-loading")
+    assert loading.gain_basis == "replay"
+    assert loading.replay_speedup == pytest.approx(2.0)
+
+
+def test_on_the_cpu_a_host_cut_divides_the_per_op_overhead_not_the_arithmetic(
+    tmp_path: Path,
+) -> None:
+    d = analyze(cpu_loader_bound().write(tmp_path / "t.json"), Options(what_if="host:4"))
+    # The Python (50 + 120 + 50 µs) and the adds (80 µs) are cut 4-fold; of the matmul only
+    # its one op's fixed cost (4 µs, as the adds measure it) is.
+    expected = 500 + (220 + 80 + 4) / 4 + 196
+    assert _row(_path(d), "host:4") == pytest.approx(expected * US, rel=1e-3)
 
 
 def test_the_path_through_the_timelines_step_is_in_order_and_drawn(tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.dispatch import Dispatch
 from wallfinder.analysis.gpu import (
     CLASSES,
     COMM,
@@ -58,7 +59,7 @@ from wallfinder.diagnosis import (
     WhatIfRow,
 )
 from wallfinder.errors import WallfinderError
-from wallfinder.trace import Kind, Trace
+from wallfinder.trace import Events, Kind, Trace
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -257,6 +258,14 @@ class StepGraph:
     ends with its CPU work); -1 otherwise."""
     measured_s: float
     """The measured mean step over the replayed range."""
+    cost_fixed: I64 | None = None
+    """Of `cost`: the part a host cut leaves alone (a CPU op's arithmetic, when the CPU is the
+    device); None: none (a runtime call is all host overhead)."""
+    call_cat: npt.NDArray[np.int8] | None = None
+    """Per call: what the path spends its own time in (an index into CATEGORIES); None:
+    launch (runtime calls)."""
+    notes: tuple[str, ...] = ()
+    """What the critical path's notes say of how this graph was built."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -332,15 +341,9 @@ def build_graph(
         here = h_thread == t
         data = Coverage.of(h_ts[here & (category == 0)], (h_ts + h_dur)[here & (category == 0)])
         comm = Coverage.of(h_ts[here & (category == 2)], (h_ts + h_dur)[here & (category == 2)])
-        a, b = gap_from[mine], gap_from[mine] + gap[mine]
-        gap_data[mine] = data.covered(a, b)
-        if data.starts.size:
-            # Host work after the last DataLoader stretch in the gap (a step's batch comes
-            # first, the ops that use it after).
-            i = np.searchsorted(data.starts, b, side="left") - 1
-            data_end = np.where(i >= 0, np.minimum(data.ends[np.maximum(i, 0)], b), a)
-            after_data[mine] = np.where(gap_data[mine] > 0, b - np.maximum(data_end, a), 0)
-        gap_comm[mine] = np.minimum(comm.covered(a, b), gap[mine] - gap_data[mine])
+        gap_data[mine], gap_comm[mine], after_data[mine] = _split_gaps(
+            gap_from[mine], gap[mine], data, comm
+        )
     call_step = np.clip(np.searchsorted(scope.start[first : last + 1], c_ts, "right") - 1, 0, None)
 
     # The ops: launched by a chain call, or running in the range (placed where they ran).
@@ -479,6 +482,129 @@ def build_graph(
     )
 
 
+def cpu_graph(
+    scope: Scope, mine: Events, category: npt.NDArray[np.int8], dispatch: Dispatch
+) -> StepGraph | None:
+    """The steady steps as a dependency graph when the CPU is the device (no device kernels):
+    the main thread's top-level ops in order are the host chain's calls, each op's own time
+    its cost, and the time between them its gap: Python, the DataLoader, host-side
+    collectives. There are no device ops: the chain is the step.
+
+    `mine`: the main thread's events; `category`: theirs as `_cpu_categories` gives them (0
+    data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python, 9 step markers);
+    `dispatch`: its split of their CPU ops. A host cut (`host:F`) divides the Python between
+    the ops and each op's fixed cost per op, not its arithmetic: the fixed cost is measured
+    from the dispatch-sized calls (their time over their ops), so an op tree of n ops keeps
+    all but n fixed costs of its time."""
+    if scope.count == 0:
+        return None
+    kept = np.flatnonzero(scope.kept)
+    lo, hi = int(scope.start[kept[0]]), int(scope.end[kept[-1]])
+    trace = scope.trace
+    is_op = np.flatnonzero(mine.kind == Kind.CPU_OP)
+    op_cat = category[is_op]
+    ts, end = mine.ts[is_op], mine.end[is_op]
+    not_op = mine.kind != Kind.CPU_OP
+    data = Coverage.of(mine.ts[category == 0], mine.end[category == 0])
+    comm = Coverage.of(mine.ts[(category == 1) & not_op], mine.end[(category == 1) & not_op])
+    length = np.maximum(end - ts, 1)
+    in_data = data.covered(ts, ts + length) >= length
+    pick = dispatch.top & (op_cat >= 1) & (op_cat <= 3) & (ts >= lo) & (ts < hi) & ~in_data
+    calls = np.flatnonzero(pick)
+    if calls.size == 0:
+        return None
+    calls = calls[np.argsort(ts[calls], kind="stable")]
+    c_ts, c_end, c_cat = ts[calls], end[calls], op_cat[calls]
+    prev_end = np.maximum(np.maximum.accumulate(np.concatenate([[lo], c_end[:-1]])), lo)
+    gap = np.maximum(c_ts - prev_end, 0)
+    inc = np.maximum(c_end - np.maximum(c_ts, prev_end), 0)
+    gap_data, gap_comm, after_data = _split_gaps(np.minimum(prev_end, c_ts), gap, data, comm)
+    sized = c_cat == 3
+    tree = dispatch.tree_ops[calls]
+    per_op = float(inc[sized].sum()) / max(int(tree[sized].sum()), 1)
+    cost_fixed = np.where(sized, 0, np.maximum(inc - np.rint(tree * per_op).astype(np.int64), 0))
+    names = mine.name[is_op][calls]
+    matmul_codes = [
+        c
+        for c in np.unique(names).tolist()
+        if CLASSES.index(classify_op(trace.strings[c])) in _MATMUL
+    ]
+    matmul = np.isin(names, matmul_codes)
+    call_cat = np.where(
+        sized,
+        CATEGORIES.index("host"),
+        np.where(
+            c_cat == 1,
+            CATEGORIES.index("communication"),
+            np.where(matmul, CATEGORIES.index("compute"), CATEGORIES.index("bandwidth")),
+        ),
+    ).astype(np.int8)
+    if sized.any():
+        note = (
+            f"CPU-only trace: the main thread's ops are the device; a host cut (host:F) divides "
+            f"the Python between ops and each op's fixed cost, {per_op / 1e3:.1f} µs per op "
+            "as the dispatch-sized calls measure it (an estimate), not the ops' arithmetic"
+        )
+    else:
+        note = (
+            "CPU-only trace: the main thread's ops are the device; no dispatch-sized call "
+            "measures the fixed cost per op, so a host cut (host:F) divides only the Python "
+            "between ops"
+        )
+    steps = int(kept[-1] - kept[0]) + 1
+    none = np.zeros(0, np.int64)
+    return StepGraph(
+        t0=lo,
+        origin=0,
+        gap=gap,
+        gap_data=gap_data,
+        gap_comm=gap_comm,
+        after_data=after_data,
+        cost=inc,
+        sync=np.zeros(calls.size, dtype=bool),
+        offset=c_ts - prev_end,
+        call_first=np.r_[True, np.zeros(calls.size - 1, dtype=bool)],
+        call_step=np.clip(np.searchsorted(scope.start[kept[0] :], c_ts, "right") - 1, 0, None),
+        row=none,
+        call=none,
+        fixed=none,
+        lat=none,
+        dur=none,
+        cls=np.zeros(0, np.int8),
+        stream_first=np.zeros(0, dtype=bool),
+        dep=none,
+        dep_gap=none,
+        host=none,
+        host_lat=none,
+        extra=none,
+        stream_gap=none,
+        drained_by=none,
+        fused=np.zeros(0),
+        roof_time=np.zeros(0),
+        steps=steps,
+        tail=max(hi - int(c_end.max()), 0),
+        measured_s=float(hi - lo) * NS / steps,
+        cost_fixed=cost_fixed,
+        call_cat=call_cat,
+        notes=(note,),
+    )
+
+
+def _split_gaps(gap_from: I64, gap: I64, data: Coverage, comm: Coverage) -> tuple[I64, I64, I64]:
+    """Of each host gap [gap_from, gap_from + gap): the part in the DataLoader, the part in
+    host-side collectives, and the host work after the DataLoader's last stretch in it (a
+    step's batch comes first, the ops that use it after; 0 with no DataLoader)."""
+    a, b = gap_from, gap_from + gap
+    gap_data = data.covered(a, b)
+    after_data = np.zeros(gap.size, np.int64)
+    if data.starts.size:
+        i = np.searchsorted(data.starts, b, side="left") - 1
+        data_end = np.where(i >= 0, np.minimum(data.ends[np.maximum(i, 0)], b), a)
+        after_data = np.where(gap_data > 0, b - np.maximum(data_end, a), 0)
+    gap_comm = np.minimum(comm.covered(a, b), gap - gap_data)
+    return gap_data, gap_comm, after_data
+
+
 def _fused(
     names: npt.NDArray[np.int32],
     dur: F64,
@@ -511,7 +637,8 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         gap = gap - g.gap_data
     if change.host != 1.0:
         gap = gap - other + other / change.host
-        cost = np.where(g.sync, cost, cost / change.host)
+        fixed = 0.0 if g.cost_fixed is None else g.cost_fixed
+        cost = np.where(g.sync, cost, fixed + (cost - fixed) / change.host)
     dur = g.dur.astype(np.float64)
     lat = g.lat.astype(np.float64)
     if change.host != 1.0:
@@ -690,7 +817,8 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
             walk.take("sync", int(t.drain[c]))
             node_op, node_call = int(drain_op[c]), -1
             continue
-        walk.take("sync" if g.sync[c] else "launch", int(t.call_start[c]))
+        own = "launch" if g.call_cat is None else CATEGORIES[int(g.call_cat[c])]
+        walk.take("sync" if g.sync[c] else own, int(t.call_start[c]))
         _host_before(g, t, c, walk)
         node_call = -1 if g.call_first[c] else c - 1
     return walk
@@ -775,17 +903,19 @@ def critical_path(
     roofline: Roofline | None = None,
     changes: Sequence[Change] | None = None,
     timeline: StepTimeline | None = None,
+    graph: StepGraph | None = None,
 ) -> tuple[CriticalPath | None, WhatIf | None]:
     """The steady steps' critical path, the replay check and the what-if table (the default
-    changes, or `changes`); None when the graph cannot be built."""
-    g = build_graph(scope, fusion, roofline)
+    changes, or `changes`); None when the graph cannot be built. `graph`: the graph a device
+    model built itself (the CPU's, `cpu_graph`); else it is built from the device's ops."""
+    g = graph if graph is not None else build_graph(scope, fusion, roofline)
     if g is None:
         return None, None
     base = replay(g)
     whatif = WhatIf(g, base)
     walk = walk_path(g, base)
     shares = walk.shares()
-    notes = []
+    notes = list(g.notes)
     if base.rounds >= MAX_ROUNDS:
         notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
     if shares["wait"] >= 0.05:
@@ -794,7 +924,10 @@ def critical_path(
             "explains (an event or stream wait on work the trace does not show, a graph's "
             "internal edges): kept as measured, so fixes elsewhere cannot move them"
         )
-    rows = [whatif.row(c) for c in (changes if changes is not None else DEFAULT_CHANGES)]
+    if changes is None:
+        # With no device ops (the CPU as the device) there is nothing to sync, fuse or re-time.
+        changes = DEFAULT_CHANGES if g.dur.size else DEFAULT_CHANGES[:2]
+    rows = [whatif.row(c) for c in changes]
     error = (base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
     return (
         CriticalPath(
@@ -890,6 +1023,7 @@ __all__ = [
     "Timing",
     "WhatIf",
     "build_graph",
+    "cpu_graph",
     "critical_path",
     "job_path",
     "parse_what_if",
