@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_collectives import write_job
+from test_collectives import rank_trace, write_job
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
@@ -151,6 +151,34 @@ def test_the_job_path_runs_through_the_straggler(tmp_path: Path) -> None:
     straggler = next(r for r in path.what_if if r.change == "straggler")
     # Rank 0 waits 300 µs per step for rank 1: at the median, that wait leaves the step.
     assert path.measured_step_s - straggler.step_s == pytest.approx(300 * US, rel=0.02)
+
+
+def test_a_four_rank_job_is_replayed_across_ranks_through_its_straggler(tmp_path: Path) -> None:
+    # Each step ends in an all-reduce that ends at the same moment on every rank; rank 2
+    # arrives 300 µs late, rank 3 100 µs late, so the transfer (the fastest rank's time in
+    # it) is 100 µs and rank 2's work sets 1900 µs of every 2000 µs step.
+    late = {2: 300.0, 3: 100.0}
+    for rank in range(4):
+        trace = rank_trace(rank, world=4, late_us=late.get(rank, 0.0), skew_us=1000 * rank)
+        trace.write(tmp_path / f"rank{rank}.json")
+    d = analyze(tmp_path, workers=1)
+    path = _path(d)
+    assert path.rank == 2
+    assert path.rank_shares == pytest.approx({"0": 0.0, "1": 0.0, "2": 0.95, "3": 0.0})
+    assert "the job's path runs 95% through rank 2's work" in path.notes[-1]
+    # Rank 2 at the median of the others (on time): rank 3, 100 µs late, then sets the step.
+    straggler = next(r for r in path.what_if if r.change == "straggler")
+    assert path.measured_step_s - straggler.step_s == pytest.approx(200 * US, rel=1e-3)
+    finding = next(f for f in d.findings if f.id == "straggler")
+    assert finding.gain_basis == "replay"
+    assert finding.replay_speedup == pytest.approx(straggler.speedup)
+
+
+def test_a_balanced_job_gains_nothing_from_the_straggler_what_if(tmp_path: Path) -> None:
+    d = analyze(write_job(tmp_path), workers=1)
+    path = _path(d)
+    straggler = next(r for r in path.what_if if r.change == "straggler")
+    assert straggler.speedup == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize(

@@ -200,6 +200,11 @@ class Job:
     summary: JobSummary
     ranks: list[RankSummary]
     findings: list[Finding]
+    arrive: F64
+    """Matched instances x ranks: when each rank reached the collective (ns, aligned clocks;
+    NaN: the rank has none)."""
+    dur: F64
+    """Matched instances x ranks: each rank's time in it (ns)."""
 
 
 def rank_summary(d: Diagnosis) -> RankSummary:
@@ -351,7 +356,7 @@ def join(
         stragglers=stragglers,
         notes=notes,
     )
-    return Job(summary=summary, ranks=rank_rows, findings=findings)
+    return Job(summary=summary, ranks=rank_rows, findings=findings, arrive=arrive, dur=dur)
 
 
 @dataclass(frozen=True, eq=False)

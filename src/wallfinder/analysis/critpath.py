@@ -981,29 +981,120 @@ def _in_step(
     ]
 
 
+@dataclass(frozen=True, eq=False)
+class JobReplay:
+    """A job replayed across its ranks, joined at the collectives every rank takes part in: a
+    collective ends on every rank when the last rank arrives plus its transfer time (the
+    fastest rank's time in it), and each rank's work between two of them (its own graph
+    between the joins) takes what it measured. Times are ns over the replayed span: from the
+    first such collective's end to the last's."""
+
+    measured_ns: float
+    replayed_ns: float
+    intervals: int
+    """Collective-to-collective intervals replayed."""
+    on_path_ns: F64
+    """Per rank (column): the path's time in its work where it arrived last, more than
+    EDGE_SLACK_NS after the next rank (the others waited for it)."""
+    together_ns: float
+    """The path's time in work where the last ranks arrived together (no one rank waited for)."""
+    transfer_ns: float
+    """The path's time in the collectives' transfers."""
+
+    def without(self, rank: int) -> float:
+        """The replayed span with rank (column) `rank`'s work brought to the median of the
+        other ranks' at every interval."""
+        work = self.work.copy()
+        work[:, rank] = np.median(np.delete(self.work, rank, axis=1), axis=1)
+        return float((work.max(axis=1) + self.transfer).sum())
+
+    work: F64
+    transfer: F64
+
+
+def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
+    """The job's cross-rank replay from its matched collectives: `arrive` and `dur` are
+    instances x ranks, ns on aligned clocks (NaN: the rank has no such instance). None when
+    fewer than two collectives are taken part in by every rank."""
+    full = ~np.isnan(arrive).any(axis=1) & ~np.isnan(dur).any(axis=1)
+    a, d = arrive[full], dur[full]
+    if a.shape[0] < 2 or a.shape[1] < 2:
+        return None
+    order = np.argsort(np.median(a, axis=1), kind="stable")
+    a, d = a[order], d[order]
+    transfer = d.min(axis=1)[1:]
+    end = a + d
+    # Each rank's work from the previous join's end (on its clock) to its arrival at the next.
+    work = np.maximum(a[1:] - end[:-1], 0.0)
+    binding = work.max(axis=1)
+    last = np.argmax(work, axis=1)
+    alone = binding - np.sort(work, axis=1)[:, -2] > EDGE_SLACK_NS
+    return JobReplay(
+        measured_ns=float(np.median(end[-1]) - np.median(end[0])),
+        replayed_ns=float((binding + transfer).sum()),
+        intervals=int(work.shape[0]),
+        on_path_ns=np.bincount(last[alone], weights=binding[alone], minlength=a.shape[1]),
+        together_ns=float(binding[~alone].sum()),
+        transfer_ns=float(transfer.sum()),
+        work=work,
+        transfer=transfer,
+    )
+
+
 def job_path(
     paths: Sequence[tuple[int | None, CriticalPath | None]],
     ranks: Sequence[RankSummary],
     straggler: int | None,
+    joined: JobReplay | None = None,
+    steps: float = 1.0,
 ) -> CriticalPath | None:
-    """A job's critical path: that of the rank the others wait for (the straggler; else the
-    rank with the longest replayed step), with the what-if "straggler" added: the rank
-    brought to the median, so that the wait every other rank shares (the least of their
-    waits in the collective join) leaves the step (an estimate from the join's waits, not a
-    replay across ranks)."""
+    """A job's critical path. With `joined` (the cross-rank replay, its columns in the order
+    of `paths`; the traces hold `steps` steps, each with the same collectives):
+    the path runs through the rank whose work the others wait for most on the replayed path
+    (said with each rank's share in `rank_shares`), and the "straggler" what-if brings the
+    named straggler (else that rank) to the median and replays the job. Without it: the
+    straggler's path (else the rank with the longest replayed step), and the what-if is an
+    estimate from the join's waits (the least wait of the other ranks leaves the step)."""
     known = [(r, p) for r, p in paths if p is not None]
     if not known:
         return None
     by_rank = dict(known)
+    ids = [r for r, _ in paths]
+    notes: list[str] = []
+    shares: dict[str, float] = {}
+    late: int | None = None
+    if joined is not None:
+        total = joined.replayed_ns or 1.0
+        shares = {
+            str(r if r is not None else i): float(v) / total
+            for i, (r, v) in enumerate(zip(ids, joined.on_path_ns.tolist(), strict=True))
+        }
+        late = int(np.argmax(joined.on_path_ns))
+        if joined.on_path_ns[late] <= 0:
+            through = "no rank alone (the last ranks arrive together)"
+        else:
+            through = f"{shares[str(ids[late])]:.0%} through rank {ids[late]}'s work"
+            if ids[late] in by_rank and (straggler is None or straggler not in by_rank):
+                straggler = ids[late]
+        error = (joined.replayed_ns - joined.measured_ns) / (joined.measured_ns or 1.0)
+        notes.append(
+            f"across ranks: between the {joined.intervals + 1} collectives every rank joins, "
+            f"the job's path runs {through}, {joined.together_ns / total:.0%} through work "
+            f"the last ranks finish together and {joined.transfer_ns / total:.0%} through "
+            f"the transfers; the cross-rank replay's span is {error:+.1%} off the measured "
+            "one (an estimate: each rank's work between two collectives is taken as measured)"
+        )
     if straggler is None or straggler not in by_rank:
         straggler = max(known, key=lambda x: x[1].replayed_step_s)[0]
     path = by_rank[straggler]
-    waits = sorted(r.wait_s for r in ranks if r.rank != straggler and r.wait_s is not None)
     rows = list(path.what_if)
-    if waits:
-        # Every other rank waits for the straggler at least the least of their waits: the
-        # straggler at the median takes that off every rank's step.
-        step = max(path.measured_step_s - waits[0], 1e-12)
+    if joined is not None:
+        # The straggler at the median, replayed: the job's step loses what the span loses.
+        column = ids.index(straggler)
+        # Every step has the same collectives: the intervals span this many steps.
+        spanned = steps * joined.intervals / (joined.intervals + 1)
+        saving = (joined.replayed_ns - joined.without(column)) * NS / max(spanned, 1e-12)
+        step = max(path.measured_step_s - saving, 1e-12)
         rows.append(
             WhatIfRow(
                 change="straggler",
@@ -1012,13 +1103,34 @@ def job_path(
                 wall_after=path.wall,
             )
         )
-    return msgspec.structs.replace(path, rank=straggler, what_if=rows)
+    else:
+        waits = sorted(r.wait_s for r in ranks if r.rank != straggler and r.wait_s is not None)
+        if waits:
+            # Every other rank waits for the straggler at least the least of their waits: the
+            # straggler at the median takes that off every rank's step.
+            step = max(path.measured_step_s - waits[0], 1e-12)
+            rows.append(
+                WhatIfRow(
+                    change="straggler",
+                    step_s=step,
+                    speedup=path.measured_step_s / step,
+                    wall_after=path.wall,
+                )
+            )
+    return msgspec.structs.replace(
+        path,
+        rank=straggler,
+        what_if=rows,
+        notes=[*path.notes, *notes],
+        rank_shares=shares,
+    )
 
 
 __all__ = [
     "CATEGORIES",
     "WHAT_IFS",
     "Change",
+    "JobReplay",
     "StepGraph",
     "Timing",
     "WhatIf",
@@ -1026,6 +1138,7 @@ __all__ = [
     "cpu_graph",
     "critical_path",
     "job_path",
+    "job_replay",
     "parse_what_if",
     "path_shares",
     "replay",
