@@ -1033,7 +1033,9 @@ def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
         measured_ns=float(np.median(end[-1]) - np.median(end[0])),
         replayed_ns=float((binding + transfer).sum()),
         intervals=int(work.shape[0]),
-        on_path_ns=np.bincount(last[alone], weights=binding[alone], minlength=a.shape[1]),
+        on_path_ns=np.bincount(last[alone], weights=binding[alone], minlength=a.shape[1]).astype(
+            np.float64
+        ),
         together_ns=float(binding[~alone].sum()),
         transfer_ns=float(transfer.sum()),
         work=work,
