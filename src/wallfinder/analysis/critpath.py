@@ -110,6 +110,8 @@ WHAT_IFS = {
     "sync": "synchronisation points removed (the host no longer waits for the device)",
     "fuse": "memory-bound chains fused (each at the fusion analysis's fused time)",
     "matmul": "matmuls at a fraction of their roof (matmul:P, default 0.8)",
+    "overlap": "each collective overlapped with the compute it waited for (it starts with the "
+    "previous bucket's backward kernel instead of after it)",
 }
 """The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
 
@@ -125,6 +127,9 @@ class Change:
     fuse: bool = False
     matmul: float | None = None
     """Matmul-class kernels at this fraction of their roof (None: unchanged)."""
+    overlap: bool = False
+    """A collective that waited for an op on another stream (the bucket's last backward
+    kernel) may start when that op starts, beside it."""
 
     @property
     def label(self) -> str:
@@ -139,6 +144,8 @@ class Change:
             parts.append("fuse")
         if self.matmul is not None:
             parts.append(f"matmul:{self.matmul:g}")
+        if self.overlap:
+            parts.append("overlap")
         return ",".join(parts) or "unchanged"
 
 
@@ -159,6 +166,7 @@ def parse_what_if(text: str) -> list[Change]:
             sync=combined.sync or c.sync,
             fuse=combined.fuse or c.fuse,
             matmul=c.matmul if c.matmul is not None else combined.matmul,
+            overlap=combined.overlap or c.overlap,
         )
     return [*singles, combined]
 
@@ -186,7 +194,9 @@ def _parse_item(item: str) -> Change:
         return Change(matmul=pct)
     if value is not None:
         raise WallfinderError(f"--what-if: {name!r} takes no argument")
-    return Change(data=name == "data", sync=name == "sync", fuse=name == "fuse")
+    return Change(
+        data=name == "data", sync=name == "sync", fuse=name == "fuse", overlap=name == "overlap"
+    )
 
 
 DEFAULT_CHANGES = (
@@ -668,6 +678,12 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     drain = np.full(n_calls, NEVER, np.int64)
     dep_end = np.full(g.dur.size, NEVER, np.int64)
     synced = use_sync & (g.drained_by >= 0)
+    # Overlapped, a collective's wait for the op before it on another stream ends when that
+    # op starts (its duration and the gap after it come off the edge).
+    dep_back = np.zeros(g.dur.size, np.int64)
+    if change.overlap:
+        early = (g.cls == COMM) & (g.dep >= 0)
+        dep_back = np.where(early, dur_i[np.maximum(g.dep, 0)] + g.dep_gap, 0)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
     while True:
@@ -685,7 +701,7 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         if rounds > 1 and np.array_equal(new_end, op_end):
             break
         op_end = new_end
-        dep_end = np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap, NEVER)
+        dep_end = np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap - dep_back, NEVER)
         if synced.any():
             drain = np.full(n_calls, NEVER, np.int64)
             np.maximum.at(drain, g.drained_by[synced], op_end[synced])
@@ -877,6 +893,8 @@ FINDING_CHANGES = {
     "launch-bound": Change(host=float("inf")),
     "fusable-pointwise": Change(fuse=True),
     "matmul-below-roof": Change(matmul=1.0),
+    "exposed-comm": Change(overlap=True),
+    "gradient-sync-tail": Change(overlap=True),
 }
 """The findings the graph can replay, and the change each stands for (the change the finding's
 Amdahl bound assumes: its share gone)."""
