@@ -214,6 +214,15 @@ def test_a_four_rank_job_is_replayed_across_ranks_through_its_straggler(tmp_path
     assert finding.replay_speedup == pytest.approx(straggler.speedup)
 
 
+def test_collectives_of_ranks_not_here_are_not_replayed_across_ranks(tmp_path: Path) -> None:
+    # Two ranks of a four-rank job: their all-reduces end when the missing ranks arrive too.
+    for rank in (0, 1):
+        rank_trace(rank, world=4, late_us=300.0 * rank).write(tmp_path / f"rank{rank}.json")
+    path = _path(analyze(tmp_path, workers=1))
+    assert path.rank_shares == {}
+    assert "the straggler row is an estimate from the collectives' waits" in path.notes[-1]
+
+
 def test_a_balanced_job_gains_nothing_from_the_straggler_what_if(tmp_path: Path) -> None:
     d = analyze(write_job(tmp_path), workers=1)
     path = _path(d)

@@ -1042,11 +1042,12 @@ def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
     a, d = a[order], d[order]
     transfer = d.min(axis=1)[1:]
     end = a + d
-    # Each rank's work from the previous join's end (on its clock) to its arrival at the next.
-    work = np.maximum(a[1:] - end[:-1], 0.0)
+    # Each rank's work from the previous join's end (on its clock) to its arrival at the next
+    # (negative where it arrived before that one ended: collectives on two streams).
+    work = a[1:] - end[:-1]
     binding = work.max(axis=1)
     last = np.argmax(work, axis=1)
-    alone = binding - np.sort(work, axis=1)[:, -2] > EDGE_SLACK_NS
+    alone = (binding - np.sort(work, axis=1)[:, -2] > EDGE_SLACK_NS) & (binding > 0)
     return JobReplay(
         measured_ns=float(np.median(end[-1]) - np.median(end[0])),
         replayed_ns=float((binding + transfer).sum()),
@@ -1054,7 +1055,7 @@ def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
         on_path_ns=np.bincount(last[alone], weights=binding[alone], minlength=a.shape[1]).astype(
             np.float64
         ),
-        together_ns=float(binding[~alone].sum()),
+        together_ns=float(np.maximum(binding[~alone], 0.0).sum()),
         transfer_ns=float(transfer.sum()),
         work=work,
         transfer=transfer,
@@ -1126,6 +1127,11 @@ def job_path(
     else:
         waits = sorted(r.wait_s for r in ranks if r.rank != straggler and r.wait_s is not None)
         if waits:
+            notes.append(
+                "across ranks: fewer than two collectives join every rank here (point-to-point, "
+                "or groups with ranks whose traces are not here), so the job is not replayed "
+                "across ranks: the straggler row is an estimate from the collectives' waits"
+            )
             # Every other rank waits for the straggler at least the least of their waits: the
             # straggler at the median takes that off every rank's step.
             step = max(path.measured_step_s - waits[0], 1e-12)

@@ -59,7 +59,7 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
         [(d.rank, d.critical_path) for d, _ in kept],
         job.ranks,
         straggler,
-        job_replay(job.arrive, job.dur),
+        job_replay(job.arrive[job.joins], job.dur[job.joins]),
         float(median([max(d.steps.total, 1) for d, _ in kept])),
     )
     if path is not None and path.rank_shares:
