@@ -233,6 +233,20 @@ def test_kernels_with_fewer_blocks_than_sms_are_found(tmp_path: Path) -> None:
     assert f.share == pytest.approx(0.075 / d.breakdown.per_step_ms["step"])
 
 
+def test_small_kernels_are_named_once_each_by_their_short_names(tmp_path: Path) -> None:
+    # Two instantiations of one template read alike: the evidence names it once, then the next.
+    b = TraceBuilder(device_name=A100)
+    for s in range(3):
+        t0 = s * 500.0
+        b.step(s + 1, t0, 500.0)
+        for k, name in enumerate(("void fill<1>(int)", "void fill<2>(int)", "void pad<4>(int)")):
+            b.kernel(name, t0 + 5.0 + 40.0 * k, 30.0, launch_at=t0 + k)
+            b.events[-1]["args"]["grid"] = [4, 1, 1]
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "tiny-grids")
+    assert "e.g. fill, pad (the bound" in f.evidence
+
+
 def test_memory_near_capacity_is_found_without_a_time_share(tmp_path: Path) -> None:
     b = model_trace_with_memory(reserved_gib=78.0)
     d = analyze(b.write(tmp_path / "t.json"))

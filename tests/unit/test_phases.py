@@ -296,7 +296,7 @@ def test_an_fp32_matmul_finding_names_its_module(tmp_path: Path) -> None:
     assert "CUDA cores (mostly in module Linear_0, the forward phase)" in f.evidence
 
 
-def test_a_gradient_sync_after_the_backward_that_overlaps_nothing_is_a_finding(
+def test_a_gradient_sync_after_the_backward_that_overlaps_nothing_is_named(
     tmp_path: Path,
 ) -> None:
     b = phased_training_trace(4)
@@ -304,15 +304,21 @@ def test_a_gradient_sync_after_the_backward_that_overlaps_nothing_is_a_finding(
         t0 = s * 1000.0
         b.nccl(t0 + 832.0, 30.0, launch_at=t0 + 826.0)
     d = analysed(b, tmp_path)
-    f = {f.id: f for f in d.findings}["gradient-sync-tail"]
-    assert "0.03 ms per step of collectives (ncclDevKernel_AllReduce" in f.evidence
+    f = {f.id: f for f in d.findings}["exposed-comm"]
+    assert (
+        "; 0.03 ms per step of it (ncclDevKernel_AllReduce_Sum_bf16_RING_LL) between the last "
+        "backward kernel and the optimizer step" in f.evidence
+    )
     step_s = d.breakdown.per_step_ms["step"] / 1e3
     assert f.share == pytest.approx(30 * US / step_s, rel=1e-3)
-    # Under the backward instead, it hides: no finding.
+    # Under the backward instead, it hides: nothing exposed after the backward to name.
     hidden = phased_training_trace(4)
     for s in range(4):
         hidden.nccl(s * 1000.0 + 600.0, 30.0, launch_at=s * 1000.0 + 590.0)
-    assert "gradient-sync-tail" not in {f.id for f in analysed(hidden, tmp_path).findings}
+    assert not any(
+        "between the last backward kernel" in f.evidence
+        for f in analysed(hidden, tmp_path).findings
+    )
 
 
 def test_a_cpu_run_counts_the_backward_of_another_thread(tmp_path: Path) -> None:

@@ -517,7 +517,7 @@ def exposed_communication(f: Facts) -> Finding | None:
         "Collectives are not hidden behind compute",
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) communication runs with no compute "
-        "beside it",
+        f"beside it{_gradient_sync_tail(f)}",
         "overlap communication with the backward pass: DDP bucket_cap_mb (smaller first "
         "buckets), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
         "backward_prefetch/forward_prefetch; check the slowest rank (stragglers)",
@@ -897,7 +897,9 @@ def tiny_grids(f: Facts) -> Finding | None:
     share = saved / steps / f.step_s
     names = ops.name[rows][small]
     uniq, counts = np.unique(names, return_counts=True)
-    top = [f.trace.strings[int(c)] for c in uniq[np.argsort(-counts)][:2].tolist()]
+    # The most frequent, by their short names (instantiations of one template read alike).
+    short = [short_kernel(f.trace.strings[int(c)]) for c in uniq[np.argsort(-counts)].tolist()]
+    top = list(dict.fromkeys(short))[:2]
     return _finding(
         f,
         "tiny-grids",
@@ -907,7 +909,7 @@ def tiny_grids(f: Facts) -> Finding | None:
         f"{f.per_step(int(small.sum())):.0f} kernels per step "
         f"({_ms(float(dur.sum()) * 1e-9 / steps)}) launch fewer blocks than the device's "
         f"{f.sm_count} SMs, e.g. "
-        + ", ".join(short_kernel(n) for n in top)
+        + ", ".join(top)
         + " (the bound assumes they would fill the device)",
         "give each kernel more work: larger batches, fuse small ops (torch.compile), batch "
         "small matmuls (bmm/grouped GEMM), avoid per-sample loops",
@@ -1181,20 +1183,19 @@ def optimizer_heavy(f: Facts) -> Finding | None:
     )
 
 
-@rule(Facts)
-def gradient_sync_tail(f: Facts) -> Finding | None:
-    """Collectives that run after the step's last backward kernel and before its optimizer
-    step with no compute beside them: the gradient all-reduce was not overlapped with the
-    backward (DDP buckets, FSDP prefetch)."""
+def _gradient_sync_tail(f: Facts) -> str:
+    """The exposed collectives that run after the step's last backward kernel and before its
+    optimizer step, in words ("" when there are none or no phases): the gradient all-reduce
+    was not overlapped with the backward (DDP buckets, FSDP prefetch)."""
     a = f.attribution
     if a is None or f.dev is None or f.step_s <= 0:
-        return None
+        return ""
     w, phase = a.work, a.phase
     backward = phase == PHASES.index("backward")
     optimizer = phase == PHASES.index("optimizer")
     comm = phase == PHASES.index("communication")
     if not (backward.any() and comm.any()):
-        return None
+        return ""
     others = Coverage.of(w.ts[~comm], w.end[~comm])
     both = Coverage.union(others, Coverage.of(w.ts[comm], w.end[comm]))
     exposed = 0.0
@@ -1214,22 +1215,13 @@ def gradient_sync_tail(f: Facts) -> Finding | None:
             code = int(f.dev.ops.name[row])
             names[code] = names.get(code, 0.0) + float(min(w.end[row], hi) - max(w.ts[row], lo))
     seconds = exposed * 1e-9 / max(f.steps.count, 1)
-    share = min(seconds / f.step_s, 1.0)
+    if seconds <= 0:
+        return ""
     top = sorted(names, key=lambda c: -names[c])[:2]
     listed = ", ".join(short_kernel(f.trace.strings[c]) for c in top)
-    return _finding(
-        f,
-        "gradient-sync-tail",
-        "overhead",
-        "Collectives between the backward and the optimizer step overlap nothing",
-        share,
-        f"{_ms(seconds)} per step of collectives ({listed}) run between the last backward "
-        "kernel and the optimizer step with no compute beside them (the bound removes them "
-        "all)",
-        "overlap the gradient sync with the backward: DDP bucket_cap_mb (smaller buckets "
-        "start sooner), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
-        "backward_prefetch=BACKWARD_PRE; compare the ranks' traces for a straggler",
-        speedup=amdahl(share),
+    return (
+        f"; {_ms(seconds)} per step of it ({listed}) between the last backward kernel and "
+        "the optimizer step: the gradient sync is not overlapped with the backward"
     )
 
 
