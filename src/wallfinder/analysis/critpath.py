@@ -894,7 +894,6 @@ FINDING_CHANGES = {
     "fusable-pointwise": Change(fuse=True),
     "matmul-below-roof": Change(matmul=1.0),
     "exposed-comm": Change(overlap=True),
-    "gradient-sync-tail": Change(overlap=True),
 }
 """The findings the graph can replay, and the change each stands for (the change the finding's
 Amdahl bound assumes: its share gone)."""
