@@ -23,6 +23,11 @@ waited for), both vectorised, iterated to the fixed point (the longest path). Th
 graph reproduces the measured steps where the trace records every dependency; the error is
 reported. A what-if changes the graph's weights (host gaps, call costs, op durations, sync
 edges) and replays it.
+
+When the CPU is the device (no device kernels), `cpu_graph` builds the same graph with the
+main thread's top-level ops as the host chain and no device ops. A job's ranks are replayed
+together by `job_replay`: joined at the collectives every rank takes part in, each ending when
+the last rank arrives plus its transfer, each rank's work between two of them as measured.
 """
 
 from __future__ import annotations
