@@ -294,6 +294,16 @@ def bench_ranks(root: Path) -> int:
             + f"; skew {'-' if skew is None else f'{skew * 1e3:.2f} ms'}; stragglers "
             + (", ".join(f"rank {r}" for r in named) or "none")
         )
+        path = d.critical_path
+        row = next((r for r in path.what_if if r.change == "straggler"), None) if path else None
+        if path is not None and row is not None:
+            basis = "by replay across ranks" if path.rank_shares else "estimate from the waits"
+            shares = ", ".join(f"rank {r} {v:.0%}" for r, v in path.rank_shares.items())
+            print(
+                f"    job path through rank {path.rank} ({shares or 'not replayed'}); rank "
+                f"{path.rank} at the median: {path.measured_step_s * 1e3:.2f} ms -> "
+                f"{row.step_s * 1e3:.2f} ms ({basis})"
+            )
         if slow < 0:
             claims = [("each rank waits under 5 ms a step", max(wait.values()) < 0.005)]
         else:
