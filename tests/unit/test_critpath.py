@@ -100,6 +100,19 @@ def comm_exposed(steps: int = 5) -> TraceBuilder:
     return b
 
 
+def test_on_the_cpu_without_dispatch_sized_ops_a_host_cut_divides_only_the_python(
+    tmp_path: Path,
+) -> None:
+    b = TraceBuilder(device_name=None)
+    for s in range(4):
+        b.step(s + 1, s * 100.0, 100.0)
+        b.cpu_op("aten::mm", s * 100.0 + 20.0, 60.0)  # 20 µs of Python before and after
+    d = analyze(b.write(tmp_path / "t.json"), Options(what_if="host:4"))
+    path = _path(d)
+    assert _row(path, "host:4") == pytest.approx((60 + 40 / 4) * US, rel=1e-3)
+    assert "so a host cut (host:F) divides only the Python between ops" in path.notes[0]
+
+
 def test_overlapping_a_collective_with_the_backward_hides_it_behind_the_last_gemm(
     tmp_path: Path,
 ) -> None:
