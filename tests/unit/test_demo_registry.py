@@ -11,8 +11,8 @@ import pytest
 
 from tracegen import TraceBuilder
 from wallfinder import analyze
-from wallfinder.capture.workloads import DEFAULT, DEVICES, WORKLOADS, Expectation, get
 from wallfinder.analysis.critpath import parse_what_if
+from wallfinder.capture.workloads import DEFAULT, DEVICES, WORKLOADS, Expectation, get
 from wallfinder.cli import main
 
 NAMES = ["dataloader", "tiny-ops", "sync", "pointwise", "matmul", "precision"]
