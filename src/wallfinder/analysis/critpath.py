@@ -1112,22 +1112,13 @@ def job_path(
     if straggler is None or straggler not in by_rank:
         straggler = max(known, key=lambda x: x[1].replayed_step_s)[0]
     path = by_rank[straggler]
-    rows = list(path.what_if)
+    saving: float | None = None
     if joined is not None:
         # The straggler at the median, replayed: the job's step loses what the span loses.
         column = ids.index(straggler)
         # Every step has the same collectives: the intervals span this many steps.
         spanned = steps * joined.intervals / (joined.intervals + 1)
         saving = (joined.replayed_ns - joined.without(column)) * NS / max(spanned, 1e-12)
-        step = max(path.measured_step_s - saving, 1e-12)
-        rows.append(
-            WhatIfRow(
-                change="straggler",
-                step_s=step,
-                speedup=path.measured_step_s / step,
-                wall_after=path.wall,
-            )
-        )
     else:
         waits = sorted(r.wait_s for r in ranks if r.rank != straggler and r.wait_s is not None)
         if waits:
@@ -1138,15 +1129,18 @@ def job_path(
             )
             # Every other rank waits for the straggler at least the least of their waits: the
             # straggler at the median takes that off every rank's step.
-            step = max(path.measured_step_s - waits[0], 1e-12)
-            rows.append(
-                WhatIfRow(
-                    change="straggler",
-                    step_s=step,
-                    speedup=path.measured_step_s / step,
-                    wall_after=path.wall,
-                )
+            saving = waits[0]
+    rows = list(path.what_if)
+    if saving is not None:
+        step = max(path.measured_step_s - saving, 1e-12)
+        rows.append(
+            WhatIfRow(
+                change="straggler",
+                step_s=step,
+                speedup=path.measured_step_s / step,
+                wall_after=path.wall,
             )
+        )
     return msgspec.structs.replace(
         path,
         rank=straggler,
