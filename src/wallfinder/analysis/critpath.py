@@ -1022,6 +1022,10 @@ class JobReplay:
     """The path's time in work where the last ranks arrived together (no one rank waited for)."""
     transfer_ns: float
     """The path's time in the collectives' transfers."""
+    work: F64
+    """Intervals x ranks: each rank's work from one join's end to its arrival at the next."""
+    transfer: F64
+    """Per interval: the transfer time of the collective that ends it."""
 
     def without(self, rank: int) -> float:
         """The replayed span with rank (column) `rank`'s work brought to the median of the
@@ -1029,9 +1033,6 @@ class JobReplay:
         work = self.work.copy()
         work[:, rank] = np.median(np.delete(self.work, rank, axis=1), axis=1)
         return float((work.max(axis=1) + self.transfer).sum())
-
-    work: F64
-    transfer: F64
 
 
 def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
