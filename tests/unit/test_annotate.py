@@ -155,4 +155,4 @@ def test_a_real_trace_gets_its_critical_path_and_findings_marked() -> None:
     assert 0 < by_track["idle gaps"] <= 50
     marked = {t.removeprefix("finding: ") for t in by_track if t.startswith("finding: ")}
     assert marked <= {f.id for f in d.findings}
-    assert "exposed-comm" in marked
+    assert {"exposed-comm", "dependency-wait"} <= marked

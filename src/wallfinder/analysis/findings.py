@@ -427,31 +427,14 @@ def dependency_wait(f: Facts) -> Finding | None:
 
 
 def _waiting_work(f: Facts) -> str:
-    """The work that ended the steady steps' dependency waits — gaps in the device's busy
-    time whose next op had been launched before the gap began — most idle time first, with
+    """The work that ended the steady steps' dependency waits, most idle time first, with
     how long before it started it was launched, in words."""
-    if f.dev is None or f.dev.ops.ts.size == 0:
+    if f.dev is None:
+        return ""
+    nxt, waited = _waited_work(f, f.dev)
+    if nxt.size == 0:
         return ""
     ops = f.dev.ops
-    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
-    lo, hi = int(f.window_start.min()), int(f.window_end.max())
-    gap_start, gap_end = busy.gaps(lo, hi)
-    nxt = np.searchsorted(ops.ts, gap_end, side="left")
-    keep = in_windows(gap_start, f.window_start, f.window_end) & (nxt < ops.ts.size)
-    gap_start, gap_end, nxt = gap_start[keep], gap_end[keep], nxt[keep]
-    # As the idle causes count it: all of a gap whose work was queued before it began, and
-    # the part of a gap past its work's launch path (the call, then QUEUED_SLACK_NS).
-    launched = f.dev.launch_end[nxt]
-    known = launched != NO_LAUNCH
-    queued = known & (launched < gap_start - QUEUED_SLACK_NS)
-    waited = np.where(
-        queued, gap_end - gap_start, np.clip(gap_end - (launched + QUEUED_SLACK_NS), 0, None)
-    )
-    waited = np.where(known, waited, 0)
-    if not waited.any():
-        return ""
-    keep = waited > 0
-    gap_start, gap_end, nxt, waited = gap_start[keep], gap_end[keep], nxt[keep], waited[keep]
     names, inverse = np.unique(ops.name[nxt], return_inverse=True)
     idle = np.bincount(inverse, weights=waited.astype(np.float64))
     lead = ops.ts[nxt] - f.dev.launch_end[nxt]
@@ -465,6 +448,32 @@ def _waiting_work(f: Facts) -> str:
             f"{_ms(float(np.median(lead[mine])) * 1e-9)} before it started"
         )
     return "; the waits end at " + ", ".join(said)
+
+
+def _waited_work(f: Facts, dev: DeviceOps) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+    """The device ops (rows) that ended the steady steps' dependency waits — gaps in the
+    device's busy time whose next op had been launched before the gap began — and the idle
+    time each ended (ns)."""
+    ops = dev.ops
+    if ops.ts.size == 0:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int64)
+    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    lo, hi = int(f.window_start.min()), int(f.window_end.max())
+    gap_start, gap_end = busy.gaps(lo, hi)
+    nxt = np.searchsorted(ops.ts, gap_end, side="left")
+    keep = in_windows(gap_start, f.window_start, f.window_end) & (nxt < ops.ts.size)
+    gap_start, gap_end, nxt = gap_start[keep], gap_end[keep], nxt[keep]
+    # As the idle causes count it: all of a gap whose work was queued before it began, and
+    # the part of a gap past its work's launch path (the call, then QUEUED_SLACK_NS).
+    launched = dev.launch_end[nxt]
+    known = launched != NO_LAUNCH
+    queued = known & (launched < gap_start - QUEUED_SLACK_NS)
+    waited = np.where(
+        queued, gap_end - gap_start, np.clip(gap_end - (launched + QUEUED_SLACK_NS), 0, None)
+    )
+    waited = np.where(known, waited, 0)
+    keep = waited > 0
+    return nxt[keep], waited[keep].astype(np.int64)
 
 
 @rule(Facts)
@@ -1056,7 +1065,10 @@ def finding_work(f: Facts, finding: str) -> Events:
         return _calls_in_steps(f, *calls)
     rows: npt.NDArray[np.bool_] | None = None
     if dev is not None:
-        if finding == "exposed-comm":
+        if finding == "dependency-wait":
+            rows = np.zeros(len(dev.ops), dtype=bool)
+            rows[_waited_work(f, dev)[0]] = True
+        elif finding == "exposed-comm":
             rows = _comm_rows(dev, f.inside)
         elif finding == "exposed-copies":
             rows = _copy_rows(dev, f.inside)
