@@ -80,7 +80,7 @@ class Profile(Recording):
         trace_dir: str | os.PathLike[str] = TRACE_DIR,
         memory: bool = False,
         stacks: bool | None = None,
-        modules: bool = True,
+        modules: bool = False,
         auto_step: bool = True,
         options: Options | None = None,
     ) -> None:

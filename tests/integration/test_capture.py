@@ -138,8 +138,8 @@ def test_step_timer_with_explicit_steps_and_no_step_is_a_clear_error() -> None:
         pass
 
 
-def test_profile_records_the_module_tree_without_stacks_by_default(tmp_path: Path) -> None:
-    with wallfinder.profile(wait=0, warmup=1, active=3, trace_dir=tmp_path) as p:
+def test_profile_records_the_module_tree_without_stacks_when_asked(tmp_path: Path) -> None:
+    with wallfinder.profile(wait=0, warmup=1, active=3, trace_dir=tmp_path, modules=True) as p:
         train(5)
     d = p.diagnosis
     assert d is not None
@@ -160,8 +160,8 @@ def test_profile_records_the_module_tree_without_stacks_by_default(tmp_path: Pat
     assert not torch.nn.modules.module._global_forward_hooks
 
 
-def test_profile_without_modules_records_no_module_ranges(tmp_path: Path) -> None:
-    with wallfinder.profile(wait=0, warmup=1, active=2, trace_dir=tmp_path, modules=False) as p:
+def test_profile_records_no_module_ranges_by_default(tmp_path: Path) -> None:
+    with wallfinder.profile(wait=0, warmup=1, active=2, trace_dir=tmp_path) as p:
         train(4)
     assert p.trace_path is not None
     assert "nn.Module: " not in p.trace_path.read_text()

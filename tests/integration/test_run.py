@@ -95,16 +95,16 @@ def test_an_unmodified_script_is_profiled_and_diagnosed(
     assert "traces kept in" in out.err
 
 
-def test_module_ranges_are_recorded_by_default_and_turned_off_by_no_modules(
+def test_module_ranges_are_off_by_default_and_recorded_with_modules(
     tmp_path: Path, program: Path
 ) -> None:
-    code, d = run_cli(tmp_path / "on", program, "10")
+    code, d = run_cli(tmp_path / "on", program, "10", flags=("--modules",))
     assert code == 0
     assert d is not None
     assert d["modules"]["source"] == "modules"
     paths = {row["path"] for row in d["modules"]["rows"]}
     assert "Sequential_0" in paths
-    code, d = run_cli(tmp_path / "off", program, "10", flags=("--no-modules",))
+    code, d = run_cli(tmp_path / "off", program, "10")
     assert code == 0
     assert d is not None
     assert d["modules"] is None or d["modules"]["source"] != "modules"

@@ -85,8 +85,9 @@ class Recording(_StepMarks):
     optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
     itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
     and `trace_path` names it; a loop that stops inside the active steps keeps the steps it
-    completed. Shapes are always recorded; `modules` (the default) puts a range around
-    each `nn.Module` forward, for the phase and module view (a few percent of host time);
+    completed. Shapes are always recorded; `modules` puts a range around each `nn.Module`
+    forward, for the module view (tens of µs per module call: off by default, as it would add
+    to the host overhead the verdict measures);
     `stacks` records Python stacks, for call sites (the profiler's Python tracer: often tens
     of percent of host time; by default only with `memory`, whose call sites need them).
     `memory` records memory events. A subclass acts on the trace in `recorded`
@@ -102,7 +103,7 @@ class Recording(_StepMarks):
         trace_dir: str | os.PathLike[str] = TRACE_DIR,
         memory: bool = False,
         stacks: bool | None = None,
-        modules: bool = True,
+        modules: bool = False,
         auto_step: bool = True,
     ) -> None:
         if wait < 0 or warmup < 0 or active < 1:

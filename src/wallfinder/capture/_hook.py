@@ -184,7 +184,7 @@ class Recorder:
         active: int,
         memory: bool = False,
         stacks: bool = False,
-        modules: bool = True,
+        modules: bool = False,
     ) -> None:
         self.trace_dir = trace_dir
         self.wait, self.warmup, self.active = wait, warmup, active

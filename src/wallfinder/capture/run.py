@@ -83,7 +83,7 @@ class RunSettings:
     warmup: int = 3
     memory: bool = False
     stacks: bool | None = None
-    modules: bool = True
+    modules: bool = False
     stop_after: bool = False
     timer_only: bool = False
     memory_entries: int = MEMORY_ENTRIES

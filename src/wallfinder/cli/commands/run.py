@@ -40,8 +40,9 @@ Steps are counted by optimizer.step() (the first optimizer's, when there are sev
 first step is always a warm-up step. The program's exit code is passed on.
 
 What is recorded, and what it costs (README, "What `wallfinder run` records"): input shapes
-always (the roofline needs them); a range around each nn.Module forward for the phase and
-module view (a few percent of host time; --no-modules leaves them out); Python stacks only
+always (the roofline needs them); a range around each nn.Module forward for the module view
+only with --modules (tens of µs per module call, which would add to the host overhead the
+verdict measures); Python stacks only
 with --stacks or --memory (the profiler's Python tracer: often tens of percent of host time,
 which would inflate the host overhead the verdict measures).
 
@@ -87,8 +88,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "--modules",
         action=argparse.BooleanOptionalAction,
         default=DEFAULTS.modules,
-        help="a range around each nn.Module forward, for the phase and module view; a few "
-        "percent of host time (default: on)",
+        help="a range around each nn.Module forward, for the module view; tens of µs per "
+        "module call, added to the host time the verdict measures (default: off)",
     )
     parser.add_argument(
         "--stop-after",
