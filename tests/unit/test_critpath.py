@@ -3,6 +3,7 @@ measured step) and what-if replays, on synthetic traces whose critical path is k
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -359,3 +360,51 @@ def test_fusing_kernels_off_the_path_gains_less_than_its_bound(tmp_path: Path) -
     assert finding.replay_speedup is not None
     assert finding.replay_speedup < 1.01
     assert finding.wall_after == "overhead"
+
+
+def test_a_window_whose_only_device_work_takes_no_time_replays_without_error(
+    tmp_path: Path,
+) -> None:
+    # Found by the loader fuzz test: a zero-length copy is the only device op, so the step's
+    # graph has no timed device work; the replay must still run (and match the window).
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 0, "pid": 100, "tid": 100}
+        for _ in range(5)
+    ]
+    events += [
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 0,
+            "dur": 0,
+            "pid": 100,
+            "tid": 100,
+            "args": {},
+        },
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "ts": 1,
+            "dur": 0,
+            "pid": 100,
+            "tid": 100,
+            "args": {"correlation": 0},
+        },
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "Memcpy HtoD (Pageable -> Device)",
+            "ts": 0,
+            "dur": 0,
+            "pid": 0,
+            "tid": 7,
+            "args": {"correlation": 0},
+        },
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    d = analyze(path)
+    assert d.critical_path is not None
+    assert d.violations() == []

@@ -388,7 +388,7 @@ def build_graph(
     path = np.where(sync[c], 0, c_end[c] - c_ts[c]) + QUEUED_SLACK_NS
     lat = np.where(call >= 0, np.clip(o_ts - c_ts[c], 0, path), 0)
     fixed = np.where(call >= 0, NEVER, o_ts - t0)
-    stream_first = np.concatenate([[True], stream[1:] != stream[:-1]])
+    stream_first = np.concatenate([[True], stream[1:] != stream[:-1]])[: stream.size]
 
     # Event waits: an op that started later than its launch and stream allowed, just as an op
     # on another stream ended.
