@@ -16,7 +16,7 @@ import pytest
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import WallfinderError
-from wallfinder.api import Diagnosis, analyze, analyze_counters, ncu_commands
+from wallfinder.api import Diagnosis, Options, analyze, analyze_counters, ncu_commands
 from wallfinder.cli import main
 from wallfinder.report.counters import shell_lines
 from wallfinder.trace import base_name, load_ncu, normalised_name
@@ -589,3 +589,102 @@ def test_a_refuted_matmul_is_said_against_the_verdicts_fourth_question(tmp_path:
     assert [c.status for c in report.checks] == ["refuted"]
     assert any("fourth question counts 1 matmul kernel(s)" in n for n in report.notes)
     assert [f.id for f in report.findings] == ["roofline-refuted"]
+
+
+def _mm_trace(tmp_path: Path, grids: list[int], dur_us: float = 500.0) -> Path:
+    """Steps of bf16 N³ mm calls on an A100, one kernel per grid in `grids` a step: at 500 µs
+    each runs at ~88% of its roof (2·N³ FLOPs in 0.44 ms at 312 TFLOP/s), near peak."""
+    b = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
+    step = 100.0 + len(grids) * (dur_us + 50.0)
+    for s in range(3):
+        t0 = s * step
+        b.step(s + 1, t0, step)
+        for i, grid in enumerate(grids):
+            at = t0 + 10 + i * (dur_us + 50.0)
+            event = b.host(
+                "aten::mm",
+                at,
+                5.0,
+                args={"Input Dims": [[N, N], [N, N]], "Input type": ["c10::BFloat16"] * 2},
+            )
+            b.kernel(MM_KERNEL, at + 10, dur_us, launch_at=at + 1, args={"grid": [grid, 1, 1]})
+            b.events[-1]["args"]["External id"] = event["args"]["External id"]
+    return b.write(tmp_path / "t.json")
+
+
+def _mm_export(tmp_path: Path, launches: list[tuple[int, float, float]]) -> Path:
+    """A details page of `MM_KERNEL` launches, each (grid blocks, SM %, memory %)."""
+    rows = [["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    for i, (grid, sm, mem) in enumerate(launches):
+        rows += [
+            [str(i), MM_KERNEL, "SOL", "Duration", "usecond", "500"],
+            [str(i), MM_KERNEL, "SOL", "Compute (SM) Throughput", "%", str(sm)],
+            [str(i), MM_KERNEL, "SOL", "Memory Throughput", "%", str(mem)],
+            [str(i), MM_KERNEL, "Launch", "Grid Size", "", str(grid)],
+        ]
+    return write(tmp_path, _csv(rows))
+
+
+def test_a_refuted_bound_flips_the_fourth_question_and_says_which_kernels_moved(
+    tmp_path: Path,
+) -> None:
+    """The roofline puts the mm near peak; its counters find neither unit busy (latency-
+    bound at 30% SM): the fourth question turns to no, on the counted figure, and says so."""
+    trace = _mm_trace(tmp_path, [108])
+    before = analyze(trace)
+    assert before.verdict.questions[3].answer == "yes"
+    export = _mm_export(tmp_path, [(108, 30.0, 20.0)])
+    d = analyze(trace, Options(counters=export))
+    d.self_check()
+    q4 = d.verdict.questions[3]
+    assert q4.answer == "no"
+    assert q4.value == pytest.approx(0.30)
+    assert "re-placed by hardware counters" in q4.detail
+    assert "estimate compute, counters latency" in q4.detail
+    assert d.verdict.cause == "below peak: precision/shape/kernel"
+    assert d.roofline is not None
+    assert d.roofline.latency_bound_share == pytest.approx(1.0)
+    row = next(k for k in d.kernels if k.name == MM_KERNEL)
+    assert (row.bound, row.bound_basis, row.estimated_bound) == ("latency", "counters", "compute")
+    # The finding that used the estimate uses the counted bound and % of roof.
+    below = next(f for f in d.findings if f.id == "matmul-below-roof")
+    assert "at 30% of roof (latency-bound by counters)" in below.evidence
+    assert d.counters is not None
+    assert [(c.status, c.estimated_bound, c.counter_bound) for c in d.counters.checks] == [
+        ("refuted", "compute", "latency")
+    ]
+
+
+def test_a_matmul_the_counters_call_memory_bound_leaves_the_matmul_share(tmp_path: Path) -> None:
+    """Counted memory-bound, the mm streams its operands: the third question's bandwidth
+    share, not a compute-bound matmul, so the wall is bandwidth."""
+    trace = _mm_trace(tmp_path, [108])
+    d = analyze(trace, Options(counters=_mm_export(tmp_path, [(108, 30.0, 85.0)])))
+    d.self_check()
+    assert d.verdict.questions[2].answer == "no"
+    assert d.verdict.wall == "bandwidth"
+    assert d.roofline is not None
+    assert d.roofline.matmul_bandwidth_share == pytest.approx(1.0)
+    assert d.roofline.pct_of_roof_matmul is None
+
+
+def test_launches_pair_by_grid_before_name_and_in_launch_order(tmp_path: Path) -> None:
+    """Two same-name mm kernels a step with grids 64 and 216; the export profiled them in the
+    other order. Each pairs with the launch of its grid: the 216-block one is latency-bound,
+    the 64-block one compute-bound."""
+    trace = _mm_trace(tmp_path, [64, 216])
+    export = _mm_export(tmp_path, [(216, 30.0, 20.0), (64, 90.0, 30.0)])
+    d = analyze(trace, Options(counters=export))
+    assert d.counters is not None
+    (check,) = d.counters.checks
+    assert check.matched_by == "name and grid"
+    assert check.launches == 2
+    assert d.roofline is not None
+    assert d.roofline.latency_bound_share == pytest.approx(0.5)
+    # Without grids in the export the launches pair by name, in launch order.
+    text = export.read_text().replace('"Grid Size"', '"Something"')
+    d = analyze(trace, Options(counters=write(tmp_path, text)))
+    assert d.counters is not None
+    assert d.counters.checks[0].matched_by == "name"
+    assert d.roofline is not None
+    assert d.roofline.latency_bound_share == pytest.approx(0.5)

@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
+from wallfinder.analysis.gpu import DeviceOps
 from wallfinder.analysis.thresholds import CounterThresholds, Thresholds
 from wallfinder.diagnosis import (
     CounterCheck,
@@ -24,10 +29,18 @@ from wallfinder.diagnosis import (
     Finding,
     KernelRow,
 )
-from wallfinder.trace import NcuExport, NcuLaunch, base_name, ncu_command, normalised_name
+from wallfinder.trace import (
+    Kind,
+    NcuExport,
+    NcuLaunch,
+    Trace,
+    base_name,
+    ncu_command,
+    normalised_name,
+)
 from wallfinder.units import duration, pct
 
-__all__ = ["classify", "collect_commands", "counter_report"]
+__all__ = ["CounterPlacement", "classify", "collect_commands", "counter_report", "place_counters"]
 
 _ESTIMATE_TO_COUNTER = {"compute": "compute", "bandwidth": "memory"}
 _NEEDED = ("sm_pct", "memory_pct", "duration_s")
@@ -181,14 +194,109 @@ _TIERS: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("base name", base_name),
     ("function name", short_name),
 )
-"""How a trace's kernel and a profiled launch are matched, strictest first: the whole
+"""How a trace's kernel and a profiled launch are matched by name, strictest first: the whole
 normalised name, the qualified function name (`base_name`), the function name alone (what ncu
-prints with `--print-kernel-base function`)."""
+prints with `--print-kernel-base function`). Within each, launches whose grid agrees with the
+kernel's are paired first ("name and grid"), then the rest by name; pairs are made in launch
+order."""
+
+TIER_NAMES: tuple[str, ...] = tuple(t for how, _ in _TIERS for t in (f"{how} and grid", how))
+"""Every tier a kernel can be matched by, strictest first (`CounterPlacement.tier` indexes
+it)."""
+
+BOUND_CODE = {"compute": 1, "memory": 2, "latency": 3}
+"""A counter bound as `CounterPlacement.bound` stores it (0: none)."""
+
+
+@dataclass(frozen=True)
+class CounterPlacement:
+    """Per device op (`DeviceOps.ops`): the profiled launch it was joined to, how, and the
+    bound the counters give it (`BOUND_CODE`; 0 where unmatched or undecided), with the
+    counted % of peak of the unit that bounds it (NaN where none)."""
+
+    launch: npt.NDArray[np.int64]
+    """Index into `kernels` (-1: unmatched)."""
+    tier: npt.NDArray[np.int8]
+    """Index into `TIER_NAMES` (-1: unmatched)."""
+    bound: npt.NDArray[np.int8]
+    pct: npt.NDArray[np.float64]
+    kernels: list[CounterKernel]
+    """Every profiled launch, classified."""
+
+
+def _counted_pct(k: CounterKernel) -> float:
+    """How near its roof a kernel runs by counters: the throughput, as a fraction of peak, of
+    the unit that bounds it (the busier of SM and memory for a latency-bound one)."""
+    sm, mem = k.sm_pct, k.memory_pct
+    value = sm if k.bound == "compute" else mem if k.bound == "memory" else max(sm or 0, mem or 0)
+    return float("nan") if value is None else min(1.0, value)
+
+
+def place_counters(
+    trace: Trace, dev: DeviceOps, export: NcuExport, thresholds: Thresholds
+) -> CounterPlacement:
+    """Join the device's kernels to the export's launches and give each joined kernel the
+    counters' bound. Per name tier (`_TIERS`), launches whose grid (blocks) agrees with the
+    kernel's are paired first, then any left by name alone; within a key, kernels and launches
+    pair in launch order, and kernels beyond the profiled launches (ncu profiled a sample:
+    `--launch-skip`/`--launch-count`) cycle through them in order."""
+    kernels = [classify(launch, thresholds) for launch in export.launches]
+    ops = dev.ops
+    n = len(ops)
+    launch_of = np.full(n, -1, dtype=np.int64)
+    tier = np.full(n, -1, dtype=np.int8)
+    rows = np.flatnonzero(ops.kind == Kind.KERNEL)
+    rows = rows[np.argsort(ops.ts[rows], kind="stable")]
+    names = {int(c): trace.strings[int(c)] for c in np.unique(ops.name[rows])}
+    blocks = {int(g): trace.blocks(int(g)) for g in np.unique(ops.grid[rows])}
+    op_grid = [blocks[int(g)] or None for g in ops.grid[rows]]
+    l_grid = [_int(k.grid) for k in kernels]
+    free = np.ones(len(kernels), dtype=bool)
+    level = 0
+    for _, key_of in _TIERS:
+        op_key = {c: key_of(t) for c, t in names.items()}
+        l_key = [key_of(launch.name) for launch in export.launches]
+        for with_grid in (True, False):
+            todo: dict[tuple[str, int | None], list[int]] = {}
+            for r, g in zip(rows.tolist(), op_grid, strict=True):
+                if launch_of[r] < 0 and tier[r] < 0:
+                    if with_grid and g is None:
+                        continue
+                    todo.setdefault(
+                        (op_key[int(ops.name[r])], g if with_grid else None), []
+                    ).append(r)
+            have: dict[tuple[str, int | None], list[int]] = {}
+            for j in np.flatnonzero(free).tolist():
+                if with_grid and l_grid[j] is None:
+                    continue
+                have.setdefault((l_key[j], l_grid[j] if with_grid else None), []).append(j)
+            for key, members in todo.items():
+                found = have.get(key)
+                if not found:
+                    continue
+                paired = min(len(members), len(found))
+                # In launch order; kernels beyond the profiled launches (the trace holds more
+                # steps than ncu profiled) cycle through them, as the steps repeat.
+                for k, r in enumerate(members):
+                    launch_of[r] = found[k % len(found)]
+                free[found[:paired]] = False
+                tier[members] = level
+            level += 1
+    bound = np.zeros(n, dtype=np.int8)
+    pct = np.full(n, np.nan)
+    joined = np.flatnonzero(launch_of >= 0)
+    for r in joined.tolist():
+        k = kernels[int(launch_of[r])]
+        if k.bound is not None:
+            bound[r] = BOUND_CODE[k.bound]
+            pct[r] = _counted_pct(k)
+    return CounterPlacement(launch_of, tier, bound, pct, kernels)
 
 
 def _match(rows: list[KernelRow], launches: list[NcuLaunch]) -> dict[int, tuple[str, list[int]]]:
     """Trace kernel (index) → how it matched and the launches (indices), by the first tier of
-    `_TIERS` that finds any; each launch joins one kernel at most, in launch order."""
+    `_TIERS` that finds any; each launch joins one kernel at most, in launch order. For a
+    diagnosis alone (a saved one): with the trace, `place_counters` joins each launch."""
     free = set(range(len(launches)))
     out: dict[int, tuple[str, list[int]]] = {}
     for how, key_of in _TIERS:
@@ -201,6 +309,25 @@ def _match(rows: list[KernelRow], launches: list[NcuLaunch]) -> dict[int, tuple[
             if hit:
                 out[i] = (how, hit)
                 free -= set(hit)
+    return out
+
+
+def _placed_match(
+    rows: list[KernelRow], trace: Trace, dev: DeviceOps, placement: CounterPlacement
+) -> dict[int, tuple[str, list[int]]]:
+    """Trace kernel (index) → the tier most of its launches matched by and the launches they
+    were joined to, from `place_counters`."""
+    out: dict[int, tuple[str, list[int]]] = {}
+    joined = placement.launch >= 0
+    for i, row in enumerate(rows):
+        code = trace.code_of(row.name)
+        if code < 0:
+            continue
+        mine = joined & (dev.ops.name == code)
+        if not mine.any():
+            continue
+        tiers = np.bincount(placement.tier[mine].astype(np.intp), minlength=len(TIER_NAMES))
+        out[i] = (TIER_NAMES[int(np.argmax(tiers))], sorted(set(placement.launch[mine].tolist())))
     return out
 
 
@@ -231,7 +358,8 @@ def _check(
     est_bytes = row.bytes / count if row.bytes is not None else None
     flops_ratio = _ratio(est_flops, counted_flops)
     bytes_ratio = _ratio(est_bytes, counted_bytes)
-    expected = _ESTIMATE_TO_COUNTER.get(row.bound or "")
+    estimate = row.estimated_bound if row.bound_basis == "counters" else row.bound
+    expected = _ESTIMATE_TO_COUNTER.get(estimate or "")
     status: Literal["confirmed", "refuted", "no estimate", "no counters"]
     if bound is None:
         status = "no counters"
@@ -241,7 +369,7 @@ def _check(
         status = "confirmed" if expected == bound else "refuted"
     detail = []
     if status in ("confirmed", "refuted"):
-        detail.append(f"estimate {row.bound}, counters {bound}" + (f" ({unit})" if unit else ""))
+        detail.append(f"estimate {estimate}, counters {bound}" + (f" ({unit})" if unit else ""))
     for what, r in (("FLOPs", flops_ratio), ("bytes", bytes_ratio)):
         if r is not None and abs(r - 1) > th.model_tolerance:
             detail.append(f"cost model's {what} {r:.2f}x the counted")
@@ -251,7 +379,7 @@ def _check(
         share=row.share,
         launches=sum(k.invocations for k in ks),
         matched_by=how,
-        estimated_bound=row.bound,
+        estimated_bound=estimate,
         estimated_flops=est_flops,
         estimated_bytes=est_bytes,
         pct_of_roof=row.pct_of_roof,
@@ -314,12 +442,19 @@ def _verdict_notes(d: Diagnosis, checks: list[CounterCheck]) -> list[str]:
 
 
 def counter_report(
-    export: NcuExport, thresholds: Thresholds | None = None, diagnosis: Diagnosis | None = None
+    export: NcuExport,
+    thresholds: Thresholds | None = None,
+    diagnosis: Diagnosis | None = None,
+    placed: tuple[Trace, DeviceOps, CounterPlacement] | None = None,
 ) -> CounterReport:
     """Each profiled launch's bound by counters and, with a `diagnosis` of the same program,
-    its top kernels' roofline estimates confirmed or refuted."""
+    its top kernels' roofline estimates confirmed or refuted: joined by `placed` (the
+    diagnosis's trace, device ops and `place_counters`) where given, else by name alone."""
     th = thresholds or Thresholds()
-    kernels = [classify(launch, th) for launch in export.launches]
+    if placed is not None:
+        kernels = placed[2].kernels
+    else:
+        kernels = [classify(launch, th) for launch in export.launches]
     lacking = _lacking(export)
     notes = _notes(lacking, kernels)
     checks: list[CounterCheck] = []
@@ -329,7 +464,9 @@ def counter_report(
     collect: list[str] = []
     if diagnosis is not None:
         rows = diagnosis.kernels
-        matched = _match(rows, export.launches)
+        matched = (
+            _placed_match(rows, *placed) if placed is not None else _match(rows, export.launches)
+        )
         for i, row in enumerate(rows):
             if i not in matched:
                 unmatched.append(row.name)
@@ -341,7 +478,13 @@ def counter_report(
         finding = _refuted_finding(checks, th.counters)
         if finding is not None:
             findings.append(finding)
-        notes += _verdict_notes(diagnosis, checks)
+        if placed is None:
+            notes += _verdict_notes(diagnosis, checks)
+        elif diagnosis.roofline is not None and diagnosis.roofline.by_counters:
+            notes.append(
+                "the verdict and findings place these kernels by their counters, not the "
+                "estimate: " + "; ".join(diagnosis.roofline.by_counters)
+            )
         if unmatched or lacking:
             collect = collect_commands(diagnosis, th)
     elif lacking:
