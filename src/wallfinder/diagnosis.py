@@ -313,6 +313,13 @@ class OpRoofRow(_Base, frozen=True):
     bound_basis: str | None = None
     """"counters" when hardware counters (`--counters`) refuted the estimated bound for most
     of the op's kernel time: `bound` and `pct_of_roof` are then the counted ones."""
+    fits_l2: bool | None = None
+    """One call's bytes (its working set, by the cost model) fit in the device's L2: read
+    back while still resident, its operands see L2's bandwidth, not memory's (None: no L2
+    size for the device)."""
+    pct_of_l2_roof: float | None = None
+    """For a working set that fits in L2: its time against the L2 roof (peak, or bytes at the
+    L2 bandwidth), a fraction; below `pct_of_roof`, since L2 is the faster roof."""
 
 
 class Roofline(_Base, frozen=True):
@@ -346,6 +353,14 @@ class Roofline(_Base, frozen=True):
     the SMs nor memory busy); part of `unknown_bound_share`, which is what is neither compute-
     nor bandwidth-bound."""
     by_counters: list[str] = []
+    l2_bandwidth: float | None = None
+    """The L2 roof, bytes/s (`DeviceSpec.l2_roof`): the catalogue's (derived from a whitepaper)
+    or, with `l2_bandwidth_estimate`, twice the memory bandwidth."""
+    l2_bandwidth_estimate: bool = False
+    l2_fit_share: float = 0.0
+    """Busy time in costed ops whose working set fits in L2."""
+    l2_note: str | None = None
+    """What the L2 roof says, in words (None when no op fits or the device has no L2 size)."""
     """The kernels whose estimated bound hardware counters refuted and re-placed, each with
     the estimate, the counted bound and its share of busy time (empty without counters)."""
 

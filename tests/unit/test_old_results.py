@@ -38,8 +38,12 @@ _ROOFLINE_V2 = (
     "matmul_unknown_share",
     "latency_bound_share",
     "by_counters",
+    "l2_bandwidth",
+    "l2_bandwidth_estimate",
+    "l2_fit_share",
+    "l2_note",
 )
-_COUNTED = ("estimated_bound", "bound_basis")
+_COUNTED = ("estimated_bound", "bound_basis", "fits_l2", "pct_of_l2_roof")
 """What hardware counters added to a kernel and an op row (additive)."""
 _REPLAY = ("gain_basis", "replay_speedup", "wall_after")
 """The fields a finding's replayed gain added (additive: /2 files without them still load)."""

@@ -277,8 +277,8 @@ def place_counters(
                 paired = min(len(members), len(found))
                 # In launch order; kernels beyond the profiled launches (the trace holds more
                 # steps than ncu profiled) cycle through them, as the steps repeat.
-                for k, r in enumerate(members):
-                    launch_of[r] = found[k % len(found)]
+                for nth, r in enumerate(members):
+                    launch_of[r] = found[nth % len(found)]
                 free[found[:paired]] = False
                 tier[members] = level
             level += 1

@@ -450,6 +450,9 @@ def _summary(
     costed_t = float(time_s[costed].sum())
     # Ties broken by signature: the order must not depend on how the strings were numbered.
     rows.sort(key=lambda r: (-r.time_s, r.name, r.shapes, r.dtype))
+    l2 = spec.l2_roof() if spec else None
+    fitting = [r for r in rows if r.fits_l2]
+    fit_share = min(1.0, sum(r.time_s for r in fitting) / busy)
     return Roofline(
         device=spec.name if spec else None,
         ridge=_ridges(spec),
@@ -464,6 +467,10 @@ def _summary(
         matmul_unknown_share=float(time_s[every_matmul & (bound == 0) & ~slow].sum()) / busy,
         latency_bound_share=float(time_s[slow].sum()) / busy,
         by_counters=replaced or [],
+        l2_bandwidth=l2[0] if l2 else None,
+        l2_bandwidth_estimate=bool(l2 and l2[1]),
+        l2_fit_share=fit_share,
+        l2_note=_l2_note(spec, fitting, fit_share),
         fp32_matmul_without_tensor_cores_s=fp32_no_tc_s / max(steps, 1),
         fp32_matmul_without_tensor_cores_share=fp32_no_tc_s / busy,
         ops=rows[:TOP_OPS],
@@ -495,6 +502,12 @@ def _roof_row(
     cls: str | None = None,
 ) -> OpRoofRow:
     ai = flops / nbytes if nbytes > 0 else None
+    l2 = spec.l2_roof() if spec else None
+    fits = (
+        None
+        if l2 is None or spec is None or spec.l2_bytes is None
+        else calls > 0 and 0 < nbytes / calls <= spec.l2_bytes
+    )
     peak = spec.peak(dtype) if spec else None
     bandwidth = spec.mem_bandwidth if spec else None
     ridge = spec.ridge(dtype) if spec else None
@@ -524,7 +537,39 @@ def _roof_row(
         bound=bound,
         pct_of_roof=pct,
         cls=cls,
+        fits_l2=fits,
+        pct_of_l2_roof=_l2_pct(flops, nbytes, time_s, peak, l2[0]) if fits and l2 else None,
     )
+
+
+def _l2_note(spec: DeviceSpec | None, fitting: list[OpRoofRow], share: float) -> str | None:
+    """The L2 roof in words: which share of the busy time moves working sets that fit in L2,
+    and how near they run to the L2 roof and to memory's."""
+    l2 = spec.l2_roof() if spec else None
+    if spec is None or l2 is None or spec.l2_bytes is None or not fitting:
+        return None
+    bw, estimate = l2
+    basis = "estimate: twice the memory bandwidth" if estimate else "derived from the whitepaper"
+    time = sum(r.time_s for r in fitting)
+    at_l2 = sum(r.time_s * (r.pct_of_l2_roof or 0.0) for r in fitting) / time
+    at_mem = sum(r.time_s * (r.pct_of_roof or 0.0) for r in fitting) / time
+    return (
+        f"{len(fitting)} op signature(s), {share:.1%} of busy time, move a working set (one "
+        f"call's bytes) that fits in the {spec.l2_bytes / 2**20:g} MiB L2: against the L2 roof "
+        f"({bw / 1e12:.2f} TB/s, {basis}) they run at {at_l2:.0%}, against memory's at "
+        f"{at_mem:.0%} (time-weighted); the L2 roof holds while their operands stay resident "
+        "between kernels"
+    )
+
+
+def _l2_pct(
+    flops: float, nbytes: float, time_s: float, peak: float | None, l2_bandwidth: float
+) -> float | None:
+    """Time against the L2 roof: the floor of peak FLOP/s and bytes at L2's bandwidth."""
+    if time_s <= 0:
+        return None
+    floor = max(flops / peak if peak else 0.0, nbytes / l2_bandwidth)
+    return min(1.0, floor / time_s)
 
 
 def _weighted(

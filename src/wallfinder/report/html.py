@@ -506,6 +506,7 @@ def _roofline_lines(d: Diagnosis) -> list[str]:
     ):
         if value is not None:
             lines.append(f"{label} run at {fmt.pct(value)} of their roof (time-weighted).")
+    lines += [line[0].upper() + line[1:] + "." for line in fmt.roofline_notes(r)]
     return lines
 
 
