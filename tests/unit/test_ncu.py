@@ -688,3 +688,30 @@ def test_launches_pair_by_grid_before_name_and_in_launch_order(tmp_path: Path) -
     assert d.counters.checks[0].matched_by == "name"
     assert d.roofline is not None
     assert d.roofline.latency_bound_share == pytest.approx(0.5)
+
+
+def test_counters_in_markdown_and_the_measured_points_on_the_html_roofline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = write(tmp_path, raw_page())
+    assert main(["counters", str(export), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("### Hardware counters: `kernels.csv`")
+    rows = [line for line in md.splitlines() if line.startswith("| 0 ") or line.startswith("| 1 ")]
+    assert len(rows) == 2
+    assert rows[0].endswith("| compute (tensor) |")
+    assert rows[1].endswith("| memory (dram) |")
+    assert "| latency |" in md  # a latency-bound launch's reasons are not its unit
+    page = tmp_path / "counters.html"
+    assert main(["counters", str(export), "--format", "html", "-o", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    figures = json.loads(html.split('id="wf-figures"', 1)[1].split(">", 1)[1].split("</script>")[0])
+    points = figures["plot-counter-roofline"]["data"]
+    # The launches with counted FLOPs and DRAM bytes, at their achieved AI and FLOP/s.
+    report = analyze_counters(export)
+    placed = {k.id: k for k in report.kernels if k.ai and k.flops_per_s}
+    assert sorted(x for trace in points for x in trace["x"]) == sorted(
+        k.ai for k in placed.values()
+    )
+    assert {trace["name"] for trace in points} == {f"{k.bound}-bound" for k in placed.values()}
+    assert 'id="plot-counter-roofline"' in html
