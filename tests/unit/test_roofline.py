@@ -356,3 +356,29 @@ def test_without_an_l2_bandwidth_the_l2_roof_is_an_estimate_and_says_so(tmp_path
     assert r.l2_bandwidth_estimate
     assert r.l2_note is not None
     assert "estimate: twice the memory bandwidth" in r.l2_note
+
+
+def test_a_kernel_the_counters_call_compute_bound_breaks_a_fusion_run(tmp_path: Path) -> None:
+    """Three adds a step form a fusion run; the counters of one step's launches (in launch
+    order: mm, add, add, add) call the middle add compute-bound, so no run of two is left."""
+    trace = model_trace(elementwise=3).write(tmp_path / "t.json")
+    rows = [["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    for i, (name, sm, mem) in enumerate(
+        [(GEMM_KERNEL, 90, 40), (ADD_KERNEL, 10, 85), (ADD_KERNEL, 85, 10), (ADD_KERNEL, 10, 85)]
+    ):
+        rows += [
+            [str(i), name, "SOL", "Duration", "usecond", "100"],
+            [str(i), name, "SOL", "Compute (SM) Throughput", "%", str(sm)],
+            [str(i), name, "SOL", "Memory Throughput", "%", str(mem)],
+        ]
+    export = tmp_path / "kernels.csv"
+    export.write_text("\n".join(",".join(f'"{v}"' for v in row) for row in rows) + "\n")
+    assert len(analyze(trace).fusion) == 1
+    d = analyze(trace, Options(counters=export))
+    d.self_check()
+    assert d.fusion == []
+    assert d.roofline is not None
+    assert d.roofline.by_counters == [
+        "at::native::vectorized_elementwise_kernel: estimate bandwidth, counters compute "
+        f"({100 / 1300:.1%} of kernel time)"
+    ]
