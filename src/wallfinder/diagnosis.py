@@ -914,6 +914,10 @@ class CriticalPath(_Base, frozen=True):
     notes: list[str] = []
     rank: int | None = None
     """For a job: the rank whose path sets the job's step (the one the others wait for)."""
+    rank_shares: dict[str, float] = {}
+    """For a job replayed across ranks: per rank, the share of the job's critical path in its
+    work between the collectives every rank joins (it arrived last: the others waited); the
+    rest is in the collectives' transfers. Empty when not replayed across ranks."""
     timeline: list[PathSegment] = []
     """The path through the step `Diagnosis.timeline` draws (replayed times, which the
     unchanged replay keeps within `replay_error` of the measured ones), bounded in number."""

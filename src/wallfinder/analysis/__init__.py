@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.counters import counter_report, place_counters
-from wallfinder.analysis.critpath import critical_path, parse_what_if
+from wallfinder.analysis.critpath import StepGraph, cpu_graph, critical_path, parse_what_if
 from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
@@ -155,7 +155,9 @@ def diagnose(
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
     memory = memory_profile(scope, *parts.capacity)
-    path, whatif = critical_path(scope, parts.fusion, parts.roofline, changes, parts.timeline)
+    path, whatif = critical_path(
+        scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
+    )
     facts = Facts(
         scope,
         steps,
@@ -235,6 +237,9 @@ class _Parts:
     cpu: CpuActivity | None = None
     dispatch: DispatchSummary | None = None
     attribution: Attribution | None = None
+    graph: StepGraph | None = None
+    """The step's dependency graph when the device model builds its own (the CPU's); None:
+    built from the device's ops."""
 
 
 class _DeviceModel(Protocol):
@@ -656,6 +661,7 @@ class _Cpu:
             cpu=cpu,
             dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
             attribution=attribute(scope, host_work(scope, cpu_ops)),
+            graph=cpu_graph(scope, mine, self.category, self.dispatch),
         )
 
 

@@ -53,7 +53,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="replay each step's dependency graph with these fixes, comma-separated, each "
         "alone then combined: data (data-loading gaps removed), host[:F] (host work and "
         "launch calls / F, default 2), sync (sync points removed), fuse (memory-bound chains "
-        "fused), matmul[:P] (matmuls at P of their roof, default 0.8)",
+        "fused), matmul[:P] (matmuls at P of their roof, default 0.8), overlap (collectives "
+        "start beside the compute they waited for)",
     )
     add_record_options(parser)
 
