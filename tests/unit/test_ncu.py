@@ -715,3 +715,23 @@ def test_counters_in_markdown_and_the_measured_points_on_the_html_roofline(
     )
     assert {trace["name"] for trace in points} == {f"{k.bound}-bound" for k in placed.values()}
     assert 'id="plot-counter-roofline"' in html
+
+
+def test_a_function_name_several_trace_kernels_share_joins_none_of_them(tmp_path: Path) -> None:
+    """`vectorized_elementwise_kernel` alone could be the add or the mul: neither is
+    re-placed by it, and both are said unmatched."""
+    mul = ADD.replace("CUDAFunctor_add", "MulFunctor")
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(training_trace(4, kernels=(GEMM, ADD, mul)).to_bytes())
+    rows = [["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    rows += [
+        ["0", "vectorized_elementwise_kernel", "SOL", "Duration", "usecond", "5"],
+        ["0", "vectorized_elementwise_kernel", "SOL", "Compute (SM) Throughput", "%", "90"],
+        ["0", "vectorized_elementwise_kernel", "SOL", "Memory Throughput", "%", "10"],
+    ]
+    d = analyze(trace, Options(counters=write(tmp_path, _csv(rows))))
+    assert d.counters is not None
+    assert d.counters.checks == []
+    assert {ADD, mul} <= set(d.counters.unmatched_kernels)
+    assert d.roofline is not None
+    assert d.roofline.by_counters == []

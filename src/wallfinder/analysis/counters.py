@@ -204,6 +204,10 @@ TIER_NAMES: tuple[str, ...] = tuple(t for how, _ in _TIERS for t in (f"{how} and
 """Every tier a kernel can be matched by, strictest first (`CounterPlacement.tier` indexes
 it)."""
 
+_LOOSE = 2
+"""The first of `TIER_NAMES` that matches less than the whole name: from it on, a key that
+stands for several of the trace's kernel names joins none of them."""
+
 BOUND_CODE = {"compute": 1, "memory": 2, "latency": 3}
 """A counter bound as `CounterPlacement.bound` stores it (0: none)."""
 
@@ -239,7 +243,9 @@ def place_counters(
     counters' bound. Per name tier (`_TIERS`), launches whose grid (blocks) agrees with the
     kernel's are paired first, then any left by name alone; within a key, kernels and launches
     pair in launch order, and kernels beyond the profiled launches (ncu profiled a sample:
-    `--launch-skip`/`--launch-count`) cycle through them in order."""
+    `--launch-skip`/`--launch-count`) cycle through them in order. By a part of the name (the
+    base or function name), only a key that stands for one of the trace's kernel names
+    joins."""
     kernels = [classify(launch, thresholds) for launch in export.launches]
     ops = dev.ops
     n = len(ops)
@@ -273,6 +279,10 @@ def place_counters(
             for key, members in todo.items():
                 found = have.get(key)
                 if not found:
+                    continue
+                if level >= _LOOSE and len({int(ops.name[r]) for r in members}) > 1:
+                    # A function name several of the trace's kernels share (every
+                    # `elementwise_kernel` functor): which one a launch was is not known.
                     continue
                 paired = min(len(members), len(found))
                 # In launch order; kernels beyond the profiled launches (the trace holds more
