@@ -12,14 +12,20 @@ import shlex
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import WallfinderError
+from wallfinder.analysis import Thresholds
+from wallfinder.analysis.counters import BOUND_CODE, TIER_NAMES, place_counters
+from wallfinder.analysis.gpu import device_ops
 from wallfinder.api import Diagnosis, Options, analyze, analyze_counters, ncu_commands
 from wallfinder.cli import main
 from wallfinder.report.counters import shell_lines
-from wallfinder.trace import base_name, load_ncu, normalised_name
+from wallfinder.trace import base_name, load_ncu, load_trace, normalised_name
+
+TH = Thresholds()
 
 GEMM = "ampere_sgemm_128x128_tn"
 ADD = (
@@ -591,7 +597,9 @@ def test_a_refuted_matmul_is_said_against_the_verdicts_fourth_question(tmp_path:
     assert [f.id for f in report.findings] == ["roofline-refuted"]
 
 
-def _mm_trace(tmp_path: Path, grids: list[int], dur_us: float = 500.0) -> Path:
+def _mm_trace(
+    tmp_path: Path, grids: list[int], dur_us: float = 500.0, blocks: list[int] | None = None
+) -> Path:
     """Steps of bf16 N³ mm calls on an A100, one kernel per grid in `grids` a step: at 500 µs
     each runs at ~88% of its roof (2·N³ FLOPs in 0.44 ms at 312 TFLOP/s), near peak."""
     b = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
@@ -599,7 +607,7 @@ def _mm_trace(tmp_path: Path, grids: list[int], dur_us: float = 500.0) -> Path:
     for s in range(3):
         t0 = s * step
         b.step(s + 1, t0, step)
-        for i, grid in enumerate(grids):
+        for i, (grid, block) in enumerate(zip(grids, blocks or [256] * len(grids), strict=True)):
             at = t0 + 10 + i * (dur_us + 50.0)
             event = b.host(
                 "aten::mm",
@@ -607,15 +615,21 @@ def _mm_trace(tmp_path: Path, grids: list[int], dur_us: float = 500.0) -> Path:
                 5.0,
                 args={"Input Dims": [[N, N], [N, N]], "Input type": ["c10::BFloat16"] * 2},
             )
-            b.kernel(MM_KERNEL, at + 10, dur_us, launch_at=at + 1, args={"grid": [grid, 1, 1]})
+            size = {"grid": [grid, 1, 1], "block": [block, 1, 1]}
+            b.kernel(MM_KERNEL, at + 10, dur_us, launch_at=at + 1, args=size)
             b.events[-1]["args"]["External id"] = event["args"]["External id"]
     return b.write(tmp_path / "t.json")
 
 
-def _mm_export(tmp_path: Path, launches: list[tuple[int, float, float]]) -> Path:
-    """A details page of `MM_KERNEL` launches, each (grid blocks, SM %, memory %)."""
+def _mm_export(
+    tmp_path: Path, launches: list[tuple[int, float, float]], blocks: list[int] | None = None
+) -> Path:
+    """A details page of `MM_KERNEL` launches, each (grid blocks, SM %, memory %), with
+    `blocks` their Block Size where given."""
     rows = [["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
     for i, (grid, sm, mem) in enumerate(launches):
+        if blocks is not None:
+            rows.append([str(i), MM_KERNEL, "Launch", "Block Size", "", str(blocks[i])])
         rows += [
             [str(i), MM_KERNEL, "SOL", "Duration", "usecond", "500"],
             [str(i), MM_KERNEL, "SOL", "Compute (SM) Throughput", "%", str(sm)],
@@ -735,3 +749,25 @@ def test_a_function_name_several_trace_kernels_share_joins_none_of_them(tmp_path
     assert {ADD, mul} <= set(d.counters.unmatched_kernels)
     assert d.roofline is not None
     assert d.roofline.by_counters == []
+
+
+def test_same_grid_launches_pair_by_block_where_both_sides_carry_it(tmp_path: Path) -> None:
+    """Two mm kernels a step, both 108 blocks, of 128 and 256 threads; the export has them the
+    other way round. Paired by block, every 128-thread kernel takes the latency-bound launch;
+    without blocks in the export they pair by position, the first of each step with the
+    first launch."""
+    path = _mm_trace(tmp_path, [108, 108], blocks=[128, 256])
+    trace = load_trace(path)
+    dev = device_ops(trace)
+    assert dev is not None
+    threads = np.array([trace.threads(int(b)) for b in dev.ops.block])
+    launches = [(108, 90.0, 30.0), (108, 30.0, 20.0)]
+    placed = place_counters(trace, dev, load_ncu(_mm_export(tmp_path, launches, [256, 128])), TH)
+    assert set(placed.bound[threads == 128].tolist()) == {BOUND_CODE["latency"]}
+    assert set(placed.bound[threads == 256].tolist()) == {BOUND_CODE["compute"]}
+    assert {TIER_NAMES[t] for t in placed.tier.tolist()} == {"name and grid"}
+    placed = place_counters(trace, dev, load_ncu(_mm_export(tmp_path, launches)), TH)
+    assert set(placed.bound[threads == 128].tolist()) == {BOUND_CODE["compute"]}
+    d = analyze(path, Options(counters=_mm_export(tmp_path, launches, [256, 128])))
+    assert d.counters is not None
+    assert d.counters.checks[0].matched_by == "name and grid"

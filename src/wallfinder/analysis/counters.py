@@ -241,7 +241,8 @@ def place_counters(
 ) -> CounterPlacement:
     """Join the device's kernels to the export's launches and give each joined kernel the
     counters' bound. Per name tier (`_TIERS`), launches whose grid (blocks) agrees with the
-    kernel's are paired first, then any left by name alone; within a key, kernels and launches
+    kernel's, and its block (threads) where the trace and the export both carry blocks, are
+    paired first, then any left by name alone; within a key, kernels and launches
     pair in launch order, and kernels beyond the profiled launches (ncu profiled a sample:
     `--launch-skip`/`--launch-count`) cycle through them in order. By a part of the name (the
     base or function name), only a key that stands for one of the trace's kernel names
@@ -255,15 +256,23 @@ def place_counters(
     rows = rows[np.argsort(ops.ts[rows], kind="stable")]
     names = {int(c): trace.strings[int(c)] for c in np.unique(ops.name[rows])}
     blocks = {int(g): trace.blocks(int(g)) for g in np.unique(ops.grid[rows])}
-    op_grid = [blocks[int(g)] or None for g in ops.grid[rows]]
-    l_grid = [_int(k.grid) for k in kernels]
+    threads = {int(b): trace.threads(int(b)) for b in np.unique(ops.block[rows])}
+    # Block sizes are compared where both sides carry them.
+    with_block = any(threads.values()) and any(k.block for k in kernels)
+    op_grid: list[tuple[int, int] | None] = [
+        (blocks[int(g)], threads[int(b)] if with_block else 0) if blocks[int(g)] else None
+        for g, b in zip(ops.grid[rows], ops.block[rows], strict=True)
+    ]
+    l_grid: list[tuple[int, int] | None] = [
+        (int(k.grid), int(k.block or 0) if with_block else 0) if k.grid else None for k in kernels
+    ]
     free = np.ones(len(kernels), dtype=bool)
     level = 0
     for _, key_of in _TIERS:
         op_key = {c: key_of(t) for c, t in names.items()}
         l_key = [key_of(launch.name) for launch in export.launches]
         for with_grid in (True, False):
-            todo: dict[tuple[str, int | None], list[int]] = {}
+            todo: dict[tuple[str, tuple[int, int] | None], list[int]] = {}
             for r, g in zip(rows.tolist(), op_grid, strict=True):
                 if launch_of[r] < 0 and tier[r] < 0:
                     if with_grid and g is None:
@@ -271,7 +280,7 @@ def place_counters(
                     todo.setdefault(
                         (op_key[int(ops.name[r])], g if with_grid else None), []
                     ).append(r)
-            have: dict[tuple[str, int | None], list[int]] = {}
+            have: dict[tuple[str, tuple[int, int] | None], list[int]] = {}
             for j in np.flatnonzero(free).tolist():
                 if with_grid and l_grid[j] is None:
                     continue
