@@ -377,6 +377,7 @@ def test_analyze_with_counters_adds_them_to_the_diagnosis(
     html = page.read_text(encoding="utf-8")
     assert 'id="counters"' in html
     assert ">refuted<" in html
+    assert 'id="plot-counter-roofline"' in html  # the measured points, beside the estimate
     assert main(["analyze", str(trace), "--counters", str(export), "--format", "md"]) == 0
     md = capsys.readouterr().out
     assert "| `softmax_warp_forward` | bandwidth | latency | refuted |" in md

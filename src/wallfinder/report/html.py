@@ -126,6 +126,7 @@ def render_html(d: Diagnosis) -> str:
         wall_color=WALL_COLOR,
         cause_label=fmt.cause_label,
         ranks_memory=fmt.ranks_have_memory(d),
+        counter_plot=COUNTER_PLOT in figures,
     )
 
 
@@ -591,6 +592,10 @@ def _figures(d: Diagnosis) -> dict[str, Any]:
         roofline = _roofline_figure(d)
         if roofline is not None:
             figures["plot-roofline"] = roofline
+    if d.counters is not None:
+        points = _counter_roofline_figure(d.counters)
+        if points is not None:
+            figures[COUNTER_PLOT] = points
     return figures
 
 
