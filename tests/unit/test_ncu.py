@@ -772,3 +772,14 @@ def test_same_grid_launches_pair_by_block_where_both_sides_carry_it(tmp_path: Pa
     d = analyze(path, Options(counters=_mm_export(tmp_path, launches, [256, 128])))
     assert d.counters is not None
     assert d.counters.checks[0].matched_by == "name and grid"
+
+
+def test_counters_with_a_trace_joins_launch_by_launch_as_analyze_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _mm_trace(tmp_path, [64, 216])
+    export = _mm_export(tmp_path, [(216, 30.0, 20.0), (64, 90.0, 30.0)])
+    assert main(["counters", str(export), "--trace", str(trace), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(c["matched_by"], c["launches"]) for c in doc["checks"]] == [("name and grid", 2)]
+    assert any("place these kernels by their counters" in n for n in doc["notes"])
