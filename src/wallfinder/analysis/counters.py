@@ -254,62 +254,113 @@ def place_counters(
     tier = np.full(n, -1, dtype=np.int8)
     rows = np.flatnonzero(ops.kind == Kind.KERNEL)
     rows = rows[np.argsort(ops.ts[rows], kind="stable")]
-    names = {int(c): trace.strings[int(c)] for c in np.unique(ops.name[rows])}
-    blocks = {int(g): trace.blocks(int(g)) for g in np.unique(ops.grid[rows])}
-    threads = {int(b): trace.threads(int(b)) for b in np.unique(ops.block[rows])}
-    # Block sizes are compared where both sides carry them.
-    with_block = any(threads.values()) and any(k.block for k in kernels)
-    op_grid: list[tuple[int, int] | None] = [
-        (blocks[int(g)], threads[int(b)] if with_block else 0) if blocks[int(g)] else None
-        for g, b in zip(ops.grid[rows], ops.block[rows], strict=True)
-    ]
-    l_grid: list[tuple[int, int] | None] = [
-        (int(k.grid), int(k.block or 0) if with_block else 0) if k.grid else None for k in kernels
-    ]
+    # Per distinct name, grid and block code (not per launch): their keys and sizes.
+    codes, name_of = np.unique(ops.name[rows], return_inverse=True)
+    name_of = name_of.reshape(-1)
+    texts = [trace.strings[int(c)] for c in codes.tolist()]
+    op_size, with_block = _size_codes(trace, ops.grid[rows], ops.block[rows], kernels)
+    l_size = np.array(
+        [_size_code(_int(k.grid), _int(k.block) if with_block else None) for k in kernels],
+        dtype=np.int64,
+    )
     free = np.ones(len(kernels), dtype=bool)
     level = 0
     for _, key_of in _TIERS:
-        op_key = {c: key_of(t) for c, t in names.items()}
-        l_key = [key_of(launch.name) for launch in export.launches]
+        ids: dict[str, int] = {}
+        op_key = np.array([ids.setdefault(key_of(t), len(ids)) for t in texts], dtype=np.int64)
+        l_key = np.array(
+            [ids.setdefault(key_of(x.name), len(ids)) for x in export.launches], dtype=np.int64
+        )
         for with_grid in (True, False):
-            todo: dict[tuple[str, tuple[int, int] | None], list[int]] = {}
-            for r, g in zip(rows.tolist(), op_grid, strict=True):
-                if launch_of[r] < 0 and tier[r] < 0:
-                    if with_grid and g is None:
-                        continue
-                    todo.setdefault(
-                        (op_key[int(ops.name[r])], g if with_grid else None), []
-                    ).append(r)
-            have: dict[tuple[str, tuple[int, int] | None], list[int]] = {}
-            for j in np.flatnonzero(free).tolist():
-                if with_grid and l_grid[j] is None:
-                    continue
-                have.setdefault((l_key[j], l_grid[j] if with_grid else None), []).append(j)
-            for key, members in todo.items():
-                found = have.get(key)
-                if not found:
-                    continue
-                if level >= _LOOSE and len({int(ops.name[r]) for r in members}) > 1:
-                    # A function name several of the trace's kernels share (every
-                    # `elementwise_kernel` functor): which one a launch was is not known.
-                    continue
-                paired = min(len(members), len(found))
-                # In launch order; kernels beyond the profiled launches (the trace holds more
-                # steps than ncu profiled) cycle through them, as the steps repeat.
-                for nth, r in enumerate(members):
-                    launch_of[r] = found[nth % len(found)]
-                free[found[:paired]] = False
-                tier[members] = level
+            at = np.flatnonzero((tier[rows] < 0) & ((op_size > 0) | (not with_grid)))
+            want = np.flatnonzero(free & ((l_size > 0) | (not with_grid)))
+            if at.size and want.size:
+                todo = rows[at]
+                _pair(
+                    todo,
+                    op_key[name_of[at]] * _SIZES + (op_size[at] if with_grid else 0),
+                    ops.name[todo],
+                    want,
+                    l_key[want] * _SIZES + (l_size[want] if with_grid else 0),
+                    launch_of,
+                    free,
+                    loose=level >= _LOOSE,
+                )
+                tier[todo[launch_of[todo] >= 0]] = level
             level += 1
     bound = np.zeros(n, dtype=np.int8)
     pct = np.full(n, np.nan)
+    per_launch = np.array([BOUND_CODE[k.bound] if k.bound else 0 for k in kernels], np.int8)
+    counted = np.array([_counted_pct(k) for k in kernels], dtype=np.float64)
     joined = np.flatnonzero(launch_of >= 0)
-    for r in joined.tolist():
-        k = kernels[int(launch_of[r])]
-        if k.bound is not None:
-            bound[r] = BOUND_CODE[k.bound]
-            pct[r] = _counted_pct(k)
+    bound[joined] = per_launch[launch_of[joined]] if len(kernels) else 0
+    pct[joined] = counted[launch_of[joined]] if len(kernels) else np.nan
+    pct[bound == 0] = np.nan
     return CounterPlacement(launch_of, tier, bound, pct, kernels)
+
+
+_SIZES = np.int64(1) << np.int64(42)
+"""Key codes are a name key times this plus a launch size code (below it)."""
+
+
+def _size_code(grid: int | None, block: int | None) -> int:
+    """A launch's size as one number: blocks × 2048 + threads per block (0: no grid)."""
+    if not grid:
+        return 0
+    return min(grid, (1 << 31) - 1) * 2048 + min(block or 0, 2047)
+
+
+def _size_codes(
+    trace: Trace,
+    grid: npt.NDArray[np.int32],
+    block: npt.NDArray[np.int32],
+    kernels: list[CounterKernel],
+) -> tuple[npt.NDArray[np.int64], bool]:
+    """Each kernel's `_size_code`, its block counted only where the trace and the export
+    both carry blocks (and whether they do)."""
+    grids, grid_of = np.unique(grid, return_inverse=True)
+    blocks, block_of = np.unique(block, return_inverse=True)
+    threads = np.array([trace.threads(int(b)) for b in blocks.tolist()], dtype=np.int64)
+    with_block = bool(threads.any()) and any(k.block for k in kernels)
+    n_blocks = np.array([trace.blocks(int(g)) for g in grids.tolist()], dtype=np.int64)
+    op_blocks = n_blocks[grid_of.reshape(-1)] if grid.size else np.zeros(0, np.int64)
+    op_threads = threads[block_of.reshape(-1)] if with_block and block.size else 0
+    code = np.minimum(op_blocks, (1 << 31) - 1) * 2048 + np.minimum(op_threads, 2047)
+    return np.where(op_blocks > 0, code, 0).astype(np.int64), with_block
+
+
+def _pair(
+    todo: npt.NDArray[np.int64],
+    key: npt.NDArray[np.int64],
+    name: npt.NDArray[np.int32],
+    want: npt.NDArray[np.int64],
+    l_key: npt.NDArray[np.int64],
+    launch_of: npt.NDArray[np.int64],
+    free: npt.NDArray[np.bool_],
+    *,
+    loose: bool,
+) -> None:
+    """Pair the kernels `todo` (in launch order) with the free launches `want` (in profile
+    order) of the same key, in order; kernels beyond a key's launches cycle through them.
+    With `loose`, a key that several kernel names share pairs with none."""
+    if loose:
+        pairs = np.unique(np.stack([key, name.astype(np.int64)]), axis=1)
+        keys, names = np.unique(pairs[0], return_counts=True)
+        key = np.where(np.isin(key, keys[names > 1]), -1, key)
+    order = np.argsort(key, kind="stable")  # by key, launch order within each
+    k_sorted = key[order]
+    first = np.searchsorted(k_sorted, k_sorted, side="left")
+    rank = np.empty(key.size, dtype=np.int64)
+    rank[order] = np.arange(key.size) - first
+    l_order = np.argsort(l_key, kind="stable")
+    l_sorted = l_key[l_order]
+    start = np.searchsorted(l_sorted, key, side="left")
+    count = np.searchsorted(l_sorted, key, side="right") - start
+    hit = (count > 0) & (key >= 0)
+    chosen = l_order[start[hit] + rank[hit] % count[hit]]
+    launch_of[todo[hit]] = want[chosen]
+    # A launch is used by the kernel paired with it (not by those that cycle back to it).
+    free[want[chosen[rank[hit] < count[hit]]]] = False
 
 
 def _match(rows: list[KernelRow], launches: list[NcuLaunch]) -> dict[int, tuple[str, list[int]]]:
@@ -493,6 +544,8 @@ def counter_report(
             how, idx = matched[i]
             checks.append(_check(row, how, [kernels[j] for j in idx], th.counters))
         used = {j for _, idx in matched.values() for j in idx}
+        if placed is not None:  # every kernel launch was joined, not only the top kernels'
+            used = set(np.unique(placed[2].launch[placed[2].launch >= 0]).tolist())
         unmatched_launches = len(export.launches) - len(used)
         finding = _refuted_finding(checks, th.counters)
         if finding is not None:
