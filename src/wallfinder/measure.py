@@ -67,8 +67,8 @@ class Profile(Recording):
     optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
     itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
     and analysed: `diagnosis` holds the result and `trace_path` the file. A loop that stops
-    inside the active steps is analysed over the steps it completed. `memory` records memory
-    events (and, unless `stacks` says otherwise, Python stacks for their call sites).
+    inside the active steps is analysed over the steps it completed. What is recorded and
+    what it costs (`modules`, `stacks`, `memory`) is as for `capture.Recording`.
     """
 
     def __init__(
@@ -80,6 +80,7 @@ class Profile(Recording):
         trace_dir: str | os.PathLike[str] = TRACE_DIR,
         memory: bool = False,
         stacks: bool | None = None,
+        modules: bool = True,
         auto_step: bool = True,
         options: Options | None = None,
     ) -> None:
@@ -90,6 +91,7 @@ class Profile(Recording):
             trace_dir=trace_dir,
             memory=memory,
             stacks=stacks,
+            modules=modules,
             auto_step=auto_step,
         )
         self.options = options

@@ -27,6 +27,7 @@ from wallfinder.analysis.gpu import (
     is_data_loading,
 )
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
 from wallfinder.analysis.roofline import (
@@ -82,6 +83,7 @@ from wallfinder.diagnosis import (
     StepBreakdown,
     Steps,
     StepTimeline,
+    TraceMarks,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
@@ -95,6 +97,7 @@ __all__ = [
     "Thresholds",
     "TimeThresholds",
     "diagnose",
+    "diagnose_marked",
     "timed_steps",
 ]
 
@@ -121,6 +124,36 @@ def diagnose(
     Compute export of the same program), each kernel they measured is placed by its counted
     bound instead of the estimate, in the verdict and the findings, and the diagnosis's
     `counters` says which estimates they confirmed or refuted."""
+    return _diagnosed(
+        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
+    )[0]
+
+
+def diagnose_marked(
+    trace: Trace,
+    thresholds: Thresholds | None = None,
+    *,
+    spec: DeviceSpec | None = None,
+    model: ModelFlops | None = None,
+    what_if: str | None = None,
+    counters: NcuExport | None = None,
+) -> tuple[Diagnosis, TraceMarks]:
+    """`diagnose`, and the marks that show its evidence on the trace's timeline."""
+    diagnosis, facts = _diagnosed(
+        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
+    )
+    return diagnosis, trace_marks(facts, diagnosis)
+
+
+def _diagnosed(
+    trace: Trace,
+    thresholds: Thresholds | None,
+    *,
+    spec: DeviceSpec | None,
+    model: ModelFlops | None,
+    what_if: str | None,
+    counters: NcuExport | None = None,
+) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
     spans = cpu_steps(trace)
@@ -169,7 +202,7 @@ def diagnose(
         whatif,
         parts.attribution,
     )
-    d = _result(
+    diagnosis = _result(
         trace,
         parts.device,
         steps,
@@ -188,10 +221,12 @@ def diagnose(
         critical_path=path,
         attribution=parts.attribution,
     )
-    if counters is None:
-        return d
-    joined = (trace, dev, placement) if dev is not None and placement is not None else None
-    return msgspec.structs.replace(d, counters=counter_report(counters, thresholds, d, joined))
+    if counters is not None:
+        joined = (trace, dev, placement) if dev is not None and placement is not None else None
+        diagnosis = msgspec.structs.replace(
+            diagnosis, counters=counter_report(counters, thresholds, diagnosis, joined)
+        )
+    return diagnosis, facts
 
 
 def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
