@@ -591,6 +591,7 @@ def decoded_columns(t: Trace) -> dict[str, list[Any]]:
         "input_type": raw,
         "concrete_inputs": raw,
         "grid": raw,
+        "block": raw,
         "comm": raw,
     }
     out: dict[str, list[Any]] = {}

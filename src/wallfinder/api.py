@@ -111,6 +111,10 @@ class Options:
     """The fixes to replay on each step's dependency graph, comma-separated (`"data,host:4"`:
     each alone, then all combined; see `wallfinder analyze --help`); None: the default
     what-if table."""
+    counters: Path | None = None
+    """An Nsight Compute export of the same program (`ncu --csv`, or a folder of them): each
+    kernel it measured is placed by its counted bound in the verdict and findings, and the
+    diagnosis's `counters` confirms or refutes each estimate."""
     cache: bool = False
     """Keep the parse of a large trace in wallfinder's cache folder ($WALLFINDER_CACHE, else
     the user's cache folder) and reuse it while the file is unchanged (the CLI's default)."""
@@ -229,6 +233,7 @@ def analyze_marked(
         spec=options.spec_for(trace),
         model=options.model,
         what_if=options.what_if,
+        counters=load_ncu(options.counters) if options.counters is not None else None,
     )
 
 
@@ -283,7 +288,12 @@ def _read(path: Path) -> bytes:
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
     spec = options.spec_for(trace)
     return diagnose(
-        trace, options.thresholds, spec=spec, model=options.model, what_if=options.what_if
+        trace,
+        options.thresholds,
+        spec=spec,
+        model=options.model,
+        what_if=options.what_if,
+        counters=load_ncu(options.counters) if options.counters is not None else None,
     )
 
 

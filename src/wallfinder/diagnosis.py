@@ -185,7 +185,11 @@ class KernelRow(_Base, frozen=True):
     pct_of_roof: float | None = None
     bound_basis: str | None = None
     """"cost model" when the bound comes from FLOPs and bytes, "class" when from the kernel's
-    class alone (no shapes or no cost model for its op)."""
+    class alone (no shapes or no cost model for its op), "counters" when an Nsight Compute
+    export (`--counters`) refuted that estimate and its bound ("compute", "bandwidth" or
+    "latency") and % of roof are the counted ones."""
+    estimated_bound: str | None = None
+    """With `bound_basis` "counters": the bound the roofline estimated, which they refuted."""
 
 
 class ClassShare(_Base, frozen=True):
@@ -306,6 +310,16 @@ class OpRoofRow(_Base, frozen=True):
     pct_of_roof: float | None
     cls: str | None = msgspec.field(default=None, name="class")
     """The kernel class with most of the op's time (its launching op's class on a CPU)."""
+    bound_basis: str | None = None
+    """"counters" when hardware counters (`--counters`) refuted the estimated bound for most
+    of the op's kernel time: `bound` and `pct_of_roof` are then the counted ones."""
+    fits_l2: bool | None = None
+    """One call's bytes (its working set, by the cost model) fit in the device's L2: read
+    back while still resident, its operands see L2's bandwidth, not memory's (None: no L2
+    size for the device)."""
+    pct_of_l2_roof: float | None = None
+    """For a working set that fits in L2: its time against the L2 roof (peak, or bytes at the
+    L2 bandwidth), a fraction; below `pct_of_roof`, since L2 is the faster roof."""
 
 
 class Roofline(_Base, frozen=True):
@@ -334,6 +348,21 @@ class Roofline(_Base, frozen=True):
     more_ops: list[OpRoofRow] = []
     """The costed op signatures after the top `ops`, by time (a bounded number): with `ops`,
     every point of the roofline plot."""
+    latency_bound_share: float = 0.0
+    """Busy time in kernels that hardware counters (`--counters`) call latency-bound (neither
+    the SMs nor memory busy); part of `unknown_bound_share`, which is what is neither compute-
+    nor bandwidth-bound."""
+    by_counters: list[str] = []
+    l2_bandwidth: float | None = None
+    """The L2 roof, bytes/s (`DeviceSpec.l2_roof`): the catalogue's (derived from a whitepaper)
+    or, with `l2_bandwidth_estimate`, twice the memory bandwidth."""
+    l2_bandwidth_estimate: bool = False
+    l2_fit_share: float = 0.0
+    """Busy time in costed ops whose working set fits in L2."""
+    l2_note: str | None = None
+    """What the L2 roof says, in words (None when no op fits or the device has no L2 size)."""
+    """The kernels whose estimated bound hardware counters refuted and re-placed, each with
+    the estimate, the counted bound and its share of busy time (empty without counters)."""
 
 
 class StepPhases(_Base, frozen=True):

@@ -468,7 +468,7 @@ def toml_entry(spec: DeviceSpec) -> str:
         return repr(v)
 
     fields = ["key", "name", "vendor", "names", "estimate", "tensor_cores", "mem_bandwidth"]
-    optional = ("mem_bytes", "sm_count", "l2_bytes", "pcie_gen", "arch")
+    optional = ("mem_bytes", "sm_count", "l2_bytes", "l2_bandwidth", "pcie_gen", "arch")
     fields += [f for f in optional if getattr(spec, f)]
     lines = [f"{field} = {value(getattr(spec, field))}" for field in fields]
     for table in ("peak_flops", "interconnect"):

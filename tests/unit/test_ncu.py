@@ -12,14 +12,20 @@ import shlex
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import WallfinderError
-from wallfinder.api import Diagnosis, analyze, analyze_counters, ncu_commands
+from wallfinder.analysis import Thresholds
+from wallfinder.analysis.counters import BOUND_CODE, TIER_NAMES, place_counters
+from wallfinder.analysis.gpu import device_ops
+from wallfinder.api import Diagnosis, Options, analyze, analyze_counters, ncu_commands
 from wallfinder.cli import main
 from wallfinder.report.counters import shell_lines
-from wallfinder.trace import base_name, load_ncu, normalised_name
+from wallfinder.trace import base_name, load_ncu, load_trace, normalised_name
+
+TH = Thresholds()
 
 GEMM = "ampere_sgemm_128x128_tn"
 ADD = (
@@ -371,6 +377,7 @@ def test_analyze_with_counters_adds_them_to_the_diagnosis(
     html = page.read_text(encoding="utf-8")
     assert 'id="counters"' in html
     assert ">refuted<" in html
+    assert 'id="plot-counter-roofline"' in html  # the measured points, beside the estimate
     assert main(["analyze", str(trace), "--counters", str(export), "--format", "md"]) == 0
     md = capsys.readouterr().out
     assert "| `softmax_warp_forward` | bandwidth | latency | refuted |" in md
@@ -589,3 +596,190 @@ def test_a_refuted_matmul_is_said_against_the_verdicts_fourth_question(tmp_path:
     assert [c.status for c in report.checks] == ["refuted"]
     assert any("fourth question counts 1 matmul kernel(s)" in n for n in report.notes)
     assert [f.id for f in report.findings] == ["roofline-refuted"]
+
+
+def _mm_trace(
+    tmp_path: Path, grids: list[int], dur_us: float = 500.0, blocks: list[int] | None = None
+) -> Path:
+    """Steps of bf16 N³ mm calls on an A100, one kernel per grid in `grids` a step: at 500 µs
+    each runs at ~88% of its roof (2·N³ FLOPs in 0.44 ms at 312 TFLOP/s), near peak."""
+    b = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
+    step = 100.0 + len(grids) * (dur_us + 50.0)
+    for s in range(3):
+        t0 = s * step
+        b.step(s + 1, t0, step)
+        for i, (grid, block) in enumerate(zip(grids, blocks or [256] * len(grids), strict=True)):
+            at = t0 + 10 + i * (dur_us + 50.0)
+            event = b.host(
+                "aten::mm",
+                at,
+                5.0,
+                args={"Input Dims": [[N, N], [N, N]], "Input type": ["c10::BFloat16"] * 2},
+            )
+            size = {"grid": [grid, 1, 1], "block": [block, 1, 1]}
+            b.kernel(MM_KERNEL, at + 10, dur_us, launch_at=at + 1, args=size)
+            b.events[-1]["args"]["External id"] = event["args"]["External id"]
+    return b.write(tmp_path / "t.json")
+
+
+def _mm_export(
+    tmp_path: Path, launches: list[tuple[int, float, float]], blocks: list[int] | None = None
+) -> Path:
+    """A details page of `MM_KERNEL` launches, each (grid blocks, SM %, memory %), with
+    `blocks` their Block Size where given."""
+    rows = [["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    for i, (grid, sm, mem) in enumerate(launches):
+        if blocks is not None:
+            rows.append([str(i), MM_KERNEL, "Launch", "Block Size", "", str(blocks[i])])
+        rows += [
+            [str(i), MM_KERNEL, "SOL", "Duration", "usecond", "500"],
+            [str(i), MM_KERNEL, "SOL", "Compute (SM) Throughput", "%", str(sm)],
+            [str(i), MM_KERNEL, "SOL", "Memory Throughput", "%", str(mem)],
+            [str(i), MM_KERNEL, "Launch", "Grid Size", "", str(grid)],
+        ]
+    return write(tmp_path, _csv(rows))
+
+
+def test_a_refuted_bound_flips_the_fourth_question_and_says_which_kernels_moved(
+    tmp_path: Path,
+) -> None:
+    """The roofline puts the mm near peak; its counters find neither unit busy (latency-
+    bound at 30% SM): the fourth question turns to no, on the counted figure, and says so."""
+    trace = _mm_trace(tmp_path, [108])
+    before = analyze(trace)
+    assert before.verdict.questions[3].answer == "yes"
+    export = _mm_export(tmp_path, [(108, 30.0, 20.0)])
+    d = analyze(trace, Options(counters=export))
+    d.self_check()
+    q4 = d.verdict.questions[3]
+    assert q4.answer == "no"
+    assert q4.value == pytest.approx(0.30)
+    assert "re-placed by hardware counters" in q4.detail
+    assert "estimate compute, counters latency" in q4.detail
+    assert d.verdict.cause == "below peak: precision/shape/kernel"
+    assert d.roofline is not None
+    assert d.roofline.latency_bound_share == pytest.approx(1.0)
+    row = next(k for k in d.kernels if k.name == MM_KERNEL)
+    assert (row.bound, row.bound_basis, row.estimated_bound) == ("latency", "counters", "compute")
+    # The finding that used the estimate uses the counted bound and % of roof.
+    below = next(f for f in d.findings if f.id == "matmul-below-roof")
+    assert "at 30% of roof (latency-bound by counters)" in below.evidence
+    assert d.counters is not None
+    assert [(c.status, c.estimated_bound, c.counter_bound) for c in d.counters.checks] == [
+        ("refuted", "compute", "latency")
+    ]
+
+
+def test_a_matmul_the_counters_call_memory_bound_leaves_the_matmul_share(tmp_path: Path) -> None:
+    """Counted memory-bound, the mm streams its operands: the third question's bandwidth
+    share, not a compute-bound matmul, so the wall is bandwidth."""
+    trace = _mm_trace(tmp_path, [108])
+    d = analyze(trace, Options(counters=_mm_export(tmp_path, [(108, 30.0, 85.0)])))
+    d.self_check()
+    assert d.verdict.questions[2].answer == "no"
+    assert d.verdict.wall == "bandwidth"
+    assert d.roofline is not None
+    assert d.roofline.matmul_bandwidth_share == pytest.approx(1.0)
+    assert d.roofline.pct_of_roof_matmul is None
+
+
+def test_launches_pair_by_grid_before_name_and_in_launch_order(tmp_path: Path) -> None:
+    """Two same-name mm kernels a step with grids 64 and 216; the export profiled them in the
+    other order. Each pairs with the launch of its grid: the 216-block one is latency-bound,
+    the 64-block one compute-bound."""
+    trace = _mm_trace(tmp_path, [64, 216])
+    export = _mm_export(tmp_path, [(216, 30.0, 20.0), (64, 90.0, 30.0)])
+    d = analyze(trace, Options(counters=export))
+    assert d.counters is not None
+    (check,) = d.counters.checks
+    assert check.matched_by == "name and grid"
+    assert check.launches == 2
+    assert d.roofline is not None
+    assert d.roofline.latency_bound_share == pytest.approx(0.5)
+    # Without grids in the export the launches pair by name, in launch order.
+    text = export.read_text().replace('"Grid Size"', '"Something"')
+    d = analyze(trace, Options(counters=write(tmp_path, text)))
+    assert d.counters is not None
+    assert d.counters.checks[0].matched_by == "name"
+    assert d.roofline is not None
+    assert d.roofline.latency_bound_share == pytest.approx(0.5)
+
+
+def test_counters_in_markdown_and_the_measured_points_on_the_html_roofline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = write(tmp_path, raw_page())
+    assert main(["counters", str(export), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("### Hardware counters: `kernels.csv`")
+    rows = [line for line in md.splitlines() if line.startswith("| 0 ") or line.startswith("| 1 ")]
+    assert len(rows) == 2
+    assert rows[0].endswith("| compute (tensor) |")
+    assert rows[1].endswith("| memory (dram) |")
+    assert "| latency |" in md  # a latency-bound launch's reasons are not its unit
+    page = tmp_path / "counters.html"
+    assert main(["counters", str(export), "--format", "html", "-o", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    figures = json.loads(html.split('id="wf-figures"', 1)[1].split(">", 1)[1].split("</script>")[0])
+    points = figures["plot-counter-roofline"]["data"]
+    # The launches with counted FLOPs and DRAM bytes, at their achieved AI and FLOP/s.
+    report = analyze_counters(export)
+    placed = {k.id: k for k in report.kernels if k.ai and k.flops_per_s}
+    assert sorted(x for trace in points for x in trace["x"]) == sorted(
+        k.ai for k in placed.values()
+    )
+    assert {trace["name"] for trace in points} == {f"{k.bound}-bound" for k in placed.values()}
+    assert 'id="plot-counter-roofline"' in html
+
+
+def test_a_function_name_several_trace_kernels_share_joins_none_of_them(tmp_path: Path) -> None:
+    """`vectorized_elementwise_kernel` alone could be the add or the mul: neither is
+    re-placed by it, and both are said unmatched."""
+    mul = ADD.replace("CUDAFunctor_add", "MulFunctor")
+    trace = tmp_path / "trace.json"
+    trace.write_bytes(training_trace(4, kernels=(GEMM, ADD, mul)).to_bytes())
+    rows = [["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    rows += [
+        ["0", "vectorized_elementwise_kernel", "SOL", "Duration", "usecond", "5"],
+        ["0", "vectorized_elementwise_kernel", "SOL", "Compute (SM) Throughput", "%", "90"],
+        ["0", "vectorized_elementwise_kernel", "SOL", "Memory Throughput", "%", "10"],
+    ]
+    d = analyze(trace, Options(counters=write(tmp_path, _csv(rows))))
+    assert d.counters is not None
+    assert d.counters.checks == []
+    assert {ADD, mul} <= set(d.counters.unmatched_kernels)
+    assert d.roofline is not None
+    assert d.roofline.by_counters == []
+
+
+def test_same_grid_launches_pair_by_block_where_both_sides_carry_it(tmp_path: Path) -> None:
+    """Two mm kernels a step, both 108 blocks, of 128 and 256 threads; the export has them the
+    other way round. Paired by block, every 128-thread kernel takes the latency-bound launch;
+    without blocks in the export they pair by position, the first of each step with the
+    first launch."""
+    path = _mm_trace(tmp_path, [108, 108], blocks=[128, 256])
+    trace = load_trace(path)
+    dev = device_ops(trace)
+    assert dev is not None
+    threads = np.array([trace.threads(int(b)) for b in dev.ops.block])
+    launches = [(108, 90.0, 30.0), (108, 30.0, 20.0)]
+    placed = place_counters(trace, dev, load_ncu(_mm_export(tmp_path, launches, [256, 128])), TH)
+    assert set(placed.bound[threads == 128].tolist()) == {BOUND_CODE["latency"]}
+    assert set(placed.bound[threads == 256].tolist()) == {BOUND_CODE["compute"]}
+    assert {TIER_NAMES[t] for t in placed.tier.tolist()} == {"name and grid"}
+    placed = place_counters(trace, dev, load_ncu(_mm_export(tmp_path, launches)), TH)
+    assert set(placed.bound[threads == 128].tolist()) == {BOUND_CODE["compute"]}
+    d = analyze(path, Options(counters=_mm_export(tmp_path, launches, [256, 128])))
+    assert d.counters is not None
+    assert d.counters.checks[0].matched_by == "name and grid"
+
+
+def test_counters_with_a_trace_joins_launch_by_launch_as_analyze_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _mm_trace(tmp_path, [64, 216])
+    export = _mm_export(tmp_path, [(216, 30.0, 20.0), (64, 90.0, 30.0)])
+    assert main(["counters", str(export), "--trace", str(trace), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(c["matched_by"], c["launches"]) for c in doc["checks"]] == [("name and grid", 2)]
+    assert any("place these kernels by their counters" in n for n in doc["notes"])

@@ -46,6 +46,7 @@ def test_tables_are_read_into_the_trace_model(tmp_path: Path) -> None:
     kernels = trace.of_kind(Kind.KERNEL)
     assert len(kernels) == 24
     assert trace.grid(int(kernels.grid[0])) in ((128, 1, 1), (64, 1, 1))
+    assert {trace.threads(int(b)) for b in kernels.block} == {128}  # blockX·blockY·blockZ
     # Every device op joins its launch call by correlation id.
     runtime = trace.of_kind(Kind.RUNTIME)
     device_ops = trace.of_kind(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)

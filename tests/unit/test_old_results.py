@@ -33,7 +33,18 @@ def _without(rows: list[dict[str, Any]], added: tuple[str, ...]) -> list[dict[st
     return [{k: v for k, v in r.items() if k not in added} for r in rows]
 
 
-_ROOFLINE_V2 = ("matmul_bandwidth_share", "matmul_unknown_share")
+_ROOFLINE_V2 = (
+    "matmul_bandwidth_share",
+    "matmul_unknown_share",
+    "latency_bound_share",
+    "by_counters",
+    "l2_bandwidth",
+    "l2_bandwidth_estimate",
+    "l2_fit_share",
+    "l2_note",
+)
+_COUNTED = ("estimated_bound", "bound_basis", "fits_l2", "pct_of_l2_roof")
+"""What hardware counters added to a kernel and an op row (additive)."""
 _REPLAY = ("gain_basis", "replay_speedup", "wall_after")
 """The fields a finding's replayed gain added (additive: /2 files without them still load)."""
 
@@ -51,6 +62,10 @@ def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     out["verdict"] = {k: v for k, v in d["verdict"].items() if k != "thin_evidence"}
     if d.get("roofline"):
         out["roofline"] = _without([d["roofline"]], _ROOFLINE_V2)[0]
+        for key in ("ops", "more_ops"):
+            if key in out["roofline"]:
+                out["roofline"][key] = _without(out["roofline"][key], _COUNTED[1:])
+    out["kernels"] = _without(d["kernels"], _COUNTED[:1])
     out["findings"] = [
         {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device", *replay)}
         for f in d["findings"]

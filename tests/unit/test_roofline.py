@@ -304,3 +304,81 @@ def test_cpu_only_trace_is_placed_on_the_cpu_profiles_roofline(tmp_path: Path) -
     # The fourth answer says it was judged against an estimated peak, and how to measure it.
     assert "nominal estimate of the peak" in d.verdict.questions[3].detail
     assert "wallfinder calibrate" in d.verdict.questions[3].detail
+
+
+SMALL = [[1024, 1024], [1024, 1024]]
+
+
+def small_add_trace(device: str) -> TraceBuilder:
+    """Each step: the 4096³ mm, then an add of two 1024² bf16 tensors (6 MiB, which fits in
+    an A100's or H100's L2) that takes 2 µs: faster than memory's roof allows."""
+    b = TraceBuilder(device_name=device)
+    for s in range(3):
+        t0 = s * 1500.0
+        b.step(s + 1, t0, 1500.0)
+        op_with_kernel(b, "aten::mm", MM_DIMS, BF16, t0 + 10, GEMM_KERNEL, t0 + 20, 1000.0)
+        op_with_kernel(b, "aten::add", SMALL, BF16, t0 + 1022, ADD_KERNEL, t0 + 1030, 2.0)
+    return b
+
+
+def test_a_working_set_that_fits_in_l2_is_placed_against_the_l2_roof(tmp_path: Path) -> None:
+    spec = get_spec("a100-sxm4-80gb")
+    assert spec.l2_bytes is not None
+    assert spec.l2_bandwidth == pytest.approx(5120 * 1.41e9, rel=1e-3)  # whitepaper B/clk
+    d = analyze(small_add_trace(A100).write(tmp_path / "t.json"))
+    r = d.roofline
+    assert r is not None
+    add = next(o for o in r.ops if o.name == "aten::add")
+    mm = next(o for o in r.ops if o.name == "aten::mm")
+    assert add.fits_l2 is True
+    assert mm.fits_l2 is False  # 3·4096²·2 bytes: 96 MiB
+    assert mm.pct_of_l2_roof is None
+    per_call = 3 * 1024 * 1024 * 2
+    assert add.pct_of_roof == 1.0  # memory's roof would need 3.1 µs: it is not the roof
+    assert add.pct_of_l2_roof == pytest.approx(per_call / spec.l2_bandwidth / 2e-6)
+    assert r.l2_bandwidth == spec.l2_bandwidth
+    assert not r.l2_bandwidth_estimate
+    assert r.l2_fit_share == pytest.approx(2 / 1002)
+    assert r.l2_note is not None
+    assert "fits in the 40 MiB L2" in r.l2_note
+    assert "derived from the whitepaper" in r.l2_note
+    d.self_check()
+
+
+def test_without_an_l2_bandwidth_the_l2_roof_is_an_estimate_and_says_so(tmp_path: Path) -> None:
+    spec = get_spec("h100-sxm")
+    assert spec.l2_bandwidth is None
+    assert spec.l2_bytes is not None
+    d = analyze(small_add_trace("NVIDIA H100 80GB HBM3").write(tmp_path / "t.json"))
+    r = d.roofline
+    assert r is not None
+    assert r.l2_bandwidth == pytest.approx(2 * spec.mem_bandwidth)
+    assert r.l2_bandwidth_estimate
+    assert r.l2_note is not None
+    assert "estimate: twice the memory bandwidth" in r.l2_note
+
+
+def test_a_kernel_the_counters_call_compute_bound_breaks_a_fusion_run(tmp_path: Path) -> None:
+    """Three adds a step form a fusion run; the counters of one step's launches (in launch
+    order: mm, add, add, add) call the middle add compute-bound, so no run of two is left."""
+    trace = model_trace(elementwise=3).write(tmp_path / "t.json")
+    rows = [["ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value"]]
+    for i, (name, sm, mem) in enumerate(
+        [(GEMM_KERNEL, 90, 40), (ADD_KERNEL, 10, 85), (ADD_KERNEL, 85, 10), (ADD_KERNEL, 10, 85)]
+    ):
+        rows += [
+            [str(i), name, "SOL", "Duration", "usecond", "100"],
+            [str(i), name, "SOL", "Compute (SM) Throughput", "%", str(sm)],
+            [str(i), name, "SOL", "Memory Throughput", "%", str(mem)],
+        ]
+    export = tmp_path / "kernels.csv"
+    export.write_text("\n".join(",".join(f'"{v}"' for v in row) for row in rows) + "\n")
+    assert len(analyze(trace).fusion) == 1
+    d = analyze(trace, Options(counters=export))
+    d.self_check()
+    assert d.fusion == []
+    assert d.roofline is not None
+    assert d.roofline.by_counters == [
+        "at::native::vectorized_elementwise_kernel: estimate bandwidth, counters compute "
+        f"({100 / 1300:.1%} of kernel time)"
+    ]

@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.counters import counter_report, place_counters
 from wallfinder.analysis.critpath import StepGraph, cpu_graph, critical_path, parse_what_if
 from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
@@ -30,7 +31,9 @@ from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
 from wallfinder.analysis.roofline import (
+    COUNTED_BOUND,
     KernelCost,
+    Placement,
     cost_device_ops,
     cpu_roofline,
     kernel_costs,
@@ -84,7 +87,7 @@ from wallfinder.diagnosis import (
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
-from wallfinder.trace import Events, Kind, Trace
+from wallfinder.trace import Events, Kind, NcuExport, Trace
 
 __all__ = [
     "JobThresholds",
@@ -111,13 +114,19 @@ def diagnose(
     spec: DeviceSpec | None = None,
     model: ModelFlops | None = None,
     what_if: str | None = None,
+    counters: NcuExport | None = None,
 ) -> Diagnosis:
     """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, roofline and
     MFU against `spec` (None: the device is unknown, and figures that need it are null),
     the critical path and what-if replay (`what_if`: the changes to replay, as
     `--what-if` takes them; None: the default table), verdict. A trace with no device
-    kernels is analysed the same way with the CPU as the device."""
-    return _diagnosed(trace, thresholds, spec=spec, model=model, what_if=what_if)[0]
+    kernels is analysed the same way with the CPU as the device. With `counters` (an Nsight
+    Compute export of the same program), each kernel they measured is placed by its counted
+    bound instead of the estimate, in the verdict and the findings, and the diagnosis's
+    `counters` says which estimates they confirmed or refuted."""
+    return _diagnosed(
+        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
+    )[0]
 
 
 def diagnose_marked(
@@ -127,9 +136,12 @@ def diagnose_marked(
     spec: DeviceSpec | None = None,
     model: ModelFlops | None = None,
     what_if: str | None = None,
+    counters: NcuExport | None = None,
 ) -> tuple[Diagnosis, TraceMarks]:
     """`diagnose`, and the marks that show its evidence on the trace's timeline."""
-    diagnosis, facts = _diagnosed(trace, thresholds, spec=spec, model=model, what_if=what_if)
+    diagnosis, facts = _diagnosed(
+        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
+    )
     return diagnosis, trace_marks(facts, diagnosis)
 
 
@@ -140,6 +152,7 @@ def _diagnosed(
     spec: DeviceSpec | None,
     model: ModelFlops | None,
     what_if: str | None,
+    counters: NcuExport | None = None,
 ) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
@@ -153,8 +166,22 @@ def _diagnosed(
     dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    placement = (
+        place_counters(trace, dev, counters, thresholds)
+        if counters is not None and dev is not None
+        else None
+    )
     scope = Scope(
-        trace, spans, dev, start, end, kept, device.spec, thresholds, model or ModelFlops()
+        trace,
+        spans,
+        dev,
+        start,
+        end,
+        kept,
+        device.spec,
+        thresholds,
+        model or ModelFlops(),
+        placement,
     )
     spikes = find_spikes(scope, wb)
     steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
@@ -194,6 +221,11 @@ def _diagnosed(
         critical_path=path,
         attribution=parts.attribution,
     )
+    if counters is not None:
+        joined = (trace, dev, placement) if dev is not None and placement is not None else None
+        diagnosis = msgspec.structs.replace(
+            diagnosis, counters=counter_report(counters, thresholds, diagnosis, joined)
+        )
     return diagnosis, facts
 
 
@@ -289,7 +321,8 @@ class _Gpu:
         bd = msgspec.structs.replace(bd, graph_replayed=graph_replayed(dev, scope.inside))
         launcher, by_time = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
         costed = cost_device_ops(scope, launcher)
-        kernels, classes = _kernel_tables(scope, kernel_costs(scope, costed))
+        placed = place(scope, costed)
+        kernels, classes = _kernel_tables(scope, kernel_costs(scope, costed), placed)
         warnings = []
         if spec is None:
             warnings.append(
@@ -309,7 +342,6 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
-        placed = place(scope, costed)
         return _Parts(
             device=_device(trace, dev, spec),
             breakdown=bd,
@@ -514,7 +546,7 @@ def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
 
 
 def _kernel_tables(
-    scope: Scope, costs: dict[int, KernelCost]
+    scope: Scope, costs: dict[int, KernelCost], placed: Placement
 ) -> tuple[list[KernelRow], list[ClassShare]]:
     """Top kernels by GPU time and time per class, over the steady-state steps; kernels whose
     ops have a cost model get FLOPs, bytes and their place on the roofline."""
@@ -547,8 +579,34 @@ def _kernel_tables(
             time_s=float(time[i]) * NS,
             share=float(time[i]) / total,
         )
-        rows.append(kernel_roof(row, kc, costs.get(code), spec))
+        rows.append(_counted(kernel_roof(row, kc, costs.get(code), spec), code, scope, placed))
     return rows, classes
+
+
+def _counted(row: KernelRow, code: int, scope: Scope, placed: Placement) -> KernelRow:
+    """`row` with the counters' bound and % of roof where they re-placed most of its time
+    (`roofline.place`), the estimate kept beside them."""
+    if scope.counters is None:
+        return row
+    ops = scope.gpu.ops
+    mine = scope.inside & (ops.name == code)
+    dur = ops.dur.astype(np.float64)
+    moved = mine & placed.by_counters
+    if float(dur[moved].sum()) <= 0.5 * float(dur[mine].sum()):
+        return row
+    counted = np.bincount(scope.counters.bound[moved], minlength=4).argmax()
+    pct = placed.pct[moved]
+    weights = dur[moved]
+    ok = np.isfinite(pct)
+    return msgspec.structs.replace(
+        row,
+        bound=COUNTED_BOUND[int(counted)],
+        pct_of_roof=float((pct[ok] * weights[ok]).sum() / weights[ok].sum())
+        if weights[ok].sum() > 0
+        else None,
+        bound_basis="counters",
+        estimated_bound=row.bound,
+    )
 
 
 class _Cpu:

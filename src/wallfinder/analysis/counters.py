@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass
+from wallfinder.analysis.gpu import DeviceOps
 from wallfinder.analysis.thresholds import CounterThresholds, Thresholds
 from wallfinder.diagnosis import (
     CounterCheck,
@@ -24,10 +29,18 @@ from wallfinder.diagnosis import (
     Finding,
     KernelRow,
 )
-from wallfinder.trace import NcuExport, NcuLaunch, base_name, ncu_command, normalised_name
+from wallfinder.trace import (
+    Kind,
+    NcuExport,
+    NcuLaunch,
+    Trace,
+    base_name,
+    ncu_command,
+    normalised_name,
+)
 from wallfinder.units import duration, pct
 
-__all__ = ["classify", "collect_commands", "counter_report"]
+__all__ = ["CounterPlacement", "classify", "collect_commands", "counter_report", "place_counters"]
 
 _ESTIMATE_TO_COUNTER = {"compute": "compute", "bandwidth": "memory"}
 _NEEDED = ("sm_pct", "memory_pct", "duration_s")
@@ -181,14 +194,179 @@ _TIERS: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("base name", base_name),
     ("function name", short_name),
 )
-"""How a trace's kernel and a profiled launch are matched, strictest first: the whole
+"""How a trace's kernel and a profiled launch are matched by name, strictest first: the whole
 normalised name, the qualified function name (`base_name`), the function name alone (what ncu
-prints with `--print-kernel-base function`)."""
+prints with `--print-kernel-base function`). Within each, launches whose grid agrees with the
+kernel's are paired first ("name and grid"), then the rest by name; pairs are made in launch
+order."""
+
+TIER_NAMES: tuple[str, ...] = tuple(t for how, _ in _TIERS for t in (f"{how} and grid", how))
+"""Every tier a kernel can be matched by, strictest first (`CounterPlacement.tier` indexes
+it)."""
+
+_LOOSE = 2
+"""The first of `TIER_NAMES` that matches less than the whole name: from it on, a key that
+stands for several of the trace's kernel names joins none of them."""
+
+BOUND_CODE = {"compute": 1, "memory": 2, "latency": 3}
+"""A counter bound as `CounterPlacement.bound` stores it (0: none)."""
+
+
+@dataclass(frozen=True)
+class CounterPlacement:
+    """Per device op (`DeviceOps.ops`): the profiled launch it was joined to, how, and the
+    bound the counters give it (`BOUND_CODE`; 0 where unmatched or undecided), with the
+    counted % of peak of the unit that bounds it (NaN where none)."""
+
+    launch: npt.NDArray[np.int64]
+    """Index into `kernels` (-1: unmatched)."""
+    tier: npt.NDArray[np.int8]
+    """Index into `TIER_NAMES` (-1: unmatched)."""
+    bound: npt.NDArray[np.int8]
+    pct: npt.NDArray[np.float64]
+    kernels: list[CounterKernel]
+    """Every profiled launch, classified."""
+
+
+def _counted_pct(k: CounterKernel) -> float:
+    """How near its roof a kernel runs by counters: the throughput, as a fraction of peak, of
+    the unit that bounds it (the busier of SM and memory for a latency-bound one)."""
+    sm, mem = k.sm_pct, k.memory_pct
+    value = sm if k.bound == "compute" else mem if k.bound == "memory" else max(sm or 0, mem or 0)
+    return float("nan") if value is None else min(1.0, value)
+
+
+def place_counters(
+    trace: Trace, dev: DeviceOps, export: NcuExport, thresholds: Thresholds
+) -> CounterPlacement:
+    """Join the device's kernels to the export's launches and give each joined kernel the
+    counters' bound. Per name tier (`_TIERS`), launches whose grid (blocks) agrees with the
+    kernel's, and its block (threads) where the trace and the export both carry blocks, are
+    paired first, then any left by name alone; within a key, kernels and launches
+    pair in launch order, and kernels beyond the profiled launches (ncu profiled a sample:
+    `--launch-skip`/`--launch-count`) cycle through them in order. By a part of the name (the
+    base or function name), only a key that stands for one of the trace's kernel names
+    joins."""
+    kernels = [classify(launch, thresholds) for launch in export.launches]
+    ops = dev.ops
+    n = len(ops)
+    launch_of = np.full(n, -1, dtype=np.int64)
+    tier = np.full(n, -1, dtype=np.int8)
+    rows = np.flatnonzero(ops.kind == Kind.KERNEL)
+    rows = rows[np.argsort(ops.ts[rows], kind="stable")]
+    # Per distinct name, grid and block code (not per launch): their keys and sizes.
+    codes, name_of = np.unique(ops.name[rows], return_inverse=True)
+    name_of = name_of.reshape(-1)
+    texts = [trace.strings[int(c)] for c in codes.tolist()]
+    op_size, with_block = _size_codes(trace, ops.grid[rows], ops.block[rows], kernels)
+    l_size = np.array(
+        [_size_code(_int(k.grid), _int(k.block) if with_block else None) for k in kernels],
+        dtype=np.int64,
+    )
+    free = np.ones(len(kernels), dtype=bool)
+    level = 0
+    for _, key_of in _TIERS:
+        ids: dict[str, int] = {}
+        op_key = np.array([ids.setdefault(key_of(t), len(ids)) for t in texts], dtype=np.int64)
+        l_key = np.array(
+            [ids.setdefault(key_of(x.name), len(ids)) for x in export.launches], dtype=np.int64
+        )
+        for with_grid in (True, False):
+            at = np.flatnonzero((tier[rows] < 0) & ((op_size > 0) | (not with_grid)))
+            want = np.flatnonzero(free & ((l_size > 0) | (not with_grid)))
+            if at.size and want.size:
+                todo = rows[at]
+                _pair(
+                    todo,
+                    op_key[name_of[at]] * _SIZES + (op_size[at] if with_grid else 0),
+                    ops.name[todo],
+                    want,
+                    l_key[want] * _SIZES + (l_size[want] if with_grid else 0),
+                    launch_of,
+                    free,
+                    loose=level >= _LOOSE,
+                )
+                tier[todo[launch_of[todo] >= 0]] = level
+            level += 1
+    bound = np.zeros(n, dtype=np.int8)
+    pct = np.full(n, np.nan)
+    per_launch = np.array([BOUND_CODE[k.bound] if k.bound else 0 for k in kernels], np.int8)
+    counted = np.array([_counted_pct(k) for k in kernels], dtype=np.float64)
+    joined = np.flatnonzero(launch_of >= 0)
+    bound[joined] = per_launch[launch_of[joined]] if len(kernels) else 0
+    pct[joined] = counted[launch_of[joined]] if len(kernels) else np.nan
+    pct[bound == 0] = np.nan
+    return CounterPlacement(launch_of, tier, bound, pct, kernels)
+
+
+_SIZES = np.int64(1) << np.int64(42)
+"""Key codes are a name key times this plus a launch size code (below it)."""
+
+
+def _size_code(grid: int | None, block: int | None) -> int:
+    """A launch's size as one number: blocks × 2048 + threads per block (0: no grid)."""
+    if not grid:
+        return 0
+    return min(grid, (1 << 31) - 1) * 2048 + min(block or 0, 2047)
+
+
+def _size_codes(
+    trace: Trace,
+    grid: npt.NDArray[np.int32],
+    block: npt.NDArray[np.int32],
+    kernels: list[CounterKernel],
+) -> tuple[npt.NDArray[np.int64], bool]:
+    """Each kernel's `_size_code`, its block counted only where the trace and the export
+    both carry blocks (and whether they do)."""
+    grids, grid_of = np.unique(grid, return_inverse=True)
+    blocks, block_of = np.unique(block, return_inverse=True)
+    threads = np.array([trace.threads(int(b)) for b in blocks.tolist()], dtype=np.int64)
+    with_block = bool(threads.any()) and any(k.block for k in kernels)
+    n_blocks = np.array([trace.blocks(int(g)) for g in grids.tolist()], dtype=np.int64)
+    op_blocks = n_blocks[grid_of.reshape(-1)] if grid.size else np.zeros(0, np.int64)
+    op_threads = threads[block_of.reshape(-1)] if with_block and block.size else 0
+    code = np.minimum(op_blocks, (1 << 31) - 1) * 2048 + np.minimum(op_threads, 2047)
+    return np.where(op_blocks > 0, code, 0).astype(np.int64), with_block
+
+
+def _pair(
+    todo: npt.NDArray[np.int64],
+    key: npt.NDArray[np.int64],
+    name: npt.NDArray[np.int32],
+    want: npt.NDArray[np.int64],
+    l_key: npt.NDArray[np.int64],
+    launch_of: npt.NDArray[np.int64],
+    free: npt.NDArray[np.bool_],
+    *,
+    loose: bool,
+) -> None:
+    """Pair the kernels `todo` (in launch order) with the free launches `want` (in profile
+    order) of the same key, in order; kernels beyond a key's launches cycle through them.
+    With `loose`, a key that several kernel names share pairs with none."""
+    if loose:
+        pairs = np.unique(np.stack([key, name.astype(np.int64)]), axis=1)
+        keys, names = np.unique(pairs[0], return_counts=True)
+        key = np.where(np.isin(key, keys[names > 1]), -1, key)
+    order = np.argsort(key, kind="stable")  # by key, launch order within each
+    k_sorted = key[order]
+    first = np.searchsorted(k_sorted, k_sorted, side="left")
+    rank = np.empty(key.size, dtype=np.int64)
+    rank[order] = np.arange(key.size) - first
+    l_order = np.argsort(l_key, kind="stable")
+    l_sorted = l_key[l_order]
+    start = np.searchsorted(l_sorted, key, side="left")
+    count = np.searchsorted(l_sorted, key, side="right") - start
+    hit = (count > 0) & (key >= 0)
+    chosen = l_order[start[hit] + rank[hit] % count[hit]]
+    launch_of[todo[hit]] = want[chosen]
+    # A launch is used by the kernel paired with it (not by those that cycle back to it).
+    free[want[chosen[rank[hit] < count[hit]]]] = False
 
 
 def _match(rows: list[KernelRow], launches: list[NcuLaunch]) -> dict[int, tuple[str, list[int]]]:
     """Trace kernel (index) → how it matched and the launches (indices), by the first tier of
-    `_TIERS` that finds any; each launch joins one kernel at most, in launch order."""
+    `_TIERS` that finds any; each launch joins one kernel at most, in launch order. For a
+    diagnosis alone (a saved one): with the trace, `place_counters` joins each launch."""
     free = set(range(len(launches)))
     out: dict[int, tuple[str, list[int]]] = {}
     for how, key_of in _TIERS:
@@ -201,6 +379,25 @@ def _match(rows: list[KernelRow], launches: list[NcuLaunch]) -> dict[int, tuple[
             if hit:
                 out[i] = (how, hit)
                 free -= set(hit)
+    return out
+
+
+def _placed_match(
+    rows: list[KernelRow], trace: Trace, dev: DeviceOps, placement: CounterPlacement
+) -> dict[int, tuple[str, list[int]]]:
+    """Trace kernel (index) → the tier most of its launches matched by and the launches they
+    were joined to, from `place_counters`."""
+    out: dict[int, tuple[str, list[int]]] = {}
+    joined = placement.launch >= 0
+    for i, row in enumerate(rows):
+        code = trace.code_of(row.name)
+        if code < 0:
+            continue
+        mine = joined & (dev.ops.name == code)
+        if not mine.any():
+            continue
+        tiers = np.bincount(placement.tier[mine].astype(np.intp), minlength=len(TIER_NAMES))
+        out[i] = (TIER_NAMES[int(np.argmax(tiers))], sorted(set(placement.launch[mine].tolist())))
     return out
 
 
@@ -231,7 +428,8 @@ def _check(
     est_bytes = row.bytes / count if row.bytes is not None else None
     flops_ratio = _ratio(est_flops, counted_flops)
     bytes_ratio = _ratio(est_bytes, counted_bytes)
-    expected = _ESTIMATE_TO_COUNTER.get(row.bound or "")
+    estimate = row.estimated_bound if row.bound_basis == "counters" else row.bound
+    expected = _ESTIMATE_TO_COUNTER.get(estimate or "")
     status: Literal["confirmed", "refuted", "no estimate", "no counters"]
     if bound is None:
         status = "no counters"
@@ -241,7 +439,7 @@ def _check(
         status = "confirmed" if expected == bound else "refuted"
     detail = []
     if status in ("confirmed", "refuted"):
-        detail.append(f"estimate {row.bound}, counters {bound}" + (f" ({unit})" if unit else ""))
+        detail.append(f"estimate {estimate}, counters {bound}" + (f" ({unit})" if unit else ""))
     for what, r in (("FLOPs", flops_ratio), ("bytes", bytes_ratio)):
         if r is not None and abs(r - 1) > th.model_tolerance:
             detail.append(f"cost model's {what} {r:.2f}x the counted")
@@ -251,7 +449,7 @@ def _check(
         share=row.share,
         launches=sum(k.invocations for k in ks),
         matched_by=how,
-        estimated_bound=row.bound,
+        estimated_bound=estimate,
         estimated_flops=est_flops,
         estimated_bytes=est_bytes,
         pct_of_roof=row.pct_of_roof,
@@ -314,12 +512,19 @@ def _verdict_notes(d: Diagnosis, checks: list[CounterCheck]) -> list[str]:
 
 
 def counter_report(
-    export: NcuExport, thresholds: Thresholds | None = None, diagnosis: Diagnosis | None = None
+    export: NcuExport,
+    thresholds: Thresholds | None = None,
+    diagnosis: Diagnosis | None = None,
+    placed: tuple[Trace, DeviceOps, CounterPlacement] | None = None,
 ) -> CounterReport:
     """Each profiled launch's bound by counters and, with a `diagnosis` of the same program,
-    its top kernels' roofline estimates confirmed or refuted."""
+    its top kernels' roofline estimates confirmed or refuted: joined by `placed` (the
+    diagnosis's trace, device ops and `place_counters`) where given, else by name alone."""
     th = thresholds or Thresholds()
-    kernels = [classify(launch, th) for launch in export.launches]
+    if placed is not None:
+        kernels = placed[2].kernels
+    else:
+        kernels = [classify(launch, th) for launch in export.launches]
     lacking = _lacking(export)
     notes = _notes(lacking, kernels)
     checks: list[CounterCheck] = []
@@ -329,7 +534,9 @@ def counter_report(
     collect: list[str] = []
     if diagnosis is not None:
         rows = diagnosis.kernels
-        matched = _match(rows, export.launches)
+        matched = (
+            _placed_match(rows, *placed) if placed is not None else _match(rows, export.launches)
+        )
         for i, row in enumerate(rows):
             if i not in matched:
                 unmatched.append(row.name)
@@ -337,11 +544,19 @@ def counter_report(
             how, idx = matched[i]
             checks.append(_check(row, how, [kernels[j] for j in idx], th.counters))
         used = {j for _, idx in matched.values() for j in idx}
+        if placed is not None:  # every kernel launch was joined, not only the top kernels'
+            used = set(np.unique(placed[2].launch[placed[2].launch >= 0]).tolist())
         unmatched_launches = len(export.launches) - len(used)
         finding = _refuted_finding(checks, th.counters)
         if finding is not None:
             findings.append(finding)
-        notes += _verdict_notes(diagnosis, checks)
+        if placed is None:
+            notes += _verdict_notes(diagnosis, checks)
+        elif diagnosis.roofline is not None and diagnosis.roofline.by_counters:
+            notes.append(
+                "the verdict and findings place these kernels by their counters, not the "
+                "estimate: " + "; ".join(diagnosis.roofline.by_counters)
+            )
         if unmatched or lacking:
             collect = collect_commands(diagnosis, th)
     elif lacking:

@@ -954,7 +954,8 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
     slow = [
         o
         for o in r.ops
-        if o.bound == "compute"
+        # Latency-bound by counters: a matmul with too little work to fill the device.
+        if o.bound in ("compute", "latency")
         and o.pct_of_roof is not None
         and o.pct_of_roof < f.thresholds.near_peak
         and any(m in o.name for m in _MATMUL_OPS)
@@ -966,6 +967,7 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
     share = saved / f.step_s
     listed = "; ".join(
         f"{o.name} {_compact(o.shapes)} {o.dtype} at {o.pct_of_roof or 0:.0%} of roof"
+        + (f" ({o.bound}-bound by counters)" if o.bound_basis == "counters" else "")
         for o in slow[:3]
     )
     return _finding(

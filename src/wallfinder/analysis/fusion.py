@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.counters import BOUND_CODE
 from wallfinder.analysis.gpu import CLASSES, DeviceOps
 from wallfinder.analysis.roofline import Costed
 from wallfinder.analysis.scope import Scope
@@ -52,6 +53,9 @@ def fusion_candidates(scope: Scope, costed: Costed) -> list[FusionCandidate]:
     order = rows[np.lexsort((ops.ts[rows], stream))]
     stream = np.where(ops.stream[order] >= 0, ops.stream[order], ops.tid[order])
     memory = _MEMORY_BOUND[dev.cls[order]]
+    if scope.counters is not None:
+        # A kernel the counters call compute-bound gains nothing from fewer memory round trips.
+        memory &= scope.counters.bound[order] != BOUND_CODE["compute"]
     step = np.searchsorted(window_start, ops.ts[order], side="right")
     # A run: consecutive memory-bound kernels on the same stream, in the same step.
     breaks = ~memory[:-1] | (stream[1:] != stream[:-1]) | (step[1:] != step[:-1])

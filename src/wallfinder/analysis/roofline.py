@@ -31,6 +31,7 @@ from wallfinder.cost import Cost, op_cost
 from wallfinder.diagnosis import KernelRow, Mfu, OpRoofRow, Roofline
 from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import NONE, Events, Kind, Trace
+from wallfinder.units import short_kernel
 
 NS = 1e-9
 TOP_OPS = 15
@@ -259,6 +260,14 @@ class Placement:
     fp32_no_tc_s: float
     fp32_no_tc: npt.NDArray[np.bool_]
     """Per device op: an fp32 matmul on a device with tensor cores that does not use them."""
+    costed: npt.NDArray[np.bool_]
+    """Per device op: placed by a cost model (its FLOPs and bytes)."""
+    by_counters: npt.NDArray[np.bool_]
+    """Per device op: its estimated bound (or its unknown one) replaced by the counters'."""
+    latency: npt.NDArray[np.bool_]
+    """Per device op: latency-bound by counters (`bound` 0: neither compute nor bandwidth)."""
+    replaced: list[str]
+    """The kernels the counters re-placed, one line each, costliest first."""
 
 
 def roofline(scope: Scope, costed: Costed, placed: Placement | None = None) -> Roofline:
@@ -277,10 +286,15 @@ def roofline(scope: Scope, costed: Costed, placed: Placement | None = None) -> R
         dur * is_kernel * NS,
         placed.bound,
         placed.pct,
-        matmul=_MATMUL[dev.cls],
-        costed=np.isfinite(placed.pct),
+        # A matmul the counters call memory-bound streams its operands: the third question's,
+        # not the fourth's.
+        matmul=_MATMUL[dev.cls] & ~(placed.by_counters & (placed.bound == 2)),
+        costed=placed.costed,
         fp32_no_tc_s=placed.fp32_no_tc_s,
         steps=scope.count,
+        latency=placed.latency,
+        replaced=placed.replaced,
+        streaming=_MATMUL[dev.cls],
     )
 
 
@@ -293,13 +307,14 @@ def place(scope: Scope, costed: Costed) -> Placement:
     is_kernel = ops.kind == Kind.KERNEL
     groups = costed.group
     rows: list[OpRoofRow] = []
+    row_group: list[int] = []
     kernel_bound = np.zeros(len(ops), dtype=np.int8)  # 0 unknown, 1 compute, 2 bandwidth
     pct = np.full(len(ops), np.nan)
     fp32_no_tc = 0.0
     fp32_rows = np.zeros(len(ops), dtype=bool)
+    sel = inside & is_kernel & (groups >= 0)
     if costed.costs:
         # Union of each group's kernel intervals: groups shifted apart on one time axis.
-        sel = inside & is_kernel & (groups >= 0)
         g = groups[sel]
         base = int(ops.ts.min())
         span = int(ops.end.max()) - base + 1
@@ -332,6 +347,7 @@ def place(scope: Scope, costed: Costed) -> Placement:
                 CLASSES[int(np.argmax(by_class))].value,
             )
             rows.append(row)
+            row_group.append(gi)
             b = 1 if row.bound == "compute" else 2 if row.bound == "bandwidth" else 0
             kernel_bound[in_group] = b
             if row.pct_of_roof is not None:
@@ -348,7 +364,63 @@ def place(scope: Scope, costed: Costed) -> Placement:
     # Kernels with no cost: the bound of their class, or their name's.
     unknown = is_kernel & (kernel_bound == 0)
     kernel_bound[unknown] = _class_bounds(scope.trace, dev)[unknown]
-    return Placement(rows, kernel_bound, pct, fp32_no_tc, fp32_rows)
+    costed_ops = np.isfinite(pct)
+    by_counters = np.zeros(len(ops), dtype=bool)
+    latency = np.zeros(len(ops), dtype=bool)
+    replaced: list[str] = []
+    if scope.counters is not None:
+        # The counters are the ground truth: where they decide a kernel's bound, it is theirs.
+        counted = scope.counters.bound
+        by_counters = is_kernel & (counted > 0) & (counted != kernel_bound)
+        latency = is_kernel & (counted == _LATENCY)
+        replaced = _replaced(scope, by_counters, kernel_bound, counted, dur)
+        kernel_bound[by_counters] = np.where(counted == _LATENCY, 0, counted)[by_counters]
+        pct[by_counters] = scope.counters.pct[by_counters]
+        for i, gi in enumerate(row_group):
+            in_group = sel & (groups == gi)
+            moved = float(dur[in_group & by_counters].sum())
+            if moved > 0.5 * float(dur[in_group].sum()):
+                code = np.bincount(counted[in_group & by_counters], minlength=4).argmax()
+                rows[i] = msgspec.structs.replace(
+                    rows[i],
+                    bound=COUNTED_BOUND[int(code)],
+                    pct_of_roof=_weighted(pct, dur, in_group & by_counters),
+                    bound_basis="counters",
+                )
+    return Placement(
+        rows, kernel_bound, pct, fp32_no_tc, fp32_rows, costed_ops, by_counters, latency, replaced
+    )
+
+
+_LATENCY = 3
+"""`CounterPlacement.bound`'s code for latency-bound."""
+COUNTED_BOUND = {1: "compute", 2: "bandwidth", 3: "latency"}
+"""A `CounterPlacement.bound` code in the roofline's words."""
+_BOUND_WORD = {0: "unknown", 1: "compute", 2: "bandwidth"}
+
+
+def _replaced(
+    scope: Scope,
+    moved: npt.NDArray[np.bool_],
+    estimate: npt.NDArray[np.int8],
+    counted: npt.NDArray[np.int8],
+    dur: npt.NDArray[np.float64],
+) -> list[str]:
+    """One line per kernel name the counters re-placed: the estimate, the counted bound and
+    the share of the steady-state kernel time it moved (costliest first)."""
+    ops = scope.gpu.ops
+    busy = float(dur[ops.kind == Kind.KERNEL].sum()) or 1.0
+    moved_time: dict[tuple[int, int, int], float] = {}
+    for r in np.flatnonzero(moved & (dur > 0)).tolist():
+        key = (int(ops.name[r]), int(estimate[r]), int(counted[r]))
+        moved_time[key] = moved_time.get(key, 0.0) + float(dur[r])
+    lines = []
+    for (name, was, now), t in sorted(moved_time.items(), key=lambda kv: -kv[1]):
+        lines.append(
+            f"{short_kernel(scope.trace.strings[name])}: estimate {_BOUND_WORD[was]}, counters "
+            f"{COUNTED_BOUND[now]} ({t / busy:.1%} of kernel time)"
+        )
+    return lines
 
 
 def _summary(
@@ -363,16 +435,24 @@ def _summary(
     costed: npt.NDArray[np.bool_],
     fp32_no_tc_s: float,
     steps: int,
+    latency: npt.NDArray[np.bool_] | None = None,
+    replaced: list[str] | None = None,
+    streaming: npt.NDArray[np.bool_] | None = None,
 ) -> Roofline:
     """The roofline over the device's units of work (kernels, or a CPU's ops): `time_s`,
     `bound` (0 unknown, 1 compute, 2 bandwidth) and `pct` (of its roof, NaN when unknown)
     per unit; `busy_s` the device's busy time over the steady-state steps."""
     busy = busy_s or 1.0
+    every_matmul = matmul if streaming is None else streaming
+    slow = latency if latency is not None else np.zeros(len(time_s), dtype=bool)
     compute_t = float(time_s[bound == 1].sum())
     bandwidth_t = float(time_s[bound == 2].sum())
     costed_t = float(time_s[costed].sum())
     # Ties broken by signature: the order must not depend on how the strings were numbered.
     rows.sort(key=lambda r: (-r.time_s, r.name, r.shapes, r.dtype))
+    l2 = spec.l2_roof() if spec else None
+    fitting = [r for r in rows if r.fits_l2]
+    fit_share = min(1.0, sum(r.time_s for r in fitting) / busy)
     return Roofline(
         device=spec.name if spec else None,
         ridge=_ridges(spec),
@@ -383,8 +463,14 @@ def _summary(
         pct_of_roof_compute=_weighted(pct, time_s, bound == 1),
         pct_of_roof_bandwidth=_weighted(pct, time_s, bound == 2),
         pct_of_roof_matmul=_weighted(pct, time_s, matmul),
-        matmul_bandwidth_share=float(time_s[matmul & (bound == 2)].sum()) / busy,
-        matmul_unknown_share=float(time_s[matmul & (bound == 0)].sum()) / busy,
+        matmul_bandwidth_share=float(time_s[every_matmul & (bound == 2)].sum()) / busy,
+        matmul_unknown_share=float(time_s[every_matmul & (bound == 0) & ~slow].sum()) / busy,
+        latency_bound_share=float(time_s[slow].sum()) / busy,
+        by_counters=replaced or [],
+        l2_bandwidth=l2[0] if l2 else None,
+        l2_bandwidth_estimate=bool(l2 and l2[1]),
+        l2_fit_share=fit_share,
+        l2_note=_l2_note(spec, fitting, fit_share),
         fp32_matmul_without_tensor_cores_s=fp32_no_tc_s / max(steps, 1),
         fp32_matmul_without_tensor_cores_share=fp32_no_tc_s / busy,
         ops=rows[:TOP_OPS],
@@ -416,6 +502,12 @@ def _roof_row(
     cls: str | None = None,
 ) -> OpRoofRow:
     ai = flops / nbytes if nbytes > 0 else None
+    l2 = spec.l2_roof() if spec else None
+    fits = (
+        None
+        if l2 is None or spec is None or spec.l2_bytes is None
+        else calls > 0 and 0 < nbytes / calls <= spec.l2_bytes
+    )
     peak = spec.peak(dtype) if spec else None
     bandwidth = spec.mem_bandwidth if spec else None
     ridge = spec.ridge(dtype) if spec else None
@@ -445,7 +537,39 @@ def _roof_row(
         bound=bound,
         pct_of_roof=pct,
         cls=cls,
+        fits_l2=fits,
+        pct_of_l2_roof=_l2_pct(flops, nbytes, time_s, peak, l2[0]) if fits and l2 else None,
     )
+
+
+def _l2_note(spec: DeviceSpec | None, fitting: list[OpRoofRow], share: float) -> str | None:
+    """The L2 roof in words: which share of the busy time moves working sets that fit in L2,
+    and how near they run to the L2 roof and to memory's."""
+    l2 = spec.l2_roof() if spec else None
+    if spec is None or l2 is None or spec.l2_bytes is None or not fitting:
+        return None
+    bw, estimate = l2
+    basis = "estimate: twice the memory bandwidth" if estimate else "derived from the whitepaper"
+    time = sum(r.time_s for r in fitting)
+    at_l2 = sum(r.time_s * (r.pct_of_l2_roof or 0.0) for r in fitting) / time
+    at_mem = sum(r.time_s * (r.pct_of_roof or 0.0) for r in fitting) / time
+    return (
+        f"{len(fitting)} op signature(s), {share:.1%} of busy time, move a working set (one "
+        f"call's bytes) that fits in the {spec.l2_bytes / 2**20:g} MiB L2: against the L2 roof "
+        f"({bw / 1e12:.2f} TB/s, {basis}) they run at {at_l2:.0%}, against memory's at "
+        f"{at_mem:.0%} (time-weighted); the L2 roof holds while their operands stay resident "
+        "between kernels"
+    )
+
+
+def _l2_pct(
+    flops: float, nbytes: float, time_s: float, peak: float | None, l2_bandwidth: float
+) -> float | None:
+    """Time against the L2 roof: the floor of peak FLOP/s and bytes at L2's bandwidth."""
+    if time_s <= 0:
+        return None
+    floor = max(flops / peak if peak else 0.0, nbytes / l2_bandwidth)
+    return min(1.0, floor / time_s)
 
 
 def _weighted(

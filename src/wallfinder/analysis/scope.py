@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.counters import CounterPlacement
 from wallfinder.analysis.gpu import DeviceOps
 from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.steps import StepSpans
@@ -66,6 +67,9 @@ class Scope:
     spec: DeviceSpec | None
     thresholds: Thresholds
     model: ModelFlops
+    counters: CounterPlacement | None = None
+    """Hardware counters joined to the device's kernels (`--counters`): where they decide a
+    kernel's bound, it replaces the roofline's estimate (`roofline.place`)."""
 
     @property
     def gpu(self) -> DeviceOps:

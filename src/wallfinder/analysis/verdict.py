@@ -188,7 +188,12 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
                 f"; {roofline.matmul_unknown_share:.0%} of busy time is in GEMMs whose bound "
                 "is unknown without shapes"
             )
-        return Question(question=question, answer="unknown", value=None, detail=f"not known: {why}")
+        return Question(
+            question=question,
+            answer="unknown",
+            value=None,
+            detail=f"not known: {why}" + _by_counters(roofline),
+        )
     detail = (
         f"matmul kernels run at {value:.0%} of their roof, time-weighted "
         f"(near peak at ≥ {thresholds.near_peak:.0%})"
@@ -203,11 +208,24 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
             "; against a nominal estimate of the peak, not this device's: `wallfinder "
             "calibrate` measures it"
         )
+    detail += _by_counters(roofline)
     return Question(
         question=question,
         answer="yes" if value >= thresholds.near_peak else "no",
         value=value,
         detail=detail,
+    )
+
+
+def _by_counters(roofline: Roofline | None) -> str:
+    """The words that say which kernels hardware counters re-placed ("" when none)."""
+    if roofline is None or not roofline.by_counters:
+        return ""
+    more = len(roofline.by_counters) - 3
+    return (
+        "; re-placed by hardware counters: "
+        + "; ".join(roofline.by_counters[:3])
+        + (f"; and {more} more" if more > 0 else "")
     )
 
 

@@ -22,6 +22,7 @@ differ, is described by a TOML file in the format of one catalogue entry, read w
     mem_bytes = 85_899_345_920     # optional: memory size, bytes
     sm_count = 108                 # optional: SMs (NVIDIA) or compute units (AMD)
     l2_bytes = 41_943_040          # optional: L2 cache, bytes
+    l2_bandwidth = 7.2e12          # optional: L2 read bandwidth, bytes/s (else 2x memory's)
     pcie_gen = 4                   # optional: PCIe generation
     arch = "8.0"                   # optional: compute capability (NVIDIA) or gfx target (AMD)
 

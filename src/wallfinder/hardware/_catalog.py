@@ -275,6 +275,7 @@ def mig_slice(
         mem_bytes=memory_gb * _GIB,
         sm_count=round(whole.sm_count * compute) if whole.sm_count else None,
         l2_bytes=whole.l2_bytes * memory if whole.l2_bytes else None,
+        l2_bandwidth=whole.l2_bandwidth * memory if whole.l2_bandwidth else None,
         names=(),
         matched=f"a MIG {profile} slice: {whole.name}'s peaks scaled to the slice ({how})",
     )

@@ -40,6 +40,9 @@ class DeviceSpec:
     sm_count: int | None = None
     """Streaming multiprocessors (NVIDIA) or compute units (AMD)."""
     l2_bytes: float | None = None
+    l2_bandwidth: float | None = None
+    """L2 read bandwidth, bytes/s: derived from a whitepaper's bytes per clock × boost clock
+    (the catalogue says so per entry); None where not published (`l2_roof` estimates it)."""
     interconnect: Mapping[str, float] = field(default_factory=dict)
     tensor_cores: bool = False
     """Whether the device has matrix units (NVIDIA tensor cores, AMD matrix cores)."""
@@ -78,6 +81,16 @@ class DeviceSpec:
         device has no published peak for it."""
         canonical = normalize_dtype(dtype)
         return None if canonical is None else self.peak_flops.get(canonical)
+
+    def l2_roof(self) -> tuple[float, bool] | None:
+        """The bandwidth a working set that fits in L2 sees, and whether it is an estimate
+        (twice the memory bandwidth, where no L2 bandwidth is known); None without an L2
+        size."""
+        if not self.l2_bytes:
+            return None
+        if self.l2_bandwidth:
+            return self.l2_bandwidth, False
+        return 2.0 * self.mem_bandwidth, True
 
     def ridge(self, dtype: str) -> float | None:
         """The roofline's ridge point for `dtype`: peak / memory bandwidth, in FLOP per byte.

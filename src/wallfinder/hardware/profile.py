@@ -161,6 +161,7 @@ class DeviceProfile:
             mem_bytes=base.mem_bytes or measured.mem_bytes,
             sm_count=base.sm_count or measured.sm_count,
             l2_bytes=base.l2_bytes or measured.l2_bytes,
+            l2_bandwidth=base.l2_bandwidth or measured.l2_bandwidth,
             interconnect=base.interconnect or measured.interconnect,
             tensor_cores=base.tensor_cores or measured.tensor_cores,
             source=source,

@@ -35,7 +35,7 @@ __all__ = [
 FORMATS = ("text", "json", "md", "html")
 DIFF_FORMATS = ("text", "json", "md", "html")
 MEMORY_FORMATS = ("text", "json", "md")
-COUNTER_FORMATS = ("text", "json", "html")
+COUNTER_FORMATS = ("text", "json", "md", "html")
 
 
 def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
@@ -132,10 +132,14 @@ def render_memory(report: MemoryReport, fmt: str, *, width: int | None = None) -
 
 
 def render_counters(report: CounterReport, fmt: str, *, width: int | None = None) -> str:
-    """A counters report (`wallfinder counters`) in format `fmt`: "text", "json" or "html"
-    (one self-contained page)."""
+    """A counters report (`wallfinder counters`) in format `fmt`: "text", "json", "md" or
+    "html" (one self-contained page, the measured points on a roofline)."""
     if fmt == "json":
         return report.to_json() + "\n"
+    if fmt == "md":
+        from wallfinder.report.markdown import render_counters_markdown
+
+        return render_counters_markdown(report)
     if fmt == "html":
         from wallfinder.report.html import render_counters_html
 

@@ -9,6 +9,7 @@ from wallfinder.diagnosis import (
     Diagnosis,
     Finding,
     ModuleRow,
+    Roofline,
 )
 from wallfinder.units import duration, ms, pct, size
 
@@ -475,3 +476,19 @@ def module_cells(r: ModuleRow) -> list[str]:
 _BOUND_SHORT = {"bandwidth": "mem", "compute": "comp", "unknown": "?"}
 MODULE_COLUMNS = ("module", "fwd ms", "bwd ms", "share", "bound", "min/med/max ms", "slowest of")
 """The module table's column headings (`module_cells` gives each row's)."""
+
+
+def roofline_notes(r: Roofline) -> list[str]:
+    """What the roofline section says beyond its shares: the kernels hardware counters
+    re-placed, the latency-bound share, and the L2 roof."""
+    lines = []
+    if r.by_counters:
+        lines.append("re-placed by hardware counters: " + "; ".join(r.by_counters))
+    if r.latency_bound_share > 0:
+        lines.append(
+            f"{pct(r.latency_bound_share)} of busy time is latency-bound by counters "
+            "(neither the SMs nor memory busy)"
+        )
+    if r.l2_note:
+        lines.append(r.l2_note)
+    return lines

@@ -126,13 +126,75 @@ def render_html(d: Diagnosis) -> str:
         wall_color=WALL_COLOR,
         cause_label=fmt.cause_label,
         ranks_memory=fmt.ranks_have_memory(d),
+        counter_plot=COUNTER_PLOT in figures,
     )
 
 
 def render_counters_html(r: CounterReport) -> str:
     """A counters report (`wallfinder counters`) as one self-contained HTML page: the card a
-    diagnosis's page shows, alone."""
-    return render_page("counters.html", {}, c=r)
+    diagnosis's page shows, alone, with the measured points on a roofline."""
+    figures = {}
+    points = _counter_roofline_figure(r)
+    if points is not None:
+        figures[COUNTER_PLOT] = points
+    return render_page("counters.html", figures, c=r, counter_plot=points is not None)
+
+
+COUNTER_PLOT = "plot-counter-roofline"
+_COUNTER_BOUND_COLOR = {
+    "compute": "#2ca02c",
+    "memory": "#ff7f0e",
+    "latency": "#9467bd",
+    "?": "#b0b4b9",
+}
+
+
+def _counter_roofline_figure(r: CounterReport) -> dict[str, Any] | None:
+    """Log-log: each profiled launch with counted FLOPs and DRAM bytes a point at its achieved
+    AI and FLOP/s, sized by its time and coloured by its bound by counters. None when no
+    launch has both."""
+    points = [k for k in r.kernels if k.ai and k.flops_per_s and k.ai > 0 and k.flops_per_s > 0]
+    if not points:
+        return None
+    longest = max(k.duration_s or 0.0 for k in points) or 1.0
+    data = []
+    for bound, color in _COUNTER_BOUND_COLOR.items():
+        mine = [k for k in points if (k.bound or "?") == bound]
+        if not mine:
+            continue
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"{bound}-bound" if bound != "?" else "bound unknown",
+                "x": [k.ai for k in mine],
+                "y": [k.flops_per_s for k in mine],
+                "marker": {
+                    "color": color,
+                    "size": [6 + 30 * math.sqrt((k.duration_s or 0.0) / longest) for k in mine],
+                    "opacity": 0.75,
+                    "line": {"width": 1, "color": "#ffffff"},
+                },
+                "hovertext": [
+                    f"<b>{k.id}: {_plot_text(fmt.short_kernel(k.name))}</b><br>"
+                    f"AI {k.ai:.3g} FLOP/B · {fmt.si(k.flops_per_s, 'FLOP/s')} · "
+                    f"{fmt.duration(k.duration_s)}<br>{_plot_text(k.reason)}"
+                    for k in mine
+                ],
+                "hoverinfo": "text",
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            height=420,
+            xaxis={"type": "log", "title": {"text": "achieved arithmetic intensity (FLOP/byte)"}},
+            yaxis={"type": "log", "title": {"text": "achieved FLOP/s (counted)"}},
+            legend={"orientation": "v", "x": 1.02, "y": 1, "xanchor": "left"},
+            margin={"l": 70, "r": 16, "t": 16, "b": 56},
+            hovermode="closest",
+        ),
+    }
 
 
 def render_page(
@@ -506,6 +568,7 @@ def _roofline_lines(d: Diagnosis) -> list[str]:
     ):
         if value is not None:
             lines.append(f"{label} run at {fmt.pct(value)} of their roof (time-weighted).")
+    lines += [line[0].upper() + line[1:] + "." for line in fmt.roofline_notes(r)]
     return lines
 
 
@@ -529,6 +592,10 @@ def _figures(d: Diagnosis) -> dict[str, Any]:
         roofline = _roofline_figure(d)
         if roofline is not None:
             figures["plot-roofline"] = roofline
+    if d.counters is not None:
+        points = _counter_roofline_figure(d.counters)
+        if points is not None:
+            figures[COUNTER_PLOT] = points
     return figures
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.diagnosis import CounterReport, Diagnosis
 from wallfinder.report import _format as fmt
 
-__all__ = ["render_markdown"]
+__all__ = ["render_counters_markdown", "render_markdown"]
 
 TOP_KERNELS = 8
 NAME_CHARS = 80
@@ -301,3 +301,55 @@ def _mfu(d: Diagnosis) -> str:
         f"**MFU** {fmt.pct(m.value)} ({fmt.si(m.achieved_flops, 'FLOP/s')} of "
         f"{fmt.si(m.peak_flops, 'FLOP/s')} {m.dtype or ''} peak) — {text(m.basis)}"
     )
+
+
+def render_counters_markdown(r: CounterReport) -> str:
+    """A counters report (`wallfinder counters`) as Markdown: the estimates beside the
+    counters (with a trace), each profiled launch's figures and bound (the measured points of
+    a roofline: achieved AI and FLOP/s), the findings, the notes and the commands to collect
+    more."""
+    out = [
+        f"### Hardware counters: {code(r.source)}",
+        "",
+        f"{r.page} page, {len(r.kernels)} launches; each launch's bound by its counters.",
+    ]
+    if r.checks:
+        out += [
+            "",
+            "| kernel | launches | matched by | estimate | of roof | counters | status | detail |",
+            "|---|---:|---|---|---:|---|---|---|",
+        ]
+        out += [
+            f"| {code(fmt.short_kernel(c.kernel), table=True)} | {c.launches} | "
+            f"{text(c.matched_by)} | {c.estimated_bound or '?'} | {fmt.pct(c.pct_of_roof, 0)} | "
+            f"{c.counter_bound or '?'}{f' ({c.counter_unit})' if c.counter_unit else ''} | "
+            f"{c.status} | {text(c.detail)} |"
+            for c in r.checks
+        ]
+        out += [
+            "",
+            f"Matched {len(r.checks)} of the trace's top kernels; "
+            f"{len(r.unmatched_kernels)} unmatched; {r.unmatched_launches} profiled launches "
+            "matched no kernel of the trace.",
+        ]
+    out += [
+        "",
+        "| id | kernel | time | SM | memory | DRAM | L2 | AI (FLOP/B) | FLOP/s | occupancy "
+        "| bound |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    out += [
+        f"| {k.id} | {code(fmt.short_kernel(k.name), table=True)} | {fmt.duration(k.duration_s)} | "
+        f"{fmt.pct(k.sm_pct, 0)} | {fmt.pct(k.memory_pct, 0)} | {fmt.pct(k.dram_pct, 0)} | "
+        f"{fmt.pct(k.l2_pct, 0)} | {'?' if k.ai is None else f'{k.ai:.3g}'} | "
+        f"{fmt.si(k.flops_per_s, 'FLOP/s')} | {fmt.pct(k.occupancy, 0)} | "
+        f"{k.bound or '?'}{f' ({k.unit})' if k.unit and k.bound != 'latency' else ''} |"
+        for k in r.kernels
+    ]
+    for f in r.findings:
+        out += ["", f"- **{text(f.title)}**: {text(f.evidence)}. {text(f.fix)}."]
+    out += [f"- note: {text(n)}" for n in r.notes]
+    if r.collect:
+        out += ["", "Collect the counters with (PROGRAM is your command):", "", "```sh"]
+        out += [*r.collect, "```"]
+    return "\n".join(out) + "\n"

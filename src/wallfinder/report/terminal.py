@@ -45,6 +45,7 @@ from wallfinder.report._format import (
     pct,
     phase_parts,
     ranks_have_memory,
+    roofline_notes,
     short_kernel,
     si,
     size,
@@ -484,6 +485,8 @@ def _roofline(d: Diagnosis) -> Group:
             f"kernels without tensor cores: {tensor_core_fix(d)}",
             style="bold",
         )
+    for line in roofline_notes(r):
+        text.append(f"\n  {line}")
     table = Table(title="Top ops on the roofline", title_justify="left", show_edge=False)
     table.add_column("op and input shapes", overflow="ellipsis", no_wrap=True, max_width=34)
     table.add_column("dtype", no_wrap=True, min_width=5)

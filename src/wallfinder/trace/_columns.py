@@ -146,6 +146,7 @@ class Chunk:
     input_type: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     concrete_inputs: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     grid: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
+    block: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     comm: npt.NDArray[np.int32] = field(default_factory=lambda: np.empty(0, np.int32))
     strings: list[Scalar] = field(default_factory=list)
     ids: list[Scalar] = field(default_factory=list)
@@ -244,6 +245,7 @@ def columns_of(decoded: list[Event]) -> Chunk:
     chunk.input_type = _sparse_raw(args_of, raw, "input_type")
     chunk.concrete_inputs = _sparse_raw(args_of, raw, "concrete_inputs")
     chunk.grid = _sparse_raw(args_of, raw, "grid", (Kind.KERNEL,))
+    chunk.block = _sparse_raw(args_of, raw, "block", (Kind.KERNEL,))
     chunk.comm = _comm(args_of, raw)
     chunk.labels = {ids[pid]: label for pid, label in labels.items()}
     correlated = _is(kind, _CORRELATED)
@@ -500,6 +502,7 @@ class Assembler:
                 input_type=raw[chunk.input_type],
                 concrete_inputs=raw[chunk.concrete_inputs],
                 grid=raw[chunk.grid],
+                block=raw[chunk.block],
                 comm=raw[chunk.comm],
                 **chunk.ints,
             )

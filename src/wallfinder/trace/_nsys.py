@@ -100,6 +100,9 @@ KERNEL = Table(
         "grid_x": ("gridX",),
         "grid_y": ("gridY",),
         "grid_z": ("gridZ",),
+        "block_x": ("blockX",),
+        "block_y": ("blockY",),
+        "block_z": ("blockZ",),
     },
     name=("demangledName", "shortName", "name", "mangledName"),
 )
@@ -283,6 +286,7 @@ class _Part:
     stream: I64
     nbytes: I64
     grid: npt.NDArray[np.int32]
+    block: npt.NDArray[np.int32]
 
     def take(self, rows: npt.NDArray[Any]) -> _Part:
         return _Part(**{k: v[rows] for k, v in vars(self).items()})
@@ -428,6 +432,7 @@ class _Reader:
             stream=stream,
             nbytes=cols.get("nbytes", none),
             grid=np.zeros(n, np.int32),
+            block=np.zeros(n, np.int32),
         )
         return self.finish(spec, part, cols, end)
 
@@ -438,7 +443,8 @@ class _Reader:
             part.cat[:] = codes("kernel")
             # nsys demangles an anonymous namespace as Kineto's demangler does not.
             part.name = self.rename(part.name, _ANONYMOUS.sub, "(anonymous namespace)")
-            part.grid = self.grids(cols)
+            part.grid = self.grids(cols, ("grid_x", "grid_y", "grid_z"))
+            part.block = self.grids(cols, ("block_x", "block_y", "block_z"))
         elif spec is MEMCPY:
             part.cat[:] = codes("gpu_memcpy")
             part.name = self.labels(
@@ -476,8 +482,9 @@ class _Reader:
         out: npt.NDArray[np.int32] = local[inverse.reshape(-1)]
         return out
 
-    def grids(self, cols: dict[str, I64]) -> npt.NDArray[np.int32]:
-        unique, inverse = _unique_rows((cols["grid_x"], cols["grid_y"], cols["grid_z"]))
+    def grids(self, cols: dict[str, I64], keys: tuple[str, str, str]) -> npt.NDArray[np.int32]:
+        """Each row's (x, y, z) of a grid or a block as Kineto writes it, interned."""
+        unique, inverse = _unique_rows(tuple(cols[k] for k in keys))
         raw = self.strings.raw
         local = np.array(
             [
@@ -709,6 +716,7 @@ def _trace(
         "input_type": zeros,
         "concrete_inputs": zeros,
         "grid": part.grid,
+        "block": part.block,
         "comm": zeros,
     }
     events = Events(**{k: np.ascontiguousarray(v[order]) for k, v in columns.items()})

@@ -33,6 +33,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     input_type: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
     grid: msgspec.Raw = _NO_RAW
+    block: msgspec.Raw = _NO_RAW
     # The autograd link: a backward op carries the `Sequence number` of the forward op that
     # made its node, and the forward thread's `Fwd thread id` (forward ops carry 0).
     sequence: Scalar = msgspec.field(default=NO_ID, name="Sequence number")

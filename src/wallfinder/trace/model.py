@@ -126,6 +126,8 @@ class Events:
     concrete_inputs: I32
     grid: I32
     """Code of a kernel's `grid` (0: none); read with `Trace.grid`."""
+    block: I32
+    """Code of a kernel's `block` (threads in x, y, z; 0: none); read with `Trace.threads`."""
     comm: I32
     """Code of a collective's arguments (0: none); read with `Trace.collective`."""
 
@@ -325,6 +327,11 @@ class Trace:
         """Blocks in a kernel's grid (x·y·z) from its `grid` code; 0 when unknown."""
         grid = self.grid(code)
         return 0 if grid is None else math.prod(grid)
+
+    def threads(self, code: int) -> int:
+        """Threads in a kernel's block (x·y·z) from its `block` code; 0 when unknown."""
+        block = self._args.grid(code)  # decoded as a grid is: a list of positive integers
+        return 0 if block is None else math.prod(block)
 
     def collective(self, code: int) -> CollectiveArgs | None:
         """A collective's arguments (name, message size, dtype, process group) from its

@@ -214,6 +214,7 @@ def options_from(args: argparse.Namespace) -> Options:
         # `run` has no --step-range: its steps are the ones its own profiler marks.
         step_range=getattr(args, "step_range", None),
         what_if=getattr(args, "what_if", None),
+        counters=getattr(args, "counters", None),
         cache=not getattr(args, "no_cache", True),
     )
 
@@ -237,7 +238,8 @@ def run(args: argparse.Namespace) -> int:
                 workers=args.workers,
                 scheduler=args.scheduler,
             )
-    if args.counters is not None:
+    if args.counters is not None and diagnosis.counters is None:
+        # A job of several ranks: the counters are said beside it, joined by name.
         report = analyze_counters(args.counters, options_from(args), diagnosis=diagnosis)
         diagnosis = msgspec.structs.replace(diagnosis, counters=report)
     write_report(render(diagnosis, args.format), args.output)

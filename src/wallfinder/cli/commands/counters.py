@@ -4,6 +4,7 @@ and beside a trace (`--trace`), which of the roofline's bounds they confirm or r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -46,12 +47,17 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
-    diagnosis = analyze(args.trace, options) if args.trace is not None else None
     if args.collect:
+        diagnosis = analyze(args.trace, options) if args.trace is not None else None
         sys.stdout.write("".join(f"{c}\n" for c in ncu_commands(diagnosis, options)))
         return 0
     if args.export is None:
         raise WallfinderError("counters needs an Nsight Compute export (or --collect)")
-    report = analyze_counters(args.export, options, diagnosis=diagnosis)
+    if args.trace is not None:
+        # Joined launch by launch to the trace's kernels, as `analyze --counters` does.
+        diagnosis = analyze(args.trace, dataclasses.replace(options, counters=args.export))
+        report = diagnosis.counters or analyze_counters(args.export, options, diagnosis=diagnosis)
+    else:
+        report = analyze_counters(args.export, options)
     write_report(render_counters(report, args.format), args.output)
     return 0
