@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
-from wallfinder.analysis.critpath import critical_path, parse_what_if
+from wallfinder.analysis.critpath import consistent_rows, critical_path, parse_what_if
 from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
@@ -328,6 +328,9 @@ def _result(
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
     if verdict.wall != typical.wall and facts is not None:
         findings = find(facts, verdict.wall)  # the new wall's findings first
+    if critical_path is not None:
+        rows = consistent_rows(critical_path.what_if, findings)
+        critical_path = msgspec.structs.replace(critical_path, what_if=rows)
     return Diagnosis(
         source=trace.source,
         rank=trace.rank,

@@ -1228,5 +1228,8 @@ def _gradient_sync_tail(f: Facts) -> str:
 def find(facts: Facts, wall: Wall) -> list[Finding]:
     """Every rank rule's finding, the ones that move `wall` first, each group by bound on
     gain."""
-    found = [with_replay(facts.whatif, x) if x.saves == "time" else x for x in evaluate(facts)]
+    limit = facts.thresholds.time.replay_error
+    found = [
+        with_replay(facts.whatif, x, limit) if x.saves == "time" else x for x in evaluate(facts)
+    ]
     return sorted(found, key=lambda x: (x.wall != wall, -x.max_speedup))
