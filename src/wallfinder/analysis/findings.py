@@ -19,7 +19,7 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
 from wallfinder.analysis.critpath import WhatIf, with_replay
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
-from wallfinder.analysis.gpu import CLASSES, COPY, QUEUED_SLACK_NS, DeviceOps
+from wallfinder.analysis.gpu import CLASSES, COMM, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.phases import PHASES, Attribution
 from wallfinder.analysis.roofline import enclosing, outermost
@@ -882,7 +882,9 @@ def tiny_grids(f: Facts) -> Finding | None:
     if f.dev is None or not f.sm_count or f.step_s <= 0:
         return None
     ops = f.dev.ops
-    rows = np.flatnonzero(f.inside & (ops.kind == Kind.KERNEL) & (ops.grid > 0))
+    # Collectives run on a few blocks by design (one per channel): not a grid to grow.
+    kernels = f.inside & (ops.kind == Kind.KERNEL) & (ops.grid > 0) & (f.dev.cls != COMM)
+    rows = np.flatnonzero(kernels)
     if rows.size == 0:
         return None
     codes, inverse = np.unique(ops.grid[rows], return_inverse=True)
@@ -894,7 +896,9 @@ def tiny_grids(f: Facts) -> Finding | None:
     # Bound: with enough blocks to fill the device, a kernel would take dur × blocks / SMs.
     saved = float((dur * (1.0 - blocks[small] / f.sm_count)).sum()) * 1e-9
     steps = max(f.steps.count, 1)
-    share = saved / steps / f.step_s
+    # Kernels on several streams overlap: filling the device removes at most the time it
+    # computes.
+    share = min(saved / steps / f.step_s, f.breakdown.compute)
     names = ops.name[rows][small]
     uniq, counts = np.unique(names, return_counts=True)
     # The most frequent, by their short names (instantiations of one template read alike).
@@ -1043,7 +1047,8 @@ def _phase_times(f: Facts) -> tuple[dict[str, float], dict[str, float]] | None:
 @rule(Facts)
 def forward_heavy(f: Facts) -> Finding | None:
     """A forward that takes longer than its backward: not what training looks like (the
-    backward does about twice the forward's work), so the forward waits on something."""
+    backward does about twice the forward's work), so the forward waits on something: a
+    synchronising call in it (without one, the idle is the host's launching, launch-bound's)."""
     times = _phase_times(f)
     if times is None or f.dev is None or f.step_s <= 0 or f.attribution is None:
         return None
@@ -1059,6 +1064,12 @@ def forward_heavy(f: Facts) -> Finding | None:
     phase, _ = f.attribution.place_calls(calls.thread, calls.ts)
     in_forward = phase == PHASES.index("forward")
     names, counts = np.unique(calls.name[in_forward], return_counts=True)
+    if names.size == 0:
+        # Nothing in the forward waits on the device: its idle is the host launching the
+        # forward's ops one by one (Python runs the forward, C++ the backward), which
+        # launch-bound or host-work report with their own fix. Claiming it again here
+        # would count the same time twice under a fix that does not apply.
+        return None
     listed = ", ".join(
         f"{f.trace.strings[int(n)]} ×{f.per_step(int(c)):.0f}/step"
         for n, c in zip(names.tolist(), counts.tolist(), strict=True)
@@ -1072,9 +1083,7 @@ def forward_heavy(f: Facts) -> Finding | None:
         f"forward {_ms(exposed['forward'])} per step against backward "
         f"{_ms(exposed['backward'])} (device time {_ms(fwd)} and {_ms(bwd)}; a backward is "
         f"usually about twice its forward); the device idles {_ms(idle)} per step inside the "
-        "forward"
-        + (f"; synchronising calls in the forward: {listed}" if listed else "")
-        + " (the bound is that idle time)",
+        f"forward; synchronising calls in the forward: {listed} (the bound is that idle time)",
         "look in the forward for .item(), .cpu(), .tolist(), print(tensor), data-dependent "
         "shapes (nonzero, boolean masks) and Python control flow on tensor values; keep "
         "metrics on the device and log every N steps",
