@@ -20,7 +20,8 @@ The graph is built from what the trace holds, as columns (no object per event):
   than the device's own busy time;
 - **synchronisation**: a synchronising call (`cudaStreamSynchronize`, `cudaDeviceSynchronize`,
   `cudaEventSynchronize`, a blocking copy; HIP's likewise) returns after the device work it
-  drained: the launched ops that had ended by the time it returned.
+  drained: the launched ops that had ended by the time it returned; a launch call blocked on a
+  full launch queue likewise returns after the device op that freed its slot.
 
 Replay re-times the graph: the host chain is a max-plus scan (each call starts when the
 previous ended plus its host work; a sync ends no earlier than its drain), each stream a
@@ -28,7 +29,7 @@ max-plus scan (an op starts at the latest of its launch, its stream predecessor 
 waited for), both vectorised, iterated to the fixed point (the longest path). The unchanged
 graph reproduces the measured steps where the trace records every dependency; the error is
 reported. A what-if changes the graph's weights (host gaps, call costs, op durations, sync
-edges) and replays it.
+edges) and replays it; no replay is shorter than the device's busy time under the change.
 """
 
 from __future__ import annotations
