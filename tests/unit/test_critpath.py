@@ -299,6 +299,7 @@ def test_a_launch_blocked_on_a_full_queue_waits_for_the_device_not_the_host(
 
 def _finding(id: str, share: float, replayed: float) -> Finding:
     return Finding(
+        wall_after="bandwidth",
         id=id,
         wall="overhead",
         title="t",
@@ -321,7 +322,7 @@ def test_a_what_if_row_never_gains_more_than_the_finding_for_the_same_or_a_large
     # The launch-bound finding removes all host work and says 1.14x: halving it cannot say
     # more. The sync row has no finding and stays; a combined or job row is not capped by one.
     host, sync, both, straggler = consistent_rows(rows, [_finding("launch-bound", 0.12, 1.14)])
-    assert (host.speedup, host.capped_by) == (1.14, "launch-bound")
+    assert (host.speedup, host.capped_by, host.wall_after) == (1.14, "launch-bound", "bandwidth")
     assert host.step_s == pytest.approx(60e-3 * 1.28 / 1.14)
     assert (sync, both, straggler) == (rows[1], rows[2], rows[3])
     # A row below the finding's figure stays as replayed.

@@ -883,9 +883,10 @@ def _covers(finding: Change, row: Change) -> bool:
 def consistent_rows(rows: Sequence[WhatIfRow], findings: Sequence[Finding]) -> list[WhatIfRow]:
     """The what-if rows, each no faster than a replayed finding whose fix is the same or
     larger says (a finding's replay is capped by its Amdahl bound, the share of the step the
-    breakdown gives its cause): one fix, one figure, in the table and in the findings."""
+    breakdown gives its cause), with that finding's wall after: one fix, one figure, in the
+    table and in the findings."""
     ceilings = [
-        (FINDING_CHANGES[f.id], f.id, f.replay_speedup)
+        (FINDING_CHANGES[f.id], f.id, f.replay_speedup, f.wall_after)
         for f in findings
         if f.id in FINDING_CHANGES and f.replay_speedup is not None
     ]
@@ -896,14 +897,18 @@ def consistent_rows(rows: Sequence[WhatIfRow], findings: Sequence[Finding]) -> l
         except WallfinderError:  # a job's straggler row: not a graph change
             out.append(r)
             continue
-        caps = [(s, i) for c, i, s in ceilings if _covers(c, change) and s < r.speedup]
+        caps = [(s, i, w) for c, i, s, w in ceilings if _covers(c, change) and s < r.speedup]
         if not caps:
             out.append(r)
             continue
-        speedup, by = min(caps)
+        speedup, by, wall = min(caps)
         out.append(
             msgspec.structs.replace(
-                r, speedup=speedup, step_s=r.step_s * r.speedup / speedup, capped_by=by
+                r,
+                speedup=speedup,
+                step_s=r.step_s * r.speedup / speedup,
+                capped_by=by,
+                wall_after=wall or r.wall_after,
             )
         )
     return out
