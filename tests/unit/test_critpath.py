@@ -349,3 +349,24 @@ def test_a_replay_that_misses_the_measured_step_leaves_the_finding_its_bound(
     out = with_replay(_Replay(error), finding, 0.1)  # type: ignore[arg-type]
     assert out.gain_basis == basis
     assert out.replay_speedup == (2.0 if basis == "replay" else None)
+
+
+def test_a_sync_that_keeps_the_host_from_running_ahead_is_a_finding_bounded_by_the_blocked_time(
+    tmp_path: Path,
+) -> None:
+    # sync_bound: the GPU is busy while the host waits 205 µs, then idles while the host
+    # works. The idle the breakdown gives the sync is under the blocked time; without the sync
+    # the host's work hides under the next kernel: the replay gains 260/200 per step.
+    d = analyze(sync_bound().write(tmp_path / "t.json"))
+    assert d.breakdown.idle_causes["synchronization"] < 205 / 260
+    f = next(x for x in d.findings if x.id == "sync-in-step")
+    step_s = d.breakdown.per_step_ms["step"] * 1e-3
+    causes = d.breakdown.idle_causes
+    host_idle = causes["synchronization"] + causes["host_overhead"] + causes["launch_latency"]
+    assert f.share == pytest.approx(min(205 * US / step_s, host_idle), rel=0.02)
+    assert f.share > causes["synchronization"]
+    assert f.replay_speedup == pytest.approx(step_s / (200 * US), rel=0.05)
+    assert f.replay_speedup <= f.max_speedup
+    assert "blocked 0.21 ms per step" in f.evidence  # 205 µs
+    row = next(r for r in _path(d).what_if if r.change == "sync")
+    assert row.speedup == pytest.approx(f.replay_speedup, rel=1e-6)

@@ -813,6 +813,13 @@ class WhatIf:
         g = self.graph
         return abs(self.base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
 
+    @property
+    def blocked_s(self) -> float:
+        """The host's time per step inside synchronising calls (blocking copies included):
+        time it could not queue work, so the most that removing the syncs can save."""
+        g, t = self.graph, self.base
+        return float((t.call_end - t.call_start)[g.sync].sum()) * NS / g.steps
+
     def speedup(self, change: Change) -> tuple[float, Wall]:
         t = replay(self.graph, change)
         return self.base.step_s / max(t.step_s, 1e-12), wall_of(path_shares(self.graph, t))

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
-from wallfinder.analysis.critpath import WhatIf, with_replay
+from wallfinder.analysis.critpath import Change, WhatIf, with_replay
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COMM, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
@@ -205,13 +205,35 @@ def synchronization(f: Facts) -> Finding | None:
     share = f.share(f.breakdown.idle_causes.get("synchronization", 0.0))
     names = _host_calls(f, _SYNC_NAMES)
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in names[:4]) or "synchronising calls"
+    blocked = ""
+    if f.whatif is not None and f.step_s > 0:
+        # The GPU may stay busy while the host is blocked (the sync drains a deep queue), then
+        # idle while the host refills it: idle the breakdown gives the host's overhead. Where
+        # the replay without syncs gains a real share, the bound is the host's blocked time.
+        # Removing the syncs saves at most the host's blocked time, and at most the idle the
+        # host causes (the sync's, and the host's overhead and launches after it).
+        causes = f.breakdown.idle_causes
+        host_idle = f.share(
+            sum(causes.get(k, 0.0) for k in ("synchronization", "host_overhead", "launch_latency"))
+        )
+        gain = f.whatif.speedup(Change(sync=True))[0]
+        held = min(f.whatif.blocked_s / f.step_s, host_idle)
+        if 1.0 - 1.0 / gain >= f.thresholds.time.min_share and held > share:
+            share = held
+            blocked = (
+                f"the host is blocked {_ms(f.whatif.blocked_s)} per step in synchronising "
+                "calls and blocking copies, unable to queue work, and the GPU idles after each "
+                f"while the host catches up: {host_idle:.0%} of the step is the GPU waiting for "
+                "the host (the bound is the smaller of the two)"
+            )
     return _finding(
         f,
         "sync-in-step",
         "overhead",
         "The host blocks on the GPU inside the step",
         share,
-        f"{share:.0%} of each step the GPU is idle after the host waited for it: {listed}"
+        (blocked or f"{share:.0%} of each step the GPU is idle after the host waited for it")
+        + f": {listed}"
         + _where_calls(f, _SYNC_NAMES)
         + call_sites(f, _SYNC_NAMES, (Kind.CPU_OP, Kind.RUNTIME)),
         "remove .item(), .cpu(), print/logging of tensors and torch.cuda.synchronize() from "
