@@ -950,7 +950,9 @@ def critical_path(
         notes.append(
             f"{shares['wait']:.0%} of the critical path is device waits no recorded edge "
             "explains (an event or stream wait on work the trace does not show, a graph's "
-            "internal edges): kept as measured, so fixes elsewhere cannot move them"
+            "internal edges): each kept as a fixed delay after its launch or the op before "
+            "it on its stream, so a fix cannot shorten them, though one that launches the "
+            "work sooner moves them with it"
         )
     rows = [whatif.row(c) for c in (changes if changes is not None else DEFAULT_CHANGES)]
     error = (base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
