@@ -877,7 +877,7 @@ def _kinds(change: Change) -> frozenset[str]:
     )
 
 
-def _covers(finding: Change, row: Change) -> bool:
+def covers(finding: Change, row: Change) -> bool:
     """The finding's change is the row's, or a larger one of the same kind (all host work
     gone against half of it, matmuls at their roof against 80% of it)."""
     return (
@@ -904,7 +904,7 @@ def consistent_rows(rows: Sequence[WhatIfRow], findings: Sequence[Finding]) -> l
         except WallfinderError:  # a job's straggler row: not a graph change
             out.append(r)
             continue
-        caps = [(s, i, w) for c, i, s, w in ceilings if _covers(c, change) and s < r.speedup]
+        caps = [(s, i, w) for c, i, s, w in ceilings if covers(c, change) and s < r.speedup]
         if not caps:
             out.append(r)
             continue
@@ -1051,6 +1051,7 @@ __all__ = [
     "WhatIf",
     "build_graph",
     "consistent_rows",
+    "covers",
     "critical_path",
     "job_path",
     "parse_what_if",

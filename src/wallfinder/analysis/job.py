@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import msgspec
 
 from wallfinder.analysis.collectives import RankCollectives, join
-from wallfinder.analysis.critpath import job_path
+from wallfinder.analysis.critpath import consistent_rows, job_path
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import Diagnosis
 from wallfinder.errors import WallfinderError
@@ -55,6 +55,9 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
     )
     straggler = summary.stragglers[0].rank if summary.stragglers else None
     path = job_path([(d.rank, d.critical_path) for d, _ in kept], job.ranks, straggler)
+    if path is not None:
+        # The path may be another rank's than the findings shown: one fix, one figure still.
+        path = msgspec.structs.replace(path, what_if=consistent_rows(path.what_if, findings))
     return msgspec.structs.replace(
         main,
         ranks=job.ranks,
