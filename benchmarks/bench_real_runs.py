@@ -11,7 +11,8 @@ whether this run bears it out:
   expects, the fastest and median kept step, the CV; then each pair as `wallfinder demo
   --compare` judges it (step time before and after, the speed-up, the wall before and after,
   and whether that is what the workload was made to show), and the share of the step in the
-  workload's mechanism;
+  workload's mechanism; then, per pair, the as-written run's what-if for the fix (replayed on
+  its dependency graph) beside the fixed run's measured step;
 - the step timer on a loop that sleeps 100 ms in its first step and 20 ms in the rest: the
   median, the CV and whether the steps come out stable, the first dropped as warm-up;
 - a two-rank gloo job under `wallfinder run` (torchrun), balanced and with one rank stalled
@@ -190,7 +191,32 @@ def bench_demos(names: list[str], steps: int, repeat: int, root: Path) -> int:
         f"\n{differs} runs or pairs differ from their expectation; {broken_claims} claims do "
         "not hold"
     )
+    print_predictions([DemoPair.of(*pair) for pair in pairs.values()])
     return differs + broken_claims
+
+
+def print_predictions(pairs: list[DemoPair]) -> None:
+    """The replay's prediction for each fix beside the fixed run's measured step (mean steady
+    steps): the table the README quotes."""
+    print(
+        "\nPrediction vs measured (the as-written run's what-if for the fix, replayed on its "
+        "dependency graph; the fixed run measured):\n"
+    )
+    print(
+        f"{'workload':<11} {'what-if':<9} {'as written':>11} {'replayed':>10} "
+        f"{'predicted':>10} {'measured':>10} {'error':>7}"
+    )
+    for pair in pairs:
+        name = pair.before.workload.name
+        p = pair.prediction
+        if p is None:
+            print(f"{name:<11} {'-':<9} (no what-if stands for this fix on this device)")
+            continue
+        print(
+            f"{name:<11} {p.what_if:<9} {pair.before.diagnosis.steps.mean_s * 1e3:9.1f}ms "
+            f"{p.replayed_s * 1e3:8.1f}ms {p.predicted_s * 1e3:8.1f}ms "
+            f"{p.measured_s * 1e3:8.1f}ms {p.error:+7.0%}"
+        )
 
 
 def bench_step_timer() -> int:
@@ -268,6 +294,16 @@ def bench_ranks(root: Path) -> int:
             + f"; skew {'-' if skew is None else f'{skew * 1e3:.2f} ms'}; stragglers "
             + (", ".join(f"rank {r}" for r in named) or "none")
         )
+        path = d.critical_path
+        row = next((r for r in path.what_if if r.change == "straggler"), None) if path else None
+        if path is not None and row is not None:
+            basis = "by replay across ranks" if path.rank_shares else "estimate from the waits"
+            shares = ", ".join(f"rank {r} {v:.0%}" for r, v in path.rank_shares.items())
+            print(
+                f"    job path through rank {path.rank} ({shares or 'not replayed'}); rank "
+                f"{path.rank} at the median: {path.measured_step_s * 1e3:.2f} ms -> "
+                f"{row.step_s * 1e3:.2f} ms ({basis})"
+            )
         if slow < 0:
             claims = [("each rank waits under 5 ms a step", max(wait.values()) < 0.005)]
         else:

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from wallfinder.analysis import ModelFlops, Thresholds, diagnose
+from wallfinder.analysis import ModelFlops, Thresholds, diagnose, diagnose_marked
 from wallfinder.analysis.calculator import calculate, cost_of, fusion
 from wallfinder.analysis.check import BoundCheck, Bounds, check
 from wallfinder.analysis.collectives import rank_collectives
@@ -31,6 +31,7 @@ from wallfinder.diagnosis import (
     CounterReport,
     Diagnosis,
     MemoryReport,
+    TraceMarks,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import (
@@ -70,6 +71,7 @@ __all__ = [
     "Thresholds",
     "analyze",
     "analyze_counters",
+    "analyze_marked",
     "analyze_memory",
     "analyze_rank",
     "calculate",
@@ -192,6 +194,42 @@ def analyze(
     if isinstance(results[0], str):
         raise WallfinderError(results[0])
     return results[0][0]
+
+
+def analyze_marked(
+    path: str | Path,
+    options: Options | None = None,
+    *,
+    progress: Progress | None = None,
+    workers: int | None = None,
+) -> tuple[Diagnosis, TraceMarks]:
+    """`analyze` one Kineto trace file, and return with its diagnosis the marks that place
+    the evidence on the trace's own timeline (steps, idle gaps, each finding's kernels, the
+    critical path) for `report.write_marks`. Raises `WallfinderError` for a folder of
+    traces or an Nsight Systems capture (whose timeline is not a trace-event file)."""
+    options = options or Options()
+    files = find_trace_files(path)
+    if len(files) != 1:
+        raise WallfinderError(
+            f"{path}: an annotated trace is made from one trace file, not a folder of "
+            f"{len(files)} (annotate one rank's file)"
+        )
+    traces = load_traces(
+        files[0], progress, workers=workers, step_range=options.step_range, cache=options.cache
+    )
+    if len(traces) != 1 or traces[0].format != "kineto":
+        raise WallfinderError(
+            f"{path}: an annotated trace is made from a PyTorch profiler (Kineto) trace, "
+            "whose timeline Perfetto opens; not from an Nsight Systems capture"
+        )
+    trace = traces[0]
+    return diagnose_marked(
+        trace,
+        options.thresholds,
+        spec=options.spec_for(trace),
+        model=options.model,
+        what_if=options.what_if,
+    )
 
 
 _SCHEMA_KEY = re.compile(rb'"schema"\s*:\s*"(wallfinder\.[^"]{1,40})"')

@@ -889,6 +889,10 @@ class CriticalPath(_Base, frozen=True):
     notes: list[str] = []
     rank: int | None = None
     """For a job: the rank whose path sets the job's step (the one the others wait for)."""
+    rank_shares: dict[str, float] = {}
+    """For a job replayed across ranks: per rank, the share of the job's critical path in its
+    work between the collectives every rank joins (it arrived last: the others waited); the
+    rest is in the collectives' transfers. Empty when not replayed across ranks."""
     timeline: list[PathSegment] = []
     """The path through the step `Diagnosis.timeline` draws (replayed times, which the
     unchanged replay keeps within `replay_error` of the measured ones), bounded in number."""
@@ -982,6 +986,33 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
         from wallfinder.report.terminal import to_html
 
         return to_html(self)
+
+
+MARKS_SCHEMA = "wallfinder.marks/1"
+
+
+class TraceMark(_Base, frozen=True):
+    """One mark on the timeline of the trace it was made from, in that trace's own clock
+    (microseconds, as the Chrome trace-event format keeps them), on one of wallfinder's
+    tracks: "steps", "idle gaps", "critical path" or "finding: <id>". `name` is a step label,
+    a cause, a category or the name of a kernel or op of the trace; `detail` is wallfinder's
+    own words. Nothing else of the trace (no event arguments) is carried."""
+
+    track: str
+    name: str
+    ts_us: float
+    dur_us: float
+    """0: an instant."""
+    detail: str = ""
+
+
+class TraceMarks(_Base, frozen=True, kw_only=True):
+    """What `wallfinder analyze --annotate` writes beside a trace: the marks, and the process
+    id they go on (one the trace does not use, so the two files load side by side or merged)."""
+
+    schema: str = MARKS_SCHEMA
+    pid: int
+    marks: list[TraceMark] = []
 
 
 DIFF_SCHEMA = "wallfinder.diff/1"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from wallfinder.analysis import Thresholds, timed_steps
+from wallfinder.analysis.critpath import parse_what_if
 from wallfinder.api import Options, analyze, diff
 from wallfinder.capture import (
     DEFAULT_ACTIVE,
@@ -44,9 +45,11 @@ from wallfinder.diagnosis import Diagnosis, DiagnosisDiff, Steps
 __all__ = [
     "DemoPair",
     "DemoResult",
+    "Prediction",
     "Profile",
     "StepTimer",
     "diagnose_run",
+    "predict",
     "profile",
     "run_demo",
     "run_demo_pair",
@@ -64,8 +67,8 @@ class Profile(Recording):
     optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
     itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
     and analysed: `diagnosis` holds the result and `trace_path` the file. A loop that stops
-    inside the active steps is analysed over the steps it completed. `memory` records memory
-    events (and, unless `stacks` says otherwise, Python stacks for their call sites).
+    inside the active steps is analysed over the steps it completed. What is recorded and
+    what it costs (`modules`, `stacks`, `memory`) is as for `capture.Recording`.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class Profile(Recording):
         trace_dir: str | os.PathLike[str] = TRACE_DIR,
         memory: bool = False,
         stacks: bool | None = None,
+        modules: bool = False,
         auto_step: bool = True,
         options: Options | None = None,
     ) -> None:
@@ -87,6 +91,7 @@ class Profile(Recording):
             trace_dir=trace_dir,
             memory=memory,
             stacks=stacks,
+            modules=modules,
             auto_step=auto_step,
         )
         self.options = options
@@ -172,7 +177,10 @@ def run_demo(
     (default: the GPU when there is one) and diagnose them. On the CPU under glibc this fixes
     the process's malloc mmap threshold (see `wallfinder.capture.workloads.prepare_demo`)."""
     workload, dev = prepare_demo(name, device=device, steps=steps)
-    with Profile(wait=WAIT, warmup=WARMUP, active=steps, trace_dir=trace_dir) as p:
+    # As written, the what-if table replays the workload's fix: the prediction a pair shows.
+    what_if = None if fixed else workload.what_if_for(dev)
+    options = Options(what_if=what_if) if what_if else None
+    with Profile(wait=WAIT, warmup=WARMUP, active=steps, trace_dir=trace_dir, options=options) as p:
         workload.run(WAIT + WARMUP + steps, fixed, dev)
     # Both are set when the block ends without an exception.
     assert p.diagnosis is not None
@@ -188,18 +196,61 @@ def run_demo(
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """The as-written run's what-if for the workload's fix, replayed on its dependency graph,
+    beside the fixed run's measured step: mean steady steps, in seconds (estimates: the
+    replay is of the graph the trace shows, the measurement of one run)."""
+
+    what_if: str
+    """The change replayed (`wallfinder analyze --what-if` form)."""
+    replayed_s: float
+    """The as-written run's step, replayed unchanged."""
+    predicted_s: float
+    """The as-written run's step, replayed with the change."""
+    measured_s: float
+    """The fixed run's measured step."""
+
+    @property
+    def error(self) -> float:
+        """(predicted − measured) / measured."""
+        return (self.predicted_s - self.measured_s) / self.measured_s if self.measured_s else 0.0
+
+
+def predict(before: DemoResult, after: DemoResult) -> Prediction | None:
+    """The prediction of the fixed step from the as-written run's replay: the row of its
+    what-if table for the change that stands for the workload's fix; None when the workload
+    has none on this device or the as-written run has no such row (no graph)."""
+    text = before.workload.what_if_for(before.device)
+    path = before.diagnosis.critical_path
+    if text is None or path is None:
+        return None
+    label = parse_what_if(text)[-1].label
+    row = next((r for r in path.what_if if r.change == label), None)
+    if row is None:
+        return None
+    return Prediction(
+        what_if=label,
+        replayed_s=path.replayed_step_s,
+        predicted_s=row.step_s,
+        measured_s=after.diagnosis.steps.mean_s,
+    )
+
+
+@dataclass(frozen=True)
 class DemoPair:
     """A workload run as written (`before`) and with its fix (`after`), and what moved between
-    them: `diff`, as `wallfinder diff` of the two runs computes it."""
+    them: `diff`, as `wallfinder diff` of the two runs computes it; `prediction`, what the
+    as-written run's replay predicted for the fix (None: no what-if stands for it)."""
 
     before: DemoResult
     after: DemoResult
     diff: DiagnosisDiff
+    prediction: Prediction | None = None
 
     @classmethod
     def of(cls, before: DemoResult, after: DemoResult) -> DemoPair:
-        """The pair of two runs of one workload, with their diff."""
-        return cls(before, after, diff(before.diagnosis, after.diagnosis))
+        """The pair of two runs of one workload, with their diff and the prediction."""
+        return cls(before, after, diff(before.diagnosis, after.diagnosis), predict(before, after))
 
     @property
     def faster(self) -> bool:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import wallfinder
+from invariants import assert_phases_and_modules
 from wallfinder import WallfinderError
+from wallfinder.capture._hook import ModuleRanges
 
 torch = pytest.importorskip("torch")
 
@@ -133,3 +136,62 @@ def test_step_timer_with_explicit_steps_and_no_step_is_a_clear_error() -> None:
     assert t.steps.total == 4
     with pytest.raises(WallfinderError, match="no step was timed"), wallfinder.StepTimer():
         pass
+
+
+def test_profile_records_the_module_tree_without_stacks_when_asked(tmp_path: Path) -> None:
+    with wallfinder.profile(wait=0, warmup=1, active=3, trace_dir=tmp_path, modules=True) as p:
+        train(5)
+    d = p.diagnosis
+    assert d is not None
+    assert_phases_and_modules(d)
+    assert p.trace_path is not None
+    assert '"cat": "python_function"' not in p.trace_path.read_text()  # no Python tracer
+    assert d.modules is not None
+    assert d.modules.source == "modules"
+    rows = {m.path: m for m in d.modules.rows}
+    assert rows["Sequential_0"].forward_s > 0
+    assert rows["Sequential_0"].backward_s > 0  # tied to the forward by sequence numbers
+    assert {m.parent for m in d.modules.rows} >= {None, "Sequential_0"}
+    assert d.phases is not None
+    assert d.phases.exposed["forward"] > 0
+    assert d.phases.exposed["backward"] > 0
+    # The hooks are gone once the profiled steps are written.
+    assert not torch.nn.modules.module._global_forward_pre_hooks
+    assert not torch.nn.modules.module._global_forward_hooks
+
+
+def test_profile_records_no_module_ranges_by_default(tmp_path: Path) -> None:
+    with wallfinder.profile(wait=0, warmup=1, active=2, trace_dir=tmp_path) as p:
+        train(4)
+    assert p.trace_path is not None
+    assert "nn.Module: " not in p.trace_path.read_text()
+    assert p.diagnosis is not None
+    assert p.diagnosis.modules is None or p.diagnosis.modules.source != "modules"
+
+
+def test_module_ranges_close_when_a_forward_raises() -> None:
+    class Fails(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            raise ValueError("bad batch")
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Fails())
+    ranges = ModuleRanges()
+    ranges.install()
+    try:
+        with torch.profiler.profile() as prof:
+            with pytest.raises(ValueError, match="bad batch"):
+                model(torch.randn(2, 4))
+            torch.nn.Linear(4, 4)(torch.randn(2, 4))
+    finally:
+        ranges.remove()
+    ranges_ = {e.name: e.time_range for e in prof.events() if e.name.startswith("nn.Module: ")}
+    assert set(ranges_) == {
+        "nn.Module: Sequential_0",
+        "nn.Module: Linear_0",
+        "nn.Module: Fails_0",
+        "nn.Module: Linear_1",
+    }
+    # The failed forward's ranges were closed: the next module's range is outside them.
+    assert ranges_["nn.Module: Linear_1"].start >= ranges_["nn.Module: Sequential_0"].end
+    assert ranges_["nn.Module: Linear_1"].start >= ranges_["nn.Module: Fails_0"].end
+    assert not torch.nn.modules.module._global_forward_hooks

@@ -95,6 +95,23 @@ def test_an_unmodified_script_is_profiled_and_diagnosed(
     assert "traces kept in" in out.err
 
 
+def test_module_ranges_are_off_by_default_and_recorded_with_modules(
+    tmp_path: Path, program: Path
+) -> None:
+    code, d = run_cli(tmp_path / "on", program, "10", flags=("--modules",))
+    assert code == 0
+    assert d is not None
+    assert d["modules"]["source"] == "modules"
+    paths = {row["path"] for row in d["modules"]["rows"]}
+    assert "Sequential_0" in paths
+    code, d = run_cli(tmp_path / "off", program, "10")
+    assert code == 0
+    assert d is not None
+    assert d["modules"] is None or d["modules"]["source"] != "modules"
+    trace = tmp_path / "off" / "traces" / "trace_rank0.json"
+    assert "nn.Module: " not in trace.read_text()
+
+
 def test_a_script_that_raises_passes_its_exit_code_and_the_completed_steps_are_analysed(
     tmp_path: Path, program: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

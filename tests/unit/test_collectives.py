@@ -29,7 +29,13 @@ def rank_trace(
     training_trace(4, loader_us=loader_us + late_us, builder=b)
     for s in range(4):
         end = 2000.0 * (s + 1)
-        b.nccl(end - 400.0 + late_us, 400.0 - late_us, collective="allreduce", nelems=NELEMS)
+        b.nccl(
+            end - 400.0 + late_us,
+            400.0 - late_us,
+            collective="allreduce",
+            nelems=NELEMS,
+            group_size=world,
+        )
     return b
 
 

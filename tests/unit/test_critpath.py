@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from test_collectives import write_job
+from test_collectives import rank_trace, write_job
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
@@ -76,6 +76,59 @@ def sync_bound(steps: int = 5) -> TraceBuilder:
         b.sync(t0 + 6.0, 205.0)
         b.cpu_op("optimizer_host_work", t0 + 211.0, 49.0)
     return b
+
+
+def comm_exposed(steps: int = 5) -> TraceBuilder:
+    """Each step: three 100 µs backward GEMMs, then a 150 µs all-reduce on its own stream that
+    waited for the last of them, then a 30 µs optimizer kernel that waited for the all-reduce;
+    the host launches it all in its first 10 µs and blocks in a sync until the device drains,
+    then 28 µs of host work. The step is 520 µs, 150 of them the exposed all-reduce."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 520.0
+        b.step(s + 1, t0, 520.0)
+        for i in range(3):
+            b.kernel(
+                "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+                t0 + 10.0 + 100.0 * i,
+                100.0,
+                launch_at=t0 + 1.0 + 2.0 * i,
+                launch_dur=1.0,
+            )
+        b.nccl(t0 + 310.0, 150.0, launch_at=t0 + 7.0)
+        b.kernel("vectorized_elementwise_kernel", t0 + 460.0, 30.0, launch_at=t0 + 9.0)
+        b.sync(t0 + 11.0, 481.0)
+    return b
+
+
+def test_on_the_cpu_without_dispatch_sized_ops_a_host_cut_divides_only_the_python(
+    tmp_path: Path,
+) -> None:
+    b = TraceBuilder(device_name=None)
+    for s in range(4):
+        b.step(s + 1, s * 100.0, 100.0)
+        b.cpu_op("aten::mm", s * 100.0 + 20.0, 60.0)  # 20 µs of Python before and after
+    d = analyze(b.write(tmp_path / "t.json"), Options(what_if="host:4"))
+    path = _path(d)
+    assert _row(path, "host:4") == pytest.approx((60 + 40 / 4) * US, rel=1e-3)
+    assert "so a host cut (host:F) divides only the Python between ops" in path.notes[0]
+
+
+def test_overlapping_a_collective_with_the_backward_hides_it_behind_the_last_gemm(
+    tmp_path: Path,
+) -> None:
+    d = analyze(comm_exposed().write(tmp_path / "t.json"), Options(what_if="overlap"))
+    path = _path(d)
+    assert path.event_waits >= 2 * 5  # the all-reduce's and the optimizer kernel's
+    # The all-reduce starts with the last GEMM: 100 of its 150 µs run beside it.
+    assert path.replayed_step_s == pytest.approx(path.measured_step_s, rel=1e-3)
+    saved = path.measured_step_s - _row(path, "overlap")
+    assert saved == pytest.approx(100 * US, rel=0.01)
+    finding = next(f for f in d.findings if f.id == "exposed-comm")
+    assert finding.gain_basis == "replay"
+    assert finding.replay_speedup == pytest.approx(
+        path.measured_step_s / (path.measured_step_s - saved), rel=0.01
+    )
 
 
 def test_a_host_bound_step_has_the_host_on_its_path(tmp_path: Path) -> None:
@@ -154,11 +207,49 @@ def test_the_job_path_runs_through_the_straggler(tmp_path: Path) -> None:
     assert path.measured_step_s - straggler.step_s == pytest.approx(300 * US, rel=0.02)
 
 
+def test_a_four_rank_job_is_replayed_across_ranks_through_its_straggler(tmp_path: Path) -> None:
+    # Each step ends in an all-reduce that ends at the same moment on every rank; rank 2
+    # arrives 300 µs late, rank 3 100 µs late, so the transfer (the fastest rank's time in
+    # it) is 100 µs and rank 2's work sets 1900 µs of every 2000 µs step.
+    late = {2: 300.0, 3: 100.0}
+    for rank in range(4):
+        trace = rank_trace(rank, world=4, late_us=late.get(rank, 0.0), skew_us=1000 * rank)
+        trace.write(tmp_path / f"rank{rank}.json")
+    d = analyze(tmp_path, workers=1)
+    path = _path(d)
+    assert path.rank == 2
+    assert path.rank_shares == pytest.approx({"0": 0.0, "1": 0.0, "2": 0.95, "3": 0.0})
+    assert "the job's path runs 95% through rank 2's work" in path.notes[-1]
+    # Rank 2 at the median of the others (on time): rank 3, 100 µs late, then sets the step.
+    straggler = next(r for r in path.what_if if r.change == "straggler")
+    assert path.measured_step_s - straggler.step_s == pytest.approx(200 * US, rel=1e-3)
+    finding = next(f for f in d.findings if f.id == "straggler")
+    assert finding.gain_basis == "replay"
+    assert finding.replay_speedup == pytest.approx(straggler.speedup)
+
+
+def test_collectives_of_ranks_not_here_are_not_replayed_across_ranks(tmp_path: Path) -> None:
+    # Two ranks of a four-rank job: their all-reduces end when the missing ranks arrive too.
+    for rank in (0, 1):
+        rank_trace(rank, world=4, late_us=300.0 * rank).write(tmp_path / f"rank{rank}.json")
+    path = _path(analyze(tmp_path, workers=1))
+    assert path.rank_shares == {}
+    assert "the straggler row is an estimate from the collectives' waits" in path.notes[-1]
+
+
+def test_a_balanced_job_gains_nothing_from_the_straggler_what_if(tmp_path: Path) -> None:
+    d = analyze(write_job(tmp_path), workers=1)
+    path = _path(d)
+    straggler = next(r for r in path.what_if if r.change == "straggler")
+    assert straggler.speedup == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("data", [Change(data=True)]),
         ("host:4", [Change(host=4.0)]),
+        ("overlap,data", [Change(overlap=True), Change(data=True), Change(True, overlap=True)]),
         ("matmul:90%", [Change(matmul=0.9)]),
         ("sync,fuse", [Change(sync=True), Change(fuse=True), Change(sync=True, fuse=True)]),
     ],
@@ -186,14 +277,53 @@ def test_every_format_shows_the_what_if_table_and_the_replayed_gain(
     assert "data,host" not in out  # the default table: each fix alone
 
 
-def test_a_cpu_only_trace_has_no_critical_path(tmp_path: Path) -> None:
+def cpu_loader_bound() -> TraceBuilder:
+    """CPU-only steps of 1000 µs: 500 µs waiting for the batch, 50 µs of Python, a 200 µs
+    matmul, then 20 dispatch-sized adds of 4 µs with 6 µs of Python after each (50 µs of
+    Python closes the step)."""
     b = TraceBuilder(device_name=None)
     for s in range(4):
-        b.step(s + 1, s * 100.0, 100.0)
-        b.cpu_op("aten::add", s * 100.0 + 10, 50.0)
-    d = analyze(b.write(tmp_path / "t.json"))
-    assert d.critical_path is None
-    assert all(f.replay_speedup is None for f in d.findings)
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.dataloader(t0, 500.0)
+        b.cpu_op("aten::mm", t0 + 550.0, 200.0)
+        for i in range(20):
+            b.cpu_op("aten::add", t0 + 750.0 + 10.0 * i, 4.0)
+    return b
+
+
+def test_a_cpu_only_trace_gets_a_path_of_its_main_threads_ops(tmp_path: Path) -> None:
+    d = analyze(cpu_loader_bound().write(tmp_path / "t.json"))
+    path = _path(d)
+    assert path.device_ops == 0
+    assert path.host_calls == 4 * 21
+    assert path.replayed_step_s == pytest.approx(path.measured_step_s) == pytest.approx(1000 * US)
+    shares = path.shares
+    assert shares["data"] == pytest.approx(0.5)
+    assert shares["compute"] == pytest.approx(0.2)  # the matmul
+    # The adds (dispatch-sized: all fixed cost) and the Python between the ops.
+    assert shares["host"] == pytest.approx(0.3)
+    assert path.wall == "overhead"
+    assert [r.change for r in path.what_if] == ["data", "host:2"]
+    assert path.notes[0].startswith("CPU-only trace: the main thread's ops are the device")
+
+
+def test_on_the_cpu_removing_the_data_wait_gains_the_loader_time(tmp_path: Path) -> None:
+    d = analyze(cpu_loader_bound().write(tmp_path / "t.json"))
+    assert _row(_path(d), "data") == pytest.approx(500 * US)
+    loading = next(f for f in d.findings if f.id == "data-loading")
+    assert loading.gain_basis == "replay"
+    assert loading.replay_speedup == pytest.approx(2.0)
+
+
+def test_on_the_cpu_a_host_cut_divides_the_per_op_overhead_not_the_arithmetic(
+    tmp_path: Path,
+) -> None:
+    d = analyze(cpu_loader_bound().write(tmp_path / "t.json"), Options(what_if="host:4"))
+    # The Python (50 + 120 + 50 µs) and the adds (80 µs) are cut 4-fold; of the matmul only
+    # its one op's fixed cost (4 µs, as the adds measure it) is.
+    expected = 500 + (220 + 80 + 4) / 4 + 196
+    assert _row(_path(d), "host:4") == pytest.approx(expected * US, rel=1e-3)
 
 
 def test_the_path_through_the_timelines_step_is_in_order_and_drawn(tmp_path: Path) -> None:

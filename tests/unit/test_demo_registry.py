@@ -11,6 +11,7 @@ import pytest
 
 from tracegen import TraceBuilder
 from wallfinder import analyze
+from wallfinder.analysis.critpath import parse_what_if
 from wallfinder.capture.workloads import DEFAULT, DEVICES, WORKLOADS, Expectation, get
 from wallfinder.cli import main
 
@@ -130,3 +131,13 @@ def test_a_wall_the_cpu_cannot_have_is_named_with_the_reason() -> None:
     assert "synchronously" in get("sync").cannot_show("cpu")
     assert "TF32" in get("precision").cannot_show("cpu")
     assert all(not w.cannot_show("cuda:0") for w in WORKLOADS.values())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_what_if_that_stands_for_a_fix_is_one_the_replay_takes(name: str) -> None:
+    w = get(name)
+    assert set(w.what_if) <= set(DEVICES)
+    for device in DEVICES:
+        text = w.what_if_for(device)
+        if text is not None:
+            assert len(parse_what_if(text)) == 1  # one change, its row in the table

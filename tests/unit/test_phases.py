@@ -356,3 +356,39 @@ def test_a_cpu_run_counts_the_backward_of_another_thread(tmp_path: Path) -> None
     for step in p.steps[:-1]:
         exposed = {k: v / US for k, v in step.exposed_s.items() if v}
         assert exposed == pytest.approx({"forward": 310, "backward": 550, "optimizer": 140})
+
+
+def test_without_module_or_record_function_ranges_the_users_call_sites_stand_in(
+    tmp_path: Path,
+) -> None:
+    b = phased_training_trace(5, modules=False)
+    b.events = [e for e in b.events if e["name"] not in ("layers.0", "layers.1")]
+    for s in range(5):
+        t0 = s * 1000.0
+        frame = "python_function"
+        b.host("/home/alice/proj/train.py(30): train_step", t0 + 95.0, 870.0, cat=frame)
+        # torch's own frame around the model's is not the user's: it is no call site.
+        torch_frame = "/usr/lib/python3/site-packages/torch/nn/modules/module.py(1500): _call_impl"
+        b.host(torch_frame, t0 + 135.0, 300.0, cat=frame)
+        b.host("/home/alice/proj/model.py(12): attention", t0 + 140.0, 140.0, cat=frame)
+        b.host("/home/alice/proj/model.py(20): mlp", t0 + 280.0, 140.0, cat=frame)
+    d = analysed(b, tmp_path)
+    m = d.modules
+    assert m is not None
+    assert m.source == "call sites"
+    assert "call sites" in m.note
+    rows = {r.path: r for r in m.rows}
+    attention = rows["train.py(30): train_step/model.py(12): attention"]
+    mlp = rows["train.py(30): train_step/model.py(20): mlp"]
+    assert attention.forward_s == pytest.approx(100 * US)
+    assert attention.backward_s == pytest.approx(100 * US)  # by the autograd sequence number
+    assert mlp.forward_s == pytest.approx(150 * US)
+    assert mlp.backward_s == pytest.approx(200 * US)
+    assert not any("alice" in p or "_call_impl" in p for p in rows)
+    # A call site marks no forward work: the phases are those of the trace without them.
+    p = d.phases
+    assert p is not None
+    exposed = {k: v / US for k, v in p.steps[-1].exposed_s.items() if v}
+    assert exposed == pytest.approx(
+        {"data_wait": 100, "input_copy": 105, "forward": 325, "backward": 380, "optimizer": 90}
+    )

@@ -11,7 +11,13 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
-from wallfinder.analysis.critpath import consistent_rows, critical_path, parse_what_if
+from wallfinder.analysis.critpath import (
+    StepGraph,
+    consistent_rows,
+    cpu_graph,
+    critical_path,
+    parse_what_if,
+)
 from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
@@ -26,6 +32,7 @@ from wallfinder.analysis.gpu import (
     is_data_loading,
 )
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
 from wallfinder.analysis.roofline import (
@@ -79,6 +86,7 @@ from wallfinder.diagnosis import (
     StepBreakdown,
     Steps,
     StepTimeline,
+    TraceMarks,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
@@ -92,6 +100,7 @@ __all__ = [
     "Thresholds",
     "TimeThresholds",
     "diagnose",
+    "diagnose_marked",
     "timed_steps",
 ]
 
@@ -114,6 +123,30 @@ def diagnose(
     the critical path and what-if replay (`what_if`: the changes to replay, as
     `--what-if` takes them; None: the default table), verdict. A trace with no device
     kernels is analysed the same way with the CPU as the device."""
+    return _diagnosed(trace, thresholds, spec=spec, model=model, what_if=what_if)[0]
+
+
+def diagnose_marked(
+    trace: Trace,
+    thresholds: Thresholds | None = None,
+    *,
+    spec: DeviceSpec | None = None,
+    model: ModelFlops | None = None,
+    what_if: str | None = None,
+) -> tuple[Diagnosis, TraceMarks]:
+    """`diagnose`, and the marks that show its evidence on the trace's timeline."""
+    diagnosis, facts = _diagnosed(trace, thresholds, spec=spec, model=model, what_if=what_if)
+    return diagnosis, trace_marks(facts, diagnosis)
+
+
+def _diagnosed(
+    trace: Trace,
+    thresholds: Thresholds | None,
+    *,
+    spec: DeviceSpec | None,
+    model: ModelFlops | None,
+    what_if: str | None,
+) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
     spans = cpu_steps(trace)
@@ -134,7 +167,9 @@ def diagnose(
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
     memory = memory_profile(scope, *parts.capacity)
-    path, whatif = critical_path(scope, parts.fusion, parts.roofline, changes, parts.timeline)
+    path, whatif = critical_path(
+        scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
+    )
     facts = Facts(
         scope,
         steps,
@@ -146,7 +181,7 @@ def diagnose(
         whatif,
         parts.attribution,
     )
-    return _result(
+    diagnosis = _result(
         trace,
         parts.device,
         steps,
@@ -165,6 +200,7 @@ def diagnose(
         critical_path=path,
         attribution=parts.attribution,
     )
+    return diagnosis, facts
 
 
 def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
@@ -210,6 +246,9 @@ class _Parts:
     cpu: CpuActivity | None = None
     dispatch: DispatchSummary | None = None
     attribution: Attribution | None = None
+    graph: StepGraph | None = None
+    """The step's dependency graph when the device model builds its own (the CPU's); None:
+    built from the device's ops."""
 
 
 class _DeviceModel(Protocol):
@@ -328,7 +367,9 @@ def _result(
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
     if verdict.wall != typical.wall and facts is not None:
         findings = find(facts, verdict.wall)  # the new wall's findings first
-    if critical_path is not None:
+    if critical_path is not None and bd.basis == "gpu":
+        # (On the CPU a host cut also divides the Python between ops, which the per-op
+        # overhead finding does not claim: not the same fix.)
         rows = consistent_rows(critical_path.what_if, findings)
         critical_path = msgspec.structs.replace(critical_path, what_if=rows)
     return Diagnosis(
@@ -608,6 +649,7 @@ class _Cpu:
             cpu=cpu,
             dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
             attribution=attribute(scope, host_work(scope, cpu_ops)),
+            graph=cpu_graph(scope, mine, self.category, self.dispatch),
         )
 
 

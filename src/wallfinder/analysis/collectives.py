@@ -200,6 +200,15 @@ class Job:
     summary: JobSummary
     ranks: list[RankSummary]
     findings: list[Finding]
+    arrive: F64
+    """Matched instances x ranks: when each rank reached the collective (ns, aligned clocks;
+    NaN: the rank has none)."""
+    dur: F64
+    """Matched instances x ranks: each rank's time in it (ns)."""
+    joins: npt.NDArray[np.bool_]
+    """Per matched instance: whether it joins every rank of the job and only them (a
+    collective of a group of the ranks present, each of them in it; not point-to-point):
+    it ends when the last of them arrives."""
 
 
 def rank_summary(d: Diagnosis) -> RankSummary:
@@ -351,7 +360,22 @@ def join(
         stragglers=stragglers,
         notes=notes,
     )
-    return Job(summary=summary, ranks=rank_rows, findings=findings)
+    world = next((c.world_size for c in cols if c.world_size), None)
+    size = m.size[matched]
+    p2p = np.isin(m.name[matched], [i for i, n in enumerate(m.name_of) if n == "sendrecv"])
+    joins = (
+        ((size == r_count) | ((size < 0) & (world == r_count)))
+        & ~p2p
+        & ~np.isnan(start).any(axis=1)
+    )
+    return Job(
+        summary=summary,
+        ranks=rank_rows,
+        findings=findings,
+        arrive=arrive,
+        dur=dur,
+        joins=joins,
+    )
 
 
 @dataclass(frozen=True, eq=False)

@@ -30,6 +30,11 @@ waited for), both vectorised, iterated to the fixed point (the longest path). Th
 graph reproduces the measured steps where the trace records every dependency; the error is
 reported. A what-if changes the graph's weights (host gaps, call costs, op durations, sync
 edges) and replays it; no replay is shorter than the device's busy time under the change.
+
+When the CPU is the device (no device kernels), `cpu_graph` builds the same graph with the
+main thread's top-level ops as the host chain and no device ops. A job's ranks are replayed
+together by `job_replay`: joined at the collectives every rank takes part in, each ending when
+the last rank arrives plus its transfer, each rank's work between two of them as measured.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.dispatch import Dispatch
 from wallfinder.analysis.gpu import (
     CLASSES,
     COMM,
@@ -65,7 +71,7 @@ from wallfinder.diagnosis import (
     WhatIfRow,
 )
 from wallfinder.errors import WallfinderError
-from wallfinder.trace import Kind, Trace
+from wallfinder.trace import Events, Kind, Trace
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -120,6 +126,8 @@ WHAT_IFS = {
     "sync": "synchronisation points removed (the host no longer waits for the device)",
     "fuse": "memory-bound chains fused (each at the fusion analysis's fused time)",
     "matmul": "matmuls at a fraction of their roof (matmul:P, default 0.8)",
+    "overlap": "each collective overlapped with the compute it waited for (it starts with the "
+    "previous bucket's backward kernel instead of after it)",
 }
 """The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
 
@@ -135,6 +143,9 @@ class Change:
     fuse: bool = False
     matmul: float | None = None
     """Matmul-class kernels at this fraction of their roof (None: unchanged)."""
+    overlap: bool = False
+    """A collective that waited for an op on another stream (the bucket's last backward
+    kernel) may start when that op starts, beside it."""
 
     @property
     def label(self) -> str:
@@ -149,6 +160,8 @@ class Change:
             parts.append("fuse")
         if self.matmul is not None:
             parts.append(f"matmul:{self.matmul:g}")
+        if self.overlap:
+            parts.append("overlap")
         return ",".join(parts) or "unchanged"
 
 
@@ -169,6 +182,7 @@ def parse_what_if(text: str) -> list[Change]:
             sync=combined.sync or c.sync,
             fuse=combined.fuse or c.fuse,
             matmul=c.matmul if c.matmul is not None else combined.matmul,
+            overlap=combined.overlap or c.overlap,
         )
     return [*singles, combined]
 
@@ -196,7 +210,9 @@ def _parse_item(item: str) -> Change:
         return Change(matmul=pct)
     if value is not None:
         raise WallfinderError(f"--what-if: {name!r} takes no argument")
-    return Change(data=name == "data", sync=name == "sync", fuse=name == "fuse")
+    return Change(
+        data=name == "data", sync=name == "sync", fuse=name == "fuse", overlap=name == "overlap"
+    )
 
 
 DEFAULT_CHANGES = (
@@ -278,6 +294,16 @@ class StepGraph:
     """The device's busy time per step (the union of its ops over all streams, in the range):
     no fix that leaves the device's work as it is can make the step shorter, since the device
     would have to run more concurrently than it did."""
+    busy_other_s: float = 0.0
+    """The same without the collectives: the floor of a fix that overlaps them (`overlap`)."""
+    cost_fixed: I64 | None = None
+    """Of `cost`: the part a host cut leaves alone (a CPU op's arithmetic, when the CPU is the
+    device); None: none (a runtime call is all host overhead)."""
+    call_cat: npt.NDArray[np.int8] | None = None
+    """Per call: what the path spends its own time in (an index into CATEGORIES); None:
+    launch (runtime calls)."""
+    notes: tuple[str, ...] = ()
+    """What the critical path's notes say of how this graph was built."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -353,15 +379,9 @@ def build_graph(
         here = h_thread == t
         data = Coverage.of(h_ts[here & (category == 0)], (h_ts + h_dur)[here & (category == 0)])
         comm = Coverage.of(h_ts[here & (category == 2)], (h_ts + h_dur)[here & (category == 2)])
-        a, b = gap_from[mine], gap_from[mine] + gap[mine]
-        gap_data[mine] = data.covered(a, b)
-        if data.starts.size:
-            # Host work after the last DataLoader stretch in the gap (a step's batch comes
-            # first, the ops that use it after).
-            i = np.searchsorted(data.starts, b, side="left") - 1
-            data_end = np.where(i >= 0, np.minimum(data.ends[np.maximum(i, 0)], b), a)
-            after_data[mine] = np.where(gap_data[mine] > 0, b - np.maximum(data_end, a), 0)
-        gap_comm[mine] = np.minimum(comm.covered(a, b), gap[mine] - gap_data[mine])
+        gap_data[mine], gap_comm[mine], after_data[mine] = _split_gaps(
+            gap_from[mine], gap[mine], data, comm
+        )
     call_step = np.clip(np.searchsorted(scope.start[first : last + 1], c_ts, "right") - 1, 0, None)
 
     # The ops: launched by a chain call, or running in the range (placed where they ran).
@@ -502,7 +522,8 @@ def build_graph(
         steps=steps,
         tail=tail,
         measured_s=float(t_end - w0) * NS / steps,
-        busy_s=Coverage.of(np.maximum(o_ts, w0), np.minimum(o_end, t_end)).total * NS / steps,
+        busy_s=_busy(o_ts, o_end, w0, t_end) * NS / steps,
+        busy_other_s=_busy(o_ts[cls != COMM], o_end[cls != COMM], w0, t_end) * NS / steps,
     )
 
 
@@ -529,6 +550,11 @@ def _queue_full(
     return out
 
 
+def _busy(o_ts: I64, o_end: I64, lo: int, hi: int) -> int:
+    """The time ops cover in [lo, hi)."""
+    return Coverage.of(np.maximum(o_ts, lo), np.minimum(o_end, hi)).total
+
+
 def _ended_before(o_ts: I64, o_end: I64, stream: I64) -> I64:
     """Per op, the op on another stream that ended last at or before it started (-1: none)."""
     out = np.full(o_ts.size, -1, np.int64)
@@ -541,6 +567,131 @@ def _ended_before(o_ts: I64, o_end: I64, stream: I64) -> I64:
         i = np.searchsorted(o_end[others], o_ts[mine], "right") - 1
         out[mine] = np.where(i >= 0, others[np.maximum(i, 0)], -1)
     return out
+
+
+def cpu_graph(
+    scope: Scope, mine: Events, category: npt.NDArray[np.int8], dispatch: Dispatch
+) -> StepGraph | None:
+    """The steady steps as a dependency graph when the CPU is the device (no device kernels):
+    the main thread's top-level ops in order are the host chain's calls, each op's own time
+    its cost, and the time between them its gap: Python, the DataLoader, host-side
+    collectives. There are no device ops: the chain is the step.
+
+    `mine`: the main thread's events; `category`: theirs as `_cpu_categories` gives them (0
+    data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python, 9 step markers);
+    `dispatch`: its split of their CPU ops. A host cut (`host:F`) divides the Python between
+    the ops and each op's fixed cost per op, not its arithmetic: the fixed cost is measured
+    from the dispatch-sized calls (their time over their ops), so an op tree of n ops keeps
+    all but n fixed costs of its time."""
+    if scope.count == 0:
+        return None
+    kept = np.flatnonzero(scope.kept)
+    lo, hi = int(scope.start[kept[0]]), int(scope.end[kept[-1]])
+    trace = scope.trace
+    is_op = np.flatnonzero(mine.kind == Kind.CPU_OP)
+    op_cat = category[is_op]
+    ts, end = mine.ts[is_op], mine.end[is_op]
+    not_op = mine.kind != Kind.CPU_OP
+    data = Coverage.of(mine.ts[category == 0], mine.end[category == 0])
+    comm = Coverage.of(mine.ts[(category == 1) & not_op], mine.end[(category == 1) & not_op])
+    length = np.maximum(end - ts, 1)
+    in_data = data.covered(ts, ts + length) >= length
+    pick = dispatch.top & (op_cat >= 1) & (op_cat <= 3) & (ts >= lo) & (ts < hi) & ~in_data
+    calls = np.flatnonzero(pick)
+    if calls.size == 0:
+        return None
+    calls = calls[np.argsort(ts[calls], kind="stable")]
+    c_ts, c_end, c_cat = ts[calls], end[calls], op_cat[calls]
+    prev_end = np.maximum(np.maximum.accumulate(np.concatenate([[lo], c_end[:-1]])), lo)
+    gap = np.maximum(c_ts - prev_end, 0)
+    inc = np.maximum(c_end - np.maximum(c_ts, prev_end), 0)
+    gap_data, gap_comm, after_data = _split_gaps(np.minimum(prev_end, c_ts), gap, data, comm)
+    sized = c_cat == 3
+    tree = dispatch.tree_ops[calls]
+    per_op = float(inc[sized].sum()) / max(int(tree[sized].sum()), 1)
+    cost_fixed = np.where(sized, 0, np.maximum(inc - np.rint(tree * per_op).astype(np.int64), 0))
+    names = mine.name[is_op][calls]
+    matmul_codes = [
+        c
+        for c in np.unique(names).tolist()
+        if CLASSES.index(classify_op(trace.strings[c])) in _MATMUL
+    ]
+    matmul = np.isin(names, matmul_codes)
+    call_cat = np.where(
+        sized,
+        CATEGORIES.index("host"),
+        np.where(
+            c_cat == 1,
+            CATEGORIES.index("communication"),
+            np.where(matmul, CATEGORIES.index("compute"), CATEGORIES.index("bandwidth")),
+        ),
+    ).astype(np.int8)
+    if sized.any():
+        note = (
+            f"CPU-only trace: the main thread's ops are the device; a host cut (host:F) divides "
+            f"the Python between ops and each op's fixed cost, {per_op / 1e3:.1f} µs per op "
+            "as the dispatch-sized calls measure it (an estimate), not the ops' arithmetic"
+        )
+    else:
+        note = (
+            "CPU-only trace: the main thread's ops are the device; no dispatch-sized call "
+            "measures the fixed cost per op, so a host cut (host:F) divides only the Python "
+            "between ops"
+        )
+    steps = int(kept[-1] - kept[0]) + 1
+    none = np.zeros(0, np.int64)
+    return StepGraph(
+        t0=lo,
+        origin=0,
+        gap=gap,
+        gap_data=gap_data,
+        gap_comm=gap_comm,
+        after_data=after_data,
+        cost=inc,
+        sync=np.zeros(calls.size, dtype=bool),
+        blocked=np.zeros(calls.size, dtype=bool),
+        offset=c_ts - prev_end,
+        call_first=np.r_[True, np.zeros(calls.size - 1, dtype=bool)],
+        call_step=np.clip(np.searchsorted(scope.start[kept[0] :], c_ts, "right") - 1, 0, None),
+        row=none,
+        call=none,
+        fixed=none,
+        lat=none,
+        dur=none,
+        cls=np.zeros(0, np.int8),
+        stream_first=np.zeros(0, dtype=bool),
+        dep=none,
+        dep_gap=none,
+        after=none,
+        host=none,
+        host_lat=none,
+        extra=none,
+        stream_gap=none,
+        drained_by=none,
+        fused=np.zeros(0),
+        roof_time=np.zeros(0),
+        steps=steps,
+        tail=max(hi - int(c_end.max()), 0),
+        measured_s=float(hi - lo) * NS / steps,
+        cost_fixed=cost_fixed,
+        call_cat=call_cat,
+        notes=(note,),
+    )
+
+
+def _split_gaps(gap_from: I64, gap: I64, data: Coverage, comm: Coverage) -> tuple[I64, I64, I64]:
+    """Of each host gap [gap_from, gap_from + gap): the part in the DataLoader, the part in
+    host-side collectives, and the host work after the DataLoader's last stretch in it (a
+    step's batch comes first, the ops that use it after; 0 with no DataLoader)."""
+    a, b = gap_from, gap_from + gap
+    gap_data = data.covered(a, b)
+    after_data = np.zeros(gap.size, np.int64)
+    if data.starts.size:
+        i = np.searchsorted(data.starts, b, side="left") - 1
+        data_end = np.where(i >= 0, np.minimum(data.ends[np.maximum(i, 0)], b), a)
+        after_data = np.where(gap_data > 0, b - np.maximum(data_end, a), 0)
+    gap_comm = np.minimum(comm.covered(a, b), gap - gap_data)
+    return gap_data, gap_comm, after_data
 
 
 def _fused(
@@ -575,7 +726,8 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         gap = gap - g.gap_data
     if change.host != 1.0:
         gap = gap - other + other / change.host
-        cost = np.where(g.sync | g.blocked, cost, cost / change.host)
+        fixed = 0.0 if g.cost_fixed is None else g.cost_fixed
+        cost = np.where(g.sync | g.blocked, cost, fixed + (cost - fixed) / change.host)
     dur = g.dur.astype(np.float64)
     lat = g.lat.astype(np.float64)
     if change.host != 1.0:
@@ -605,6 +757,16 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     drain = np.full(n_calls, NEVER, np.int64)
     dep_end = np.full(g.dur.size, NEVER, np.int64)
     synced = (g.drained_by >= 0) & (use_sync | g.blocked[np.maximum(g.drained_by, 0)])
+    # Overlapped, a collective's wait for the op before it on another stream ends when that
+    # op starts (its duration and the gap after it come off the edge).
+    dep_back = np.zeros(g.dur.size, np.int64)
+    if change.overlap:
+        early = (g.cls == COMM) & (g.dep >= 0)
+        dep_back = np.where(early, dur_i[np.maximum(g.dep, 0)] + g.dep_gap, 0)
+    # Likewise the measured order across streams into a collective.
+    after_back = np.zeros(g.dur.size, np.int64)
+    if change.overlap:
+        after_back = np.where((g.cls == COMM) & (g.after >= 0), dur_i[np.maximum(g.after, 0)], 0)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
     while True:
@@ -623,8 +785,8 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
             break
         op_end = new_end
         dep_end = np.maximum(
-            np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap, NEVER),
-            np.where(g.after >= 0, op_end[np.maximum(g.after, 0)], NEVER),
+            np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap - dep_back, NEVER),
+            np.where(g.after >= 0, op_end[np.maximum(g.after, 0)] - after_back, NEVER),
         )
         if synced.any():
             drain = np.full(n_calls, NEVER, np.int64)
@@ -650,7 +812,8 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         # The device's own floor: its busy time less what the change takes off its ops.
         step_s=max(
             float(end - g.origin) * NS / g.steps,
-            g.busy_s - float(np.sum(g.dur - dur_i)) * NS / g.steps,
+            (g.busy_other_s if change.overlap else g.busy_s)
+            - float(np.sum(g.dur - dur_i)) * NS / g.steps,
         ),
         rounds=rounds,
     )
@@ -742,7 +905,7 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
                 walk.take("launch", int(t.op_end[p]) + int(g.stream_gap[k]))
                 node_op = p
                 continue
-            if g.dep[k] >= 0 and int(t.op_end[g.dep[k]]) + int(g.dep_gap[k]) >= start:
+            if g.dep[k] >= 0 and int(t.dep_end[k]) >= start:
                 node_op = int(g.dep[k])
                 walk.take("wait", int(t.op_end[node_op]))
                 continue
@@ -769,7 +932,8 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
             walk.take("sync" if g.sync[c] else "launch", int(t.drain[c]))
             node_op, node_call = int(drain_op[c]), -1
             continue
-        walk.take("sync" if g.sync[c] else "launch", int(t.call_start[c]))
+        own = "launch" if g.call_cat is None else CATEGORIES[int(g.call_cat[c])]
+        walk.take("sync" if g.sync[c] else own, int(t.call_start[c]))
         _host_before(g, t, c, walk)
         node_call = -1 if g.call_first[c] else c - 1
     return walk
@@ -842,6 +1006,7 @@ FINDING_CHANGES = {
     "host-work": Change(host=float("inf")),
     "fusable-pointwise": Change(fuse=True),
     "matmul-below-roof": Change(matmul=1.0),
+    "exposed-comm": Change(overlap=True),
 }
 """The findings the graph can replay, and the change each stands for (the change the finding's
 Amdahl bound assumes: its share gone)."""
@@ -872,6 +1037,7 @@ def _kinds(change: Change) -> frozenset[str]:
             ("sync", change.sync),
             ("fuse", change.fuse),
             ("matmul", change.matmul is not None),
+            ("overlap", change.overlap),
         )
         if on
     )
@@ -927,17 +1093,19 @@ def critical_path(
     roofline: Roofline | None = None,
     changes: Sequence[Change] | None = None,
     timeline: StepTimeline | None = None,
+    graph: StepGraph | None = None,
 ) -> tuple[CriticalPath | None, WhatIf | None]:
     """The steady steps' critical path, the replay check and the what-if table (the default
-    changes, or `changes`); None when the graph cannot be built."""
-    g = build_graph(scope, fusion, roofline)
+    changes, or `changes`); None when the graph cannot be built. `graph`: the graph a device
+    model built itself (the CPU's, `cpu_graph`); else it is built from the device's ops."""
+    g = graph if graph is not None else build_graph(scope, fusion, roofline)
     if g is None:
         return None, None
     base = replay(g)
     whatif = WhatIf(g, base)
     walk = walk_path(g, base)
     shares = walk.shares()
-    notes = []
+    notes = list(g.notes)
     if base.rounds >= MAX_ROUNDS:
         notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
     if whatif.error > scope.thresholds.time.replay_error:
@@ -954,7 +1122,10 @@ def critical_path(
             "it on its stream, so a fix cannot shorten them, though one that launches the "
             "work sooner moves them with it"
         )
-    rows = [whatif.row(c) for c in (changes if changes is not None else DEFAULT_CHANGES)]
+    if changes is None:
+        # With no device ops (the CPU as the device) there is nothing to sync, fuse or re-time.
+        changes = DEFAULT_CHANGES if g.dur.size else DEFAULT_CHANGES[:2]
+    rows = [whatif.row(c) for c in changes]
     error = (base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
     return (
         CriticalPath(
@@ -1008,29 +1179,137 @@ def _in_step(
     ]
 
 
+@dataclass(frozen=True, eq=False)
+class JobReplay:
+    """A job replayed across its ranks, joined at the collectives every rank takes part in: a
+    collective ends on every rank when the last rank arrives plus its transfer time (the
+    fastest rank's time in it), and each rank's work between two of them (its own graph
+    between the joins) takes what it measured. Times are ns over the replayed span: from the
+    first such collective's end to the last's."""
+
+    measured_ns: float
+    replayed_ns: float
+    intervals: int
+    """Collective-to-collective intervals replayed."""
+    on_path_ns: F64
+    """Per rank (column): the path's time in its work where it arrived last, more than
+    EDGE_SLACK_NS after the next rank (the others waited for it)."""
+    together_ns: float
+    """The path's time in work where the last ranks arrived together (no one rank waited for)."""
+    transfer_ns: float
+    """The path's time in the collectives' transfers."""
+    work: F64
+    """Intervals x ranks: each rank's work from one join's end to its arrival at the next."""
+    transfer: F64
+    """Per interval: the transfer time of the collective that ends it."""
+
+    def without(self, rank: int) -> float:
+        """The replayed span with rank (column) `rank`'s work brought to the median of the
+        other ranks' at every interval."""
+        work = self.work.copy()
+        work[:, rank] = np.median(np.delete(self.work, rank, axis=1), axis=1)
+        return float((work.max(axis=1) + self.transfer).sum())
+
+
+def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
+    """The job's cross-rank replay from its matched collectives: `arrive` and `dur` are
+    instances x ranks, ns on aligned clocks (NaN: the rank has no such instance). None when
+    fewer than two collectives are taken part in by every rank."""
+    full = ~np.isnan(arrive).any(axis=1) & ~np.isnan(dur).any(axis=1)
+    a, d = arrive[full], dur[full]
+    if a.shape[0] < 2 or a.shape[1] < 2:
+        return None
+    order = np.argsort(np.median(a, axis=1), kind="stable")
+    a, d = a[order], d[order]
+    transfer = d.min(axis=1)[1:]
+    end = a + d
+    # Each rank's work from the previous join's end (on its clock) to its arrival at the next
+    # (negative where it arrived before that one ended: collectives on two streams).
+    work = a[1:] - end[:-1]
+    binding = work.max(axis=1)
+    last = np.argmax(work, axis=1)
+    alone = (binding - np.sort(work, axis=1)[:, -2] > EDGE_SLACK_NS) & (binding > 0)
+    return JobReplay(
+        measured_ns=float(np.median(end[-1]) - np.median(end[0])),
+        replayed_ns=float((binding + transfer).sum()),
+        intervals=int(work.shape[0]),
+        on_path_ns=np.bincount(last[alone], weights=binding[alone], minlength=a.shape[1]).astype(
+            np.float64
+        ),
+        together_ns=float(np.maximum(binding[~alone], 0.0).sum()),
+        transfer_ns=float(transfer.sum()),
+        work=work,
+        transfer=transfer,
+    )
+
+
 def job_path(
     paths: Sequence[tuple[int | None, CriticalPath | None]],
     ranks: Sequence[RankSummary],
     straggler: int | None,
+    joined: JobReplay | None = None,
+    steps: float = 1.0,
 ) -> CriticalPath | None:
-    """A job's critical path: that of the rank the others wait for (the straggler; else the
-    rank with the longest replayed step), with the what-if "straggler" added: the rank
-    brought to the median, so that the wait every other rank shares (the least of their
-    waits in the collective join) leaves the step (an estimate from the join's waits, not a
-    replay across ranks)."""
+    """A job's critical path. With `joined` (the cross-rank replay, its columns in the order
+    of `paths`; the traces hold `steps` steps, each with the same collectives):
+    the path runs through the rank whose work the others wait for most on the replayed path
+    (said with each rank's share in `rank_shares`), and the "straggler" what-if brings the
+    named straggler (else that rank) to the median and replays the job. Without it: the
+    straggler's path (else the rank with the longest replayed step), and the what-if is an
+    estimate from the join's waits (the least wait of the other ranks leaves the step)."""
     known = [(r, p) for r, p in paths if p is not None]
     if not known:
         return None
     by_rank = dict(known)
+    ids = [r for r, _ in paths]
+    notes: list[str] = []
+    shares: dict[str, float] = {}
+    late: int | None = None
+    if joined is not None:
+        total = joined.replayed_ns or 1.0
+        shares = {
+            str(r if r is not None else i): float(v) / total
+            for i, (r, v) in enumerate(zip(ids, joined.on_path_ns.tolist(), strict=True))
+        }
+        late = int(np.argmax(joined.on_path_ns))
+        if joined.on_path_ns[late] <= 0:
+            through = "no rank alone (the last ranks arrive together)"
+        else:
+            through = f"{shares[str(ids[late])]:.0%} through rank {ids[late]}'s work"
+            if ids[late] in by_rank and (straggler is None or straggler not in by_rank):
+                straggler = ids[late]
+        error = (joined.replayed_ns - joined.measured_ns) / (joined.measured_ns or 1.0)
+        notes.append(
+            f"across ranks: between the {joined.intervals + 1} collectives every rank joins, "
+            f"the job's path runs {through}, {joined.together_ns / total:.0%} through work "
+            f"the last ranks finish together and {joined.transfer_ns / total:.0%} through "
+            f"the transfers; the cross-rank replay's span is {error:+.1%} off the measured "
+            "one (an estimate: each rank's work between two collectives is taken as measured)"
+        )
     if straggler is None or straggler not in by_rank:
         straggler = max(known, key=lambda x: x[1].replayed_step_s)[0]
     path = by_rank[straggler]
-    waits = sorted(r.wait_s for r in ranks if r.rank != straggler and r.wait_s is not None)
+    saving: float | None = None
+    if joined is not None:
+        # The straggler at the median, replayed: the job's step loses what the span loses.
+        column = ids.index(straggler)
+        # Every step has the same collectives: the intervals span this many steps.
+        spanned = steps * joined.intervals / (joined.intervals + 1)
+        saving = (joined.replayed_ns - joined.without(column)) * NS / max(spanned, 1e-12)
+    else:
+        waits = sorted(r.wait_s for r in ranks if r.rank != straggler and r.wait_s is not None)
+        if waits:
+            notes.append(
+                "across ranks: fewer than two collectives join every rank here (point-to-point, "
+                "or groups with ranks whose traces are not here), so the job is not replayed "
+                "across ranks: the straggler row is an estimate from the collectives' waits"
+            )
+            # Every other rank waits for the straggler at least the least of their waits: the
+            # straggler at the median takes that off every rank's step.
+            saving = waits[0]
     rows = list(path.what_if)
-    if waits:
-        # Every other rank waits for the straggler at least the least of their waits: the
-        # straggler at the median takes that off every rank's step.
-        step = max(path.measured_step_s - waits[0], 1e-12)
+    if saving is not None:
+        step = max(path.measured_step_s - saving, 1e-12)
         rows.append(
             WhatIfRow(
                 change="straggler",
@@ -1039,21 +1318,30 @@ def job_path(
                 wall_after=path.wall,
             )
         )
-    return msgspec.structs.replace(path, rank=straggler, what_if=rows)
+    return msgspec.structs.replace(
+        path,
+        rank=straggler,
+        what_if=rows,
+        notes=[*path.notes, *notes],
+        rank_shares=shares,
+    )
 
 
 __all__ = [
     "CATEGORIES",
     "WHAT_IFS",
     "Change",
+    "JobReplay",
     "StepGraph",
     "Timing",
     "WhatIf",
     "build_graph",
     "consistent_rows",
     "covers",
+    "cpu_graph",
     "critical_path",
     "job_path",
+    "job_replay",
     "parse_what_if",
     "path_shares",
     "replay",

@@ -21,7 +21,7 @@ from wallfinder.analysis.critpath import Change, WhatIf, with_replay
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COMM, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
-from wallfinder.analysis.phases import PHASES, Attribution
+from wallfinder.analysis.phases import PHASES, Attribution, user_frames
 from wallfinder.analysis.roofline import enclosing, outermost
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope
@@ -38,7 +38,7 @@ from wallfinder.diagnosis import (
     Wall,
 )
 from wallfinder.trace import Events, Kind, Trace, thread_key
-from wallfinder.units import is_user_path, ms, short_frame, short_kernel
+from wallfinder.units import ms, short_frame, short_kernel
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
 
@@ -449,31 +449,14 @@ def dependency_wait(f: Facts) -> Finding | None:
 
 
 def _waiting_work(f: Facts) -> str:
-    """The work that ended the steady steps' dependency waits — gaps in the device's busy
-    time whose next op had been launched before the gap began — most idle time first, with
+    """The work that ended the steady steps' dependency waits, most idle time first, with
     how long before it started it was launched, in words."""
-    if f.dev is None or f.dev.ops.ts.size == 0:
+    if f.dev is None:
+        return ""
+    nxt, waited = _waited_work(f, f.dev)
+    if nxt.size == 0:
         return ""
     ops = f.dev.ops
-    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
-    lo, hi = int(f.window_start.min()), int(f.window_end.max())
-    gap_start, gap_end = busy.gaps(lo, hi)
-    nxt = np.searchsorted(ops.ts, gap_end, side="left")
-    keep = in_windows(gap_start, f.window_start, f.window_end) & (nxt < ops.ts.size)
-    gap_start, gap_end, nxt = gap_start[keep], gap_end[keep], nxt[keep]
-    # As the idle causes count it: all of a gap whose work was queued before it began, and
-    # the part of a gap past its work's launch path (the call, then QUEUED_SLACK_NS).
-    launched = f.dev.launch_end[nxt]
-    known = launched != NO_LAUNCH
-    queued = known & (launched < gap_start - QUEUED_SLACK_NS)
-    waited = np.where(
-        queued, gap_end - gap_start, np.clip(gap_end - (launched + QUEUED_SLACK_NS), 0, None)
-    )
-    waited = np.where(known, waited, 0)
-    if not waited.any():
-        return ""
-    keep = waited > 0
-    gap_start, gap_end, nxt, waited = gap_start[keep], gap_end[keep], nxt[keep], waited[keep]
     names, inverse = np.unique(ops.name[nxt], return_inverse=True)
     idle = np.bincount(inverse, weights=waited.astype(np.float64))
     lead = ops.ts[nxt] - f.dev.launch_end[nxt]
@@ -487,6 +470,32 @@ def _waiting_work(f: Facts) -> str:
             f"{_ms(float(np.median(lead[mine])) * 1e-9)} before it started"
         )
     return "; the waits end at " + ", ".join(said)
+
+
+def _waited_work(f: Facts, dev: DeviceOps) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+    """The device ops (rows) that ended the steady steps' dependency waits — gaps in the
+    device's busy time whose next op had been launched before the gap began — and the idle
+    time each ended (ns)."""
+    ops = dev.ops
+    if ops.ts.size == 0:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int64)
+    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    lo, hi = int(f.window_start.min()), int(f.window_end.max())
+    gap_start, gap_end = busy.gaps(lo, hi)
+    nxt = np.searchsorted(ops.ts, gap_end, side="left")
+    keep = in_windows(gap_start, f.window_start, f.window_end) & (nxt < ops.ts.size)
+    gap_start, gap_end, nxt = gap_start[keep], gap_end[keep], nxt[keep]
+    # As the idle causes count it: all of a gap whose work was queued before it began, and
+    # the part of a gap past its work's launch path (the call, then QUEUED_SLACK_NS).
+    launched = dev.launch_end[nxt]
+    known = launched != NO_LAUNCH
+    queued = known & (launched < gap_start - QUEUED_SLACK_NS)
+    waited = np.where(
+        queued, gap_end - gap_start, np.clip(gap_end - (launched + QUEUED_SLACK_NS), 0, None)
+    )
+    waited = np.where(known, waited, 0)
+    keep = waited > 0
+    return nxt[keep], waited[keep].astype(np.int64)
 
 
 @rule(Facts)
@@ -552,9 +561,8 @@ def exposed_copies(f: Facts) -> Finding | None:
     share = f.share(f.breakdown.copy_exposed)
     if f.dev is None:
         return None
-    ops = f.dev.ops
-    copies = f.inside & (ops.kind == Kind.MEMCPY)
-    names = [f.trace.strings[int(c)] for c in np.unique(ops.name[copies])]
+    copies = _copy_rows(f.dev, f.inside)
+    names = [f.trace.strings[int(c)] for c in np.unique(f.dev.ops.name[copies])]
     pageable = [n for n in names if "Pageable" in n]
     detail = f"; copies from pageable memory: {', '.join(pageable)}" if pageable else ""
     return _finding(
@@ -676,19 +684,6 @@ def allocator_churn(f: Facts) -> Finding | None:
     )
 
 
-def user_frames(trace: Trace) -> Events:
-    """The trace's Python frames of the user's code (recorded with stacks), by start time."""
-    py = trace.of_kind(Kind.PYTHON)
-    if len(py) == 0:
-        return py
-    return py.take(np.flatnonzero(np.isin(py.name, trace.names_matching(_is_user_frame))))
-
-
-def _is_user_frame(name: str) -> bool:
-    """A profiler Python frame ("path(line): function") of the user's code."""
-    return "(" in name and is_user_path(name.split("(", 1)[0])
-
-
 def call_sites(f: Facts, names: tuple[str, ...], kinds: tuple[Kind, ...]) -> str:
     """Where the named ops are called from: the innermost user-code Python frame around them
     (traces recorded with_stack=True), most frequent first; "" without stacks."""
@@ -743,7 +738,7 @@ def repeated_casts(f: Facts) -> Finding | None:
     if f.dev is None or f.step_s <= 0:
         return None
     calls = _host_calls(f, _CAST_NAMES)
-    copy_kernels = f.inside & (f.dev.ops.kind == Kind.KERNEL) & (f.dev.cls == COPY)
+    copy_kernels = _cast_rows(f.dev, f.inside)
     seconds = float(f.dev.ops.dur[copy_kernels].sum()) * 1e-9 / max(f.steps.count, 1)
     share = seconds / f.step_s
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in calls[:3]) or "copy kernels"
@@ -785,7 +780,7 @@ def unfused_attention(f: Facts) -> Finding | None:
     count = int(pattern.sum())
     if count == 0:
         return None
-    softmax_kernels = f.inside & (f.dev.cls == _SOFTMAX)
+    softmax_kernels = _softmax_rows(f.dev, f.inside)
     seconds = float(f.dev.ops.dur[softmax_kernels].sum()) * 1e-9 / max(f.steps.count, 1)
     share = seconds / f.step_s
     return _finding(
@@ -904,14 +899,7 @@ def tiny_grids(f: Facts) -> Finding | None:
     if f.dev is None or not f.sm_count or f.step_s <= 0:
         return None
     ops = f.dev.ops
-    # Collectives run on a few blocks by design (one per channel): not a grid to grow.
-    kernels = f.inside & (ops.kind == Kind.KERNEL) & (ops.grid > 0) & (f.dev.cls != COMM)
-    rows = np.flatnonzero(kernels)
-    if rows.size == 0:
-        return None
-    codes, inverse = np.unique(ops.grid[rows], return_inverse=True)
-    blocks = np.array([f.trace.blocks(int(c)) for c in codes.tolist()])[inverse]
-    small = (blocks > 0) & (blocks < f.sm_count)
+    rows, blocks, small = _tiny_grid_kernels(f, f.sm_count)
     if not small.any():
         return None
     dur = ops.dur[rows][small].astype(np.float64)
@@ -941,6 +929,22 @@ def tiny_grids(f: Facts) -> Finding | None:
         "small matmuls (bmm/grouped GEMM), avoid per-sample loops",
         speedup=1.0 / max(1.0 - share, 1e-3),
     )
+
+
+def _tiny_grid_kernels(
+    f: Facts, sm_count: int
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """The steady steps' kernels with a recorded grid (device op rows), their blocks, and
+    which of them launch fewer blocks than the device has SMs."""
+    assert f.dev is not None
+    ops = f.dev.ops
+    # Collectives run on a few blocks by design (one per channel): not a grid to grow.
+    kernels = f.inside & (ops.kind == Kind.KERNEL) & (ops.grid > 0) & (f.dev.cls != COMM)
+    rows = np.flatnonzero(kernels)
+    codes, inverse = np.unique(ops.grid[rows], return_inverse=True)
+    blocks = np.array([f.trace.blocks(int(c)) for c in codes.tolist()], dtype=np.int64)
+    blocks = blocks[inverse] if rows.size else np.zeros(0, dtype=np.int64)
+    return rows, blocks, (blocks > 0) & (blocks < sm_count)
 
 
 _MATMUL_OPS = (
@@ -1009,9 +1013,14 @@ def _where_kernels(f: Facts, names: list[str]) -> str:
     a = f.attribution
     if a is None or f.dev is None:
         return ""
+    return a.where(_named_rows(f, names), f.dev.ops.dur.astype(np.float64))
+
+
+def _named_rows(f: Facts, names: list[str]) -> npt.NDArray[np.bool_]:
+    """The steady steps' device ops with one of these names."""
+    assert f.dev is not None
     codes = np.array([c for n in names if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
-    rows = f.inside & np.isin(f.dev.ops.name, codes)
-    return a.where(rows, f.dev.ops.dur.astype(np.float64))
+    return f.inside & np.isin(f.dev.ops.name, codes)
 
 
 def _where_below_roof(f: Facts) -> str:
@@ -1019,11 +1028,19 @@ def _where_below_roof(f: Facts) -> str:
     a = f.attribution
     if a is None or f.dev is None:
         return ""
+    return a.where(_below_roof_rows(f.dev, a, f), f.dev.ops.dur.astype(np.float64))
+
+
+def _below_roof_rows(dev: DeviceOps, a: Attribution, f: Facts) -> npt.NDArray[np.bool_]:
+    """The steady steps' compute-bound matmul-class kernels below the near-peak share of their
+    roof."""
     w = a.work
-    matmul = np.isin(f.dev.cls, [CLASSES.index(c) for c in MATMUL_CLASSES])
+    matmul = np.isin(dev.cls, [CLASSES.index(c) for c in MATMUL_CLASSES])
     with np.errstate(invalid="ignore"):
-        rows = f.inside & matmul & (w.bound == 1) & (w.pct < f.thresholds.near_peak)
-    return a.where(rows, f.dev.ops.dur.astype(np.float64))
+        below: npt.NDArray[np.bool_] = (
+            f.inside & matmul & (w.bound == 1) & (w.pct < f.thresholds.near_peak)
+        )
+    return below
 
 
 def _where_fp32(f: Facts) -> str:
@@ -1031,7 +1048,81 @@ def _where_fp32(f: Facts) -> str:
     a = f.attribution
     if a is None or f.dev is None:
         return ""
-    return a.where(f.inside & a.work.fp32_no_tc, f.dev.ops.dur.astype(np.float64))
+    return a.where(_fp32_rows(a, f.inside), f.dev.ops.dur.astype(np.float64))
+
+
+def _fp32_rows(a: Attribution, inside: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """The steady steps' fp32 matmul kernels that skip the tensor cores."""
+    rows: npt.NDArray[np.bool_] = inside & a.work.fp32_no_tc
+    return rows
+
+
+def _copy_rows(dev: DeviceOps, inside: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """The steady steps' memory copies."""
+    rows: npt.NDArray[np.bool_] = inside & (dev.ops.kind == Kind.MEMCPY)
+    return rows
+
+
+def _cast_rows(dev: DeviceOps, inside: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """The steady steps' copy/cast kernels (not memcpy)."""
+    rows: npt.NDArray[np.bool_] = inside & (dev.ops.kind == Kind.KERNEL) & (dev.cls == COPY)
+    return rows
+
+
+def _softmax_rows(dev: DeviceOps, inside: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """The steady steps' softmax kernels."""
+    rows: npt.NDArray[np.bool_] = inside & (dev.cls == _SOFTMAX)
+    return rows
+
+
+def _comm_rows(dev: DeviceOps, inside: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+    """The steady steps' communication kernels."""
+    rows: npt.NDArray[np.bool_] = inside & (dev.cls == COMM)
+    return rows
+
+
+def finding_work(f: Facts, finding: str) -> Events:
+    """The work a finding (by id) is about, to mark on the timeline: device ops of the
+    steady-state steps (its kernels or copies), or host calls (its syncs, allocations); empty
+    when the finding names no particular work (data loading, unstable steps)."""
+    dev, a = f.dev, f.attribution
+    calls = _FINDING_CALLS.get(finding)
+    if calls is not None:
+        return _calls_in_steps(f, *calls)
+    rows: npt.NDArray[np.bool_] | None = None
+    if dev is not None:
+        if finding == "dependency-wait":
+            rows = np.zeros(len(dev.ops), dtype=bool)
+            rows[_waited_work(f, dev)[0]] = True
+        elif finding == "exposed-comm":
+            rows = _comm_rows(dev, f.inside)
+        elif finding == "exposed-copies":
+            rows = _copy_rows(dev, f.inside)
+        elif finding == "repeated-casts":
+            rows = _cast_rows(dev, f.inside)
+        elif finding == "unfused-attention":
+            rows = _softmax_rows(dev, f.inside)
+        elif finding == "fusable-pointwise":
+            rows = _named_rows(f, [k for c in f.fusion for k in c.kernels])
+        elif finding == "tiny-grids" and f.sm_count:
+            kernels, _, small = _tiny_grid_kernels(f, f.sm_count)
+            rows = np.zeros(len(dev.ops), dtype=bool)
+            rows[kernels[small]] = True
+        elif finding == "fp32-matmul" and a is not None:
+            rows = _fp32_rows(a, f.inside)
+        elif finding == "matmul-below-roof" and a is not None:
+            rows = _below_roof_rows(dev, a, f)
+    if rows is None or dev is None:
+        return f.trace.of_kind(Kind.KERNEL).take(slice(0, 0))
+    return dev.ops.take(np.flatnonzero(rows))
+
+
+_FINDING_CALLS: dict[str, tuple[tuple[str, ...], tuple[Kind, ...]]] = {
+    "data-loading": (_DATALOADER_NAMES, (Kind.ANNOTATION, Kind.CPU_OP)),
+    "sync-in-step": (_SYNC_NAMES, (Kind.CPU_OP, Kind.RUNTIME)),
+    "allocator-churn": (_ALLOC_NAMES, (Kind.CPU_OP, Kind.RUNTIME)),
+}
+"""The findings about host calls: the calls' names and kinds."""
 
 
 def _where_calls(f: Facts, names: tuple[str, ...]) -> str:
@@ -1043,10 +1134,13 @@ def _where_calls(f: Facts, names: tuple[str, ...]) -> str:
     return a.where_calls(calls.thread, calls.ts) if len(calls) else ""
 
 
-def _calls_in_steps(f: Facts, names: tuple[str, ...]) -> Events:
-    """The named host ops and runtime calls that start in a steady-state step's host span."""
+def _calls_in_steps(
+    f: Facts, names: tuple[str, ...], kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.RUNTIME)
+) -> Events:
+    """The named host ops and runtime calls (`kinds`) that start in a steady-state step's
+    host span."""
     codes = np.array([c for n in names if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
-    calls = f.trace.named((Kind.CPU_OP, Kind.RUNTIME), codes)
+    calls = f.trace.named(kinds, codes)
     spans, kept = f.scope.spans, f.scope.kept
     return calls.take(
         np.flatnonzero(in_windows(calls.ts, spans.cpu_start[kept], spans.cpu_end[kept]))

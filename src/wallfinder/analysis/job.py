@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from statistics import median
 
 import msgspec
 
 from wallfinder.analysis.collectives import RankCollectives, join
-from wallfinder.analysis.critpath import consistent_rows, job_path
+from wallfinder.analysis.critpath import consistent_rows, job_path, job_replay
 from wallfinder.analysis.thresholds import Thresholds
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec
 
@@ -54,8 +55,16 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
         else msgspec.structs.replace(job.summary, notes=notes)
     )
     straggler = summary.stragglers[0].rank if summary.stragglers else None
-    path = job_path([(d.rank, d.critical_path) for d, _ in kept], job.ranks, straggler)
-    if path is not None:
+    path = job_path(
+        [(d.rank, d.critical_path) for d, _ in kept],
+        job.ranks,
+        straggler,
+        job_replay(job.arrive[job.joins], job.dur[job.joins]),
+        float(median([max(d.steps.total, 1) for d, _ in kept])),
+    )
+    if path is not None and path.rank_shares:
+        findings = [_straggler_replayed(f, path) for f in findings]
+    if path is not None and main.breakdown.basis == "gpu":
         # The path may be another rank's than the findings shown: one fix, one figure still.
         path = msgspec.structs.replace(path, what_if=consistent_rows(path.what_if, findings))
     return msgspec.structs.replace(
@@ -65,6 +74,19 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
         warnings=[*main.warnings, *skipped],
         job=summary,
         critical_path=path,
+    )
+
+
+def _straggler_replayed(f: Finding, path: CriticalPath) -> Finding:
+    """The straggler finding with its gain from the cross-rank replay (within its bound)."""
+    row = next((r for r in path.what_if if r.change == "straggler"), None)
+    if f.id != "straggler" or row is None:
+        return f
+    return msgspec.structs.replace(
+        f,
+        gain_basis="replay",
+        replay_speedup=min(max(row.speedup, 1.0), f.max_speedup),
+        wall_after=row.wall_after,
     )
 
 

@@ -42,8 +42,9 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.allocations import Replay, by_site, rank_sites, step_growth
-from wallfinder.analysis.findings import Facts, user_frames
+from wallfinder.analysis.findings import Facts
 from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.phases import user_frames
 from wallfinder.analysis.roofline import enclosing
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope

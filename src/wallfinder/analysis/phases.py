@@ -27,6 +27,7 @@ module class (`TransformerBlock_0` … `_31`) are collapsed into one row with th
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -41,6 +42,7 @@ from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import ModuleRow, Modules, ModuleSpread, Phases, StepPhases
 from wallfinder.trace import NONE, Events, Kind, Trace, step_key
+from wallfinder.units import is_user_path
 
 NS = 1e-9
 I64 = npt.NDArray[np.int64]
@@ -225,6 +227,31 @@ class _Ranges:
     module_source: str
 
 
+CALL_SITES = "call sites"
+"""`Modules.source` when the user's Python frames stand for modules."""
+
+
+def user_frames(trace: Trace) -> Events:
+    """The trace's Python frames of the user's code (recorded with stacks), by start time."""
+    py = trace.of_kind(Kind.PYTHON)
+    if len(py) == 0:
+        return py
+    return py.take(np.flatnonzero(np.isin(py.name, trace.names_matching(_is_user_frame))))
+
+
+def _is_user_frame(name: str) -> bool:
+    """A profiler Python frame ("path(line): function") of the user's code."""
+    return "(" in name and is_user_path(name.split("(", 1)[0])
+
+
+def _site(frame: str) -> str:
+    """A call site's name in the module tree: the frame's file name, line and function
+    ("train.py(42): step"), none of its folders (they name the machine, and a "/" is the
+    tree's separator)."""
+    path, paren, rest = frame.partition("(")
+    return path.replace("\\", "/").rpartition("/")[2] + paren + rest.replace("/", "∕")
+
+
 def _ranges(trace: Trace) -> _Ranges:
     cpu = trace.of_kind(Kind.CPU_OP)
     engine = trace.names_matching(lambda s: s.startswith(("autograd::engine", "evaluate_function")))
@@ -235,8 +262,10 @@ def _ranges(trace: Trace) -> _Ranges:
         trace.names_matching(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))),
     )
     data = trace.named(host, trace.names_matching(is_data_loading))
+    # The Python tracer's module records (with_stack), or the same names as record_function
+    # ranges (what `wallfinder run` and `wallfinder.profile` put around each forward).
     modules = trace.named(
-        (Kind.PYTHON,), trace.names_matching(lambda s: s.startswith(MODULE_PREFIX))
+        (Kind.PYTHON, Kind.ANNOTATION), trace.names_matching(lambda s: s.startswith(MODULE_PREFIX))
     )
     source = "modules"
     if len(modules) == 0:
@@ -246,6 +275,9 @@ def _ranges(trace: Trace) -> _Ranges:
             trace.names_matching(lambda s: _is_user_range(s) and step_key(s) != step),
         )
         source = "record_function"
+    if len(modules) == 0:
+        # Neither: the user's own Python frames (traces recorded with stacks) stand for them.
+        modules, source = user_frames(trace), CALL_SITES
     return _Ranges(backward, _outermost(backward), optimizer, data, modules, source)
 
 
@@ -292,7 +324,10 @@ def _place(scope: Scope, r: _Ranges, work: Work) -> tuple[npt.NDArray[np.int8], 
     in_opt[issued] = _inside(r.optimizer, work, issued) >= 0
     in_backward = np.zeros(n, dtype=bool)
     in_backward[issued] = _inside(r.outer_backward, work, issued) >= 0
-    phase[(in_module >= 0) | _before_backward(scope, r.backward, work)] = FORWARD
+    # A call site is no forward pass (the outermost is the whole program): only modules and
+    # record_function ranges mark forward work.
+    in_forward = (in_module >= 0) if r.module_source != CALL_SITES else False
+    phase[in_forward | _before_backward(scope, r.backward, work)] = FORWARD
     phase[work.input_copy] = COPY_IN
     phase[in_opt] = OPTIMIZER
     phase[in_backward | (in_node >= 0)] = BACKWARD
@@ -335,7 +370,7 @@ def attribute(scope: Scope, work: Work) -> Attribution:
             "no autograd backward ops in the trace: nothing is backward"
             + (
                 "; forward is the work inside module ranges"
-                if len(r.modules)
+                if len(r.modules) and r.module_source != CALL_SITES
                 else ", and forward cannot be told from other"
             )
         )
@@ -345,7 +380,7 @@ def attribute(scope: Scope, work: Work) -> Attribution:
         evidence.append("DataLoader __next__ ranges (data wait)")
     if work.input_copy.any():
         evidence.append("host-to-device memcpys (input copy)")
-    if len(r.modules):
+    if len(r.modules) and r.module_source != CALL_SITES:  # call sites mark no phase
         evidence.append(
             "nn.Module ranges (forward)"
             if r.module_source == "modules"
@@ -509,7 +544,7 @@ def _forward_ops(trace: Trace, nodes: Events, node_rows: I64) -> tuple[I64, I64,
     return thread_out, ts_out, int(np.unique(node_rows[ok]).size)
 
 
-def _tree(trace: Trace, mods: Events) -> list[str]:
+def _tree(trace: Trace, mods: Events, rename: Callable[[str], str] | None = None) -> list[str]:
     """Each module range's path ("Model_0/Block_3/Attention_3"), from nesting on its
     thread. A module re-run on another thread (a checkpointed block recomputed by the
     autograd engine) has no parent there: it takes the path its instance has where it does
@@ -530,6 +565,8 @@ def _tree(trace: Trace, mods: Events) -> list[str]:
             parent[i] = stack[-1]
         stack.append(i)
     names = [trace.strings[int(c)].removeprefix(MODULE_PREFIX) for c in mods.name.tolist()]
+    if rename is not None:
+        names = [rename(n) for n in names]
     paths: list[str] = [""] * n
     for i in order.tolist():  # parents come before their children
         p = int(parent[i])
@@ -587,8 +624,10 @@ def _modules(
         return None, module_of_work, np.zeros(0, dtype=np.int64)
     steps = max(scope.count, 1)
     backward = phase == BACKWARD
-    paths = _tree(trace, mods)
-    row_of_path = _collapsed(paths)
+    sites = r.module_source == CALL_SITES
+    paths = _tree(trace, mods, _site if sites else None)
+    # Call sites that differ in their line are different code, not instances of one block.
+    row_of_path = {p: p for p in paths} if sites else _collapsed(paths)
     row_names = sorted(set(row_of_path.values()), key=lambda p: (p.count("/"), p))
     row_index = {p: i for i, p in enumerate(row_names)}
     range_row = np.array([row_index[row_of_path[p]] for p in paths], dtype=np.int64)
@@ -627,12 +666,15 @@ def _modules(
         row_names, inst_names, row_of_path, fwd, bwd, by_class, by_bound, total, steps
     )
     attributed = float(d.sum())
+    if sites and attributed <= 0:
+        # Call sites none of the step's work ran under (another thread's frames): no table.
+        return None, np.full(work.ts.size, NONE, dtype=np.int64), np.zeros(0, dtype=np.int64)
     source = r.module_source
-    note = (
-        "nn.Module ranges (with_modules/with_stack)"
-        if source == "modules"
-        else "no module records: record_function ranges stand for modules"
-    )
+    note = {
+        "modules": "nn.Module ranges (the profiler's with_stack, or wallfinder run/profile's)",
+        CALL_SITES: "no module or record_function ranges: the user's call sites (Python "
+        "frames, file(line): function) stand for modules",
+    }.get(source, "no module records: record_function ranges stand for modules")
     rows, keep = _top_rows(rows)
     remap = np.full(len(row_names), NONE, dtype=np.int64)
     remap[keep] = np.arange(len(keep))

@@ -85,8 +85,12 @@ class Recording(_StepMarks):
     optimizer marks one too, so an unmodified loop works, unless the loop calls `step()`
     itself. On exit the trace (one per rank, the rank in its name) is written to `trace_dir`
     and `trace_path` names it; a loop that stops inside the active steps keeps the steps it
-    completed. `memory` records memory events (and, unless `stacks` says otherwise, Python
-    stacks for their call sites). A subclass acts on the trace in `recorded`
+    completed. Shapes are always recorded; `modules` puts a range around each `nn.Module`
+    forward, for the module view (tens of µs per module call: off by default, as it would add
+    to the host overhead the verdict measures);
+    `stacks` records Python stacks, for call sites (the profiler's Python tracer: often tens
+    of percent of host time; by default only with `memory`, whose call sites need them).
+    `memory` records memory events. A subclass acts on the trace in `recorded`
     (`wallfinder.profile` diagnoses it).
     """
 
@@ -99,6 +103,7 @@ class Recording(_StepMarks):
         trace_dir: str | os.PathLike[str] = TRACE_DIR,
         memory: bool = False,
         stacks: bool | None = None,
+        modules: bool = False,
         auto_step: bool = True,
     ) -> None:
         if wait < 0 or warmup < 0 or active < 1:
@@ -109,6 +114,7 @@ class Recording(_StepMarks):
         # Memory call sites are Python functions only with Python stacks: on with memory unless
         # asked otherwise, as in `wallfinder run --memory`.
         self.memory, self.stacks = memory, memory if stacks is None else stacks
+        self.modules = modules
         self.trace_path: Path | None = None
         self._recorder: Recorder | None = None
 
@@ -122,6 +128,7 @@ class Recording(_StepMarks):
             active=self.active,
             memory=self.memory,
             stacks=self.stacks,
+            modules=self.modules,
         )
         self._recorder.start()
         self._watch_optimizers()

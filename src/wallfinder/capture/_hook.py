@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -98,10 +99,81 @@ def host_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or any(w in str(exc).lower() for w in _HOST_OOM_WORDS)
 
 
+MODULE_PREFIX = "nn.Module: "
+"""The name the profiler's Python tracer gives a module's forward (`nn.Module: Linear_0`);
+`ModuleRanges` names its ranges the same way, so the analysis reads both alike."""
+
+
+class ModuleRanges:
+    """A `record_function` range around every `nn.Module` forward, named as the Python
+    tracer names it (class and instance number: `nn.Module: Linear_0`), from global forward
+    hooks: the module tree the phase and module analysis needs, at the cost of one range per
+    module call, without recording stacks (whose Python tracer costs far more host time).
+    Inside torch.compile'd code no range is opened (the compiled graph has no modules)."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+        self._counts: dict[str, int] = {}
+        self._open = threading.local()
+        self._handles: list[Any] = []
+
+    def install(self) -> None:
+        import torch
+
+        module = torch.nn.modules.module
+        self._record = torch.autograd.profiler.record_function
+        compiler = getattr(torch, "compiler", None)
+        self._compiling = getattr(compiler, "is_compiling", lambda: False)
+        self._handles = [
+            module.register_module_forward_pre_hook(self._enter),
+            module.register_module_forward_hook(self._exit, always_call=True),
+        ]
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _enter(self, mod: object, _args: object) -> None:
+        if self._compiling():
+            return
+        name = self._names.get(id(mod))
+        if name is None:
+            kind = type(mod).__name__
+            number = self._counts.get(kind, 0)
+            self._counts[kind] = number + 1
+            name = self._names[id(mod)] = f"{MODULE_PREFIX}{kind}_{number}"
+        stack = self._stack()
+        scope: Any = self._record(name)
+        scope.__enter__()
+        stack.append((id(mod), scope))
+
+    def _exit(self, mod: object, _args: object, _out: object) -> None:
+        stack = self._stack()
+        if not any(key == id(mod) for key, _ in stack):
+            return  # opened none (compiled code)
+        # Close this module's range, and any an exception left open inside it.
+        while stack:
+            key, scope = stack.pop()
+            scope.__exit__(None, None, None)
+            if key == id(mod):
+                break
+
+    def _stack(self) -> list[tuple[int, Any]]:
+        stack: list[tuple[int, Any]] | None = getattr(self._open, "stack", None)
+        if stack is None:
+            stack = self._open.stack = []
+        return stack
+
+
 class Recorder:
     """torch.profiler over steps: `wait` steps not recorded, `warmup` steps recorded and
     discarded, `active` steps kept. `step()` ends a step; the trace is written to `trace_dir`
-    when the active steps are done, or by `stop()` with the steps recorded so far."""
+    when the active steps are done, or by `stop()` with the steps recorded so far.
+
+    Shapes are always recorded (the cost model needs them). `modules` puts a range around
+    each module's forward (`ModuleRanges`; the Python tracer of `stacks` records them itself,
+    so they are not added twice)."""
 
     def __init__(
         self,
@@ -112,6 +184,7 @@ class Recorder:
         active: int,
         memory: bool = False,
         stacks: bool = False,
+        modules: bool = False,
     ) -> None:
         self.trace_dir = trace_dir
         self.wait, self.warmup, self.active = wait, warmup, active
@@ -119,6 +192,7 @@ class Recorder:
         self.trace_path: Path | None = None
         self.stepped = 0
         self._profiler: Any = None
+        self._modules = ModuleRanges() if modules and not stacks else None
 
     def start(self) -> None:
         import torch
@@ -136,6 +210,8 @@ class Recorder:
             profile_memory=self.memory,
             with_stack=self.stacks,
         )
+        if self._modules is not None:
+            self._modules.install()
         self._profiler.start()
 
     def step(self) -> None:
@@ -152,6 +228,7 @@ class Recorder:
         """Stop profiling; steps recorded so far are written (idempotent). Stopped inside
         the active steps, the trace names the step cut short, which the analysis leaves out."""
         profiler, self._profiler = self._profiler, None
+        self._remove_module_ranges()
         if profiler is None:
             return
         if self.wait + self.warmup <= self.stepped < self.wait + self.warmup + self.active:
@@ -159,9 +236,14 @@ class Recorder:
         profiler.stop()
 
     def _save(self, prof: Any) -> None:
+        self._remove_module_ranges()  # the recorded steps are done
         path = self.trace_dir / trace_name(rank())
         prof.export_chrome_trace(str(path))
         self.trace_path = path
+
+    def _remove_module_ranges(self) -> None:
+        if self._modules is not None:
+            self._modules.remove()
 
 
 class StepClock:
@@ -249,6 +331,7 @@ class Session:
         self.timer_only = bool(settings.get("timer_only", False))
         self.memory = bool(settings.get("memory", False))
         self.stacks = bool(settings.get("stacks", False))
+        self.modules = bool(settings.get("modules", True))
         self.memory_entries = int(settings.get("memory_entries") or MEMORY_ENTRIES)
         self.steps = 0
         self.error: str | None = None
@@ -295,6 +378,7 @@ class Session:
                 active=self.active,
                 memory=self.memory,
                 stacks=self.stacks,
+                modules=self.modules,
             )
             self._recorder.start()
         else:

@@ -75,12 +75,15 @@ class RunSettings:
     `memory` records the profiler's memory events and, on CUDA, the allocator's history (its
     newest `memory_entries` allocations and frees) for a snapshot should the program run out
     of device memory. `stacks` records Python stacks in the profiler; None (the default)
-    records them with `memory`, whose call sites are Python functions only with them."""
+    records them with `memory`, whose call sites are Python functions only with them.
+    `modules` puts a range around each `nn.Module` forward (the phase and module view; the
+    Python tracer of `stacks` records them itself)."""
 
     steps: int = 5
     warmup: int = 3
     memory: bool = False
     stacks: bool | None = None
+    modules: bool = False
     stop_after: bool = False
     timer_only: bool = False
     memory_entries: int = MEMORY_ENTRIES
@@ -219,6 +222,7 @@ def run_program(command: Sequence[str], settings: RunSettings, trace_dir: Path) 
                 "memory": settings.memory,
                 "memory_entries": settings.memory_entries,
                 "stacks": settings.python_stacks,
+                "modules": settings.modules,
                 "stop_after": settings.stop_after,
                 "timer_only": settings.timer_only,
                 "ranked": _launcher(command),

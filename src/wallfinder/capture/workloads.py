@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT",
     "DEVICES",
     "READ_S",
+    "TINY_BATCH",
     "WAIT",
     "WARMUP",
     "WORKLOADS",
@@ -116,10 +117,18 @@ class Workload:
     notes: str
     loop: Loop
     unshown: dict[Device, str] = field(default_factory=dict)
+    what_if: dict[Device, str] = field(default_factory=dict)
+    """Per kind of device, the what-if (as `--what-if` takes it) that stands for the fix on
+    the as-written run's dependency graph: the replay's prediction of the fixed step. None
+    where the graph has no change for the fix (a precision change, fusion on the CPU)."""
 
     def expected(self, device: str, fixed: bool) -> Expectation:
         broken, good = self.expect[_kind(device)]
         return good if fixed else broken
+
+    def what_if_for(self, device: str) -> str | None:
+        """The what-if that stands for the fix on `device` (None: the graph has none)."""
+        return self.what_if.get(_kind(device))
 
     def cannot_show(self, device: str) -> str:
         """Why `device` cannot show this workload's wall ("" when it can)."""
@@ -272,11 +281,17 @@ def _dataloader_loop(steps: int, fixed: bool, device: str) -> None:
         opt.step()
 
 
+TINY_BATCH = 128
+"""The tiny-ops workload's batch: as written it runs the model once per sample, so the fix (one
+pass for the batch) issues about 1/TINY_BATCH of the ops, and its what-if cuts the host's
+per-op overhead by this factor."""
+
+
 def _tiny_ops_loop(steps: int, fixed: bool, device: str) -> None:
     torch = _torch()
 
     nnf = torch.nn.functional
-    batch, width = 128, 64
+    batch, width = TINY_BATCH, 64
     torch.manual_seed(0)
     model = _mlp([width, width, width, 10], device)
     layers = [m for m in model if isinstance(m, torch.nn.Linear)]
@@ -465,6 +480,7 @@ WORKLOADS: dict[str, Workload] = {
             f"Without workers the loop waits for every read; with {LOADER_WORKERS}, the reads "
             "overlap the training step, and the step is the model's alone.",
             loop=_dataloader_loop,
+            what_if={"cpu": "data", "cuda": "data"},
         ),
         Workload(
             name="tiny-ops",
@@ -500,6 +516,7 @@ WORKLOADS: dict[str, Workload] = {
             notes="Per sample, each op does a few thousand FLOPs: its time is the framework's "
             "fixed cost per op (Python, dispatch, autograd, a kernel launch on GPUs).",
             loop=_tiny_ops_loop,
+            what_if={"cpu": f"host:{TINY_BATCH}", "cuda": f"host:{TINY_BATCH}"},
         ),
         Workload(
             name="sync",
@@ -521,6 +538,7 @@ WORKLOADS: dict[str, Workload] = {
             "waits for the GPU, then the GPU waits for the host. On GPUs the host's share of "
             "the work is sized to the GPU's speed after the first steps.",
             loop=_sync_loop,
+            what_if={"cpu": "sync", "cuda": "sync"},
             unshown={
                 "cpu": "the CPU runs ops synchronously: .item() has no device to wait for, so "
                 "it costs nothing"
@@ -550,6 +568,7 @@ WORKLOADS: dict[str, Workload] = {
             "through memory where the fused op makes one or two. Still memory-bound after the "
             "fix (normalisation and activations are), with far fewer bytes moved.",
             loop=_pointwise_loop,
+            what_if={"cuda": "fuse"},
         ),
         Workload(
             name="matmul",

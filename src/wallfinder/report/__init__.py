@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,19 +13,23 @@ if TYPE_CHECKING:
         DiagnosisDiff,
         MemoryReport,
         Steps,
+        TraceMarks,
     )
+    from wallfinder.report.export import Exported
 
 __all__ = [
     "COUNTER_FORMATS",
     "DIFF_FORMATS",
     "FORMATS",
     "MEMORY_FORMATS",
+    "export_tables",
     "render",
     "render_calculation",
     "render_counters",
     "render_diff",
     "render_memory",
     "render_steps",
+    "write_marks",
 ]
 
 FORMATS = ("text", "json", "md", "html")
@@ -52,6 +57,24 @@ def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
     from wallfinder.report.terminal import render_text
 
     return render_text(diagnosis, width=width)
+
+
+def export_tables(diagnosis: Diagnosis, folder: Path) -> Exported:
+    """Write the diagnosis's tables (kernels, ops, modules, phases, roofline) into `folder`
+    as CSV, and as Parquet when pyarrow is installed (`Exported.note` says when it is not).
+    Raises `WallfinderError` when the folder cannot be written."""
+    from wallfinder.report.export import export_tables as write
+
+    return write(diagnosis, folder)
+
+
+def write_marks(marks: TraceMarks, path: Path) -> None:
+    """Write the marks of `api.analyze_marked` as a companion trace that Perfetto and
+    chrome://tracing open beside the original (gzip when `path` ends in `.gz`). Raises
+    `WallfinderError` when it cannot be written."""
+    from wallfinder.report.annotated import write_marks as write
+
+    write(marks, path)
 
 
 def render_steps(steps: Steps, fmt: str, *, width: int | None = None) -> str:

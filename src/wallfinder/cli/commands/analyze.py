@@ -11,9 +11,17 @@ from pathlib import Path
 
 import msgspec
 
-from wallfinder.api import Diagnosis, ModelFlops, Options, Progress, analyze, analyze_counters
+from wallfinder.api import (
+    Diagnosis,
+    ModelFlops,
+    Options,
+    Progress,
+    analyze,
+    analyze_counters,
+    analyze_marked,
+)
 from wallfinder.errors import WallfinderError
-from wallfinder.report import FORMATS, render
+from wallfinder.report import FORMATS, export_tables, render, write_marks
 
 PROGRESS_FROM_BYTES = 8 << 20
 """Inputs larger than this show a progress bar (on a terminal only)."""
@@ -28,6 +36,13 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
     parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    parser.add_argument(
+        "--export",
+        type=Path,
+        metavar="DIR",
+        help="also write the kernel, op, module, phase and roofline tables into DIR as CSV "
+        "(and Parquet, with pyarrow installed: wallfinder[parquet])",
+    )
     parser.add_argument(
         "--workers", type=int, default=None, help="processes for parsing (default: one per core)"
     )
@@ -44,6 +59,15 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="an Nsight Compute export (ncu --csv, .ncu-rep with ncu on PATH, or a folder): "
         "confirm or refute each top kernel's roofline bound with its hardware counters",
     )
+    parser.add_argument(
+        "--annotate",
+        type=Path,
+        metavar="FILE",
+        help="also write a small trace of wallfinder's marks for Perfetto or chrome://tracing "
+        "(gzip when FILE ends in .gz), to open beside the trace or merged with it: the "
+        "steady-state steps, the longest idle gaps and their causes, each finding's kernels, "
+        "the critical path (one trace file only)",
+    )
     add_device_options(parser)
     add_trace_options(parser)
     add_model_options(parser)
@@ -53,7 +77,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="replay each step's dependency graph with these fixes, comma-separated, each "
         "alone then combined: data (data-loading gaps removed), host[:F] (host work and "
         "launch calls / F, default 2), sync (sync points removed), fuse (memory-bound chains "
-        "fused), matmul[:P] (matmuls at P of their roof, default 0.8)",
+        "fused), matmul[:P] (matmuls at P of their roof, default 0.8), overlap (collectives "
+        "start beside the compute they waited for)",
     )
     add_record_options(parser)
 
@@ -195,19 +220,42 @@ def options_from(args: argparse.Namespace) -> Options:
 
 def run(args: argparse.Namespace) -> int:
     check_record_options(args)
+    if args.annotate is not None and args.scheduler:
+        raise WallfinderError("--annotate reads one trace file here; it takes no --scheduler")
+    marks = None
     with _progress(args.path) as progress:
-        diagnosis = analyze(
-            # Absolute, so that the cluster's workers open the same files.
-            args.path.absolute() if args.scheduler else args.path,
-            options_from(args),
-            progress=progress,
-            workers=args.workers,
-            scheduler=args.scheduler,
-        )
+        if args.annotate is not None:
+            diagnosis, marks = analyze_marked(
+                args.path, options_from(args), progress=progress, workers=args.workers
+            )
+        else:
+            diagnosis = analyze(
+                # Absolute, so that the cluster's workers open the same files.
+                args.path.absolute() if args.scheduler else args.path,
+                options_from(args),
+                progress=progress,
+                workers=args.workers,
+                scheduler=args.scheduler,
+            )
     if args.counters is not None:
         report = analyze_counters(args.counters, options_from(args), diagnosis=diagnosis)
         diagnosis = msgspec.structs.replace(diagnosis, counters=report)
     write_report(render(diagnosis, args.format), args.output)
+    if args.export is not None:
+        exported = export_tables(diagnosis, args.export)
+        # One line on stderr: the report itself may be on stdout.
+        print(
+            f"wallfinder: wrote {len(exported.files)} files to {args.export}"
+            + (f" (CSV only: {exported.note})" if exported.note else " (CSV and Parquet)"),
+            file=sys.stderr,
+        )
+    if marks is not None:
+        write_marks(marks, args.annotate)
+        print(
+            f"wallfinder: wrote {len(marks.marks)} marks to {args.annotate} (open it in "
+            "ui.perfetto.dev or chrome://tracing, beside the trace or merged with it)",
+            file=sys.stderr,
+        )
     record_if_asked(args, diagnosis)
     return 0
 

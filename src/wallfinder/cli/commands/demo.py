@@ -221,6 +221,17 @@ def pair_summary(pair: DemoPair) -> list[tuple[str, str]]:
         ),
         ("wall", verdict_line(pair.diff)),
     ]
+    p = pair.prediction
+    if p is not None:
+        rows.append(
+            (
+                "prediction",
+                f"predicted {p.predicted_s * 1e3:.1f} ms by replay (what-if {p.what_if} on the "
+                f"as-written run, replayed unchanged at {p.replayed_s * 1e3:.1f} ms), measured "
+                f"{p.measured_s * 1e3:.1f} ms after the fix ({p.error:+.0%}; mean steps, "
+                "estimates)",
+            )
+        )
     notes = [n for n in (before.expected.note, after.expected.note) if n]
     # A note the other one contains (the fixed run's often extends the first) is said once.
     notes = [n for i, n in enumerate(notes) if not any(n in m for m in notes[i + 1 :])]

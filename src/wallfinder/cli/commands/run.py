@@ -39,6 +39,13 @@ examples:
 Steps are counted by optimizer.step() (the first optimizer's, when there are several); the
 first step is always a warm-up step. The program's exit code is passed on.
 
+What is recorded, and what it costs (README, "What `wallfinder run` records"): input shapes
+always (the roofline needs them); a range around each nn.Module forward for the module view
+only with --modules (tens of µs per module call, which would add to the host overhead the
+verdict measures); Python stacks only
+with --stacks or --memory (the profiler's Python tracer: often tens of percent of host time,
+which would inflate the host overhead the verdict measures).
+
 --memory records the profiler's memory events with Python stacks (--no-stacks leaves them
 out) and, on CUDA, the allocator's history from the start: if the program runs out of device
 memory, the allocator's snapshot at that moment is kept and explained after the report (as
@@ -74,7 +81,15 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "--stacks",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="record Python stacks (default: with --memory)",
+        help="record Python stacks, for call sites in findings; costly in host time "
+        "(default: with --memory)",
+    )
+    parser.add_argument(
+        "--modules",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.modules,
+        help="a range around each nn.Module forward, for the module view; tens of µs per "
+        "module call, added to the host time the verdict measures (default: off)",
     )
     parser.add_argument(
         "--stop-after",
@@ -116,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         memory=args.memory,
         stacks=args.stacks,
+        modules=args.modules,
         stop_after=args.stop_after,
         timer_only=args.timer_only,
     )
