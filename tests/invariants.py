@@ -7,6 +7,7 @@ import pytest
 
 from wallfinder import Diagnosis
 from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.critpath import FINDING_CHANGES, covers, parse_what_if
 
 CLASSES = {c.value for c in KernelClass}
 
@@ -26,7 +27,11 @@ def assert_findings_bounded(d: Diagnosis) -> None:
     recurring = 1.0 - b.idle_causes.get("startup", 0.0)
     explained = {
         "data-loading": b.idle_causes.get("data_loading", 0.0),
-        "sync-in-step": b.idle_causes.get("synchronization", 0.0),
+        # A sync that keeps the host from running ahead also costs the idle while the host
+        # catches up after it: the host's overhead and launches.
+        "sync-in-step": b.idle_causes.get("synchronization", 0.0)
+        + b.idle_causes.get("host_overhead", 0.0)
+        + b.idle_causes.get("launch_latency", 0.0),
         "launch-bound": b.idle_causes.get("host_overhead", 0.0)
         + b.idle_causes.get("launch_latency", 0.0),
         "exposed-comm": b.comm_exposed,
@@ -43,6 +48,23 @@ def assert_findings_bounded(d: Diagnosis) -> None:
         assert f.fix
     order = [(f.wall != d.verdict.wall, -f.max_speedup) for f in d.findings]
     assert order == sorted(order)
+    assert_one_figure_per_fix(d)
+
+
+def assert_one_figure_per_fix(d: Diagnosis) -> None:
+    """No what-if row gains more than a replayed finding shown for the same fix or a larger
+    one of its kind."""
+    cp = d.critical_path
+    if cp is None:
+        return
+    for row in cp.what_if:
+        if row.change == "straggler":
+            continue
+        change = parse_what_if(row.change)[-1]
+        for f in d.findings:
+            covering = FINDING_CHANGES.get(f.id)
+            if f.replay_speedup is not None and covering is not None and covers(covering, change):
+                assert row.speedup <= f.replay_speedup + 1e-9, (row.change, f.id)
     for f in d.memory.findings if d.memory is not None else []:
         assert (f.saves, f.wall, f.share, f.max_speedup) == ("memory", None, 0.0, 1.0), f.id
 

@@ -882,6 +882,10 @@ class WhatIfRow(_Base, frozen=True):
     speedup: float
     """Replayed unchanged step / replayed step with the change."""
     wall_after: Wall
+    capped_by: str | None = None
+    """The finding whose gain for the same fix (or a larger one of the same kind) capped this
+    row: the replay gained more than that finding says the fix can (None: the replay as is).
+    So one fix has one figure everywhere."""
 
 
 class PathSegment(_Base, frozen=True):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_collectives import rank_trace, write_job
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
-from wallfinder.analysis.critpath import Change, parse_what_if
-from wallfinder.diagnosis import CriticalPath, Diagnosis
+from wallfinder.analysis.critpath import Change, consistent_rows, parse_what_if, with_replay
+from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding, WhatIfRow
 from wallfinder.errors import WallfinderError
 from wallfinder.report import render
 
@@ -408,3 +409,143 @@ def test_a_window_whose_only_device_work_takes_no_time_replays_without_error(
     d = analyze(path)
     assert d.critical_path is not None
     assert d.violations() == []
+
+
+def late_collective(steps: int = 5) -> TraceBuilder:
+    """Each 300 µs step: 100 µs of host work launches a 100 µs GEMM; 105 µs more launch a
+    90 µs collective on its own stream, which starts at its launch, after the GEMM ended.
+    Kineto does not say that the collective waited for the GEMM's stream; the device is busy
+    190 µs of each step."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 300.0
+        b.step(s + 1, t0, 300.0)
+        b.cpu_op("aten::mm", t0, 100.0)
+        b.kernel("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", t0 + 100.0, 100.0, launch_at=t0 + 95.0)
+        b.cpu_op("aten::add", t0 + 100.0, 105.0)
+        b.nccl(t0 + 205.0, 90.0, launch_at=t0 + 200.0)
+    return b
+
+
+def test_a_faster_host_cannot_run_the_device_more_concurrently_than_it_did(
+    tmp_path: Path,
+) -> None:
+    d = analyze(late_collective().write(tmp_path / "t.json"), Options(what_if="host:8,data"))
+    path = _path(d)
+    busy = d.breakdown.per_step_ms["step"] * (1 - d.breakdown.idle) * 1e-3
+    assert busy == pytest.approx(190 * US, rel=0.02)
+    # The host's 205 µs become 26 µs, but the collective still follows the GEMM, as it did:
+    # the step is the device's busy time, not the two kernels run side by side (~110 µs).
+    for row in path.what_if:
+        assert row.step_s >= busy * 0.999
+    assert _row(path, "host:8") == pytest.approx(busy, rel=0.05)
+
+
+def queue_full(steps: int = 5) -> TraceBuilder:
+    """Each 420 µs step: four 100 µs GEMMs back to back on one stream. The launch queue holds
+    two: the third and fourth launch calls block until a GEMM ends (the host runs far ahead).
+    Right after, the host launches a 200 µs collective on its own stream and waits for it
+    (`cudaStreamSynchronize`), which ends the step."""
+    b = TraceBuilder()
+    for s in range(steps):
+        t0 = s * 420.0
+        b.step(s + 1, t0, 420.0)
+        calls = [(t0 + 1.0, 3.0), (t0 + 5.0, 3.0), (t0 + 9.0, 104.0), (t0 + 114.0, 99.0)]
+        for i, (at, dur) in enumerate(calls):
+            b.kernel(
+                "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+                t0 + 10.0 + 100.0 * i,
+                100.0,
+                launch_at=at,
+                launch_dur=dur,
+            )
+        b.nccl(t0 + 217.0, 200.0, launch_at=t0 + 214.0)
+        b.sync(t0 + 218.0, 201.0)
+    return b
+
+
+def test_a_launch_blocked_on_a_full_queue_waits_for_the_device_not_the_host(
+    tmp_path: Path,
+) -> None:
+    d = analyze(queue_full().write(tmp_path / "t.json"))
+    path = _path(d)
+    assert path.replay_error == pytest.approx(0.0, abs=0.01)
+    # The blocked calls are the device's time (a GEMM freeing a slot), so the path runs
+    # through the GEMMs, not through 200 µs of "launch" calls on the host.
+    assert path.shares["launch"] + path.shares["host"] < 0.1
+    assert path.shares["compute"] > 0.4
+
+
+def _finding(id: str, share: float, replayed: float) -> Finding:
+    return Finding(
+        wall_after="bandwidth",
+        id=id,
+        wall="overhead",
+        title="t",
+        share=share,
+        max_speedup=1 / (1 - share),
+        evidence="e",
+        fix="f",
+        gain_basis="replay",
+        replay_speedup=replayed,
+    )
+
+
+def test_a_what_if_row_never_gains_more_than_the_finding_for_the_same_or_a_larger_fix() -> None:
+    rows = [
+        WhatIfRow(change="host:2", step_s=60e-3, speedup=1.28, wall_after="overhead"),
+        WhatIfRow(change="sync", step_s=66e-3, speedup=1.17, wall_after="overhead"),
+        WhatIfRow(change="data,host:2", step_s=59e-3, speedup=1.30, wall_after="overhead"),
+        WhatIfRow(change="straggler", step_s=70e-3, speedup=1.1, wall_after="overhead"),
+    ]
+    # The launch-bound finding removes all host work and says 1.14x: halving it cannot say
+    # more. The sync row has no finding and stays; a combined or job row is not capped by one.
+    host, sync, both, straggler = consistent_rows(rows, [_finding("launch-bound", 0.12, 1.14)])
+    assert (host.speedup, host.capped_by, host.wall_after) == (1.14, "launch-bound", "bandwidth")
+    assert host.step_s == pytest.approx(60e-3 * 1.28 / 1.14)
+    assert (sync, both, straggler) == (rows[1], rows[2], rows[3])
+    # A row below the finding's figure stays as replayed.
+    assert consistent_rows(rows[:1], [_finding("launch-bound", 0.3, 1.4)]) == rows[:1]
+
+
+class _Replay:
+    """A replay whose unchanged graph misses the measured step by `error`."""
+
+    def __init__(self, error: float) -> None:
+        self.error = error
+
+    def speedup(self, change: Change) -> tuple[float, str]:
+        return 3.0, "compute"
+
+
+@pytest.mark.parametrize(("error", "basis"), [(0.02, "replay"), (0.4, "bound")])
+def test_a_replay_that_misses_the_measured_step_leaves_the_finding_its_bound(
+    error: float, basis: str
+) -> None:
+    finding = msgspec.structs.replace(
+        _finding("launch-bound", 0.5, 1.0), gain_basis=None, replay_speedup=None
+    )
+    out = with_replay(_Replay(error), finding, 0.1)  # type: ignore[arg-type]
+    assert out.gain_basis == basis
+    assert out.replay_speedup == (2.0 if basis == "replay" else None)
+
+
+def test_a_sync_that_keeps_the_host_from_running_ahead_is_a_finding_bounded_by_the_blocked_time(
+    tmp_path: Path,
+) -> None:
+    # sync_bound: the GPU is busy while the host waits 205 µs, then idles while the host
+    # works. The idle the breakdown gives the sync is under the blocked time; without the sync
+    # the host's work hides under the next kernel: the replay gains 260/200 per step.
+    d = analyze(sync_bound().write(tmp_path / "t.json"))
+    assert d.breakdown.idle_causes["synchronization"] < 205 / 260
+    f = next(x for x in d.findings if x.id == "sync-in-step")
+    step_s = d.breakdown.per_step_ms["step"] * 1e-3
+    causes = d.breakdown.idle_causes
+    host_idle = causes["synchronization"] + causes["host_overhead"] + causes["launch_latency"]
+    assert f.share == pytest.approx(min(205 * US / step_s, host_idle), rel=0.02)
+    assert f.share > causes["synchronization"]
+    assert f.replay_speedup == pytest.approx(step_s / (200 * US), rel=0.05)
+    assert f.replay_speedup <= f.max_speedup
+    assert "blocked 0.21 ms per step" in f.evidence  # 205 µs
+    row = next(r for r in _path(d).what_if if r.change == "sync")
+    assert row.speedup == pytest.approx(f.replay_speedup, rel=1e-6)

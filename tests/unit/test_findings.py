@@ -233,6 +233,27 @@ def test_kernels_with_fewer_blocks_than_sms_are_found(tmp_path: Path) -> None:
     assert f.share == pytest.approx(0.075 / d.breakdown.per_step_ms["step"])
 
 
+def test_small_grids_never_claim_more_than_the_compute_nor_count_collectives(
+    tmp_path: Path,
+) -> None:
+    # Per 500 µs step on an A100: two 200 µs kernels of 1 block side by side on two streams
+    # (200 µs of compute), and a 250 µs collective on 2 blocks (its channels, by design).
+    b = TraceBuilder(device_name=A100)
+    for s in range(3):
+        t0 = s * 500.0
+        b.step(s + 1, t0, 500.0)
+        for stream in (7, 9):
+            b.kernel("tiny_kernel", t0 + 5.0, 200.0, launch_at=t0, stream=stream)
+            b.events[-1]["args"]["grid"] = [1, 1, 1]
+        b.nccl(t0 + 240.0, 250.0, launch_at=t0 + 2.0)
+        b.events[-1]["args"]["grid"] = [2, 1, 1]
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "tiny-grids")
+    assert "2 kernels per step" in f.evidence  # not the collective
+    assert f.share == pytest.approx(d.breakdown.compute)
+    assert f.share < 0.45
+
+
 def test_small_kernels_are_named_once_each_by_their_short_names(tmp_path: Path) -> None:
     # Two instantiations of one template read alike: the evidence names it once, then the next.
     b = TraceBuilder(device_name=A100)

@@ -157,6 +157,17 @@ def test_a_forward_stalled_on_the_host_is_forward_heavy(tmp_path: Path) -> None:
     assert f.max_speedup >= 1.0
 
 
+def test_a_forward_slow_only_from_launching_its_ops_is_left_to_launch_bound(
+    tmp_path: Path,
+) -> None:
+    # The same short backward, no synchronising call in the forward: its idle is the host
+    # launching the forward (launch-bound's time), so forward-heavy does not count it again.
+    d = analysed(phased_training_trace(4, backward_us=(20.0, 30.0)), tmp_path)
+    ids = {f.id for f in d.findings}
+    assert "forward-heavy" not in ids
+    assert ids & {"launch-bound", "host-work"}
+
+
 def test_the_optimizer_step_as_a_large_share_is_a_finding(tmp_path: Path) -> None:
     t = load_trace(phased_training_trace(4).write(tmp_path / "t.json"))
     # The optimizer exposes 90 µs of each 1000 µs step: under the default 10%, over 5%.

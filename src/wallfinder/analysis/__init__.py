@@ -12,7 +12,13 @@ import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.counters import counter_report, place_counters
-from wallfinder.analysis.critpath import StepGraph, cpu_graph, critical_path, parse_what_if
+from wallfinder.analysis.critpath import (
+    StepGraph,
+    consistent_rows,
+    cpu_graph,
+    critical_path,
+    parse_what_if,
+)
 from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
@@ -393,6 +399,11 @@ def _result(
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
     if verdict.wall != typical.wall and facts is not None:
         findings = find(facts, verdict.wall)  # the new wall's findings first
+    if critical_path is not None and bd.basis == "gpu":
+        # (On the CPU a host cut also divides the Python between ops, which the per-op
+        # overhead finding does not claim: not the same fix.)
+        rows = consistent_rows(critical_path.what_if, findings)
+        critical_path = msgspec.structs.replace(critical_path, what_if=rows)
     return Diagnosis(
         source=trace.source,
         rank=trace.rank,

@@ -12,9 +12,16 @@ The graph is built from what the trace holds, as columns (no object per event):
 - **event waits**: an op that started later than its launch and its stream allowed, just as
   an op on another stream ended, waited for that op (a stream/event wait: Kineto does not
   record which event, so the edge is taken from the timing);
+- **measured order across streams**: an op stays after the op on another stream that ended
+  last before it started. Kineto does not record which stream waits on which event, so an op
+  that started at its launch (the host was late) may still depend on the other stream's work
+  before it; without this edge a faster host would let the device run more concurrently than
+  it ever did (a collective over work not yet done), and a replay predict a step shorter
+  than the device's own busy time;
 - **synchronisation**: a synchronising call (`cudaStreamSynchronize`, `cudaDeviceSynchronize`,
   `cudaEventSynchronize`, a blocking copy; HIP's likewise) returns after the device work it
-  drained: the launched ops that had ended by the time it returned.
+  drained: the launched ops that had ended by the time it returned; a launch call blocked on a
+  full launch queue likewise returns after the device op that freed its slot.
 
 Replay re-times the graph: the host chain is a max-plus scan (each call starts when the
 previous ended plus its host work; a sync ends no earlier than its drain), each stream a
@@ -22,7 +29,7 @@ max-plus scan (an op starts at the latest of its launch, its stream predecessor 
 waited for), both vectorised, iterated to the fixed point (the longest path). The unchanged
 graph reproduces the measured steps where the trace records every dependency; the error is
 reported. A what-if changes the graph's weights (host gaps, call costs, op durations, sync
-edges) and replays it.
+edges) and replays it; no replay is shorter than the device's busy time under the change.
 
 When the CPU is the device (no device kernels), `cpu_graph` builds the same graph with the
 main thread's top-level ops as the host chain and no device ops. A job's ranks are replayed
@@ -77,6 +84,10 @@ the longest chain, so this is only reached by a step with thousands of them."""
 EDGE_SLACK_NS = 5_000
 """An op that started this long after its launch and stream allowed, within this long of
 another stream's op ending, waited for that op."""
+
+TIE_NS = EDGE_SLACK_NS
+"""The critical path's walk takes an op's stream predecessor over its launch when the launch
+was binding by at most this much (a tie: both chains are as long)."""
 
 _MATMUL = frozenset(
     CLASSES.index(c) for c in (KernelClass.GEMM, KernelClass.CONVOLUTION, KernelClass.ATTENTION)
@@ -235,6 +246,9 @@ class StepGraph:
     cost: I64
     """The call's own time (for a sync: the part after the device drained)."""
     sync: npt.NDArray[np.bool_]
+    blocked: npt.NDArray[np.bool_]
+    """Launch calls that returned only when a device op ended (the launch queue was full): they
+    wait for the device as a sync does, but no sync what-if removes that."""
     offset: I64
     """Each call's start less the previous calls' end: `gap` when positive, else how far it
     overlapped them."""
@@ -254,6 +268,9 @@ class StepGraph:
     dep: I64
     """The op (index into these) it waited for on another stream (NONE: none)."""
     dep_gap: I64
+    after: I64
+    """The op (index into these) on another stream that ended last before it started, in the
+    trace: it stays after it (NONE: none)."""
     host: I64
     """The later host call whose start released the op (NONE: none)."""
     host_lat: I64
@@ -273,6 +290,12 @@ class StepGraph:
     ends with its CPU work); -1 otherwise."""
     measured_s: float
     """The measured mean step over the replayed range."""
+    busy_s: float = 0.0
+    """The device's busy time per step (the union of its ops over all streams, in the range):
+    no fix that leaves the device's work as it is can make the step shorter, since the device
+    would have to run more concurrently than it did."""
+    busy_other_s: float = 0.0
+    """The same without the collectives: the floor of a fix that overlaps them (`overlap`)."""
     cost_fixed: I64 | None = None
     """Of `cost`: the part a host cut leaves alone (a CPU op's arithmetic, when the CPU is the
     device); None: none (a runtime call is all host overhead)."""
@@ -382,10 +405,11 @@ def build_graph(
     own_end = np.full(rows.size, NEVER + t0, np.int64)
     np.maximum.at(own_end, call[call >= 0], o_end[call >= 0])
     sync |= copy_call & (own_end > NEVER + t0) & (c_end >= own_end - EDGE_SLACK_NS)
+    blocked = _queue_full(c_ts, c_end, sync, call, o_ts, o_end)
     # The launch path: at most the call itself (not a blocking one: that is a wait) and then
     # QUEUED_SLACK_NS; an op that started later waited for something else.
     c = np.maximum(call, 0)
-    path = np.where(sync[c], 0, c_end[c] - c_ts[c]) + QUEUED_SLACK_NS
+    path = np.where(sync[c] | blocked[c], 0, c_end[c] - c_ts[c]) + QUEUED_SLACK_NS
     lat = np.where(call >= 0, np.clip(o_ts - c_ts[c], 0, path), 0)
     fixed = np.where(call >= 0, NEVER, o_ts - t0)
     stream_first = np.concatenate([[True], stream[1:] != stream[:-1]])[: stream.size]
@@ -412,6 +436,7 @@ def build_graph(
         )
         dep[ok] = other[ok]
     dep_gap = np.where(dep >= 0, np.maximum(o_ts - o_end[np.maximum(dep, 0)], 0), 0)
+    after_op = _ended_before(o_ts, o_end, stream)
     # Else, an op that started just after a later host call began waited for the host there
     # (work the host released: a graph's node behind a host-side wait, a stream made ready).
     by_ts = np.argsort(c_ts, kind="stable")
@@ -433,8 +458,9 @@ def build_graph(
     extra = np.where(after_prev, 0, unexplained)
     stream_gap = np.where(after_prev, unexplained, 0)
 
-    # Syncs: the first sync at or after an op's launch that returned after the op ended.
-    sync_idx = np.flatnonzero(sync)
+    # Syncs (and calls blocked on a full queue): the first at or after an op's launch that
+    # returned after the op ended.
+    sync_idx = np.flatnonzero(sync | blocked)
     sync_idx = sync_idx[np.argsort(c_ts[sync_idx], kind="stable")]
     drained_by = np.full(keep.size, -1, np.int64)
     own = c_end - c_ts
@@ -448,9 +474,9 @@ def build_graph(
         drain = np.full(rows.size, NEVER + t0, np.int64)
         np.maximum.at(drain, drained_by[ok], o_end[ok])
         # A sync's own cost is what it took after the device drained.
-        own = np.where(sync, c_end - np.clip(drain, c_ts, c_end), own)
+        own = np.where(sync | blocked, c_end - np.clip(drain, c_ts, c_end), own)
     # The host's time moves by what each call adds to it (its part past the one before).
-    own = np.where(sync, np.minimum(own, inc), inc)
+    own = np.where(sync | blocked, np.minimum(own, inc), inc)
 
     cls = dev.cls[keep]
     fused = _fused(ops.name[keep], ops.dur[keep].astype(np.float64), cls, fusion, trace)
@@ -472,6 +498,7 @@ def build_graph(
         after_data=after_data,
         cost=own,
         sync=sync,
+        blocked=blocked,
         offset=offset,
         call_first=call_first,
         call_step=call_step,
@@ -484,6 +511,7 @@ def build_graph(
         stream_first=stream_first,
         dep=dep,
         dep_gap=dep_gap,
+        after=after_op,
         host=host,
         host_lat=host_lat,
         extra=extra,
@@ -494,7 +522,51 @@ def build_graph(
         steps=steps,
         tail=tail,
         measured_s=float(t_end - w0) * NS / steps,
+        busy_s=_busy(o_ts, o_end, w0, t_end) * NS / steps,
+        busy_other_s=_busy(o_ts[cls != COMM], o_end[cls != COMM], w0, t_end) * NS / steps,
     )
+
+
+def _queue_full(
+    c_ts: I64, c_end: I64, sync: npt.NDArray[np.bool_], call: I64, o_ts: I64, o_end: I64
+) -> npt.NDArray[np.bool_]:
+    """Launch calls that blocked on a full launch queue: long (over QUEUED_SLACK_NS), their own
+    op started over QUEUED_SLACK_NS after they returned (the queue was deep), and they returned
+    just after a device op ended (the slot it freed)."""
+    out = np.zeros(c_ts.size, dtype=bool)
+    mine = call >= 0
+    if not mine.any():
+        return out
+    first_start = np.full(c_ts.size, -NEVER, np.int64)
+    np.minimum.at(first_start, call[mine], o_ts[mine])
+    deep = (c_end - c_ts > QUEUED_SLACK_NS) & (first_start - c_end > QUEUED_SLACK_NS) & ~sync
+    rows = np.flatnonzero(deep)
+    if rows.size == 0:
+        return out
+    ends = np.sort(o_end)
+    i = np.searchsorted(ends, c_end[rows], "right") - 1
+    freed = (i >= 0) & (c_end[rows] - ends[np.maximum(i, 0)] <= 2 * EDGE_SLACK_NS)
+    out[rows[freed]] = True
+    return out
+
+
+def _busy(o_ts: I64, o_end: I64, lo: int, hi: int) -> int:
+    """The time ops cover in [lo, hi)."""
+    return Coverage.of(np.maximum(o_ts, lo), np.minimum(o_end, hi)).total
+
+
+def _ended_before(o_ts: I64, o_end: I64, stream: I64) -> I64:
+    """Per op, the op on another stream that ended last at or before it started (-1: none)."""
+    out = np.full(o_ts.size, -1, np.int64)
+    for s in np.unique(stream).tolist():
+        mine = np.flatnonzero(stream == s)
+        others = np.flatnonzero(stream != s)
+        if others.size == 0:
+            continue
+        others = others[np.argsort(o_end[others], kind="stable")]
+        i = np.searchsorted(o_end[others], o_ts[mine], "right") - 1
+        out[mine] = np.where(i >= 0, others[np.maximum(i, 0)], -1)
+    return out
 
 
 def cpu_graph(
@@ -577,6 +649,7 @@ def cpu_graph(
         after_data=after_data,
         cost=inc,
         sync=np.zeros(calls.size, dtype=bool),
+        blocked=np.zeros(calls.size, dtype=bool),
         offset=c_ts - prev_end,
         call_first=np.r_[True, np.zeros(calls.size - 1, dtype=bool)],
         call_step=np.clip(np.searchsorted(scope.start[kept[0] :], c_ts, "right") - 1, 0, None),
@@ -589,6 +662,7 @@ def cpu_graph(
         stream_first=np.zeros(0, dtype=bool),
         dep=none,
         dep_gap=none,
+        after=none,
         host=none,
         host_lat=none,
         extra=none,
@@ -653,7 +727,7 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     if change.host != 1.0:
         gap = gap - other + other / change.host
         fixed = 0.0 if g.cost_fixed is None else g.cost_fixed
-        cost = np.where(g.sync, cost, fixed + (cost - fixed) / change.host)
+        cost = np.where(g.sync | g.blocked, cost, fixed + (cost - fixed) / change.host)
     dur = g.dur.astype(np.float64)
     lat = g.lat.astype(np.float64)
     if change.host != 1.0:
@@ -682,13 +756,17 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     call = np.maximum(g.call, 0)
     drain = np.full(n_calls, NEVER, np.int64)
     dep_end = np.full(g.dur.size, NEVER, np.int64)
-    synced = use_sync & (g.drained_by >= 0)
+    synced = (g.drained_by >= 0) & (use_sync | g.blocked[np.maximum(g.drained_by, 0)])
     # Overlapped, a collective's wait for the op before it on another stream ends when that
     # op starts (its duration and the gap after it come off the edge).
     dep_back = np.zeros(g.dur.size, np.int64)
     if change.overlap:
         early = (g.cls == COMM) & (g.dep >= 0)
         dep_back = np.where(early, dur_i[np.maximum(g.dep, 0)] + g.dep_gap, 0)
+    # Likewise the measured order across streams into a collective.
+    after_back = np.zeros(g.dur.size, np.int64)
+    if change.overlap:
+        after_back = np.where((g.cls == COMM) & (g.after >= 0), dur_i[np.maximum(g.after, 0)], 0)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
     while True:
@@ -706,7 +784,10 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         if rounds > 1 and np.array_equal(new_end, op_end):
             break
         op_end = new_end
-        dep_end = np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap - dep_back, NEVER)
+        dep_end = np.maximum(
+            np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap - dep_back, NEVER),
+            np.where(g.after >= 0, op_end[np.maximum(g.after, 0)] - after_back, NEVER),
+        )
         if synced.any():
             drain = np.full(n_calls, NEVER, np.int64)
             np.maximum.at(drain, g.drained_by[synced], op_end[synced])
@@ -728,7 +809,12 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         dep_end=dep_end,
         released=released,
         end=end,
-        step_s=float(end - g.origin) * NS / g.steps,
+        # The device's own floor: its busy time less what the change takes off its ops.
+        step_s=max(
+            float(end - g.origin) * NS / g.steps,
+            (g.busy_other_s if change.overlap else g.busy_s)
+            - float(np.sum(g.dur - dur_i)) * NS / g.steps,
+        ),
         rounds=rounds,
     )
 
@@ -811,12 +897,20 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
                 start,
             )
             p = int(prev[k])
-            if p >= 0 and int(t.op_end[p]) + int(g.stream_gap[k]) >= start:
+            if p >= 0 and int(t.op_end[p]) + int(g.stream_gap[k]) >= start - TIE_NS:
+                # A launch that came within TIE_NS of its stream freeing up ties with the
+                # device's own chain: the path stays on the device and the small gap is the
+                # launch's (as the breakdown calls it), instead of following the host chain
+                # back through work that ran while the device was busy.
+                walk.take("launch", int(t.op_end[p]) + int(g.stream_gap[k]))
                 node_op = p
                 continue
             if g.dep[k] >= 0 and int(t.dep_end[k]) >= start:
                 node_op = int(g.dep[k])
                 walk.take("wait", int(t.op_end[node_op]))
+                continue
+            if g.after[k] >= 0 and int(t.op_end[g.after[k]]) >= start:
+                node_op = int(g.after[k])
                 continue
             c = int(g.host[k]) if g.host[k] >= 0 and int(t.released[k]) >= start else -1
             if c < 0 and has_call[k]:
@@ -834,8 +928,8 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
             break
         c = node_call
         walk.take("host", int(t.call_end[c]))
-        if g.sync[c] and drain_op[c] >= 0 and int(t.drain[c]) > int(t.call_start[c]):
-            walk.take("sync", int(t.drain[c]))
+        if (g.sync[c] or g.blocked[c]) and drain_op[c] >= 0 and t.drain[c] > t.call_start[c]:
+            walk.take("sync" if g.sync[c] else "launch", int(t.drain[c]))
             node_op, node_call = int(drain_op[c]), -1
             continue
         own = "launch" if g.call_cat is None else CATEGORIES[int(g.call_cat[c])]
@@ -877,6 +971,19 @@ class WhatIf:
     graph: StepGraph
     base: Timing
 
+    @property
+    def error(self) -> float:
+        """How far the unchanged replay is from the measured step (a fraction, unsigned)."""
+        g = self.graph
+        return abs(self.base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
+
+    @property
+    def blocked_s(self) -> float:
+        """The host's time per step inside synchronising calls (blocking copies included):
+        time it could not queue work, so the most that removing the syncs can save."""
+        g, t = self.graph, self.base
+        return float((t.call_end - t.call_start)[g.sync].sum()) * NS / g.steps
+
     def speedup(self, change: Change) -> tuple[float, Wall]:
         t = replay(self.graph, change)
         return self.base.step_s / max(t.step_s, 1e-12), wall_of(path_shares(self.graph, t))
@@ -896,6 +1003,7 @@ FINDING_CHANGES = {
     "data-loading": Change(data=True),
     "sync-in-step": Change(sync=True),
     "launch-bound": Change(host=float("inf")),
+    "host-work": Change(host=float("inf")),
     "fusable-pointwise": Change(fuse=True),
     "matmul-below-roof": Change(matmul=1.0),
     "exposed-comm": Change(overlap=True),
@@ -904,11 +1012,12 @@ FINDING_CHANGES = {
 Amdahl bound assumes: its share gone)."""
 
 
-def with_replay(whatif: WhatIf | None, finding: Finding) -> Finding:
+def with_replay(whatif: WhatIf | None, finding: Finding, max_error: float) -> Finding:
     """`finding` with its gain replayed on the graph where the graph can (`replay_speedup`,
-    `wall_after`), else marked as a bound (`gain_basis`)."""
+    `wall_after`), else marked as a bound (`gain_basis`): also where the unchanged replay
+    misses the measured step by more than `max_error`, since that graph lacks dependencies."""
     change = FINDING_CHANGES.get(finding.id)
-    if whatif is None or change is None or finding.saves != "time":
+    if whatif is None or change is None or finding.saves != "time" or whatif.error > max_error:
         return msgspec.structs.replace(finding, gain_basis="bound")
     speedup, wall = whatif.speedup(change)
     # The replay moves what the graph holds; the Amdahl bound caps what removing the share
@@ -917,6 +1026,65 @@ def with_replay(whatif: WhatIf | None, finding: Finding) -> Finding:
     return msgspec.structs.replace(
         finding, gain_basis="replay", replay_speedup=speedup, wall_after=wall
     )
+
+
+def _kinds(change: Change) -> frozenset[str]:
+    return frozenset(
+        k
+        for k, on in (
+            ("data", change.data),
+            ("host", change.host != 1.0),
+            ("sync", change.sync),
+            ("fuse", change.fuse),
+            ("matmul", change.matmul is not None),
+            ("overlap", change.overlap),
+        )
+        if on
+    )
+
+
+def covers(finding: Change, row: Change) -> bool:
+    """The finding's change is the row's, or a larger one of the same kind (all host work
+    gone against half of it, matmuls at their roof against 80% of it)."""
+    return (
+        _kinds(finding) == _kinds(row)
+        and finding.host >= row.host
+        and (row.matmul is None or (finding.matmul or 0.0) >= row.matmul)
+    )
+
+
+def consistent_rows(rows: Sequence[WhatIfRow], findings: Sequence[Finding]) -> list[WhatIfRow]:
+    """The what-if rows, each no faster than a replayed finding whose fix is the same or
+    larger says (a finding's replay is capped by its Amdahl bound, the share of the step the
+    breakdown gives its cause), with that finding's wall after: one fix, one figure, in the
+    table and in the findings."""
+    ceilings = [
+        (FINDING_CHANGES[f.id], f.id, f.replay_speedup, f.wall_after)
+        for f in findings
+        if f.id in FINDING_CHANGES and f.replay_speedup is not None
+    ]
+    out = []
+    for r in rows:
+        try:
+            change = parse_what_if(r.change)[-1]
+        except WallfinderError:  # a job's straggler row: not a graph change
+            out.append(r)
+            continue
+        caps = [(s, i, w) for c, i, s, w in ceilings if covers(c, change) and s < r.speedup]
+        if not caps:
+            out.append(r)
+            continue
+        speedup, by, wall = min(caps)
+        out.append(
+            msgspec.structs.replace(
+                r,
+                speedup=speedup,
+                step_s=r.step_s * r.speedup / speedup,
+                capped_by=by,
+                wall_after=wall or r.wall_after,
+            )
+        )
+    return out
 
 
 def critical_path(
@@ -940,11 +1108,19 @@ def critical_path(
     notes = list(g.notes)
     if base.rounds >= MAX_ROUNDS:
         notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
+    if whatif.error > scope.thresholds.time.replay_error:
+        notes.append(
+            f"the unchanged replay misses the measured step by {whatif.error:.0%}: the graph "
+            "lacks dependencies the trace does not record, so the findings keep their bounds "
+            "and the what-ifs are rough"
+        )
     if shares["wait"] >= 0.05:
         notes.append(
             f"{shares['wait']:.0%} of the critical path is device waits no recorded edge "
             "explains (an event or stream wait on work the trace does not show, a graph's "
-            "internal edges): kept as measured, so fixes elsewhere cannot move them"
+            "internal edges): each kept as a fixed delay after its launch or the op before "
+            "it on its stream, so a fix cannot shorten them, though one that launches the "
+            "work sooner moves them with it"
         )
     if changes is None:
         # With no device ops (the CPU as the device) there is nothing to sync, fuse or re-time.
@@ -1160,6 +1336,8 @@ __all__ = [
     "Timing",
     "WhatIf",
     "build_graph",
+    "consistent_rows",
+    "covers",
     "cpu_graph",
     "critical_path",
     "job_path",

@@ -12,7 +12,7 @@ from statistics import median
 import msgspec
 
 from wallfinder.analysis.collectives import RankCollectives, join
-from wallfinder.analysis.critpath import job_path, job_replay
+from wallfinder.analysis.critpath import consistent_rows, job_path, job_replay
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding
 from wallfinder.errors import WallfinderError
@@ -64,6 +64,9 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
     )
     if path is not None and path.rank_shares:
         findings = [_straggler_replayed(f, path) for f in findings]
+    if path is not None and main.breakdown.basis == "gpu":
+        # The path may be another rank's than the findings shown: one fix, one figure still.
+        path = msgspec.structs.replace(path, what_if=consistent_rows(path.what_if, findings))
     return msgspec.structs.replace(
         main,
         ranks=job.ranks,

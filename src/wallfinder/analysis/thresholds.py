@@ -50,6 +50,10 @@ class TimeThresholds:
     slow_launch_ns: int = 1_000_000
     """A launch call this long is not the launch path's usual cost (microseconds): a first
     launch loading the kernel's code, or a host stalled inside the runtime."""
+    replay_error: float = 0.1
+    """A graph whose unchanged replay misses the measured step by more than this (a fraction)
+    lacks dependencies the trace does not show: findings keep their Amdahl bounds instead of
+    a replayed gain."""
     host_work_per_launch_ns: int = 200_000
     """Host time the GPU waited for, per kernel launched, beyond this is the host's own work
     between launches (the launch path costs tens of microseconds per eager op): the fix is to

@@ -243,7 +243,15 @@ def what_if_cells(d: Diagnosis) -> list[list[str]]:
     cp = d.critical_path
     if cp is None:
         return []
-    return [[r.change, f"{ms(r.step_s)} ms", f"{r.speedup:.2f}x", r.wall_after] for r in cp.what_if]
+    return [
+        [
+            r.change,
+            f"{ms(r.step_s)} ms",
+            f"{r.speedup:.2f}x" + (f" (as {r.capped_by})" if r.capped_by else ""),
+            r.wall_after,
+        ]
+        for r in cp.what_if
+    ]
 
 
 def critical_path_line(d: Diagnosis) -> str:
@@ -256,10 +264,20 @@ def critical_path_line(d: Diagnosis) -> str:
         f"{k} {pct(v, 0)}" for k, v in sorted(cp.shares.items(), key=lambda x: -x[1]) if v >= 0.01
     )
     rank = f" through rank {cp.rank} (the rank the others wait for)" if cp.rank is not None else ""
+    capped = sorted({r.capped_by for r in cp.what_if if r.capped_by})
     return (
-        f"critical path{rank}: {parts}; the {cp.wall} wall. Replaying the unchanged graph gives "
+        f"critical path{rank} (the longest chain of dependent host and device work; its host "
+        "time can run while the GPU is busy, so it is not the breakdown's idle time): "
+        f"{parts}; the {cp.wall} wall. Replaying the unchanged graph gives "
         f"{ms(cp.replayed_step_s)} ms per step for the measured {ms(cp.measured_step_s)} ms "
-        f"({cp.replay_error:+.1%}); the what-ifs are estimates from the replay"
+        f"({cp.replay_error:+.1%}); the what-ifs are estimates from the replay, never below "
+        "the device's busy time under the fix"
+        + (
+            f"; a row marked 'as {capped[0]}' gains more in the replay than that finding's "
+            "bound allows for its cause, and shows the finding's figure"
+            if capped
+            else ""
+        )
         + "".join(f". {n[0].upper()}{n[1:]}" for n in cp.notes)
     )
 
