@@ -125,11 +125,11 @@ def test_overlapping_a_collective_with_the_backward_hides_it_behind_the_last_gem
     assert path.replayed_step_s == pytest.approx(path.measured_step_s, rel=1e-3)
     saved = path.measured_step_s - _row(path, "overlap")
     assert saved == pytest.approx(100 * US, rel=0.01)
+    # The finding keeps its Amdahl bound: the overlap replay is an opt-in estimate, not the
+    # finding's figure (on real traces it cannot see the peers a collective waits for).
     finding = next(f for f in d.findings if f.id == "exposed-comm")
-    assert finding.gain_basis == "replay"
-    assert finding.replay_speedup == pytest.approx(
-        path.measured_step_s / (path.measured_step_s - saved), rel=0.01
-    )
+    assert finding.gain_basis == "bound"
+    assert finding.replay_speedup is None
 
 
 def test_a_host_bound_step_has_the_host_on_its_path(tmp_path: Path) -> None:

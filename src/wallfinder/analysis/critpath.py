@@ -1006,10 +1006,12 @@ FINDING_CHANGES = {
     "host-work": Change(host=float("inf")),
     "fusable-pointwise": Change(fuse=True),
     "matmul-below-roof": Change(matmul=1.0),
-    "exposed-comm": Change(overlap=True),
 }
 """The findings the graph can replay, and the change each stands for (the change the finding's
-Amdahl bound assumes: its share gone)."""
+Amdahl bound assumes: its share gone). Exposed communication is not among them: the `overlap`
+what-if moves a collective only as far as the op it waited for, which gained nothing on any
+real trace tried (the collectives there wait for peers the graph does not hold), so the
+finding keeps its bound rather than a replayed 1.00x that would read as "nothing to gain"."""
 
 
 def with_replay(whatif: WhatIf | None, finding: Finding, max_error: float) -> Finding:
