@@ -27,8 +27,9 @@ edges) and replays it.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -541,6 +542,16 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     drain = np.full(n_calls, NEVER, np.int64)
     dep_end = np.full(g.dur.size, NEVER, np.int64)
     synced = use_sync & (g.drained_by >= 0)
+    any_synced = bool(synced.any())
+    drained_by = g.drained_by[synced]
+    # What does not change from round to round, computed once: long graphs take thousands
+    # of rounds.
+    step_gap = np.where(g.offset >= 0, gap_i, g.offset)
+    delay = lat_i + g.extra
+    released_by = g.host >= 0
+    host_call = np.maximum(g.host, 0)
+    has_dep = g.dep >= 0
+    dep_op = np.maximum(g.dep, 0)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
     while True:
@@ -549,19 +560,19 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         b = np.where(drain > NEVER, drain + cost_i - a_seg, NEVER)
         call_end = a_seg + np.maximum(_seg_max(b, c_seg), 0)
         previous = np.where(g.call_first, 0, np.concatenate([[0], call_end[:-1]]))
-        call_start = previous + np.where(g.offset >= 0, gap_i, g.offset)
-        ready = np.where(has_call, call_start[call] + lat_i + g.extra, g.fixed)
-        released = np.where(g.host >= 0, call_start[np.maximum(g.host, 0)] + g.host_lat, NEVER)
+        call_start = previous + step_gap
+        ready = np.where(has_call, call_start[call] + delay, g.fixed)
+        released = np.where(released_by, call_start[host_call] + g.host_lat, NEVER)
         r = np.maximum(np.maximum(ready, dep_end), released)
         # Streams: e_k = max(e_{k-1} + gap_k + dur_k, r_k + dur_k), per stream.
         new_end = _seg_max(r + dur_i - w_seg, seg) + w_seg
         if rounds > 1 and np.array_equal(new_end, op_end):
             break
         op_end = new_end
-        dep_end = np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap, NEVER)
-        if synced.any():
+        dep_end = np.where(has_dep, op_end[dep_op] + g.dep_gap, NEVER)
+        if any_synced:
             drain = np.full(n_calls, NEVER, np.int64)
-            np.maximum.at(drain, g.drained_by[synced], op_end[synced])
+            np.maximum.at(drain, drained_by, op_end[synced])
         if rounds >= MAX_ROUNDS:
             break
     op_start = op_end - dur_i
@@ -591,12 +602,18 @@ def _seg_max(values: I64, seg: I64) -> I64:
     if values.size == 0:
         return values
     real = values > NEVER
-    floor = min(int(values[real].min()) - 1, -1) if real.any() else -1
-    lo = np.where(real, values, floor)
-    span = int(lo.max()) - int(lo.min()) + 1
-    lifted = lo + seg * span
-    out: I64 = np.maximum.accumulate(lifted) - seg * span
+    floor = min(int(values.min(where=real, initial=_BIG)) - 1, -1) if real.any() else -1
+    out: I64 = np.where(real, values, floor)
+    span = int(out.max()) - int(out.min()) + 1
+    # In place: the replay calls this thousands of times on long graphs.
+    shift = seg * span
+    out += shift
+    np.maximum.accumulate(out, out=out)
+    out -= shift
     return out
+
+
+_BIG = np.iinfo(np.int64).max
 
 
 def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
@@ -648,55 +665,62 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
     if node_op >= 0 and t.end > int(t.op_end[node_op]):
         # The last step ended with its host work (it launched nothing).
         node_op, node_call = -1, int(np.argmax(t.call_end))
+    # The walk reads single elements, many times faster from lists than from arrays.
+    gl, tl = _Lists(g), _Lists(t)
+    prev_l, has_call_l, drain_op_l = prev.tolist(), has_call.tolist(), drain_op.tolist()
     for _ in range(4 * (g.dur.size + g.gap.size) + 4):
         if walk.cursor <= 0:
             break
         if node_op >= 0:
             k = node_op
-            start = int(t.op_start[k])
-            comm = g.cls[k] == COMM
+            start = int(tl.op_start[k])
+            comm = gl.cls[k] == COMM
             # A collective held up past its stream or launch waited for its peers.
             waited = "communication" if comm else "wait"
-            walk.take(waited, int(t.op_end[k]))
+            walk.take(waited, int(tl.op_end[k]))
             walk.take(
-                "communication" if comm else "compute" if int(g.cls[k]) in _MATMUL else "bandwidth",
+                "communication"
+                if comm
+                else "compute"
+                if int(gl.cls[k]) in _MATMUL
+                else "bandwidth",
                 start,
             )
-            p = int(prev[k])
-            if p >= 0 and int(t.op_end[p]) + int(g.stream_gap[k]) >= start:
+            p = int(prev_l[k])
+            if p >= 0 and int(tl.op_end[p]) + int(gl.stream_gap[k]) >= start:
                 node_op = p
                 continue
-            if g.dep[k] >= 0 and int(t.dep_end[k]) >= start:
-                node_op = int(g.dep[k])
-                walk.take("wait", int(t.op_end[node_op]))
+            if gl.dep[k] >= 0 and int(tl.dep_end[k]) >= start:
+                node_op = int(gl.dep[k])
+                walk.take("wait", int(tl.op_end[node_op]))
                 continue
-            c = int(g.host[k]) if g.host[k] >= 0 and int(t.released[k]) >= start else -1
-            if c < 0 and has_call[k]:
-                c = int(g.call[k])
-                walk.take(waited, max(walk.cursor - int(g.extra[k]), int(t.call_start[c])))
+            c = int(gl.host[k]) if gl.host[k] >= 0 and int(tl.released[k]) >= start else -1
+            if c < 0 and has_call_l[k]:
+                c = int(gl.call[k])
+                walk.take(waited, max(walk.cursor - int(gl.extra[k]), int(tl.call_start[c])))
             if c < 0:
                 walk.take("wait", 0)
                 break
-            walk.take("launch", int(t.call_start[c]))
-            _host_before(g, t, c, walk)
-            node_op, node_call = -1, (-1 if g.call_first[c] else c - 1)
+            walk.take("launch", int(tl.call_start[c]))
+            _host_before(gl, tl, c, walk)
+            node_op, node_call = -1, (-1 if gl.call_first[c] else c - 1)
             continue
         if node_call < 0:
             walk.take("host", 0)
             break
         c = node_call
-        walk.take("host", int(t.call_end[c]))
-        if g.sync[c] and drain_op[c] >= 0 and int(t.drain[c]) > int(t.call_start[c]):
-            walk.take("sync", int(t.drain[c]))
-            node_op, node_call = int(drain_op[c]), -1
+        walk.take("host", int(tl.call_end[c]))
+        if gl.sync[c] and drain_op_l[c] >= 0 and int(tl.drain[c]) > int(tl.call_start[c]):
+            walk.take("sync", int(tl.drain[c]))
+            node_op, node_call = int(drain_op_l[c]), -1
             continue
-        walk.take("sync" if g.sync[c] else "launch", int(t.call_start[c]))
-        _host_before(g, t, c, walk)
-        node_call = -1 if g.call_first[c] else c - 1
+        walk.take("sync" if gl.sync[c] else "launch", int(tl.call_start[c]))
+        _host_before(gl, tl, c, walk)
+        node_call = -1 if gl.call_first[c] else c - 1
     return walk
 
 
-def _host_before(g: StepGraph, t: Timing, c: int, walk: _Walk) -> None:
+def _host_before(g: _Lists, t: _Lists, c: int, walk: _Walk) -> None:
     """Take the host work before call `c` off the path, split by what it was, up to the
     previous call's end: the host work after the DataLoader's last stretch, the DataLoader,
     host-side collectives, then the rest (the order of the last two is not recorded)."""
@@ -713,6 +737,20 @@ def _host_before(g: StepGraph, t: Timing, c: int, walk: _Walk) -> None:
     walk.take("host", before)
 
 
+class _Lists:
+    """The array fields of a graph or a replay as Python lists, each converted on first use."""
+
+    def __init__(self, of: StepGraph | Timing) -> None:
+        self._of = of
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._of, name)
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        setattr(self, name, value)
+        return value
+
+
 def wall_of(shares: dict[str, float]) -> Wall:
     """The wall a critical path hits: that of its largest group of categories."""
     walls: dict[Wall, float] = {}
@@ -727,18 +765,27 @@ class WhatIf:
 
     graph: StepGraph
     base: Timing
+    _done: dict[Change, tuple[float, dict[str, float]]] = field(default_factory=dict)
+    """Each change's replayed step and path shares, replayed once: the table and the
+    findings ask for several of the same changes."""
+
+    def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
+        done = self._done.get(change)
+        if done is None:
+            t = replay(self.graph, change)
+            done = self._done[change] = (t.step_s, path_shares(self.graph, t))
+        return done
 
     def speedup(self, change: Change) -> tuple[float, Wall]:
-        t = replay(self.graph, change)
-        return self.base.step_s / max(t.step_s, 1e-12), wall_of(path_shares(self.graph, t))
+        step_s, shares = self._outcome(change)
+        return self.base.step_s / max(step_s, 1e-12), wall_of(shares)
 
     def row(self, change: Change) -> WhatIfRow:
-        t = replay(self.graph, change)
-        shares = path_shares(self.graph, t)
+        step_s, shares = self._outcome(change)
         return WhatIfRow(
             change=change.label,
-            step_s=t.step_s,
-            speedup=self.base.step_s / max(t.step_s, 1e-12),
+            step_s=step_s,
+            speedup=self.base.step_s / max(step_s, 1e-12),
             wall_after=wall_of(shares),
         )
 
@@ -838,14 +885,40 @@ def _in_step(
             merged[-1][1] = hi
         else:
             merged.append([lo, hi, cat])
-    while len(merged) > MAX_SEGMENTS:
-        i = min(range(1, len(merged)), key=lambda j: merged[j][1] - merged[j][0])
-        merged[i - 1][1] = merged[i][1]
-        del merged[i]
     return [
         PathSegment(start_s=(lo - a) * NS, end_s=(hi - a) * NS, category=cat)
-        for lo, hi, cat in merged
+        for lo, hi, cat in _fewest(merged, MAX_SEGMENTS)
     ]
+
+
+def _fewest(segments: list[list[Any]], most: int) -> list[list[Any]]:
+    """`segments` with the shortest (the first of the shortest on a tie) merged into the one
+    before it, again and again, until at most `most` are left (the first is never merged
+    away). A heap of lengths with stale entries skipped: a step ~ tens of thousands of
+    segments, which a scan per merge makes quadratic."""
+    if len(segments) <= most:
+        return segments
+    before = list(range(-1, len(segments) - 1))
+    after = list(range(1, len(segments) + 1))
+    alive = [True] * len(segments)
+    heap = [(hi - lo, j) for j, (lo, hi, _) in enumerate(segments) if j > 0]
+    heapq.heapify(heap)
+    left = len(segments)
+    while left > most:
+        length, j = heapq.heappop(heap)
+        lo, hi, _ = segments[j]
+        if not alive[j] or hi - lo != length:
+            continue  # merged away, or grown since this entry was pushed
+        i = before[j]
+        segments[i][1] = hi
+        alive[j] = False
+        after[i] = after[j]
+        if after[j] < len(segments):
+            before[after[j]] = i
+        if i > 0:
+            heapq.heappush(heap, (segments[i][1] - segments[i][0], i))
+        left -= 1
+    return [s for s, keep in zip(segments, alive, strict=True) if keep]
 
 
 def job_path(
