@@ -539,8 +539,8 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     a_seg = a - (a - gap_i - cost_i)[np.flatnonzero(g.call_first)][c_seg]
     has_call = g.call >= 0
     call = np.maximum(g.call, 0)
-    drain = np.full(n_calls, NEVER, np.int64)
     dep_end = np.full(g.dur.size, NEVER, np.int64)
+    released = np.full(g.dur.size, NEVER, np.int64)
     synced = use_sync & (g.drained_by >= 0)
     any_synced = bool(synced.any())
     drained_by = g.drained_by[synced]
@@ -548,33 +548,54 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     # of rounds.
     step_gap = np.where(g.offset >= 0, gap_i, g.offset)
     delay = lat_i + g.extra
-    released_by = g.host >= 0
-    host_call = np.maximum(g.host, 0)
-    has_dep = g.dep >= 0
-    dep_op = np.maximum(g.dep, 0)
+    # Few ops have a releasing call or a cross-stream wait: only their rows are updated.
+    released_rows = np.flatnonzero(g.host >= 0)
+    host_call, host_lat = g.host[released_rows], g.host_lat[released_rows]
+    dep_rows = np.flatnonzero(g.dep >= 0)
+    dep_op, dep_gap = g.dep[dep_rows], g.dep_gap[dep_rows]
+    # Only the sync calls that drain ops can wait (drain_i above NEVER): the host chain's
+    # running maximum is taken over them alone, and each call reads that of the last of them
+    # at or before it on its thread.
+    waits = np.unique(drained_by)
+    last = np.searchsorted(waits, np.arange(n_calls), side="right") - 1
+    after_wait = last >= 0
+    after_wait[after_wait] = c_seg[waits[last[after_wait]]] == c_seg[after_wait]
+    last = np.maximum(last, 0)
+    wait_seg, wait_base = c_seg[waits], cost_i[waits] - a_seg[waits]
+    # Each wait's drain, the latest end of the ops it drains: a maximum per group of ops.
+    synced_rows = np.flatnonzero(synced)
+    synced_rows = synced_rows[np.argsort(g.drained_by[synced_rows], kind="stable")]
+    group_of = g.drained_by[synced_rows]
+    group_starts = np.flatnonzero(np.r_[True, group_of[1:] != group_of[:-1]])
+    drain_w = np.full(waits.size, NEVER, np.int64)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
     while True:
         rounds += 1
         # Host, per thread: e_i = max(e_{i-1} + gap_i + cost_i, drain_i + cost_i), from 0.
-        b = np.where(drain > NEVER, drain + cost_i - a_seg, NEVER)
-        call_end = a_seg + np.maximum(_seg_max(b, c_seg), 0)
+        if waits.size:
+            d = drain_w
+            lift = np.maximum(_seg_max(np.where(d > NEVER, d + wait_base, NEVER), wait_seg), 0)
+            call_end = a_seg + np.where(after_wait, lift[last], 0)
+        else:
+            call_end = a_seg.copy()
         previous = np.where(g.call_first, 0, np.concatenate([[0], call_end[:-1]]))
         call_start = previous + step_gap
         ready = np.where(has_call, call_start[call] + delay, g.fixed)
-        released = np.where(released_by, call_start[host_call] + g.host_lat, NEVER)
+        released[released_rows] = call_start[host_call] + host_lat
         r = np.maximum(np.maximum(ready, dep_end), released)
         # Streams: e_k = max(e_{k-1} + gap_k + dur_k, r_k + dur_k), per stream.
         new_end = _seg_max(r + dur_i - w_seg, seg) + w_seg
         if rounds > 1 and np.array_equal(new_end, op_end):
             break
         op_end = new_end
-        dep_end = np.where(has_dep, op_end[dep_op] + g.dep_gap, NEVER)
+        dep_end[dep_rows] = op_end[dep_op] + dep_gap
         if any_synced:
-            drain = np.full(n_calls, NEVER, np.int64)
-            np.maximum.at(drain, drained_by, op_end[synced])
+            drain_w = np.maximum.reduceat(op_end[synced_rows], group_starts)
         if rounds >= MAX_ROUNDS:
             break
+    drain = np.full(n_calls, NEVER, np.int64)
+    drain[waits] = drain_w
     op_start = op_end - dur_i
     # The range ends where the last step's ops end (or its host chain, with no ops).
     # As the measured windows: the last step ends with the device work it launched.
