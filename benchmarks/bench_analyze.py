@@ -241,8 +241,12 @@ def run_measured(command: list[str], timeout: float) -> dict[str, Any]:
     return result
 
 
-def best_of(tool: str, command: list[str], size: int, repeat: int, timeout: float) -> Run:
-    best: Run | None = None
+def best_of(
+    tool: str, command: list[str], size: int, repeat: int, timeout: float, median: bool = False
+) -> Run:
+    """The fastest of `repeat` runs, or with `median` the run of median wall time (on a busy
+    machine the fastest run is luck; the median is what a user sees)."""
+    runs: list[Run] = []
     for _ in range(repeat):
         m = run_measured(command, timeout)
         if m["timed_out"]:
@@ -260,10 +264,9 @@ def best_of(tool: str, command: list[str], size: int, repeat: int, timeout: floa
             peak_tree_rss_mb=m["peak_tree_rss_bytes"] / MB,
             details=m["summary"],
         )
-        if best is None or (run.wall_s or 0) < (best.wall_s or 0):
-            best = run
-    assert best is not None
-    return best
+        runs.append(run)
+    runs.sort(key=lambda r: r.wall_s or 0.0)
+    return runs[(len(runs) - 1) // 2] if median else runs[0]
 
 
 def probe(python: str, code: str) -> tuple[str | None, str]:
@@ -304,6 +307,8 @@ def benchmark_file(
     repeat: int,
     timeout: float,
     scratch: Path,
+    median: bool = False,
+    cached: bool = True,
 ) -> dict[str, Any]:
     size = uncompressed_size(trace)
     print(f"\n{trace.name}: {size / MB:.1f} MB uncompressed", flush=True)
@@ -320,22 +325,22 @@ def benchmark_file(
             "-o",
             os.devnull,
         ]
-        runs.append(best_of("wallfinder", command + cache_flags, size, repeat, timeout))
+        runs.append(best_of("wallfinder", command + cache_flags, size, repeat, timeout, median))
         print(f"  wallfinder: {describe(runs[-1])}", flush=True)
-        if cache_flags:
+        if cache_flags and cached:
             # The second look: one run fills the cache (in the scratch folder), then timed.
             run_measured(command, timeout)
-            runs.append(best_of("wf cached", command, size, repeat, timeout))
+            runs.append(best_of("wf cached", command, size, repeat, timeout, median))
             print(f"  wf cached:  {describe(runs[-1])}", flush=True)
         if floor:
             schema = REPO_ROOT / "src" / "wallfinder" / "trace" / "_schema.py"
             command = [sys.executable, "-c", FLOOR_SCRIPT, str(trace), RESULT_MARKER, str(schema)]
-            runs.append(best_of("msgspec", command, size, repeat, timeout))
+            runs.append(best_of("msgspec", command, size, repeat, timeout, median))
             print(f"  msgspec:    {describe(runs[-1])}", flush=True)
     if hta_python:
         folder = hta_folder(trace, scratch)
         command = [hta_python, "-c", HTA_SCRIPT, str(folder), RESULT_MARKER]
-        runs.append(best_of("HTA", command, size, repeat, timeout))
+        runs.append(best_of("HTA", command, size, repeat, timeout, median))
         print(f"  HTA:        {describe(runs[-1])}", flush=True)
     speeds = {r.tool: r.mb_per_s for r in runs if r.mb_per_s}
     ratio = (
@@ -347,12 +352,20 @@ def benchmark_file(
         if "wallfinder" in walls and "msgspec" in walls
         else None
     )
+    peaks = {r.tool: r.peak_tree_rss_mb for r in runs if r.peak_tree_rss_mb}
     return {
         "file": trace.name,
         "uncompressed_mb": size / MB,
         "runs": [asdict(r) for r in runs],
         "throughput_ratio_wallfinder_over_hta": ratio,
         "wall_ratio_wallfinder_over_msgspec_floor": over_floor,
+        # wallfinder's workers count: its whole process tree against HTA's.
+        "peak_memory_ratio_hta_over_wallfinder": (
+            peaks["HTA"] / peaks["wallfinder"] if "HTA" in peaks and "wallfinder" in peaks else None
+        ),
+        "peak_memory_wallfinder_over_file": (
+            peaks["wallfinder"] * MB / size if "wallfinder" in peaks else None
+        ),
     }
 
 
@@ -398,6 +411,12 @@ def print_table(results: list[dict[str, Any]]) -> None:
         over_floor = result.get("wall_ratio_wallfinder_over_msgspec_floor")
         if over_floor is not None:
             print(f"{'':34} {'':8}  wallfinder wall time = {over_floor:.2f} x the msgspec floor")
+        less = result.get("peak_memory_ratio_hta_over_wallfinder")
+        if less is not None:
+            print(f"{'':34} {'':8}  wallfinder peak memory (tree) = {less:.1f} x less than HTA's")
+        of_file = result.get("peak_memory_wallfinder_over_file")
+        if of_file is not None:
+            print(f"{'':34} {'':8}  wallfinder peak memory (tree) = {of_file:.2f} x the file")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -421,6 +440,14 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the msgspec floor (the file decoded into wallfinder's event structs alone)",
     )
     parser.add_argument("--repeat", type=int, default=1, help="take the best of N runs")
+    parser.add_argument(
+        "--median", action="store_true", help="with --repeat, the median run, not the best"
+    )
+    parser.add_argument(
+        "--no-cached",
+        action="store_true",
+        help="skip the second look (the run with the cache of parsed traces filled)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -466,6 +493,9 @@ def main(argv: list[str] | None = None) -> int:
         print("neither tool can run: nothing to time")
         return 1
 
+    # An installed package has its bytecode compiled; a sandbox may forbid writing it
+    # (PYTHONDONTWRITEBYTECODE), which would time compiling the source on every run.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     help_text, _ = probe(sys.executable, CACHE_PROBE_SCRIPT)
     cache_flags = ["--no-cache"] if help_text and "--no-cache" in help_text else []
     with tempfile.TemporaryDirectory(prefix="bench-analyze-") as scratch:
@@ -480,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.repeat,
                 args.timeout,
                 Path(scratch),
+                args.median,
+                not args.no_cached,
             )
             for trace in files
         ]
@@ -491,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "repeat": args.repeat,
+            "statistic": "median" if args.median else "best",
             "timeout_s": args.timeout,
             "results": results,
         }

@@ -87,3 +87,28 @@ def test_the_package_names_resolve_on_first_use() -> None:
     assert out.stdout.split() == ["False", "True", "True", "True"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         _ = wallfinder.nope  # type: ignore[attr-defined]
+
+
+_GC_PROBE = """
+import atexit, gc, sys
+atexit.register(lambda: print(gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr))
+from wallfinder.cli import entry_point
+entry_point()
+"""
+
+
+def test_the_program_freezes_its_imports_and_keeps_collecting() -> None:
+    # The program (not `main`, which tests and callers run in their own processes) imports
+    # the command with the collector paused, freezes what the import made, and collects again.
+    done = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE, "roofline", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert done.stderr.strip().splitlines()[-1] == "True True"
+    done = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE, "--help"], capture_output=True, text=True, check=False
+    )
+    assert done.stderr.strip().splitlines()[-1] == "True False"  # no command: nothing frozen

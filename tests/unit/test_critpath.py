@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_collectives import rank_trace, write_job
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
-from wallfinder.analysis.critpath import Change, consistent_rows, parse_what_if, with_replay
+from wallfinder.analysis.critpath import (
+    Change,
+    _fewest,
+    consistent_rows,
+    parse_what_if,
+    with_replay,
+)
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding, WhatIfRow
 from wallfinder.errors import WallfinderError
 from wallfinder.report import render
@@ -549,3 +558,38 @@ def test_a_sync_that_keeps_the_host_from_running_ahead_is_a_finding_bounded_by_t
     assert "blocked 0.21 ms per step" in f.evidence  # 205 µs
     row = next(r for r in _path(d).what_if if r.change == "sync")
     assert row.speedup == pytest.approx(f.replay_speedup, rel=1e-6)
+
+
+def _fewest_by_scanning(segments: list[list[Any]], most: int) -> list[list[Any]]:
+    """The timeline's rule stated plainly: merge the first of the shortest segments (never
+    the first) into the one before it until `most` are left."""
+    merged = [list(s) for s in segments]
+    while len(merged) > most:
+        i = min(range(1, len(merged)), key=lambda j: merged[j][1] - merged[j][0])
+        merged[i - 1][1] = merged[i][1]
+        del merged[i]
+    return merged
+
+
+def test_fewest_merges_the_shortest_segment_into_the_one_before_it() -> None:
+    segments = [[0, 10, "a"], [10, 11, "b"], [11, 20, "a"], [20, 22, "c"], [22, 23, "b"]]
+    assert _fewest([list(s) for s in segments], 3) == [
+        [0, 11, "a"],
+        [11, 20, "a"],
+        [20, 23, "c"],
+    ]
+    assert _fewest([list(s) for s in segments], 5) == segments
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=40),
+    st.integers(1, 12),
+)
+def test_fewest_agrees_with_merging_by_scanning(steps: list[tuple[int, int]], most: int) -> None:
+    segments, at = [], 0
+    for i, (gap, length) in enumerate(steps):
+        at += gap
+        segments.append([at, at + length, "ab"[i % 2]])
+        at += length
+    assert _fewest([list(s) for s in segments], most) == _fewest_by_scanning(segments, most)

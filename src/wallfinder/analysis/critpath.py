@@ -39,8 +39,9 @@ the last rank arrives plus its transfer, each rank's work between two of them as
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -970,6 +971,16 @@ class WhatIf:
 
     graph: StepGraph
     base: Timing
+    _done: dict[Change, tuple[float, dict[str, float]]] = field(default_factory=dict)
+    """Each change's replayed step and path shares, replayed once: the table and the findings
+    ask for several of the same changes."""
+
+    def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
+        done = self._done.get(change)
+        if done is None:
+            t = replay(self.graph, change)
+            done = self._done[change] = (t.step_s, path_shares(self.graph, t))
+        return done
 
     @property
     def error(self) -> float:
@@ -985,16 +996,15 @@ class WhatIf:
         return float((t.call_end - t.call_start)[g.sync].sum()) * NS / g.steps
 
     def speedup(self, change: Change) -> tuple[float, Wall]:
-        t = replay(self.graph, change)
-        return self.base.step_s / max(t.step_s, 1e-12), wall_of(path_shares(self.graph, t))
+        step_s, shares = self._outcome(change)
+        return self.base.step_s / max(step_s, 1e-12), wall_of(shares)
 
     def row(self, change: Change) -> WhatIfRow:
-        t = replay(self.graph, change)
-        shares = path_shares(self.graph, t)
+        step_s, shares = self._outcome(change)
         return WhatIfRow(
             change=change.label,
-            step_s=t.step_s,
-            speedup=self.base.step_s / max(t.step_s, 1e-12),
+            step_s=step_s,
+            speedup=self.base.step_s / max(step_s, 1e-12),
             wall_after=wall_of(shares),
         )
 
@@ -1171,13 +1181,9 @@ def _in_step(
             merged[-1][1] = hi
         else:
             merged.append([lo, hi, cat])
-    while len(merged) > MAX_SEGMENTS:
-        i = min(range(1, len(merged)), key=lambda j: merged[j][1] - merged[j][0])
-        merged[i - 1][1] = merged[i][1]
-        del merged[i]
     return [
         PathSegment(start_s=(lo - a) * NS, end_s=(hi - a) * NS, category=cat)
-        for lo, hi, cat in merged
+        for lo, hi, cat in _fewest(merged, MAX_SEGMENTS)
     ]
 
 
@@ -1243,6 +1249,36 @@ def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
         work=work,
         transfer=transfer,
     )
+
+
+def _fewest(segments: list[list[Any]], most: int) -> list[list[Any]]:
+    """`segments` with the shortest (the first of the shortest on a tie) merged into the one
+    before it, again and again, until at most `most` are left (the first is never merged
+    away). A heap of lengths with stale entries skipped: a step ~ tens of thousands of
+    segments, which a scan per merge makes quadratic."""
+    if len(segments) <= most:
+        return segments
+    before = list(range(-1, len(segments) - 1))
+    after = list(range(1, len(segments) + 1))
+    alive = [True] * len(segments)
+    heap = [(hi - lo, j) for j, (lo, hi, _) in enumerate(segments) if j > 0]
+    heapq.heapify(heap)
+    left = len(segments)
+    while left > most:
+        length, j = heapq.heappop(heap)
+        lo, hi, _ = segments[j]
+        if not alive[j] or hi - lo != length:
+            continue  # merged away, or grown since this entry was pushed
+        i = before[j]
+        segments[i][1] = hi
+        alive[j] = False
+        after[i] = after[j]
+        if after[j] < len(segments):
+            before[after[j]] = i
+        if i > 0:
+            heapq.heappush(heap, (segments[i][1] - segments[i][0], i))
+        left -= 1
+    return [s for s, keep in zip(segments, alive, strict=True) if keep]
 
 
 def job_path(
