@@ -48,6 +48,7 @@ __all__ = [
     "size",
     "tensor_core_fix",
     "title_line",
+    "unplaced",
 ]
 
 IDLE_LABEL = {
@@ -510,3 +511,12 @@ def roofline_notes(r: Roofline) -> list[str]:
     if r.l2_note:
         lines.append(r.l2_note)
     return lines
+
+
+def unplaced(r: Roofline) -> str:
+    """The busy time the roofline places on neither roof, and why, in words: communication and
+    kernels without a class's bound, and matmuls whose bound is unknown without shapes."""
+    why = "communication, other"
+    if r.matmul_unknown_share:
+        why += f"; {pct(r.matmul_unknown_share)} of busy time matmuls without shapes"
+    return f"{pct(r.unknown_bound_share)} neither ({why})"

@@ -558,7 +558,7 @@ def _roofline_lines(d: Diagnosis) -> list[str]:
     lines = [
         f"Busy time {fmt.pct(r.compute_bound_share)} compute-bound, "
         f"{fmt.pct(r.bandwidth_bound_share)} bandwidth-bound, "
-        f"{fmt.pct(r.unknown_bound_share)} neither (communication, other); "
+        f"{fmt.unplaced(r)}; "
         f"{fmt.pct(r.costed_share)} of it has a cost model."
     ]
     for label, value in (

@@ -50,6 +50,7 @@ from wallfinder.report._format import (
     si,
     size,
     tensor_core_fix,
+    unplaced,
     what_if_cells,
 )
 
@@ -469,8 +470,8 @@ def _roofline(d: Diagnosis) -> Group:
     text.append(f"({r.device or 'unknown device: no roofs'}) ")
     text.append(
         f"busy time {pct(r.compute_bound_share)} compute-bound, "
-        f"{pct(r.bandwidth_bound_share)} bandwidth-bound, {pct(r.unknown_bound_share)} "
-        f"neither (communication, other); {pct(r.costed_share)} of it has a cost model"
+        f"{pct(r.bandwidth_bound_share)} bandwidth-bound, {unplaced(r)}; "
+        f"{pct(r.costed_share)} of it has a cost model"
     )
     for label, value in (
         ("compute-bound kernels", r.pct_of_roof_compute),
@@ -533,21 +534,18 @@ def _fusion(d: Diagnosis) -> Table:
     return table
 
 
-def _what_if(d: Diagnosis) -> Table:
-    table = Table(
-        title="What if (the step's dependency graph replayed with each fix; estimates)",
-        caption=critical_path_line(d),
-        caption_justify="left",
-        title_justify="left",
-        show_edge=False,
-    )
+def _what_if(d: Diagnosis) -> Group:
+    """The what-if table, then the critical path in a paragraph of the page's width (a table
+    caption would wrap at the narrow table's)."""
+    title = Text("What if (the step's dependency graph replayed with each fix; estimates)")
+    table = Table(show_edge=False)
     table.add_column("fix", no_wrap=True)
     table.add_column("step", justify="right", no_wrap=True)
     table.add_column("speed-up", justify="right", no_wrap=True)
     table.add_column("wall after", no_wrap=True)
     for row in what_if_cells(d):
         table.add_row(*row)
-    return table
+    return Group(title, table, Text(critical_path_line(d)))
 
 
 def _mfu(d: Diagnosis) -> Text:
