@@ -16,6 +16,9 @@ import contextlib
 import hashlib
 import mmap
 import os
+import shutil
+import subprocess
+from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
@@ -24,6 +27,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from wallfinder.errors import WallfinderError
 from wallfinder.trace.model import MEMORY_COLUMNS, Events, MemoryEvents, Trace
 
 FROM_BYTES = 32 << 20
@@ -61,6 +65,51 @@ def file_key(path: Path) -> str:
             f.seek(-_HASHED, os.SEEK_END)
             digest.update(f.read(_HASHED))
     return digest.hexdigest()[:32]
+
+
+def exported_report(
+    report: Path,
+    *,
+    tool: str,
+    product: str,
+    suffix: str,
+    args: Callable[[str, Path], list[str]],
+    step: str,
+    hint: str,
+    instead: str,
+    from_stdout: bool = False,
+) -> Path:
+    """A profiler report exported by its `tool` once, into the cache (never beside the
+    report), and reused while the report is unchanged: `args(tool's path, partial file)` is
+    the command, which writes the partial file (or, `from_stdout`, prints what goes in it).
+    Without `tool` on PATH, or when it fails, one line says how to export by hand (`hint`)."""
+    if not report.is_file():
+        raise WallfinderError(f"{report}: no such file")
+    exe = shutil.which(tool)
+    if exe is None:
+        raise WallfinderError(
+            f"{report.name}: reading an {product} report needs the {tool} command on PATH; "
+            f"or export it yourself ({hint}) and {instead}"
+        )
+    folder = cache_dir(tool)
+    target = folder / f"{file_key(report)}{suffix}"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / f"{target.stem}.{os.getpid()}.partial{suffix}"
+    try:
+        done = subprocess.run(args(exe, partial), capture_output=True, check=False)
+    except OSError as exc:
+        raise WallfinderError(f"{report.name}: {tool} could not be run ({exc.strerror})") from None
+    if from_stdout and done.returncode == 0 and done.stdout:
+        partial.write_bytes(done.stdout)
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise WallfinderError(
+            f"{report.name}: {step} failed (exit code {done.returncode}); try it by hand: {hint}"
+        )
+    os.replace(partial, target)
+    return target
 
 
 @cache

@@ -27,16 +27,13 @@ from __future__ import annotations
 import csv
 import functools
 import math
-import os
 import re
-import shutil
-import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from wallfinder.errors import WallfinderError
-from wallfinder.trace._cache import cache_dir, file_key
+from wallfinder.trace._cache import exported_report
 from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
 
 REPORT_SUFFIX = ".ncu-rep"
@@ -617,36 +614,17 @@ def _launch(
 def _exported(report: Path) -> Path:
     """The raw-page CSV of an `.ncu-rep` report, made with `ncu --import` into the cache (never
     beside the report) and reused while the report is unchanged."""
-    if not report.is_file():
-        raise WallfinderError(f"{report}: no such file")
-    ncu = shutil.which("ncu")
-    if ncu is None:
-        raise WallfinderError(
-            f"{report.name}: reading an Nsight Compute report needs the ncu command on PATH; "
-            f"or export it yourself ({EXPORT_HINT}) and pass the .csv"
-        )
-    folder = cache_dir("ncu")
-    target = folder / f"{file_key(report)}.csv"
-    if target.is_file():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        done = subprocess.run(
-            [ncu, "--import", str(report), "--csv", "--page", "raw"],
-            capture_output=True,
-            check=False,
-        )
-    except OSError as exc:
-        raise WallfinderError(f"{report.name}: ncu could not be run ({exc.strerror})") from None
-    if done.returncode != 0 or not done.stdout:
-        raise WallfinderError(
-            f"{report.name}: ncu --import failed (exit code {done.returncode}); try it by "
-            f"hand: {EXPORT_HINT}"
-        )
-    partial = folder / f"{target.stem}.{os.getpid()}.partial"
-    partial.write_bytes(done.stdout)
-    os.replace(partial, target)
-    return target
+    return exported_report(
+        report,
+        tool="ncu",
+        product="Nsight Compute",
+        suffix=".csv",
+        args=lambda ncu, _: [ncu, "--import", str(report), "--csv", "--page", "raw"],
+        step="ncu --import",
+        hint=EXPORT_HINT,
+        instead="pass the .csv",
+        from_stdout=True,
+    )
 
 
 def _files(path: Path) -> list[Path]:

@@ -36,9 +36,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sqlite3
-import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -51,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
-from wallfinder.trace._cache import cache_dir, file_key
+from wallfinder.trace._cache import exported_report
 from wallfinder.trace._reader import REPORT_SUFFIXES
 from wallfinder.trace.model import NONE, Events, Kind, Trace, step_key
 
@@ -781,37 +779,19 @@ def _default_step_range(trace: Trace) -> None:
 def exported(report: Path) -> Path:
     """The SQLite export of an `.nsys-rep` report, made with `nsys export` into the cache
     (never beside the report) on first use and reused while the report is unchanged."""
-    if not report.is_file():
-        raise WallfinderError(f"{report}: no such file")
-    nsys = shutil.which("nsys")
-    if nsys is None:
-        raise WallfinderError(
-            f"{report.name}: reading an Nsight Systems report needs the nsys command on PATH; "
-            f"or export it yourself ({EXPORT_HINT}) and analyse the .sqlite file"
-        )
-    folder = cache_dir("nsys")
-    target = folder / f"{file_key(report)}.sqlite"
-    if target.is_file():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / f"{target.stem}.{os.getpid()}.partial.sqlite"
-    command = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true"]
-    try:
-        done = subprocess.run(
-            [*command, "--output", str(partial), str(report)],
-            capture_output=True,
-            check=False,
-        )
-    except OSError as exc:
-        raise WallfinderError(f"{report.name}: nsys could not be run ({exc.strerror})") from None
-    if done.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise WallfinderError(
-            f"{report.name}: nsys export failed (exit code {done.returncode}); try it by "
-            f"hand: {EXPORT_HINT}"
-        )
-    os.replace(partial, target)
-    return target
+    return exported_report(
+        report,
+        tool="nsys",
+        product="Nsight Systems",
+        suffix=".sqlite",
+        args=lambda nsys, partial: [
+            *(nsys, "export", "--type", "sqlite", "--force-overwrite", "true"),
+            *("--output", str(partial), str(report)),
+        ],
+        step="nsys export",
+        hint=EXPORT_HINT,
+        instead="analyse the .sqlite file",
+    )
 
 
 def load_nsys(path: Path, step_range: str | None = None) -> list[Trace]:
