@@ -754,9 +754,6 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     c_seg = np.cumsum(g.call_first) - 1
     a_seg = a - (a - gap_i - cost_i)[np.flatnonzero(g.call_first)][c_seg]
     has_call = g.call >= 0
-    call = np.maximum(g.call, 0)
-    drain = np.full(n_calls, NEVER, np.int64)
-    dep_end = np.full(g.dur.size, NEVER, np.int64)
     synced = (g.drained_by >= 0) & (use_sync | g.blocked[np.maximum(g.drained_by, 0)])
     # Overlapped, a collective's wait for the op before it on another stream ends when that
     # op starts (its duration and the gap after it come off the edge).
@@ -768,32 +765,68 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     after_back = np.zeros(g.dur.size, np.int64)
     if change.overlap:
         after_back = np.where((g.cls == COMM) & (g.after >= 0), dur_i[np.maximum(g.after, 0)], 0)
+
+    # What does not change from round to round, computed once: long graphs take thousands of
+    # rounds, and each round updates only the rows an edge can move.
+    step_gap = np.where(g.offset >= 0, gap_i, g.offset)
+    call_rows = np.flatnonzero(has_call)
+    call_of, delay = g.call[call_rows], (lat_i + g.extra)[call_rows]
+    ready = g.fixed.copy()
+    released_rows = np.flatnonzero(g.host >= 0)
+    host_call, host_lat = g.host[released_rows], g.host_lat[released_rows]
+    released = np.full(g.dur.size, NEVER, np.int64)
+    after_rows = np.flatnonzero(g.after >= 0)
+    after_op, after_less = g.after[after_rows], after_back[after_rows]
+    dep_rows = np.flatnonzero(g.dep >= 0)
+    dep_op, dep_add = g.dep[dep_rows], (g.dep_gap - dep_back)[dep_rows]
+    dep_and_after = g.after[dep_rows] >= 0
+    dep_end = np.full(g.dur.size, NEVER, np.int64)
+    # Only the calls that drain ops wait for the device (their drain above NEVER): the host
+    # chain's running maximum is taken over them alone, and each call reads that of the last
+    # of them at or before it on its chain.
+    waits = np.unique(g.drained_by[synced])
+    last = np.searchsorted(waits, np.arange(n_calls), side="right") - 1
+    after_wait = last >= 0
+    after_wait[after_wait] = c_seg[waits[last[after_wait]]] == c_seg[after_wait]
+    last = np.maximum(last, 0)
+    wait_seg, wait_base = c_seg[waits], cost_i[waits] - a_seg[waits]
+    # Each wait's drain, the latest end of the ops it drains: a maximum per group of ops.
+    synced_rows = np.flatnonzero(synced)
+    synced_rows = synced_rows[np.argsort(g.drained_by[synced_rows], kind="stable")]
+    group_of = g.drained_by[synced_rows]
+    group_starts = np.flatnonzero(np.r_[True, group_of[1:] != group_of[:-1]])
+    drain_w = np.full(waits.size, NEVER, np.int64)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
     while True:
         rounds += 1
         # Host, per thread: e_i = max(e_{i-1} + gap_i + cost_i, drain_i + cost_i), from 0.
-        b = np.where(drain > NEVER, drain + cost_i - a_seg, NEVER)
-        call_end = a_seg + np.maximum(_seg_max(b, c_seg), 0)
+        if waits.size:
+            b = np.where(drain_w > NEVER, drain_w + wait_base, NEVER)
+            lift = np.maximum(_seg_max(b, wait_seg), 0)
+            call_end = a_seg + np.where(after_wait, lift[last], 0)
+        else:
+            call_end = a_seg.copy()
         previous = np.where(g.call_first, 0, np.concatenate([[0], call_end[:-1]]))
-        call_start = previous + np.where(g.offset >= 0, gap_i, g.offset)
-        ready = np.where(has_call, call_start[call] + lat_i + g.extra, g.fixed)
-        released = np.where(g.host >= 0, call_start[np.maximum(g.host, 0)] + g.host_lat, NEVER)
+        call_start = previous + step_gap
+        ready[call_rows] = call_start[call_of] + delay
+        released[released_rows] = call_start[host_call] + host_lat
         r = np.maximum(np.maximum(ready, dep_end), released)
         # Streams: e_k = max(e_{k-1} + gap_k + dur_k, r_k + dur_k), per stream.
         new_end = _seg_max(r + dur_i - w_seg, seg) + w_seg
         if rounds > 1 and np.array_equal(new_end, op_end):
             break
         op_end = new_end
-        dep_end = np.maximum(
-            np.where(g.dep >= 0, op_end[np.maximum(g.dep, 0)] + g.dep_gap - dep_back, NEVER),
-            np.where(g.after >= 0, op_end[np.maximum(g.after, 0)] - after_back, NEVER),
+        dep_end[after_rows] = op_end[after_op] - after_less
+        dep_end[dep_rows] = np.maximum(
+            op_end[dep_op] + dep_add, np.where(dep_and_after, dep_end[dep_rows], NEVER)
         )
-        if synced.any():
-            drain = np.full(n_calls, NEVER, np.int64)
-            np.maximum.at(drain, g.drained_by[synced], op_end[synced])
+        if waits.size:
+            drain_w = np.maximum.reduceat(op_end[synced_rows], group_starts)
         if rounds >= MAX_ROUNDS:
             break
+    drain = np.full(n_calls, NEVER, np.int64)
+    drain[waits] = drain_w
     op_start = op_end - dur_i
     # The range ends where the last step's ops end (or its host chain, with no ops).
     # As the measured windows: the last step ends with the device work it launched.
@@ -826,12 +859,18 @@ def _seg_max(values: I64, seg: I64) -> I64:
     if values.size == 0:
         return values
     real = values > NEVER
-    floor = min(int(values[real].min()) - 1, -1) if real.any() else -1
-    lo = np.where(real, values, floor)
-    span = int(lo.max()) - int(lo.min()) + 1
-    lifted = lo + seg * span
-    out: I64 = np.maximum.accumulate(lifted) - seg * span
+    floor = min(int(values.min(where=real, initial=_BIG)) - 1, -1) if real.any() else -1
+    out: I64 = np.where(real, values, floor)
+    span = int(out.max()) - int(out.min()) + 1
+    # In place: the replay calls this thousands of times on long graphs.
+    shift = seg * span
+    out += shift
+    np.maximum.accumulate(out, out=out)
+    out -= shift
     return out
+
+
+_BIG = np.iinfo(np.int64).max
 
 
 def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
@@ -883,64 +922,71 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
     if node_op >= 0 and t.end > int(t.op_end[node_op]):
         # The last step ended with its host work (it launched nothing).
         node_op, node_call = -1, int(np.argmax(t.call_end))
+    # The walk reads single elements, several times faster from memoryviews than from arrays.
+    gl, tl = _Elements(g), _Elements(t)
+    prev_l, has_call_l, drain_op_l = prev.data, has_call.data, drain_op.data
     for _ in range(4 * (g.dur.size + g.gap.size) + 4):
         if walk.cursor <= 0:
             break
         if node_op >= 0:
             k = node_op
-            start = int(t.op_start[k])
-            comm = g.cls[k] == COMM
+            start = int(tl.op_start[k])
+            comm = gl.cls[k] == COMM
             # A collective held up past its stream or launch waited for its peers.
             waited = "communication" if comm else "wait"
-            walk.take(waited, int(t.op_end[k]))
+            walk.take(waited, int(tl.op_end[k]))
             walk.take(
-                "communication" if comm else "compute" if int(g.cls[k]) in _MATMUL else "bandwidth",
+                "communication"
+                if comm
+                else "compute"
+                if int(gl.cls[k]) in _MATMUL
+                else "bandwidth",
                 start,
             )
-            p = int(prev[k])
-            if p >= 0 and int(t.op_end[p]) + int(g.stream_gap[k]) >= start - TIE_NS:
+            p = int(prev_l[k])
+            if p >= 0 and int(tl.op_end[p]) + int(gl.stream_gap[k]) >= start - TIE_NS:
                 # A launch that came within TIE_NS of its stream freeing up ties with the
                 # device's own chain: the path stays on the device and the small gap is the
                 # launch's (as the breakdown calls it), instead of following the host chain
                 # back through work that ran while the device was busy.
-                walk.take("launch", int(t.op_end[p]) + int(g.stream_gap[k]))
+                walk.take("launch", int(tl.op_end[p]) + int(gl.stream_gap[k]))
                 node_op = p
                 continue
-            if g.dep[k] >= 0 and int(t.dep_end[k]) >= start:
-                node_op = int(g.dep[k])
-                walk.take("wait", int(t.op_end[node_op]))
+            if gl.dep[k] >= 0 and int(tl.dep_end[k]) >= start:
+                node_op = int(gl.dep[k])
+                walk.take("wait", int(tl.op_end[node_op]))
                 continue
-            if g.after[k] >= 0 and int(t.op_end[g.after[k]]) >= start:
-                node_op = int(g.after[k])
+            if gl.after[k] >= 0 and int(tl.op_end[gl.after[k]]) >= start:
+                node_op = int(gl.after[k])
                 continue
-            c = int(g.host[k]) if g.host[k] >= 0 and int(t.released[k]) >= start else -1
-            if c < 0 and has_call[k]:
-                c = int(g.call[k])
-                walk.take(waited, max(walk.cursor - int(g.extra[k]), int(t.call_start[c])))
+            c = int(gl.host[k]) if gl.host[k] >= 0 and int(tl.released[k]) >= start else -1
+            if c < 0 and has_call_l[k]:
+                c = int(gl.call[k])
+                walk.take(waited, max(walk.cursor - int(gl.extra[k]), int(tl.call_start[c])))
             if c < 0:
                 walk.take("wait", 0)
                 break
-            walk.take("launch", int(t.call_start[c]))
-            _host_before(g, t, c, walk)
-            node_op, node_call = -1, (-1 if g.call_first[c] else c - 1)
+            walk.take("launch", int(tl.call_start[c]))
+            _host_before(gl, tl, c, walk)
+            node_op, node_call = -1, (-1 if gl.call_first[c] else c - 1)
             continue
         if node_call < 0:
             walk.take("host", 0)
             break
         c = node_call
-        walk.take("host", int(t.call_end[c]))
-        if (g.sync[c] or g.blocked[c]) and drain_op[c] >= 0 and t.drain[c] > t.call_start[c]:
-            walk.take("sync" if g.sync[c] else "launch", int(t.drain[c]))
-            node_op, node_call = int(drain_op[c]), -1
+        walk.take("host", int(tl.call_end[c]))
+        if (gl.sync[c] or gl.blocked[c]) and drain_op_l[c] >= 0 and tl.drain[c] > tl.call_start[c]:
+            walk.take("sync" if gl.sync[c] else "launch", int(tl.drain[c]))
+            node_op, node_call = int(drain_op_l[c]), -1
             continue
-        own = "launch" if g.call_cat is None else CATEGORIES[int(g.call_cat[c])]
-        walk.take("sync" if g.sync[c] else own, int(t.call_start[c]))
-        _host_before(g, t, c, walk)
-        node_call = -1 if g.call_first[c] else c - 1
+        own = "launch" if g.call_cat is None else CATEGORIES[int(gl.call_cat[c])]
+        walk.take("sync" if gl.sync[c] else own, int(tl.call_start[c]))
+        _host_before(gl, tl, c, walk)
+        node_call = -1 if gl.call_first[c] else c - 1
     return walk
 
 
-def _host_before(g: StepGraph, t: Timing, c: int, walk: _Walk) -> None:
+def _host_before(g: _Elements, t: _Elements, c: int, walk: _Walk) -> None:
     """Take the host work before call `c` off the path, split by what it was, up to the
     previous call's end: the host work after the DataLoader's last stretch, the DataLoader,
     host-side collectives, then the rest (the order of the last two is not recorded)."""
@@ -955,6 +1001,22 @@ def _host_before(g: StepGraph, t: Timing, c: int, walk: _Walk) -> None:
         walk.take("data", walk.cursor - round(int(g.gap_data[c]) * scale))
         walk.take("communication", walk.cursor - round(int(g.gap_comm[c]) * scale))
     walk.take("host", before)
+
+
+class _Elements:
+    """The array fields of a graph or a replay as memoryviews, whose elements are Python
+    numbers: read one at a time several times faster than from the array, with no copy (a
+    list would hold a Python int per element of arrays of millions)."""
+
+    def __init__(self, of: StepGraph | Timing) -> None:
+        self._of = of
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._of, name)
+        if isinstance(value, np.ndarray):
+            value = value.data
+        setattr(self, name, value)
+        return value
 
 
 def wall_of(shares: dict[str, float]) -> Wall:
