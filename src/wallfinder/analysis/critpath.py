@@ -26,9 +26,10 @@ The graph is built from what the trace holds, as columns (no object per event):
 Replay re-times the graph: the host chain is a max-plus scan (each call starts when the
 previous ended plus its host work; a sync ends no earlier than its drain), each stream a
 max-plus scan (an op starts at the latest of its launch, its stream predecessor and the op it
-waited for), both vectorised, iterated to the fixed point (the longest path). The unchanged
-graph reproduces the measured steps where the trace records every dependency; the error is
-reported. A what-if changes the graph's weights (host gaps, call costs, op durations, sync
+waited for), both vectorised, iterated to the fixed point (the longest path); a graph that
+takes many rounds is solved in one pass in dependency order instead, to the same times. The
+unchanged graph reproduces the measured steps where the trace records every dependency; the
+error is reported. A what-if changes the graph's weights (host gaps, call costs, op durations, sync
 edges) and replays it; no replay is shorter than the device's busy time under the change.
 
 When the CPU is the device (no device kernels), `cpu_graph` builds the same graph with the
@@ -718,7 +719,9 @@ def _fused(
 
 def replay(g: StepGraph, change: Change = Change()) -> Timing:
     """Re-time the graph with `change` applied: the longest path from `t0`, by max-plus scans
-    iterated to the fixed point."""
+    iterated to the fixed point; a graph still moving after ONE_PASS_AFTER rounds (many syncs
+    and waits in a row) is solved in one pass in dependency order, which gives the same times
+    and the rounds the iteration would have taken (`_longest_path`)."""
     n_calls = g.gap.size
     other = g.gap - g.gap_data - g.gap_comm
     gap = g.gap.astype(np.float64)
@@ -798,6 +801,7 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
     drain_w = np.full(waits.size, NEVER, np.int64)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
+    solved = 0
     while True:
         rounds += 1
         # Host, per thread: e_i = max(e_{i-1} + gap_i + cost_i, drain_i + cost_i), from 0.
@@ -815,8 +819,27 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         # Streams: e_k = max(e_{k-1} + gap_k + dur_k, r_k + dur_k), per stream.
         new_end = _seg_max(r + dur_i - w_seg, seg) + w_seg
         if rounds > 1 and np.array_equal(new_end, op_end):
+            rounds = max(rounds, solved)
             break
+        solved = 0  # (were the one pass's ends not the fixed point, iterate on from them)
         op_end = new_end
+        if rounds == ONE_PASS_AFTER:
+            # Still moving: the longest path in one pass over the graph in dependency order,
+            # checked by the next round (it must not move it).
+            longest = _longest_path(
+                g,
+                step_gap,
+                gap_i + cost_i,
+                cost_i,
+                dur_i,
+                delay,
+                dep_add,
+                after_less,
+                synced_rows,
+                group_of,
+            )
+            if longest is not None:
+                op_end, solved = longest
         dep_end[after_rows] = op_end[after_op] - after_less
         dep_end[dep_rows] = np.maximum(
             op_end[dep_op] + dep_add, np.where(dep_and_after, dep_end[dep_rows], NEVER)
@@ -851,6 +874,190 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
         ),
         rounds=rounds,
     )
+
+
+ONE_PASS_AFTER = 128
+"""Fixed-point rounds after which the replay takes the longest path in one pass over the graph
+in dependency order instead (one round is a few vectorised passes over the graph, the one pass
+a Python loop over its nodes: as long as about this many rounds)."""
+
+
+def _longest_path(
+    g: StepGraph,
+    step_gap: I64,
+    inc: I64,
+    cost: I64,
+    dur: I64,
+    delay: I64,
+    dep_add: I64,
+    after_less: I64,
+    synced_rows: I64,
+    group_of: I64,
+) -> tuple[I64, int] | None:
+    """The ops' ends at the replay's fixed point, by one pass over the graph in dependency
+    order, and the rounds the iteration takes to it: a round settles the paths with one more
+    edge read from the previous round (a sync's drain, a wait across streams), so the rounds
+    are two more than the most such edges on the fewest-edge longest path to any op. None when
+    the graph has a cycle or the iteration would stop at MAX_ROUNDS (it is then iterated)."""
+    n_calls, n_ops = g.gap.size, g.dur.size
+    first = g.call_first
+    # The edges, node ids: calls, then ops.
+    chain = np.flatnonzero(~first)
+    launched = np.flatnonzero(g.call >= 0)
+    launched = launched[~first[g.call[launched]]]
+    hosted = np.flatnonzero(g.host >= 0)
+    hosted = hosted[~first[g.host[hosted]]]
+    streamed = np.flatnonzero(~g.stream_first)
+    deps, afters = np.flatnonzero(g.dep >= 0), np.flatnonzero(g.after >= 0)
+    src = np.concatenate(
+        [
+            chain - 1,
+            n_calls + synced_rows,
+            g.call[launched] - 1,
+            g.host[hosted] - 1,
+            n_calls + streamed - 1,
+            n_calls + g.dep[deps],
+            n_calls + g.after[afters],
+        ]
+    )
+    dst = np.concatenate(
+        [
+            chain,
+            group_of,
+            n_calls + launched,
+            n_calls + hosted,
+            n_calls + streamed,
+            n_calls + deps,
+            n_calls + afters,
+        ]
+    )
+    nodes = n_calls + n_ops
+    indeg = np.bincount(dst, minlength=nodes).tolist()
+    by_src = np.argsort(src, kind="stable")
+    succ = dst[by_src].tolist()
+    sptr = np.searchsorted(src[by_src], np.arange(nodes + 1)).tolist()
+    gptr = np.searchsorted(group_of, np.arange(n_calls + 1)).tolist()
+    drains = synced_rows.tolist()
+    first_l, inc_l, cost_l, step_l = first.tolist(), inc.tolist(), cost.tolist(), step_gap.tolist()
+    call_l, host_l, dep_l, after_l = (
+        g.call.tolist(),
+        g.host.tolist(),
+        g.dep.tolist(),
+        g.after.tolist(),
+    )
+    delay_l = np.zeros(n_ops, np.int64)
+    delay_l[g.call >= 0] = delay
+    delay_ll, fixed_l, host_lat_l = delay_l.tolist(), g.fixed.tolist(), g.host_lat.tolist()
+    dep_add_l = np.zeros(n_ops, np.int64)
+    dep_add_l[deps] = dep_add
+    after_less_l = np.zeros(n_ops, np.int64)
+    after_less_l[afters] = after_less
+    dep_add_ll, after_less_ll = dep_add_l.tolist(), after_less_l.tolist()
+    sfirst_l, sgap_l, dur_l = g.stream_first.tolist(), g.stream_gap.tolist(), dur.tolist()
+    value = [0] * nodes
+    edges = [0] * nodes
+    stack = [v for v in range(nodes) if indeg[v] == 0]
+    done = 0
+    while stack:
+        v = stack.pop()
+        done += 1
+        if v < n_calls:
+            if first_l[v]:
+                e, c = inc_l[v], 0
+            else:
+                e, c = value[v - 1] + inc_l[v], edges[v - 1]
+            lo, hi = gptr[v], gptr[v + 1]
+            if lo < hi:
+                best, bc = NEVER, 0
+                for k in drains[lo:hi]:
+                    x, xc = value[n_calls + k], edges[n_calls + k] + 1
+                    if x > best:
+                        best, bc = x, xc
+                    elif x == best and xc < bc:
+                        bc = xc
+                best += cost_l[v]
+                if best > e:
+                    e, c = best, bc
+                elif best == e and bc < c:
+                    c = bc
+        else:
+            k = v - n_calls
+            ci = call_l[k]
+            if ci >= 0:
+                if first_l[ci]:
+                    r, rc = step_l[ci] + delay_ll[k], 0
+                else:
+                    r, rc = value[ci - 1] + step_l[ci] + delay_ll[k], edges[ci - 1]
+            else:
+                r, rc = fixed_l[k], 0
+            for x, xc in _inputs(
+                k,
+                n_calls,
+                value,
+                edges,
+                host_l,
+                first_l,
+                step_l,
+                host_lat_l,
+                dep_l,
+                dep_add_ll,
+                after_l,
+                after_less_ll,
+            ):
+                if x > r:
+                    r, rc = x, xc
+                elif x == r and xc < rc:
+                    rc = xc
+            e, c = r + dur_l[k], rc
+            if not sfirst_l[k]:
+                x, xc = value[v - 1] + sgap_l[k] + dur_l[k], edges[v - 1]
+                if x > e:
+                    e, c = x, xc
+                elif x == e and xc < c:
+                    c = xc
+        value[v], edges[v] = e, c
+        for s in succ[sptr[v] : sptr[v + 1]]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                stack.append(s)
+    if done < nodes:
+        return None
+    rounds = 2 + max(edges[n_calls:], default=0)
+    if rounds >= MAX_ROUNDS:
+        return None
+    return np.array(value[n_calls:], np.int64), rounds
+
+
+def _inputs(
+    k: int,
+    n_calls: int,
+    value: list[int],
+    edges: list[int],
+    host: list[int],
+    first: list[bool],
+    step: list[int],
+    host_lat: list[int],
+    dep: list[int],
+    dep_add: list[int],
+    after: list[int],
+    after_less: list[int],
+) -> list[tuple[int, int]]:
+    """Op `k`'s inputs besides its launch: the host call that released it, and the ops it
+    waits for on other streams (each with the edges read from the previous round on it)."""
+    out = []
+    h = host[k]
+    if h >= 0:
+        if first[h]:
+            out.append((step[h] + host_lat[k], 0))
+        else:
+            out.append((value[h - 1] + step[h] + host_lat[k], edges[h - 1]))
+    a = after[k]
+    if a >= 0:
+        out.append((value[n_calls + a] - after_less[k], edges[n_calls + a] + 1))
+    d = dep[k]
+    if d >= 0:
+        out.append((value[n_calls + d] + dep_add[k], edges[n_calls + d] + 1))
+    return out
 
 
 def _seg_max(values: I64, seg: I64) -> I64:
