@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,8 +16,10 @@ from test_collectives import rank_trace, write_job
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
+from wallfinder.analysis import critpath
 from wallfinder.analysis.critpath import (
     Change,
+    Timing,
     _fewest,
     consistent_rows,
     parse_what_if,
@@ -593,3 +596,39 @@ def test_fewest_agrees_with_merging_by_scanning(steps: list[tuple[int, int]], mo
         segments.append([at, at + length, "ab"[i % 2]])
         at += length
     assert _fewest([list(s) for s in segments], most) == _fewest_by_scanning(segments, most)
+
+
+@pytest.mark.parametrize(
+    "builder", [host_bound, gpu_bound, sync_bound, comm_exposed, late_collective, queue_full]
+)
+def test_the_one_pass_replay_gives_the_iterations_timing_and_rounds(
+    builder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every replay (the unchanged graph and each what-if) taken in one pass in dependency
+    order times every call and op as the rounds iterated to the fixed point do, and says how
+    many rounds those take."""
+    path = builder().write(tmp_path / "t.json")
+    timings: dict[int, list[critpath.Timing]] = {}
+    for after in (critpath.MAX_ROUNDS + 1, 1):  # iterate only; one pass after the first round
+        made: list[critpath.Timing] = []
+
+        def recording(**fields: Any) -> critpath.Timing:
+            made.append(Timing(**fields))  # noqa: B023
+            return made[-1]  # noqa: B023
+
+        monkeypatch.setattr(critpath, "ONE_PASS_AFTER", after)
+        monkeypatch.setattr(critpath, "Timing", recording)
+        analyze(path, Options(what_if="data,host:3,sync,fuse,matmul,overlap"))
+        timings[after] = made
+    iterated, one_pass = timings[critpath.MAX_ROUNDS + 1], timings[1]
+    assert len(iterated) == len(one_pass) >= 8
+    if builder not in (host_bound, gpu_bound):  # syncs or waits settle over several rounds
+        assert max(t.rounds for t in iterated) > 2
+    for a, b in zip(iterated, one_pass, strict=True):
+        assert a.rounds == b.rounds
+        assert a.end == b.end
+        assert a.step_s == b.step_s
+        for name in ("call_start", "call_end", "drain", "op_start", "op_end"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        for name in ("ready", "dep_end", "released"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
