@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgspec
@@ -525,6 +526,7 @@ class _Replay:
 
     def __init__(self, error: float) -> None:
         self.error = error
+        self.graph = SimpleNamespace(cost_fixed=None)  # a device graph, not the CPU's
 
     def speedup(self, change: Change) -> tuple[float, str]:
         return 3.0, "compute"

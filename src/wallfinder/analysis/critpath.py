@@ -1300,6 +1300,11 @@ def with_replay(whatif: WhatIf | None, finding: Finding, max_error: float) -> Fi
     change = FINDING_CHANGES.get(finding.id)
     if whatif is None or change is None or finding.saves != "time" or whatif.error > max_error:
         return msgspec.structs.replace(finding, gain_basis="bound")
+    if change.host != 1.0 and whatif.graph.cost_fixed is not None:
+        # On the CPU a host cut also divides the Python between ops and each op's fixed cost,
+        # more than the per-op overhead finding's share: the table's `host:F` rows are that
+        # fix, and the finding keeps its bound rather than a second figure for it.
+        return msgspec.structs.replace(finding, gain_basis="bound")
     speedup, wall = whatif.speedup(change)
     # The replay moves what the graph holds; the Amdahl bound caps what removing the share
     # can give, so a replay above it is the graph's error, not a gain.
