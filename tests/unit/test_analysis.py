@@ -16,6 +16,7 @@ from wallfinder import Diagnosis, Options, Thresholds, WallfinderError, analyze
 from wallfinder.analysis import diagnose
 from wallfinder.analysis.gpu import IDLE_CAUSES, WindowBreakdown, breakdown, device_ops
 from wallfinder.analysis.steps import cpu_steps, gpu_windows
+from wallfinder.analysis.verdict import gpu_note
 from wallfinder.trace import load_trace
 
 US = 1000  # ns per µs
@@ -682,3 +683,20 @@ def test_a_first_call_that_waits_for_the_gpu_is_not_start_up(tmp_path: Path) -> 
     d = load(startup_then_work(blocking=True), tmp_path)
     assert d.steps.total == 1
     assert d.steps.dropped == []
+
+
+def test_what_a_cpu_side_analysis_says_of_the_gpu() -> None:
+    cpu_only = np.array([0, 0, 0], dtype=np.int64)
+    some_on_gpu = np.array([0, 1], dtype=np.int64)
+    none = np.array([], dtype=np.int64)
+    # No GPU in sight: nothing to say.
+    assert gpu_note(False, 0, none) is None
+    # Runtime calls without kernels: the GPU's work was not recorded.
+    assert "no kernel was recorded" in (gpu_note(True, 3, cpu_only) or "")
+    # A GPU present, no runtime call, every allocation on the CPU: the job never used it.
+    assert "never used it" in (gpu_note(True, 0, cpu_only) or "")
+    # Without memory events (or with some on a GPU) the two readings stay open, and are said.
+    for types in (none, some_on_gpu):
+        note = gpu_note(True, 0, types) or ""
+        assert "either the job ran on the CPU" in note
+        assert "ProfilerActivity.CUDA" in note

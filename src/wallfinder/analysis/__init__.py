@@ -70,7 +70,7 @@ from wallfinder.analysis.thresholds import (
     TimeThresholds,
 )
 from wallfinder.analysis.timeline import step_timeline
-from wallfinder.analysis.verdict import decide, headline, thin_evidence
+from wallfinder.analysis.verdict import decide, gpu_note, headline, thin_evidence
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -393,8 +393,13 @@ def _result(
         launches_known=not any(w.startswith("no launch records") for w in warnings),
         roofline=roofline,
         wall=verdict.wall,
-        gpu_unrecorded=device.kind == "cpu"
-        and (bool(trace.device_properties) or len(trace.of_kind(Kind.RUNTIME)) > 0),
+        gpu=gpu_note(
+            bool(trace.device_properties),
+            len(trace.of_kind(Kind.RUNTIME)),
+            trace.memory.device_type,
+        )
+        if device.kind == "cpu"
+        else None,
     )
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
     if verdict.wall != typical.wall and facts is not None:

@@ -7,6 +7,8 @@ the order of DESIGN.md §1 and every answer carries the number that decided it.
 from __future__ import annotations
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
@@ -326,16 +328,13 @@ def thin_evidence(
     roofline: Roofline | None,
     wall: str,
     *,
-    gpu_unrecorded: bool = False,
+    gpu: str | None = None,
 ) -> list[str]:
-    """What makes a verdict rest on thin evidence, in words (empty: nothing does).
-    `gpu_unrecorded`: the job used a GPU whose work the trace did not record."""
+    """What makes a verdict rest on thin evidence, in words (empty: nothing does). `gpu`:
+    what a CPU-side analysis of a machine with a GPU must say about it (`gpu_note`)."""
     out = []
-    if gpu_unrecorded:
-        out.append(
-            "the job used a GPU (device properties or runtime calls in the trace) but no kernel "
-            "was recorded: this is the CPU's side only (profile with ProfilerActivity.CUDA)"
-        )
+    if gpu:
+        out.append(gpu)
     if steps.count < MIN_STEPS_FOR_STABILITY:
         out.append(
             f"{steps.count} steady-state step{'s' if steps.count != 1 else ''}: whether that "
@@ -351,3 +350,30 @@ def thin_evidence(
             "recorded with record_shapes=True and a known op)"
         )
     return out
+
+
+def gpu_note(
+    device_properties: bool, runtime_calls: int, memory_device_types: npt.NDArray[np.int64]
+) -> str | None:
+    """For a trace with no device kernels: what it says of the GPU, in words (None: nothing,
+    no GPU in sight). Runtime calls mean the job used a GPU whose kernels were not recorded;
+    device properties alone leave two readings, which the memory events (c10 device type 0:
+    the CPU) can settle: every allocation on the CPU means the job never used the GPU."""
+    if runtime_calls > 0:
+        return (
+            "the job used a GPU (runtime calls in the trace) but no kernel was recorded: this "
+            "is the CPU's side only (profile with ProfilerActivity.CUDA)"
+        )
+    if not device_properties:
+        return None
+    if memory_device_types.size and not (memory_device_types != 0).any():
+        return (
+            "a GPU was present but the job never used it: no CUDA/HIP runtime call, and every "
+            "allocation was on the CPU, so its ops ran on the CPU (move the model and its "
+            "inputs to the GPU: model.to('cuda'), tensor.to('cuda'))"
+        )
+    return (
+        "a GPU was present but the trace has no CUDA/HIP runtime call: either the job ran on "
+        "the CPU (move the model and inputs to the GPU) or the profiler did not record CUDA "
+        "activity (profile with ProfilerActivity.CUDA)"
+    )
