@@ -44,7 +44,7 @@ import numpy.typing as npt
 from wallfinder.analysis.allocations import Replay, by_site, rank_sites, step_growth
 from wallfinder.analysis.findings import Facts
 from wallfinder.analysis.intervals import Coverage
-from wallfinder.analysis.phases import user_frames
+from wallfinder.analysis.phases import optimizer_codes, user_frames
 from wallfinder.analysis.roofline import enclosing
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope
@@ -202,7 +202,7 @@ class _Context:
         step = np.where(inside, step, NONE)
         phase = np.full(len(mem), FORWARD, dtype=np.int64)
         phase[_covered(trace, mem, _backward_codes(trace))] = BACKWARD
-        phase[_covered(trace, mem, _optimizer_codes(trace))] = OPTIMIZER
+        phase[_covered(trace, mem, optimizer_codes(trace))] = OPTIMIZER
         phase[~inside] = BETWEEN
         return cls(
             trace=trace,
@@ -313,10 +313,6 @@ def _backward_codes(trace: Trace) -> npt.NDArray[np.int32]:
             )
         )
     )
-
-
-def _optimizer_codes(trace: Trace) -> npt.NDArray[np.int32]:
-    return trace.names_matching(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#")))
 
 
 def _covered(

@@ -252,15 +252,17 @@ def _site(frame: str) -> str:
     return path.replace("\\", "/").rpartition("/")[2] + paren + rest.replace("/", "∕")
 
 
+def optimizer_codes(trace: Trace) -> npt.NDArray[np.int32]:
+    """The names of the optimizer's ranges (`Optimizer.step#…`, `Optimizer.zero_grad#…`)."""
+    return trace.names_matching(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#")))
+
+
 def _ranges(trace: Trace) -> _Ranges:
     cpu = trace.of_kind(Kind.CPU_OP)
     engine = trace.names_matching(lambda s: s.startswith(("autograd::engine", "evaluate_function")))
     backward = cpu.take(np.flatnonzero(np.isin(cpu.name, engine) | (cpu.fwd_thread > 0)))
     host = (Kind.ANNOTATION, Kind.CPU_OP)
-    optimizer = trace.named(
-        host,
-        trace.names_matching(lambda s: s.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))),
-    )
+    optimizer = trace.named(host, optimizer_codes(trace))
     data = trace.named(host, trace.names_matching(is_data_loading))
     # The Python tracer's module records (with_stack), or the same names as record_function
     # ranges (what `wallfinder run` and `wallfinder.profile` put around each forward).
