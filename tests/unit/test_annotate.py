@@ -121,7 +121,7 @@ def test_no_argument_of_the_trace_is_carried_into_the_companion(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     b = phased_training_trace(3)
-    b.host("aten::mm", 10.0, 5.0, args={"Call stack": f"/home/alice/{SECRET}/train.py"})
+    b.host("aten::mm", 10.0, 5.0, args={"Call stack": f"/srv/{SECRET}/train.py"})
     b.kernel("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 20.0, 5.0, launch_at=11.0)
     _, events, _ = annotated(b, tmp_path, capsys, "m.json.gz")
     raw = gzip.decompress((tmp_path / "m.json.gz").read_bytes()).decode()
