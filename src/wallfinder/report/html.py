@@ -659,7 +659,13 @@ def _steps_figure(d: Diagnosis) -> dict[str, Any]:
         for label, color, values in parts
         if any(v > 0 for v in values)
     ]
-    if len(steps) < 4:
+    return _per_step_bars(data, len(steps), height=360)
+
+
+def _per_step_bars(data: list[dict[str, Any]], steps: int, *, height: int) -> dict[str, Any]:
+    """A figure of stacked bars, one per step (milliseconds): the layout the step breakdown and
+    the phases share."""
+    if steps < 4:
         for trace in data:
             trace["width"] = 0.3  # one wide bar reads as a block, not a step
     return {
@@ -667,7 +673,7 @@ def _steps_figure(d: Diagnosis) -> dict[str, Any]:
         "layout": _layout(
             barmode="stack",
             showlegend=True,
-            height=360,
+            height=height,
             bargap=0.15,
             xaxis={"type": "category"},
             legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
@@ -694,21 +700,7 @@ def _phases_figure(d: Diagnosis) -> dict[str, Any]:
         for key, label in fmt.PHASE_LABEL.items()
         if any(s.exposed_s.get(key, 0.0) > 0 for s in steps)
     ]
-    if len(steps) < 4:
-        for trace in data:
-            trace["width"] = 0.3
-    return {
-        "data": data,
-        "layout": _layout(
-            barmode="stack",
-            showlegend=True,
-            height=320,
-            bargap=0.15,
-            xaxis={"type": "category"},
-            legend={"orientation": "h", "y": -0.12, "yanchor": "top", "x": 0},
-            yaxis={"title": {"text": "ms"}},
-        ),
-    }
+    return _per_step_bars(data, len(steps), height=320)
 
 
 _BOUND_COLOR = {"compute": "#2ca02c", "bandwidth": "#ff7f0e", "unknown": "#b0b4b9"}
