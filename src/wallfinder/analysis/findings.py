@@ -127,6 +127,13 @@ class Facts:
         return count / max(self.steps.count, 1)
 
     @cached_property
+    def busy(self) -> Coverage:
+        """The device's busy time: the union of its ops over all streams (traces with a
+        device), found once for the rules that read the idle gaps."""
+        assert self.dev is not None
+        return Coverage.of(self.dev.ops.ts, self.dev.ops.end)
+
+    @cached_property
     def user_frames(self) -> Events:
         """Python frames of the user's code (traces recorded with stacks), found once for
         every rule that names call sites."""
@@ -346,8 +353,7 @@ def _host_work_ranges(f: Facts) -> str:
     )
     ts, dur, name, window = ts[keep], dur[keep], name[keep], window[keep]
     end = np.minimum(ts + dur, f.window_end[window])
-    ops = f.dev.ops
-    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    busy = f.busy
     idle = np.maximum((end - ts) - busy.covered(ts, end), 0)
     if not idle.any():
         return ""
@@ -453,7 +459,7 @@ def _waiting_work(f: Facts) -> str:
     how long before it started it was launched, in words."""
     if f.dev is None:
         return ""
-    nxt, waited = _waited_work(f, f.dev)
+    nxt, waited = _waited_work(f)
     if nxt.size == 0:
         return ""
     ops = f.dev.ops
@@ -472,14 +478,16 @@ def _waiting_work(f: Facts) -> str:
     return "; the waits end at " + ", ".join(said)
 
 
-def _waited_work(f: Facts, dev: DeviceOps) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
+def _waited_work(f: Facts) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
     """The device ops (rows) that ended the steady steps' dependency waits — gaps in the
     device's busy time whose next op had been launched before the gap began — and the idle
     time each ended (ns)."""
+    dev = f.dev
+    assert dev is not None
     ops = dev.ops
     if ops.ts.size == 0:
         return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int64)
-    busy = Coverage.of(ops.ts, ops.ts + ops.dur)
+    busy = f.busy
     lo, hi = int(f.window_start.min()), int(f.window_end.max())
     gap_start, gap_end = busy.gaps(lo, hi)
     nxt = np.searchsorted(ops.ts, gap_end, side="left")
@@ -1095,7 +1103,7 @@ def finding_work(f: Facts, finding: str) -> Events:
     if dev is not None:
         if finding == "dependency-wait":
             rows = np.zeros(len(dev.ops), dtype=bool)
-            rows[_waited_work(f, dev)[0]] = True
+            rows[_waited_work(f)[0]] = True
         elif finding == "exposed-comm":
             rows = _comm_rows(dev, f.inside)
         elif finding == "exposed-copies":
