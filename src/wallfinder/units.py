@@ -84,13 +84,13 @@ _SIGNATURE = re.compile(r"(?<=[^\s])[<(]")
 as in "Memset (Device)")."""
 
 
-def short_kernel(name: str, width: int = 60) -> str:
-    """A kernel's name for a sentence: no `void`, anonymous namespaces, template arguments or
-    parameter list, at most `width` characters."""
-    s = name.removeprefix("void ").replace("(anonymous namespace)::", "")
+def short_kernel(name: str, width: int | None = 60) -> str:
+    """A kernel's name for a sentence or a table: no `void`, anonymous namespaces, template
+    arguments or parameter list, at most `width` characters (None: any)."""
+    s = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     cut = _SIGNATURE.search(s)
     s = s[: cut.start()] if cut else s
-    return s if len(s) <= width else s[: width - 1] + "…"
+    return s if width is None or len(s) <= width else s[: width - 1] + "…"
 
 
 def is_user_path(path: str) -> bool:

@@ -12,6 +12,7 @@ from wallfinder.diagnosis import (
     Roofline,
 )
 from wallfinder.units import duration, ms, pct, size
+from wallfinder.units import short_kernel as units_short_kernel
 
 __all__ = [
     "CAUSE_LABEL",
@@ -156,13 +157,9 @@ def si(value: float | None, unit: str, digits: str = ".1f") -> str:
 
 
 def short_kernel(kernel: str) -> str:
-    """A kernel name without its return type, namespaces' noise, template arguments and
-    parameter list (the JSON has it whole)."""
-    name = kernel.removeprefix("void ").replace("(anonymous namespace)::", "")
-    name = name.replace("<unnamed>::", "")
-    for stop in ("<", "("):
-        name = name.split(stop, 1)[0]
-    return name.removeprefix("at::native::")
+    """A kernel name for a report's tables: `units.short_kernel` at any width, without the
+    `at::native::` every ATen kernel carries (the JSON has the name whole)."""
+    return units_short_kernel(kernel, width=None).removeprefix("at::native::")
 
 
 def tensor_core_fix(d: Diagnosis) -> str:
