@@ -4,6 +4,7 @@ measured step) and what-if replays, on synthetic traces whose critical path is k
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,6 +27,7 @@ from wallfinder.analysis.critpath import (
     parse_what_if,
     with_replay,
 )
+from wallfinder.analysis.thresholds import Thresholds, TimeThresholds
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding, WhatIfRow
 from wallfinder.errors import WallfinderError
 from wallfinder.report import render
@@ -634,3 +636,34 @@ def test_the_one_pass_replay_gives_the_iterations_timing_and_rounds(
             assert np.array_equal(getattr(a, name), getattr(b, name)), name
         for name in ("ready", "dep_end", "released"):
             assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize(("budget", "steps"), [(10**9, None), (30, 3), (5, 1)])
+def test_steady_steps_over_the_node_budget_are_replayed_on_consecutive_steps_around_the_timelines(
+    budget: int, steps: int | None, tmp_path: Path
+) -> None:
+    """Each gpu_bound step holds 4 launch calls and 4 kernels: a budget of 30 host calls and
+    device ops replays 3 consecutive steps, one under a step's 8 that step alone, and the
+    step drawn on the timeline is among them, with its path."""
+    thresholds = Thresholds(time=TimeThresholds(replay_nodes=budget))
+    d = analyze(gpu_bound(20).write(tmp_path / "t.json"), Options(thresholds=thresholds))
+    path = _path(d)
+    assert d.timeline is not None
+    assert path.timeline
+    assert path.replayed_step_s == pytest.approx(path.measured_step_s, rel=1e-9)
+    if steps is None:
+        assert path.steps == d.steps.count
+        assert path.device_ops == 4 * path.steps
+        assert not any("consecutive steady step" in n for n in path.notes)
+        return
+    assert path.steps == steps
+    assert path.device_ops == 4 * steps
+    (note,) = [n for n in path.notes if "consecutive steady step" in n]
+    assert f"replayed on {steps} consecutive steady step(s) of {d.steps.count}" in note
+    # Around the timeline's step (the drawn step is one of those replayed), and measured over
+    # them alone: step 1 takes 410 µs (from its CPU start), the others 400 µs.
+    first, last = (int(x) for x in re.findall(r"\(\D*(\d+) to \D*(\d+)\)", note)[0])
+    assert last - first + 1 == steps
+    assert first <= int(re.findall(r"\d+", d.timeline.step)[-1]) <= last
+    took = [410 if i == 1 else 400 for i in range(first, last + 1)]
+    assert path.measured_step_s == pytest.approx(sum(took) / steps * US, rel=1e-9)

@@ -327,16 +327,22 @@ class Timing:
 
 
 def build_graph(
-    scope: Scope, fusion: Sequence[FusionCandidate] = (), roofline: Roofline | None = None
+    scope: Scope,
+    fusion: Sequence[FusionCandidate] = (),
+    roofline: Roofline | None = None,
+    centre: int | None = None,
 ) -> StepGraph | None:
     """The dependency graph of the steady-state steps, or None when there is nothing to
-    replay (no device ops, no launch records, or no steady step)."""
+    replay (no device ops, no launch records, or no steady step). Steps holding more than
+    the `replay_nodes` threshold of host calls and device ops are cut to the consecutive
+    steady steps around step `centre` (else the middle one) that fit (`replayed_steps`)."""
     dev = scope.dev
     if dev is None or scope.count == 0:
         return None
     trace, spans = scope.trace, scope.spans
     kept = np.flatnonzero(scope.kept)
-    first, last = int(kept[0]), int(kept[-1])
+    first, last = replayed_steps(scope, centre)
+    cut = (first, last) != (int(kept[0]), int(kept[-1]))
     w0, t_end = int(scope.start[first]), int(scope.end[last])
     cpu_lo, cpu_hi = int(spans.cpu_start[first]), int(spans.cpu_end[last])
     t0 = min(w0, cpu_lo)
@@ -491,6 +497,14 @@ def build_graph(
     last_cpu = int(spans.cpu_start[last])
     launched_last = (call >= 0) & (c_ts[c] >= last_cpu)
     tail = -1 if launched_last.any() else max(cpu_hi - int(c_end.max()), 0)
+    notes: tuple[str, ...] = ()
+    if cut:
+        notes = (
+            f"replayed on {steps} consecutive steady step(s) of {kept.size} "
+            f"({spans.labels[first]} to {spans.labels[last]}): the steady steps hold more "
+            f"than {scope.thresholds.time.replay_nodes:,} host calls and device ops, and each "
+            "replay's cost grows with them",
+        )
     return StepGraph(
         t0=t0,
         origin=w0 - t0,
@@ -526,7 +540,58 @@ def build_graph(
         measured_s=float(t_end - w0) * NS / steps,
         busy_s=_busy(o_ts, o_end, w0, t_end) * NS / steps,
         busy_other_s=_busy(o_ts[cls != COMM], o_end[cls != COMM], w0, t_end) * NS / steps,
+        notes=notes,
     )
+
+
+def replayed_steps(scope: Scope, centre: int | None = None) -> tuple[int, int]:
+    """The first and last step the graph replays: those from the first steady step to the
+    last when their host calls (on the launching threads) and device ops number no more than
+    the `replay_nodes` threshold; else the run of consecutive steady steps around `centre`
+    (a step index; else the middle steady step) grown one step at a time, on the side with
+    fewer, while it fits, and at least that step."""
+    kept = np.flatnonzero(scope.kept)
+    first, last = int(kept[0]), int(kept[-1])
+    budget = scope.thresholds.time.replay_nodes
+    dev = scope.dev
+    if dev is None:
+        return first, last
+    trace, spans = scope.trace, scope.spans
+    launched = dev.launch_ts != NO_LAUNCH
+    runtime = trace.of_kind(Kind.RUNTIME)
+    threads = np.unique(dev.launch_thread[launched])
+    calls = np.sort(runtime.ts[np.isin(runtime.thread, threads)])
+    ops = np.sort(dev.ops.ts)
+    per_step = (
+        np.searchsorted(calls, spans.cpu_end[first : last + 1])
+        - np.searchsorted(calls, spans.cpu_start[first : last + 1])
+        + np.searchsorted(ops, scope.end[first : last + 1])
+        - np.searchsorted(ops, scope.start[first : last + 1])
+    ).astype(np.int64)
+    if int(per_step.sum()) <= budget:
+        return first, last
+    steady = scope.kept[first : last + 1].tolist()
+    size = per_step.tolist()
+    c = (centre if centre is not None and first <= centre <= last else -1) - first
+    if c < 0 or not steady[c]:
+        c = int(kept[kept.size // 2]) - first
+    lo = hi = c
+    total = size[c]
+    while True:
+        left = size[lo - 1] if lo > 0 and steady[lo - 1] else None
+        right = size[hi + 1] if hi + 1 < len(size) and steady[hi + 1] else None
+        options = [(n, side) for n, side in ((left, -1), (right, 1)) if n is not None]
+        if not options:
+            break
+        n, side = min(options)
+        if total + n > budget:
+            break
+        total += n
+        if side < 0:
+            lo -= 1
+        else:
+            hi += 1
+    return first + lo, first + hi
 
 
 def _queue_full(
@@ -717,11 +782,14 @@ def _fused(
     return out
 
 
-def replay(g: StepGraph, change: Change = Change()) -> Timing:
+def replay(g: StepGraph, change: Change = Change(), one_pass_at: int = 0) -> Timing:
     """Re-time the graph with `change` applied: the longest path from `t0`, by max-plus scans
     iterated to the fixed point; a graph still moving after ONE_PASS_AFTER rounds (many syncs
     and waits in a row) is solved in one pass in dependency order, which gives the same times
-    and the rounds the iteration would have taken (`_longest_path`)."""
+    and the rounds the iteration would have taken (`_longest_path`). `one_pass_at`: the round
+    that takes the one pass instead of ONE_PASS_AFTER (a what-if on a graph whose unchanged
+    replay needed it takes it at once: its times are the same)."""
+    one_pass_at = one_pass_at or ONE_PASS_AFTER
     n_calls = g.gap.size
     other = g.gap - g.gap_data - g.gap_comm
     gap = g.gap.astype(np.float64)
@@ -823,7 +891,7 @@ def replay(g: StepGraph, change: Change = Change()) -> Timing:
             break
         solved = 0  # (were the one pass's ends not the fixed point, iterate on from them)
         op_end = new_end
-        if rounds == ONE_PASS_AFTER:
+        if rounds == one_pass_at:
             # Still moving: the longest path in one pass over the graph in dependency order,
             # checked by the next round (it must not move it).
             longest = _longest_path(
@@ -1086,20 +1154,14 @@ def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
 
 
 class _Walk:
-    """The critical path as it is walked back: time taken per category, and the segments
-    (start, end, category) in replayed ns, latest first."""
+    """The critical path as it was walked back: the segments (start, end, category) in
+    replayed ns, latest first, and the time per category."""
 
-    def __init__(self, cursor: int) -> None:
-        self.cursor = cursor
+    def __init__(self, segments: list[tuple[int, int, str]]) -> None:
+        self.segments = segments
         self.out = dict.fromkeys(CATEGORIES, 0.0)
-        self.segments: list[tuple[int, int, str]] = []
-
-    def take(self, category: str, lo: int) -> None:
-        """The path spends [lo, cursor) in `category`; it goes on from `lo`."""
-        if lo < self.cursor:
-            self.out[category] += self.cursor - lo
-            self.segments.append((lo, self.cursor, category))
-            self.cursor = lo
+        for lo, hi, category in segments:
+            self.out[category] += hi - lo
 
     def shares(self) -> dict[str, float]:
         total = float(sum(self.out.values())) or 1.0
@@ -1108,10 +1170,17 @@ class _Walk:
 
 def walk_path(g: StepGraph, t: Timing) -> _Walk:
     """The critical path, walked back from where the last step ends through each node's
-    binding edge to the start of the range."""
-    walk = _Walk(t.end)
-    if t.end <= 0:
-        return walk
+    binding edge to the start of the range.
+
+    The walk is a loop over the path's nodes, the one Python loop of the analysis that
+    touches each node: a step of the path ("take") is written out in place, `if lo < cur:`
+    the path spends [lo, cur) in a category and goes on from `lo`, rather than called."""
+    segs: list[tuple[int, int, str]] = []
+    add = segs.append
+    cur = t.end
+    if cur <= 0:
+        return _Walk(segs)
+    data, host, launch, sync, comm, compute, bandwidth, wait = CATEGORIES
     has_call = g.call >= 0
     # Per stream, the previous op (NONE for the first).
     prev = np.where(g.stream_first, -1, np.arange(g.dur.size) - 1)
@@ -1126,104 +1195,130 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
     candidates = np.flatnonzero(has_call)
     node_op = int(candidates[np.argmax(t.op_end[candidates])]) if candidates.size else -1
     node_call = -1 if node_op >= 0 else int(np.argmax(t.call_end))
-    if node_op >= 0 and t.end > int(t.op_end[node_op]):
+    if node_op >= 0 and cur > int(t.op_end[node_op]):
         # The last step ended with its host work (it launched nothing).
         node_op, node_call = -1, int(np.argmax(t.call_end))
-    # The walk reads single elements, several times faster from memoryviews than from arrays.
-    gl, tl = _Elements(g), _Elements(t)
+    # Single elements read several times faster from memoryviews than from arrays.
+    op_start, op_end, dep_end, released = (
+        t.op_start.data,
+        t.op_end.data,
+        t.dep_end.data,
+        t.released.data,
+    )
+    call_start, call_end, drain = t.call_start.data, t.call_end.data, t.drain.data
+    cls, stream_gap, dep, after = g.cls.data, g.stream_gap.data, g.dep.data, g.after.data
+    host_of, call_of, extra = g.host.data, g.call.data, g.extra.data
+    call_first, is_sync, blocked = g.call_first.data, g.sync.data, g.blocked.data
+    gap, gap_data, gap_comm, after_data = (
+        g.gap.data,
+        g.gap_data.data,
+        g.gap_comm.data,
+        g.after_data.data,
+    )
+    call_cat = None if g.call_cat is None else g.call_cat.data
     prev_l, has_call_l, drain_op_l = prev.data, has_call.data, drain_op.data
+    c = -1
     for _ in range(4 * (g.dur.size + g.gap.size) + 4):
-        if walk.cursor <= 0:
+        if cur <= 0:
             break
         if node_op >= 0:
             k = node_op
-            start = int(tl.op_start[k])
-            comm = gl.cls[k] == COMM
+            start = op_start[k]
+            kind = cls[k]
             # A collective held up past its stream or launch waited for its peers.
-            waited = "communication" if comm else "wait"
-            walk.take(waited, int(tl.op_end[k]))
-            walk.take(
-                "communication"
-                if comm
-                else "compute"
-                if int(gl.cls[k]) in _MATMUL
-                else "bandwidth",
-                start,
-            )
-            p = int(prev_l[k])
-            if p >= 0 and int(tl.op_end[p]) + int(gl.stream_gap[k]) >= start - TIE_NS:
+            waited = comm if kind == COMM else wait
+            lo = op_end[k]
+            if lo < cur:
+                add((lo, cur, waited))
+                cur = lo
+            if start < cur:
+                add(
+                    (
+                        start,
+                        cur,
+                        comm if kind == COMM else compute if kind in _MATMUL else bandwidth,
+                    )
+                )
+                cur = start
+            p = prev_l[k]
+            if p >= 0 and op_end[p] + stream_gap[k] >= start - TIE_NS:
                 # A launch that came within TIE_NS of its stream freeing up ties with the
                 # device's own chain: the path stays on the device and the small gap is the
                 # launch's (as the breakdown calls it), instead of following the host chain
                 # back through work that ran while the device was busy.
-                walk.take("launch", int(tl.op_end[p]) + int(gl.stream_gap[k]))
+                lo = op_end[p] + stream_gap[k]
+                if lo < cur:
+                    add((lo, cur, launch))
+                    cur = lo
                 node_op = p
                 continue
-            if gl.dep[k] >= 0 and int(tl.dep_end[k]) >= start:
-                node_op = int(gl.dep[k])
-                walk.take("wait", int(tl.op_end[node_op]))
+            if dep[k] >= 0 and dep_end[k] >= start:
+                node_op = dep[k]
+                lo = op_end[node_op]
+                if lo < cur:
+                    add((lo, cur, wait))
+                    cur = lo
                 continue
-            if gl.after[k] >= 0 and int(tl.op_end[gl.after[k]]) >= start:
-                node_op = int(gl.after[k])
+            if after[k] >= 0 and op_end[after[k]] >= start:
+                node_op = after[k]
                 continue
-            c = int(gl.host[k]) if gl.host[k] >= 0 and int(tl.released[k]) >= start else -1
+            c = host_of[k] if host_of[k] >= 0 and released[k] >= start else -1
             if c < 0 and has_call_l[k]:
-                c = int(gl.call[k])
-                walk.take(waited, max(walk.cursor - int(gl.extra[k]), int(tl.call_start[c])))
+                c = call_of[k]
+                lo = max(cur - extra[k], call_start[c])
+                if lo < cur:
+                    add((lo, cur, waited))
+                    cur = lo
             if c < 0:
-                walk.take("wait", 0)
+                if cur > 0:
+                    add((0, cur, wait))
                 break
-            walk.take("launch", int(tl.call_start[c]))
-            _host_before(gl, tl, c, walk)
-            node_op, node_call = -1, (-1 if gl.call_first[c] else c - 1)
-            continue
-        if node_call < 0:
-            walk.take("host", 0)
-            break
-        c = node_call
-        walk.take("host", int(tl.call_end[c]))
-        if (gl.sync[c] or gl.blocked[c]) and drain_op_l[c] >= 0 and tl.drain[c] > tl.call_start[c]:
-            walk.take("sync" if gl.sync[c] else "launch", int(tl.drain[c]))
-            node_op, node_call = int(drain_op_l[c]), -1
-            continue
-        own = "launch" if g.call_cat is None else CATEGORIES[int(gl.call_cat[c])]
-        walk.take("sync" if gl.sync[c] else own, int(tl.call_start[c]))
-        _host_before(gl, tl, c, walk)
-        node_call = -1 if gl.call_first[c] else c - 1
-    return walk
-
-
-def _host_before(g: _Elements, t: _Elements, c: int, walk: _Walk) -> None:
-    """Take the host work before call `c` off the path, split by what it was, up to the
-    previous call's end: the host work after the DataLoader's last stretch, the DataLoader,
-    host-side collectives, then the rest (the order of the last two is not recorded)."""
-    before = 0 if g.call_first[c] else int(t.call_end[c - 1])
-    span = max(walk.cursor - before, 0)
-    total = int(g.gap[c])
-    if total > 0 and span > 0:
-        scale = span / total
-        other = total - int(g.gap_data[c]) - int(g.gap_comm[c])
-        tail = min(int(g.after_data[c]), other) if g.gap_data[c] > 0 else 0
-        walk.take("host", walk.cursor - round(tail * scale))
-        walk.take("data", walk.cursor - round(int(g.gap_data[c]) * scale))
-        walk.take("communication", walk.cursor - round(int(g.gap_comm[c]) * scale))
-    walk.take("host", before)
-
-
-class _Elements:
-    """The array fields of a graph or a replay as memoryviews, whose elements are Python
-    numbers: read one at a time several times faster than from the array, with no copy (a
-    list would hold a Python int per element of arrays of millions)."""
-
-    def __init__(self, of: StepGraph | Timing) -> None:
-        self._of = of
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._of, name)
-        if isinstance(value, np.ndarray):
-            value = value.data
-        setattr(self, name, value)
-        return value
+            lo = call_start[c]
+            if lo < cur:
+                add((lo, cur, launch))
+                cur = lo
+            node_op = -1
+        else:
+            if node_call < 0:
+                if cur > 0:
+                    add((0, cur, host))
+                break
+            c = node_call
+            lo = call_end[c]
+            if lo < cur:
+                add((lo, cur, host))
+                cur = lo
+            if (is_sync[c] or blocked[c]) and drain_op_l[c] >= 0 and drain[c] > call_start[c]:
+                lo = drain[c]
+                if lo < cur:
+                    add((lo, cur, sync if is_sync[c] else launch))
+                    cur = lo
+                node_op, node_call = drain_op_l[c], -1
+                continue
+            own = launch if call_cat is None else CATEGORIES[call_cat[c]]
+            lo = call_start[c]
+            if lo < cur:
+                add((lo, cur, sync if is_sync[c] else own))
+                cur = lo
+        # The host work before call `c`, split by what it was, up to the previous call's
+        # end: the host work after the DataLoader's last stretch, the DataLoader, host-side
+        # collectives, then the rest (the order of the last two is not recorded).
+        before = 0 if call_first[c] else call_end[c - 1]
+        total = gap[c]
+        if total > 0 and cur > before:
+            scale = (cur - before) / total
+            g_data, g_comm = gap_data[c], gap_comm[c]
+            tail = min(after_data[c], total - g_data - g_comm) if g_data > 0 else 0
+            for part, what in ((tail, host), (g_data, data), (g_comm, comm)):
+                lo = cur - round(part * scale)
+                if lo < cur:
+                    add((lo, cur, what))
+                    cur = lo
+        if before < cur:
+            add((before, cur, host))
+            cur = before
+        node_call = -1 if call_first[c] else c - 1
+    return _Walk(segs)
 
 
 def wall_of(shares: dict[str, float]) -> Wall:
@@ -1247,7 +1342,8 @@ class WhatIf:
     def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
         done = self._done.get(change)
         if done is None:
-            t = replay(self.graph, change)
+            # A graph that needed the one pass unchanged needs it changed: take it at once.
+            t = replay(self.graph, change, 1 if self.base.rounds > ONE_PASS_AFTER else 0)
             done = self._done[change] = (t.step_s, path_shares(self.graph, t))
         return done
 
@@ -1384,7 +1480,11 @@ def critical_path(
     """The steady steps' critical path, the replay check and the what-if table (the default
     changes, or `changes`); None when the graph cannot be built. `graph`: the graph a device
     model built itself (the CPU's, `cpu_graph`); else it is built from the device's ops."""
-    g = graph if graph is not None else build_graph(scope, fusion, roofline)
+    centre = None
+    if timeline is not None:
+        at = int(scope.start[0]) + round(timeline.start_s / NS)
+        centre = int(np.searchsorted(scope.start, at, "right")) - 1
+    g = graph if graph is not None else build_graph(scope, fusion, roofline, centre)
     if g is None:
         return None, None
     base = replay(g)

@@ -54,6 +54,11 @@ class TimeThresholds:
     """A graph whose unchanged replay misses the measured step by more than this (a fraction)
     lacks dependencies the trace does not show: findings keep their Amdahl bounds instead of
     a replayed gain."""
+    replay_nodes: int = 250_000
+    """The critical path and its what-ifs replay at most this many host calls and device ops:
+    steady steps holding more are cut to the consecutive steps around the timeline's step
+    that fit (at least that step), since each replay's cost grows with the graph and steady
+    steps repeat one another."""
     host_work_per_launch_ns: int = 200_000
     """Host time the GPU waited for, per kernel launched, beyond this is the host's own work
     between launches (the launch path costs tens of microseconds per eager op): the fix is to
