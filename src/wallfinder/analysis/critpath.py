@@ -41,6 +41,7 @@ the last rank arrives plus its transfer, each rank's work between two of them as
 from __future__ import annotations
 
 import heapq
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -374,8 +375,9 @@ def build_graph(
 
     # What the host did in each gap, on the calling thread: the DataLoader, collectives.
     kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+    # (Those around the range alone: only they can fill its gaps.)
     h_ts, h_dur, h_name, h_pid, h_tid = trace.columns_of_kinds(
-        kinds, "ts", "dur", "name", "pid", "tid"
+        kinds, "ts", "dur", "name", "pid", "tid", overlapping=(t0, cpu_hi)
     )
     h_thread = (h_pid.astype(np.int64) << 32) | h_tid.astype(np.int64)
     category = _host_categories(trace, h_name)
@@ -1002,26 +1004,23 @@ def _longest_path(
     nodes = n_calls + n_ops
     indeg = np.bincount(dst, minlength=nodes).tolist()
     by_src = np.argsort(src, kind="stable")
-    succ = dst[by_src].tolist()
-    sptr = np.searchsorted(src[by_src], np.arange(nodes + 1)).tolist()
-    gptr = np.searchsorted(group_of, np.arange(n_calls + 1)).tolist()
-    drains = synced_rows.tolist()
-    first_l, inc_l, cost_l, step_l = first.tolist(), inc.tolist(), cost.tolist(), step_gap.tolist()
-    call_l, host_l, dep_l, after_l = (
-        g.call.tolist(),
-        g.host.tolist(),
-        g.dep.tolist(),
-        g.after.tolist(),
-    )
+    # Read one element at a time: memoryviews, not lists (a list holds a Python int per
+    # element: ~20 of them over a quarter of a million nodes is a few hundred MB).
+    succ = dst[by_src].data
+    sptr = np.searchsorted(src[by_src], np.arange(nodes + 1)).data
+    gptr = np.searchsorted(group_of, np.arange(n_calls + 1)).data
+    drains = np.ascontiguousarray(synced_rows).data
+    first_l, inc_l, cost_l, step_l = first.data, inc.data, cost.data, step_gap.data
+    call_l, host_l, dep_l, after_l = g.call.data, g.host.data, g.dep.data, g.after.data
     delay_l = np.zeros(n_ops, np.int64)
     delay_l[g.call >= 0] = delay
-    delay_ll, fixed_l, host_lat_l = delay_l.tolist(), g.fixed.tolist(), g.host_lat.tolist()
+    delay_ll, fixed_l, host_lat_l = delay_l.data, g.fixed.data, g.host_lat.data
     dep_add_l = np.zeros(n_ops, np.int64)
     dep_add_l[deps] = dep_add
     after_less_l = np.zeros(n_ops, np.int64)
     after_less_l[afters] = after_less
-    dep_add_ll, after_less_ll = dep_add_l.tolist(), after_less_l.tolist()
-    sfirst_l, sgap_l, dur_l = g.stream_first.tolist(), g.stream_gap.tolist(), dur.tolist()
+    dep_add_ll, after_less_ll = dep_add_l.data, after_less_l.data
+    sfirst_l, sgap_l, dur_l = g.stream_first.data, g.stream_gap.data, dur.data
     value = [0] * nodes
     edges = [0] * nodes
     stack = [v for v in range(nodes) if indeg[v] == 0]
@@ -1101,14 +1100,14 @@ def _inputs(
     n_calls: int,
     value: list[int],
     edges: list[int],
-    host: list[int],
-    first: list[bool],
-    step: list[int],
-    host_lat: list[int],
-    dep: list[int],
-    dep_add: list[int],
-    after: list[int],
-    after_less: list[int],
+    host: Sequence[int],
+    first: Sequence[int],
+    step: Sequence[int],
+    host_lat: Sequence[int],
+    dep: Sequence[int],
+    dep_add: Sequence[int],
+    after: Sequence[int],
+    after_less: Sequence[int],
 ) -> list[tuple[int, int]]:
     """Op `k`'s inputs besides its launch: the host call that released it, and the ops it
     waits for on other streams (each with the edges read from the previous round on it)."""
@@ -1154,14 +1153,31 @@ def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
 
 
 class _Walk:
-    """The critical path as it was walked back: the segments (start, end, category) in
-    replayed ns, latest first, and the time per category."""
+    """The critical path as it was walked back: its segments (start, end, category index in
+    CATEGORIES) in replayed ns, latest first, three int64s each, and the time per category
+    (sums of integers, exact in float64 below 2**53 ns: 104 days)."""
 
-    def __init__(self, segments: list[tuple[int, int, str]]) -> None:
-        self.segments = segments
-        self.out = dict.fromkeys(CATEGORIES, 0.0)
-        for lo, hi, category in segments:
-            self.out[category] += hi - lo
+    def __init__(self, segments: array[int]) -> None:
+        flat = np.frombuffer(segments, dtype=np.int64) if len(segments) else np.zeros(0, np.int64)
+        self._rows = flat.reshape(-1, 3)
+        took = np.bincount(
+            self._rows[:, 2],
+            weights=(self._rows[:, 1] - self._rows[:, 0]).astype(np.float64),
+            minlength=len(CATEGORIES),
+        )
+        self.out = dict(zip(CATEGORIES, took.tolist(), strict=True))
+
+    def segments(self, lo: int, hi: int) -> list[tuple[int, int, str]]:
+        """The segments, earliest first, clipped to [lo, hi) (those outside it left out)."""
+        rows = self._rows[::-1]
+        start, end = np.maximum(rows[:, 0], lo), np.minimum(rows[:, 1], hi)
+        inside = end > start
+        return [
+            (a, b, CATEGORIES[c])
+            for a, b, c in zip(
+                start[inside].tolist(), end[inside].tolist(), rows[inside, 2].tolist(), strict=True
+            )
+        ]
 
     def shares(self) -> dict[str, float]:
         total = float(sum(self.out.values())) or 1.0
@@ -1175,12 +1191,12 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
     The walk is a loop over the path's nodes, the one Python loop of the analysis that
     touches each node: a step of the path ("take") is written out in place, `if lo < cur:`
     the path spends [lo, cur) in a category and goes on from `lo`, rather than called."""
-    segs: list[tuple[int, int, str]] = []
-    add = segs.append
+    segs: array[int] = array("q")
+    add = segs.extend
     cur = t.end
     if cur <= 0:
         return _Walk(segs)
-    data, host, launch, sync, comm, compute, bandwidth, wait = CATEGORIES
+    data, host, launch, sync, comm, compute, bandwidth, wait = range(len(CATEGORIES))
     has_call = g.call >= 0
     # Per stream, the previous op (NONE for the first).
     prev = np.where(g.stream_first, -1, np.arange(g.dur.size) - 1)
@@ -1295,7 +1311,7 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
                     cur = lo
                 node_op, node_call = drain_op_l[c], -1
                 continue
-            own = launch if call_cat is None else CATEGORIES[call_cat[c]]
+            own = launch if call_cat is None else call_cat[c]
             lo = call_start[c]
             if lo < cur:
                 add((lo, cur, sync if is_sync[c] else own))
@@ -1542,15 +1558,12 @@ def _in_step(
     g: StepGraph, walk: _Walk, scope: Scope, timeline: StepTimeline | None
 ) -> list[PathSegment]:
     """The path's segments inside the timeline's step, in seconds from its start."""
-    if timeline is None or not walk.segments:
+    if timeline is None:
         return []
     a = int(scope.start[0]) + round(timeline.start_s / NS) - g.t0
     b = a + round(timeline.duration_s / NS)
     merged: list[list[Any]] = []
-    for lo, hi, cat in reversed(walk.segments):
-        lo, hi = max(lo, a), min(hi, b)
-        if hi <= lo:
-            continue
+    for lo, hi, cat in walk.segments(a, b):
         if merged and merged[-1][2] == cat and merged[-1][1] >= lo:
             merged[-1][1] = hi
         else:

@@ -45,7 +45,7 @@ from wallfinder.analysis.allocations import Replay, by_site, rank_sites, step_gr
 from wallfinder.analysis.findings import Facts
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.phases import optimizer_codes, user_frames
-from wallfinder.analysis.roofline import enclosing
+from wallfinder.analysis.roofline import enclosing, enclosing_of
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import StepSpans
@@ -189,8 +189,15 @@ class _Context:
     def of(cls, trace: Trace, mem: MemoryEvents, spans: StepSpans) -> _Context:
         ops = trace.of_kind(Kind.CPU_OP)
         # The innermost op that does more than allocate: `aten::empty` names no culprit.
-        ops = ops.take(np.flatnonzero(~np.isin(ops.name, trace.names_matching(_allocates_only))))
-        op_row = _innermost(ops, mem)
+        # (Found among those ops' times alone: a copy of all their columns is large.)
+        real = np.flatnonzero(~np.isin(ops.name, trace.names_matching(_allocates_only)))
+        op_row = np.full(len(mem), NONE, dtype=np.int64)
+        if real.size:
+            found = np.asarray(
+                enclosing_of(ops.thread[real], ops.ts[real], ops.end[real], mem.thread, mem.ts),
+                dtype=np.int64,
+            )
+            op_row = np.where(found >= 0, real[np.maximum(found, 0)], NONE)
         user = user_frames(trace)
         frame = _innermost(user, mem)
         site, sites = _call_stacks(trace, user, frame)

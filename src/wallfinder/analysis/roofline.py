@@ -208,11 +208,22 @@ def launching_ops(cpu: Events, dev: DeviceOps) -> tuple[npt.NDArray[np.int64], i
 def enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
     """Row of the innermost event of `cpu` (ops, Python frames) on `thread` that encloses
     time `t` (NONE if none)."""
-    key = cpu.thread
+    return enclosing_of(cpu.thread, cpu.ts, cpu.end, thread, t)
+
+
+def enclosing_of(
+    key: npt.NDArray[np.int64],
+    ts: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    thread: npt.NDArray[np.int64],
+    t: npt.NDArray[np.int64],
+) -> Any:
+    """As `enclosing`, of the events whose threads, starts and ends are given (a few columns
+    of a large table, without copying the rest)."""
     threads, rank = np.unique(key, return_inverse=True)
-    base = int(cpu.ts.min())
-    span = int(max(cpu.end.max(), t.max()) - base) + 1
-    combined = rank.astype(np.int64) * span + (cpu.ts - base)
+    base = int(ts.min())
+    span = int(max(end.max(), t.max()) - base) + 1
+    combined = rank.astype(np.int64) * span + (ts - base)
     order = np.argsort(combined, kind="stable")
     sorted_key = combined[order]
     q_rank = np.searchsorted(threads, thread)
@@ -221,7 +232,7 @@ def enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int6
     i = np.searchsorted(sorted_key, q, side="right") - 1
     out = np.full(t.size, NONE, dtype=np.int64)
     todo = valid & (i >= 0)
-    ends = cpu.end[order]
+    ends = end[order]
     same_thread_start = q_rank.astype(np.int64) * span
     for _ in range(MAX_STEPS_BACK):
         if not todo.any():

@@ -281,14 +281,26 @@ class Trace:
         hi = np.searchsorted(self.events.kind, wanted, "right")
         return [slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
 
-    def columns_of_kinds(self, kinds: tuple[Kind, ...], *names: str) -> list[npt.NDArray[Any]]:
+    def columns_of_kinds(
+        self, kinds: tuple[Kind, ...], *names: str, overlapping: tuple[int, int] | None = None
+    ) -> list[npt.NDArray[Any]]:
         """Some columns of the rows of some kinds, stacked (not sorted): for analyses that
-        need a few columns of many rows, without copying the whole table."""
+        need a few columns of many rows, without copying the whole table. `overlapping`
+        (lo, hi): only the rows that start at or before `hi` and end at or after `lo`."""
+        ev = self.events
         slices = self._slices(kinds)
+        picks: list[slice | npt.NDArray[np.intp]] = list(slices)
+        if overlapping is not None:
+            lo, hi = overlapping
+            picks = []
+            for s in slices:
+                # Each kind is sorted by start: cut at `hi` by search, then keep what ends late.
+                cut = slice(s.start, s.start + int(np.searchsorted(ev.ts[s], hi, "right")))
+                picks.append(s.start + np.flatnonzero(ev.ts[cut] + ev.dur[cut] >= lo))
         out = []
         for name in names:
-            column = getattr(self.events, name)
-            out.append(np.concatenate([column[s] for s in slices]))
+            column = getattr(ev, name)
+            out.append(np.concatenate([column[s] for s in picks]))
         return out
 
     @cached_property
