@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -48,6 +48,7 @@ from wallfinder.trace import (
     GZIP_DATA_ERRORS,
     Kind,
     Progress,
+    ResultCache,
     Trace,
     find_trace_files,
     gunzipped,
@@ -55,6 +56,7 @@ from wallfinder.trace import (
     load_trace,
     load_traces,
     process_context,
+    result_cache,
 )
 from wallfinder.trace.snapshot import load_snapshot
 
@@ -117,7 +119,9 @@ class Options:
     diagnosis's `counters` confirms or refutes each estimate."""
     cache: bool = False
     """Keep the parse of a large trace in wallfinder's cache folder ($WALLFINDER_CACHE, else
-    the user's cache folder) and reuse it while the file is unchanged (the CLI's default)."""
+    the user's cache folder) and reuse it while the file is unchanged (the CLI's default);
+    `analyze` keeps its diagnosis there too, read back when asked again with the same
+    options."""
 
     def spec_for(self, trace: Trace) -> DeviceSpec | None:
         """The device spec to analyse `trace` against, or None when it is unknown.
@@ -176,6 +180,14 @@ def analyze(
     """
     options = options or Options()
     files = find_trace_files(path)
+    kept = _kept_diagnosis(files[0], options) if len(files) == 1 and scheduler is None else None
+    if kept is not None:
+        data = kept.read()
+        if data is not None:
+            try:
+                return Diagnosis.from_json(data)
+            except (msgspec.DecodeError, WallfinderError):
+                kept.drop()  # damaged: analysed again below, and kept again
     if len(files) == 1 and scheduler is None:
         traces = load_traces(
             files[0],
@@ -185,7 +197,10 @@ def analyze(
             cache=options.cache,
         )
         if len(traces) == 1:
-            return _diagnose(traces[0], options)
+            diagnosis = _diagnose(traces[0], options)
+            if kept is not None:
+                kept.write(msgspec.json.encode(diagnosis))
+            return diagnosis
         # An Nsight Systems capture of several GPU processes: each is a rank of one job.
         ranks = [(_diagnose(t, options), rank_collectives(t)) for t in traces]
         return job_diagnosis(ranks, options.thresholds)
@@ -198,6 +213,18 @@ def analyze(
     if isinstance(results[0], str):
         raise WallfinderError(results[0])
     return results[0][0]
+
+
+def _kept_diagnosis(file: Path, options: Options) -> ResultCache | None:
+    """Where the diagnosis of a large trace file (one whose parse is cached) is kept for these
+    options, with `options.cache`: asked again (the HTML after the terminal, `check`, `diff`),
+    it is read back instead of analysed. Keyed by the file, every option that decides the
+    diagnosis, the files options name (spec, profile, counters) and this wallfinder."""
+    if not options.cache:
+        return None
+    question = {k: v for k, v in asdict(options).items() if k != "cache"}
+    files = [Path(p) for p in (options.spec_file, options.device_profile, options.counters) if p]
+    return result_cache(file, msgspec.json.encode(question, enc_hook=str), files)
 
 
 def analyze_marked(

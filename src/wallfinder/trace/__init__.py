@@ -22,6 +22,7 @@ import numpy as np
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace import _cache
+from wallfinder.trace._cache import ResultCache
 from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
 from wallfinder.trace._ncu import (
     NcuExport,
@@ -64,6 +65,7 @@ __all__ = [
     "NcuLaunch",
     "OpArgs",
     "Progress",
+    "ResultCache",
     "Tensor",
     "Trace",
     "base_name",
@@ -75,6 +77,7 @@ __all__ = [
     "ncu_command",
     "normalised_name",
     "process_context",
+    "result_cache",
     "step_key",
     "thread_key",
 ]
@@ -156,7 +159,7 @@ def load_trace(
             raise WallfinderError(f"{p.name}: holds {len(traces)} GPU processes (ranks)")
         return traces[0]
     size = text_size(p)
-    cache = cache and size > _cache.FROM_BYTES
+    cache = cache and _kept(size)
     if cache:
         cached = _cache.read(p, p.name)
         if cached is not None:
@@ -184,6 +187,19 @@ def load_trace(
     if cache:
         _cache.write(p, trace)
     return trace
+
+
+def _kept(size: int) -> bool:
+    """Whether the parse of a trace of `size` bytes of text is kept in the cache."""
+    return size > _cache.FROM_BYTES
+
+
+def result_cache(path: Path, question: bytes, files: list[Path]) -> ResultCache | None:
+    """Where an answer about the trace file `path` (as `_cache.result_cache`) is kept, when
+    its parse would be (a Kineto trace of over FROM_BYTES of text); else None."""
+    if not path.is_file() or is_nsys_input(path) or not _kept(text_size(path)):
+        return None
+    return _cache.result_cache(path, question, files)
 
 
 def _available_cores() -> int:

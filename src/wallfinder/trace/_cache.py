@@ -1,5 +1,7 @@
 """wallfinder's cache folder, and parsed traces kept in it so that a second look at the same
-trace (another `--device`, `diff`, `check`, the HTML after the terminal) skips the parse.
+trace (another `--device`, `diff`, `check`, the HTML after the terminal) skips the parse; and
+analysis results kept beside them, so that the same question asked again (the HTML after the
+terminal, `check` or `diff` of the same trace and options) skips the analysis too.
 
 An entry is one file: a msgpack header (what the trace's header said, its string tables, and
 where each column lies) followed by the columns' bytes, which are mapped into memory, not read.
@@ -36,6 +38,9 @@ second); `load_trace(..., cache=True)` with a smaller file does not write."""
 
 LIMIT_BYTES = 4 << 30
 """The parsed traces kept at most: past this, the entries used longest ago are removed."""
+
+RESULTS_LIMIT_BYTES = 256 << 20
+"""The analysis results kept at most (a result is a few hundred KB)."""
 
 _HASHED = 1 << 20
 """Bytes of a file hashed at each end for its cache key (with its size and mtime)."""
@@ -119,6 +124,67 @@ def parser_id() -> str:
     for source in sorted(Path(__file__).parent.glob("*.py")):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return digest.hexdigest()[:16]
+
+
+@cache
+def analysis_id() -> str:
+    """A hash of the whole package's source and data (device specs): results written by
+    another wallfinder, or against other specs, are stale."""
+    root = Path(__file__).parent.parent
+    digest = hashlib.sha256()
+    for source in sorted(root.rglob("*")):
+        if source.suffix in (".py", ".toml") and "__pycache__" not in source.parts:
+            digest.update(source.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class ResultCache:
+    """Where the result of one question about one trace file is kept: `read`, `write` (best
+    effort, as `write`), `drop` (a kept result that did not decode)."""
+
+    def __init__(self, entry: Path) -> None:
+        self.entry = entry
+
+    def read(self) -> bytes | None:
+        try:
+            data = self.entry.read_bytes()
+        except OSError:
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(self.entry)  # used now: the last to be evicted
+        return data
+
+    def drop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.entry.unlink()
+
+    def write(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            self.entry.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.entry.with_name(f"{self.entry.name}.{os.getpid()}.partial")
+            try:
+                partial.write_bytes(data)
+                os.replace(partial, self.entry)
+            finally:
+                partial.unlink(missing_ok=True)
+            _evict(self.entry.parent, self.entry, "*.result", RESULTS_LIMIT_BYTES)
+
+
+def result_cache(path: Path, question: bytes, files: list[Path]) -> ResultCache | None:
+    """The cache of the answer to `question` (the options that decide it, encoded) about the
+    trace `path`, whose answer also depends on the content of `files` (a spec, a profile, a
+    counters export): keyed by all their contents and this wallfinder (`analysis_id`). None
+    when one of `files` is not a file (a folder is not keyed) or cannot be read."""
+    try:
+        digest = hashlib.sha256(f"{file_key(path)}-{analysis_id()}\0".encode() + question)
+        for f in files:
+            if not f.is_file():
+                return None
+            digest.update(f"\0{file_key(f)}".encode())
+    except OSError:
+        return None
+    return ResultCache(cache_dir("results") / f"{digest.hexdigest()[:32]}.result")
 
 
 class _Column(msgspec.Struct, array_like=True):
@@ -234,17 +300,18 @@ def write(path: Path, trace: Trace) -> None:
         _evict(entry.parent, keep=entry)
 
 
-def _evict(folder: Path, keep: Path) -> None:
-    """Remove the entries used longest ago while the folder holds over LIMIT_BYTES (never
-    `keep`, the one just written)."""
+def _evict(folder: Path, keep: Path, pattern: str = "*.columns", limit: int | None = None) -> None:
+    """Remove the entries (`pattern`) used longest ago while the folder holds over `limit`
+    (LIMIT_BYTES) of them (never `keep`, the one just written)."""
+    limit = LIMIT_BYTES if limit is None else limit
     entries = []
-    for child in folder.glob("*.columns"):
+    for child in folder.glob(pattern):
         with contextlib.suppress(OSError):
             st = child.stat()
             entries.append((st.st_mtime_ns, st.st_size, child))
     total = sum(size for _, size, _ in entries)
     for _, size, child in sorted(entries, key=lambda e: e[0]):
-        if total <= LIMIT_BYTES:
+        if total <= limit:
             break
         if child != keep:
             with contextlib.suppress(OSError):

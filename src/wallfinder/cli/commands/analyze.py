@@ -143,8 +143,9 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-cache",
         action="store_true",
-        help="parse the trace again, neither reading nor writing wallfinder's cache of parsed "
-        "traces (large traces are kept in $WALLFINDER_CACHE, else ~/.cache/wallfinder)",
+        help="parse and analyse the trace again, neither reading nor writing wallfinder's "
+        "cache (large traces' parses and diagnoses are kept in $WALLFINDER_CACHE, else "
+        "~/.cache/wallfinder)",
     )
     parser.add_argument(
         "--step-range",
