@@ -241,14 +241,27 @@ def run_measured(command: list[str], timeout: float) -> dict[str, Any]:
     return result
 
 
+NEW_QUESTION_DEVICES = ["H100", "A100", "B200", "V100", "MI300X", "L40S", "H200"]
+"""The devices the "new question" runs name in turn (one per run, so each misses the cache of
+diagnoses and reads the cached parse)."""
+
+
 def best_of(
-    tool: str, command: list[str], size: int, repeat: int, timeout: float, median: bool = False
+    tool: str,
+    command: list[str],
+    size: int,
+    repeat: int,
+    timeout: float,
+    median: bool = False,
+    vary: list[list[str]] | None = None,
 ) -> Run:
     """The fastest of `repeat` runs, or with `median` the run of median wall time (on a busy
-    machine the fastest run is luck; the median is what a user sees)."""
+    machine the fastest run is luck; the median is what a user sees). `vary`: arguments added
+    to the command, the next of them each run (so that no run answers the one before's
+    question)."""
     runs: list[Run] = []
-    for _ in range(repeat):
-        m = run_measured(command, timeout)
+    for i in range(repeat):
+        m = run_measured(command + (vary[i % len(vary)] if vary else []), timeout)
         if m["timed_out"]:
             return Run(tool, "timeout", note=f"did not finish in {timeout:g} s")
         if m["returncode"] != 0:
@@ -332,6 +345,10 @@ def benchmark_file(
             run_measured(command, timeout)
             runs.append(best_of("wf cached", command, size, repeat, timeout, median))
             print(f"  wf cached:  {describe(runs[-1])}", flush=True)
+            # A new question of the cached parse: another device, diagnosed afresh.
+            devices = [["--device", d] for d in NEW_QUESTION_DEVICES]
+            runs.append(best_of("wf new q", command, size, repeat, timeout, median, devices))
+            print(f"  wf new q:   {describe(runs[-1])}", flush=True)
         if floor:
             schema = REPO_ROOT / "src" / "wallfinder" / "trace" / "_schema.py"
             command = [sys.executable, "-c", FLOOR_SCRIPT, str(trace), RESULT_MARKER, str(schema)]
@@ -365,6 +382,17 @@ def benchmark_file(
         ),
         "peak_memory_wallfinder_over_file": (
             peaks["wallfinder"] * MB / size if "wallfinder" in peaks else None
+        ),
+        # The second look (the same question, then another device) against the first.
+        "second_look_over_first": (
+            walls["wf cached"] / walls["wallfinder"]
+            if "wf cached" in walls and "wallfinder" in walls
+            else None
+        ),
+        "new_question_over_first": (
+            walls["wf new q"] / walls["wallfinder"]
+            if "wf new q" in walls and "wallfinder" in walls
+            else None
         ),
     }
 
@@ -417,6 +445,12 @@ def print_table(results: list[dict[str, Any]]) -> None:
         of_file = result.get("peak_memory_wallfinder_over_file")
         if of_file is not None:
             print(f"{'':34} {'':8}  wallfinder peak memory (tree) = {of_file:.2f} x the file")
+        again, new = result.get("second_look_over_first"), result.get("new_question_over_first")
+        if again is not None and new is not None:
+            print(
+                f"{'':34} {'':8}  second look = {again:.0%} of the first; "
+                f"another --device = {new:.0%}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
