@@ -54,7 +54,7 @@ class TimeThresholds:
     """A graph whose unchanged replay misses the measured step by more than this (a fraction)
     lacks dependencies the trace does not show: findings keep their Amdahl bounds instead of
     a replayed gain."""
-    replay_nodes: int = 250_000
+    replay_nodes: int = 100_000
     """The critical path and its what-ifs replay at most this many host calls and device ops:
     steady steps holding more are cut to the consecutive steps around the timeline's step
     that fit (at least that step), since each replay's cost grows with the graph and steady
