@@ -344,33 +344,40 @@ def _attribute_host_waits(
     doing."""
     kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
     ts, dur, name, pid, tid = trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
+    # Only what the loop reads is kept (on a large trace each column is tens of MB).
     host_thread = thread_key(pid, tid)
+    del pid, tid
     category = _host_categories(trace, name)
+    del name
     end = ts + dur
+    del dur
     for t in np.unique(thread).tolist():
         mine = thread == t
         on_thread = host_thread == t
-        cov = [
-            Coverage.of(ts[on_thread & (category <= k)], end[on_thread & (category <= k)])
-            for k in range(4)
-        ]
         pa, pb, pw = a[mine], b[mine], piece[mine]
-        sync_cov = Coverage.of(ts[on_thread & (category == 1)], end[on_thread & (category == 1)])
         # A sync that drained the queue cost the GPU at most the time the host was blocked in
         # it: without the sync, the host's next work would have overlapped that much queued
         # GPU work. The wait past that is what the host did after the sync, split as any other.
-        blocked = sync_cov.lead(g0[mine], DRAIN_SLACK_NS)
+        blocked = _covering(ts, end, on_thread & (category == 1)).lead(g0[mine], DRAIN_SLACK_NS)
         cut = np.clip(g0[mine] + blocked, pa, pb)
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
         # would have run dry during a long wait for the next batch anyway.
-        np.add.at(out["data_loading"], pw, cov[0].covered(pa, pb))
-        np.add.at(out["synchronization"], pw, (cut - pa) - cov[0].covered(pa, cut))
-        previous = cov[0].covered(cut, pb)
+        data = _covering(ts, end, on_thread & (category == 0))
+        np.add.at(out["data_loading"], pw, data.covered(pa, pb))
+        np.add.at(out["synchronization"], pw, (cut - pa) - data.covered(pa, cut))
+        previous = data.covered(cut, pb)
+        del data
+        # Each cause takes what the host work up to its category covers past the ones before
+        # (one coverage at a time: on a large trace each is tens of MB).
         for k, cause in enumerate(IDLE_CAUSES[1:4], start=1):
-            upto = cov[k].covered(cut, pb)
+            upto = _covering(ts, end, on_thread & (category <= k)).covered(cut, pb)
             np.add.at(out[cause], pw, upto - previous)
             previous = upto
         np.add.at(out["other"], pw, (pb - cut) - previous)
+
+
+def _covering(ts: I64, end: I64, rows: npt.NDArray[np.bool_]) -> Coverage:
+    return Coverage.of(ts[rows], end[rows])
 
 
 def _host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:
