@@ -46,10 +46,10 @@ _GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, *GZIP_DATA_ERR
 
 BLOCK = 8 << 20
 """Bytes of (decompressed) text read per step, at most; also the target size of a decoded
-chunk. A file of less than 16 blocks of text reads a sixteenth of it per step, down to a
-quarter block: the text in flight (a block being read ahead, the window, a chunk) is most of
-the parse's peak memory on the traces of tens of MB people bring most (a 14 MB trace: 78 ->
-62 MB), at no cost in time."""
+chunk. A file of less than 16 blocks of text reads a sixteenth of it per step, down to an
+eighth of a block: the text in flight (a block being read ahead, the window, a chunk) is most
+of the parse's peak memory on the traces of tens of MB people bring most (a 14 MB trace: 78 ->
+57 MB), at no cost in time."""
 
 HEADER_LIMIT = 256 << 20
 """How far into the file the `traceEvents` key is looked for before decoding it whole."""
@@ -267,7 +267,7 @@ class ChunkReader:
         self.path = path
         self.progress = progress
         self.regions = regions
-        self.block = min(BLOCK, max(BLOCK // 4, text_size(path) // 16))
+        self.block = min(BLOCK, max(BLOCK // 8, text_size(path) // 16))
         self.eof = False
         self.buf = bytearray()
         self.document = Document(Header())
