@@ -20,7 +20,7 @@ import mmap
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
@@ -120,10 +120,8 @@ def exported_report(
 @cache
 def parser_id() -> str:
     """A hash of the trace package's source: entries written by another parser are stale."""
-    digest = hashlib.sha256()
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    return digest.hexdigest()[:16]
+    here = Path(__file__).parent
+    return _hash_of(here, here.glob("*.py"))
 
 
 @cache
@@ -131,11 +129,18 @@ def analysis_id() -> str:
     """A hash of the whole package's source and data (device specs): results written by
     another wallfinder, or against other specs, are stale."""
     root = Path(__file__).parent.parent
+    sources = root.rglob("*")
+    return _hash_of(
+        root, (p for p in sources if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts)
+    )
+
+
+def _hash_of(root: Path, sources: Iterable[Path]) -> str:
+    """A hash of files: their paths under `root` and their bytes."""
     digest = hashlib.sha256()
-    for source in sorted(root.rglob("*")):
-        if source.suffix in (".py", ".toml") and "__pycache__" not in source.parts:
-            digest.update(source.relative_to(root).as_posix().encode() + b"\0")
-            digest.update(source.read_bytes())
+    for source in sorted(sources):
+        digest.update(source.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -161,14 +166,7 @@ class ResultCache:
 
     def write(self, data: bytes) -> None:
         with contextlib.suppress(OSError):
-            self.entry.parent.mkdir(parents=True, exist_ok=True)
-            partial = self.entry.with_name(f"{self.entry.name}.{os.getpid()}.partial")
-            try:
-                partial.write_bytes(data)
-                os.replace(partial, self.entry)
-            finally:
-                partial.unlink(missing_ok=True)
-            _evict(self.entry.parent, self.entry, "*.result", RESULTS_LIMIT_BYTES)
+            _keep(self.entry, lambda p: p.write_bytes(data), "*.result", RESULTS_LIMIT_BYTES)
 
 
 def result_cache(path: Path, question: bytes, files: list[Path]) -> ResultCache | None:
@@ -290,20 +288,25 @@ def write(path: Path, trace: Trace) -> None:
     written (a read-only or full disk) leaves the analysis as it was."""
     with contextlib.suppress(OSError, ValueError, TypeError, OverflowError, msgspec.MsgspecError):
         entry, key = _entry(path)
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        partial = entry.with_name(f"{entry.name}.{os.getpid()}.partial")
-        try:
-            _save(partial, key, trace)
-            os.replace(partial, entry)
-        finally:
-            partial.unlink(missing_ok=True)
-        _evict(entry.parent, keep=entry)
+        _keep(entry, lambda partial: _save(partial, key, trace), "*.columns", LIMIT_BYTES)
 
 
-def _evict(folder: Path, keep: Path, pattern: str = "*.columns", limit: int | None = None) -> None:
+def _keep(entry: Path, fill: Callable[[Path], object], pattern: str, limit: int) -> None:
+    """Write `entry` whole or not at all (`fill` writes a partial file, renamed into place),
+    then evict the folder's `pattern` entries used longest ago past `limit` bytes."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    partial = entry.with_name(f"{entry.name}.{os.getpid()}.partial")
+    try:
+        fill(partial)
+        os.replace(partial, entry)
+    finally:
+        partial.unlink(missing_ok=True)
+    _evict(entry.parent, entry, pattern, limit)
+
+
+def _evict(folder: Path, keep: Path, pattern: str, limit: int) -> None:
     """Remove the entries (`pattern`) used longest ago while the folder holds over `limit`
-    (LIMIT_BYTES) of them (never `keep`, the one just written)."""
-    limit = LIMIT_BYTES if limit is None else limit
+    bytes of them (never `keep`, the one just written)."""
     entries = []
     for child in folder.glob(pattern):
         with contextlib.suppress(OSError):
