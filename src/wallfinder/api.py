@@ -180,15 +180,14 @@ def analyze(
     """
     options = options or Options()
     files = find_trace_files(path)
-    kept = _kept_diagnosis(files[0], options) if len(files) == 1 and scheduler is None else None
-    if kept is not None:
-        data = kept.read()
-        if data is not None:
+    if len(files) == 1 and scheduler is None:
+        kept = _kept_diagnosis(files[0], options)
+        data = kept.read() if kept is not None else None
+        if kept is not None and data is not None:
             try:
                 return Diagnosis.from_json(data)
             except (msgspec.DecodeError, WallfinderError):
                 kept.drop()  # damaged: analysed again below, and kept again
-    if len(files) == 1 and scheduler is None:
         traces = load_traces(
             files[0],
             progress,
