@@ -341,21 +341,20 @@ def build_graph(
     if dev is None or scope.count == 0:
         return None
     trace, spans = scope.trace, scope.spans
-    kept = np.flatnonzero(scope.kept)
-    first, last = replayed_steps(scope, centre)
-    cut = (first, last) != (int(kept[0]), int(kept[-1]))
-    w0, t_end = int(scope.start[first]), int(scope.end[last])
-    cpu_lo, cpu_hi = int(spans.cpu_start[first]), int(spans.cpu_end[last])
-    t0 = min(w0, cpu_lo)
     ops = dev.ops
     launched = dev.launch_ts != NO_LAUNCH
     if not launched.any():
         return None
-
     # The host chain: runtime calls on the launching threads, inside the range's CPU steps.
     runtime = trace.of_kind(Kind.RUNTIME)
-    threads = np.unique(dev.launch_thread[launched])
-    on = np.isin(runtime.thread, threads) & (runtime.ts >= cpu_lo) & (runtime.ts < cpu_hi)
+    chain = np.isin(runtime.thread, np.unique(dev.launch_thread[launched]))
+    kept = np.flatnonzero(scope.kept)
+    first, last = replayed_steps(scope, runtime.ts[chain], ops.ts, centre)
+    cut = (first, last) != (int(kept[0]), int(kept[-1]))
+    w0, t_end = int(scope.start[first]), int(scope.end[last])
+    cpu_lo, cpu_hi = int(spans.cpu_start[first]), int(spans.cpu_end[last])
+    t0 = min(w0, cpu_lo)
+    on = chain & (runtime.ts >= cpu_lo) & (runtime.ts < cpu_hi)
     rows = np.flatnonzero(on)
     if rows.size == 0:
         return None
@@ -546,24 +545,19 @@ def build_graph(
     )
 
 
-def replayed_steps(scope: Scope, centre: int | None = None) -> tuple[int, int]:
+def replayed_steps(
+    scope: Scope, call_ts: I64, op_ts: I64, centre: int | None = None
+) -> tuple[int, int]:
     """The first and last step the graph replays: those from the first steady step to the
-    last when their host calls (on the launching threads) and device ops number no more than
-    the `replay_nodes` threshold; else the run of consecutive steady steps around `centre`
-    (a step index; else the middle steady step) grown one step at a time, on the side with
-    fewer, while it fits, and at least that step."""
+    last when their host calls (`call_ts`: the chain's calls' starts) and device ops
+    (`op_ts`) number no more than the `replay_nodes` threshold; else the run of consecutive
+    steady steps around `centre` (a step index; else the middle steady step) grown one step
+    at a time, on the side with fewer, while it fits, and at least that step."""
     kept = np.flatnonzero(scope.kept)
     first, last = int(kept[0]), int(kept[-1])
     budget = scope.thresholds.time.replay_nodes
-    dev = scope.dev
-    if dev is None:
-        return first, last
-    trace, spans = scope.trace, scope.spans
-    launched = dev.launch_ts != NO_LAUNCH
-    runtime = trace.of_kind(Kind.RUNTIME)
-    threads = np.unique(dev.launch_thread[launched])
-    calls = np.sort(runtime.ts[np.isin(runtime.thread, threads)])
-    ops = np.sort(dev.ops.ts)
+    spans = scope.spans
+    calls, ops = np.sort(call_ts), np.sort(op_ts)
     per_step = (
         np.searchsorted(calls, spans.cpu_end[first : last + 1])
         - np.searchsorted(calls, spans.cpu_start[first : last + 1])
@@ -1498,8 +1492,7 @@ def critical_path(
     model built itself (the CPU's, `cpu_graph`); else it is built from the device's ops."""
     centre = None
     if timeline is not None:
-        at = int(scope.start[0]) + round(timeline.start_s / NS)
-        centre = int(np.searchsorted(scope.start, at, "right")) - 1
+        centre = int(np.searchsorted(scope.start, _drawn_at(scope, timeline), "right")) - 1
     g = graph if graph is not None else build_graph(scope, fusion, roofline, centre)
     if g is None:
         return None, None
@@ -1554,13 +1547,18 @@ MAX_SEGMENTS = 300
 the shortest are merged into the one before them until they fit."""
 
 
+def _drawn_at(scope: Scope, timeline: StepTimeline) -> int:
+    """Where the timeline's step starts, in the trace's ns."""
+    return int(scope.start[0]) + round(timeline.start_s / NS)
+
+
 def _in_step(
     g: StepGraph, walk: _Walk, scope: Scope, timeline: StepTimeline | None
 ) -> list[PathSegment]:
     """The path's segments inside the timeline's step, in seconds from its start."""
     if timeline is None:
         return []
-    a = int(scope.start[0]) + round(timeline.start_s / NS) - g.t0
+    a = _drawn_at(scope, timeline) - g.t0
     b = a + round(timeline.duration_s / NS)
     merged: list[list[Any]] = []
     for lo, hi, cat in walk.segments(a, b):

@@ -191,13 +191,7 @@ class _Context:
         # The innermost op that does more than allocate: `aten::empty` names no culprit.
         # (Found among those ops' times alone: a copy of all their columns is large.)
         real = np.flatnonzero(~np.isin(ops.name, trace.names_matching(_allocates_only)))
-        op_row = np.full(len(mem), NONE, dtype=np.int64)
-        if real.size:
-            found = np.asarray(
-                enclosing_of(ops.thread[real], ops.ts[real], ops.end[real], mem.thread, mem.ts),
-                dtype=np.int64,
-            )
-            op_row = np.where(found >= 0, real[np.maximum(found, 0)], NONE)
+        op_row = _innermost(ops, mem, real)
         user = user_frames(trace)
         frame = _innermost(user, mem)
         site, sites = _call_stacks(trace, user, frame)
@@ -261,12 +255,19 @@ def _allocates_only(name: str) -> bool:
     return name in _ALLOCATION_OPS
 
 
-def _innermost(events: Events, mem: MemoryEvents) -> I64:
-    """Row of the innermost of `events` around each memory event on its thread (NONE:
-    none)."""
-    if len(events) == 0:
+def _innermost(events: Events, mem: MemoryEvents, rows: I64 | None = None) -> I64:
+    """Row of the innermost of `events` (of their `rows` alone, when given) around each
+    memory event on its thread (NONE: none). The rows' times are read, not all their
+    columns copied."""
+    if len(events) == 0 or (rows is not None and rows.size == 0):
         return np.full(len(mem), NONE, dtype=np.int64)
-    return np.asarray(enclosing(events, mem.thread, mem.ts), dtype=np.int64)
+    if rows is None:
+        return np.asarray(enclosing(events, mem.thread, mem.ts), dtype=np.int64)
+    found = np.asarray(
+        enclosing_of(events.thread[rows], events.ts[rows], events.end[rows], mem.thread, mem.ts),
+        dtype=np.int64,
+    )
+    return np.where(found >= 0, rows[np.maximum(found, 0)], NONE)
 
 
 STACK_DEPTH = 3
