@@ -9,32 +9,20 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from test_trace_cache import a_trace, cache  # noqa: F401  (the fixture)
+from test_trace_cache import Calls, a_trace, cache  # noqa: F401  (the fixture)
 
 import wallfinder.api as api
 from wallfinder import Options, Thresholds, analyze
 from wallfinder.cli import main
-from wallfinder.diagnosis import Diagnosis
 from wallfinder.trace import _cache
 
-
-class Diagnoses:
-    """Counts the diagnoses `analyze` computes (reads of the cache are not)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.count = 0
-        diagnose = api._diagnose
-
-        def counted(*args: object) -> Diagnosis:
-            self.count += 1
-            return diagnose(*args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(api, "_diagnose", counted)
+Diagnoses = Calls
+"""The diagnoses `analyze` computes (reads of the cache are not)."""
 
 
 @pytest.fixture
 def diagnoses(monkeypatch: pytest.MonkeyPatch) -> Diagnoses:
-    return Diagnoses(monkeypatch)
+    return Calls(monkeypatch, api, "_diagnose")
 
 
 def results(parsed: Path) -> list[Path]:

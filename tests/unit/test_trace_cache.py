@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,23 +29,27 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder / "parsed"
 
 
-class Parses:
-    """Counts the parses `load_trace` does (reads of the cache are not parses)."""
+class Calls:
+    """Counts the calls of `module.name`, which it wraps for the test."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
         self.count = 0
-        assemble = trace_module._assemble
+        function = getattr(module, name)
 
-        def counted(*args: object) -> bytes | None:
+        def counted(*args: Any) -> Any:
             self.count += 1
-            return assemble(*args)  # type: ignore[arg-type]
+            return function(*args)
 
-        monkeypatch.setattr(trace_module, "_assemble", counted)
+        monkeypatch.setattr(module, name, counted)
+
+
+Parses = Calls
+"""The parses `load_trace` does (reads of the cache are not parses)."""
 
 
 @pytest.fixture
 def parses(monkeypatch: pytest.MonkeyPatch) -> Parses:
-    return Parses(monkeypatch)
+    return Calls(monkeypatch, trace_module, "_assemble")
 
 
 def a_trace(tmp_path: Path, name: str = "trace.json") -> Path:
