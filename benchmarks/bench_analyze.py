@@ -131,7 +131,13 @@ def largest_shared_trace() -> Path | None:
 
 
 def _tree_rss_bytes(root: int) -> int:
-    """Sums VmRSS over `root` and its descendants; shared pages count once per process."""
+    """The memory of `root` and its descendants, each page once: the root's VmRSS plus each
+    descendant's private pages (`Private_Clean` + `Private_Dirty` of its smaps_rollup). A
+    forked worker shares its parent's pages until either writes them; those are the parent's
+    RSS already (summing VmRSS counted them once per process). Missed: pages two workers
+    still share after the parent let them go (what it held when it forked them, a few MB).
+    Where smaps_rollup cannot be read (kernels before 4.14) a descendant's VmRSS is added
+    instead, an upper bound."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -149,16 +155,25 @@ def _tree_rss_bytes(root: int) -> int:
             if ppid in tree and pid not in tree:
                 tree.add(pid)
                 grew = True
-    total = 0
-    for pid in tree:
+    return sum(_kib(pid, pid != root) * 1024 for pid in tree)
+
+
+def _kib(pid: int, private: bool) -> int:
+    """A process's resident KiB: all of it, or (`private`) the pages no other process maps."""
+    if private:
         try:
-            status = Path(f"/proc/{pid}/status").read_text()
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:
-            continue
-        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-        if match:
-            total += int(match.group(1)) * 1024
-    return total
+            rollup = ""
+        found = re.findall(r"^Private_(?:Clean|Dirty):\s+(\d+) kB", rollup, re.MULTILINE)
+        if found:
+            return sum(int(k) for k in found)
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    return int(match.group(1)) if match else 0
 
 
 def measure(command: list[str], timeout: float) -> dict[str, Any]:

@@ -81,6 +81,22 @@ def test_union_of_coverages_covers_the_union_of_cells(a: Pairs, b: Pairs) -> Non
     assert u.covered(arr([LO - 5]), arr([HI + 20])).tolist() == [len(cells(a) | cells(b))]
 
 
+@given(intervals)
+def test_coverage_of_intervals_in_start_order_is_that_of_any_order(pairs: Pairs) -> None:
+    # In start order the input is read as it is (no sort); any other order is sorted first.
+    in_order = sorted(pairs)
+    starts, ends = arr([s for s, _ in in_order]), arr([e for _, e in in_order])
+    before = (starts.copy(), ends.copy())
+    a, b = Coverage.of(starts, ends), cov(list(reversed(pairs)))
+    for x, y in ((a.starts, b.starts), (a.ends, b.ends), (a.before, b.before)):
+        assert x.tolist() == y.tolist()
+    # The input is neither changed nor shared with the result.
+    assert starts.tolist() == before[0].tolist()
+    assert ends.tolist() == before[1].tolist()
+    assert not np.shares_memory(a.starts, starts)
+    assert not np.shares_memory(a.ends, ends)
+
+
 # covered / covered_until -----------------------------------------------------------------------
 
 

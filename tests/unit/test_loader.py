@@ -14,7 +14,15 @@ import wallfinder.trace as trace_module
 import wallfinder.trace._reader as reader_module
 from tracegen import DATALOADER, NASTY_NAME, TraceBuilder, assert_same_trace, training_trace
 from wallfinder.analysis import diagnose
-from wallfinder.trace import NONE, Kind, Trace, find_trace_files, load_trace
+from wallfinder.trace import (
+    NONE,
+    Kind,
+    Trace,
+    find_trace_files,
+    load_trace,
+    thread_codes,
+    thread_key,
+)
 
 
 def counts(t: Trace) -> dict[Kind, int]:
@@ -93,6 +101,25 @@ def test_kernel_args_are_read_into_columns(tmp_path: Path) -> None:
     # Columns a kind does not carry stay NONE.
     assert t.of_kind(Kind.CPU_OP).correlation.tolist() == [NONE]
     assert k.nbytes.tolist() == [NONE]
+
+
+def test_columns_of_kinds_picks_rows_of_the_stacked_columns(tmp_path: Path) -> None:
+    t = load_trace(training_trace(steps=3).write(tmp_path / "t.json"))
+    kinds = (Kind.CPU_OP, Kind.RUNTIME)
+    ts, name = t.columns_of_kinds(kinds, "ts", "name")
+    rows = np.array([0, 3, ts.size - 1, 1], dtype=np.intp)
+    picked_ts, picked_name = t.columns_of_kinds(kinds, "ts", "name", rows=rows)
+    assert picked_ts.tolist() == ts[rows].tolist()
+    assert picked_name.tolist() == name[rows].tolist()
+    # The picked rows are copies: writing to them leaves the trace as it was.
+    picked_ts[:] = -1
+    assert t.columns_of_kinds(kinds, "ts")[0].tolist() == ts.tolist()
+    # With `overlapping`, `rows` index the overlapping rows.
+    lo, hi = int(ts[2]), int(ts[-3])
+    near = t.columns_of_kinds(kinds, "ts", overlapping=(lo, hi))[0]
+    some = np.arange(0, near.size, 2)
+    got = t.columns_of_kinds(kinds, "ts", overlapping=(lo, hi), rows=some)[0]
+    assert got.tolist() == near[some].tolist()
 
 
 def test_device_name_and_rank_come_from_the_header(tmp_path: Path) -> None:
@@ -524,3 +551,9 @@ def test_the_end_of_a_stream_is_cut_into_small_pieces_that_parse_the_same(
     assert sum(isinstance(p, reader_module.Cut) for p in pieces) > 10
     assert_same_trace(load_trace(path, workers=2), serial)
     assert_same_trace(load_trace(path, workers=1), serial)
+
+
+def test_thread_codes_are_the_pid_and_tid_codes_of_a_thread_key() -> None:
+    pid, tid = np.array([0, 3, 70000], np.int32), np.array([5, 0, 2**31 - 1], np.int32)
+    keys = thread_key(pid, tid).tolist()
+    assert [thread_codes(k) for k in keys] == list(zip(pid.tolist(), tid.tolist(), strict=True))

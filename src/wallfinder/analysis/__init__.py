@@ -93,7 +93,7 @@ from wallfinder.diagnosis import (
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
-from wallfinder.trace import Events, Kind, NcuExport, Trace
+from wallfinder.trace import Events, Kind, NcuExport, Trace, release_free_memory
 
 __all__ = [
     "JobThresholds",
@@ -165,9 +165,11 @@ def _diagnosed(
     spans = cpu_steps(trace)
     warnings = _step_warnings(trace, spans)
     dev = device_ops(trace, thresholds.time)
+    release_free_memory()
     device: _DeviceModel = _Gpu(trace, dev, spec) if dev is not None else _Cpu(trace, spec)
     start, end = device.windows(spans)
     wb = device.breakdown(start, end)
+    release_free_memory()
     durations = (end - start).astype(np.float64) * NS
     dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
@@ -193,7 +195,9 @@ def _diagnosed(
     steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
+    release_free_memory()
     memory = memory_profile(scope, *parts.capacity)
+    release_free_memory()
     path, whatif = critical_path(
         scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
     )

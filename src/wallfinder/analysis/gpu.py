@@ -12,7 +12,7 @@ from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_
 from wallfinder.analysis.intervals import Coverage, split_at
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.thresholds import TimeThresholds
-from wallfinder.trace import NONE, Events, Kind, Trace, thread_key
+from wallfinder.trace import NONE, Events, Kind, Trace, thread_codes
 
 I64 = npt.NDArray[np.int64]
 
@@ -343,26 +343,45 @@ def _attribute_host_waits(
     """Split each host wait [a, b) (of idle piece `piece`) by what the launching thread was
     doing."""
     kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
-    ts, dur, name, pid, tid = trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
-    # Only what the loop reads is kept (on a large trace each column is tens of MB).
-    host_thread = thread_key(pid, tid)
+    # Only the rows and columns the loop reads are kept, each thread's rows one slice in
+    # time order (on a large trace each column is tens of MB, and a coverage of rows in time
+    # order is built without sorting them again).
+    pid, tid = trace.columns_of_kinds(kinds, "pid", "tid")
+    threads = np.unique(thread)
+    # Each row's launching thread (its index in `threads`; -1 for the other threads).
+    which = np.full(pid.size, -1, np.int8 if threads.size < 128 else np.int32)
+    for i, t in enumerate(threads.tolist()):
+        if t >= 0:  # (NONE: the gap's work was launched from no recorded thread)
+            p, q = thread_codes(t)
+            which[(pid == p) & (tid == q)] = i
     del pid, tid
-    category = _host_categories(trace, name)
-    del name
+    category = _host_categories(trace, trace.columns_of_kinds(kinds, "name")[0])
+    rows = np.flatnonzero((category != _IGNORED) & (which >= 0))
+    category, which = category[rows], which[rows]
+    ts, dur = trace.columns_of_kinds(kinds, "ts", "dur", rows=rows)
+    del rows
     end = ts + dur
     del dur
-    for t in np.unique(thread).tolist():
+    order = np.lexsort((ts, which)) if threads.size > 1 else np.argsort(ts, kind="stable")
+    ts = ts[order]
+    end = end[order]
+    category, which = category[order], which[order]
+    del order
+    bounds = np.searchsorted(which, np.arange(threads.size + 1), "left").tolist()
+    del which
+    for i, t in enumerate(threads.tolist()):
         mine = thread == t
-        on_thread = host_thread == t
+        on = slice(bounds[i], bounds[i + 1])
+        t_ts, t_end, t_cat = ts[on], end[on], category[on]
         pa, pb, pw = a[mine], b[mine], piece[mine]
         # A sync that drained the queue cost the GPU at most the time the host was blocked in
         # it: without the sync, the host's next work would have overlapped that much queued
         # GPU work. The wait past that is what the host did after the sync, split as any other.
-        blocked = _covering(ts, end, on_thread & (category == 1)).lead(g0[mine], DRAIN_SLACK_NS)
+        blocked = _covering(t_ts, t_end, t_cat == 1).lead(g0[mine], DRAIN_SLACK_NS)
         cut = np.clip(g0[mine] + blocked, pa, pb)
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
         # would have run dry during a long wait for the next batch anyway.
-        data = _covering(ts, end, on_thread & (category == 0))
+        data = _covering(t_ts, t_end, t_cat == 0)
         np.add.at(out["data_loading"], pw, data.covered(pa, pb))
         np.add.at(out["synchronization"], pw, (cut - pa) - data.covered(pa, cut))
         previous = data.covered(cut, pb)
@@ -370,7 +389,7 @@ def _attribute_host_waits(
         # Each cause takes what the host work up to its category covers past the ones before
         # (one coverage at a time: on a large trace each is tens of MB).
         for k, cause in enumerate(IDLE_CAUSES[1:4], start=1):
-            upto = _covering(ts, end, on_thread & (category <= k)).covered(cut, pb)
+            upto = _covering(t_ts, t_end, t_cat <= k).covered(cut, pb)
             np.add.at(out[cause], pw, upto - previous)
             previous = upto
         np.add.at(out["other"], pw, (pb - cut) - previous)
@@ -380,15 +399,19 @@ def _covering(ts: I64, end: I64, rows: npt.NDArray[np.bool_]) -> Coverage:
     return Coverage.of(ts[rows], end[rows])
 
 
+_IGNORED = 9
+"""The host category of what spans everything (step markers): no cause."""
+
+
 def _host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:
-    """0 data loading, 1 synchronisation, 2 communication wait, 3 other host work, 9 ignored
+    """0 data loading, 1 synchronisation, 2 communication wait, 3 other host work, _IGNORED
     (step markers, which span everything)."""
     table = np.full(len(trace.strings), 3, dtype=np.int8)
     steps = set(trace.step_rows().name.tolist())
     for code in np.unique(names).tolist():
         name = trace.strings[code]
         if name.startswith("ProfilerStep#") or code in steps:
-            table[code] = 9
+            table[code] = _IGNORED
         elif is_data_loading(name):
             table[code] = 0
         elif name in SYNC_RUNTIME or name in SYNC_OPS:

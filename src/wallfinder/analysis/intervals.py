@@ -29,16 +29,21 @@ class Coverage:
         if starts.size == 0:
             empty = np.empty(0, np.int64)
             return cls(empty, empty, empty)
-        order = np.argsort(starts, kind="stable")
-        s = starts[order]
-        e = np.maximum(ends[order], s)
-        reach = np.maximum.accumulate(e)
+        if not (starts[1:] >= starts[:-1]).all():
+            # (Sorted already, as a kind's rows are, the input is read as it is: a stable
+            # sort would leave it unchanged, and its index and copies are the largest part
+            # of this function's memory.)
+            order = np.argsort(starts, kind="stable")
+            starts, ends = starts[order], ends[order]
+            del order
+        reach = np.maximum(ends, starts)
+        np.maximum.accumulate(reach, out=reach)
         # A new merged interval begins where a start lies beyond everything before it.
-        new = np.empty(s.shape, dtype=bool)
+        new = np.empty(starts.shape, dtype=bool)
         new[0] = True
-        new[1:] = s[1:] > reach[:-1]
-        group_starts = s[new]
-        last_of_group = np.append(np.flatnonzero(new)[1:] - 1, s.size - 1)
+        np.greater(starts[1:], reach[:-1], out=new[1:])
+        group_starts = starts[new]
+        last_of_group = np.append(np.flatnonzero(new)[1:] - 1, starts.size - 1)
         group_ends = reach[last_of_group]
         lengths = group_ends - group_starts
         before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)

@@ -60,7 +60,7 @@ from wallfinder.diagnosis import (
     MemoryProfile,
     StepMemory,
 )
-from wallfinder.trace import NONE, Events, Kind, MemoryEvents, Trace
+from wallfinder.trace import NONE, Events, Kind, MemoryEvents, Trace, thread_key
 from wallfinder.units import short_frame, size
 
 __all__ = ["MemoryFacts", "device_label", "memory_profile"]
@@ -263,8 +263,17 @@ def _innermost(events: Events, mem: MemoryEvents, rows: I64 | None = None) -> I6
         return np.full(len(mem), NONE, dtype=np.int64)
     if rows is None:
         return np.asarray(enclosing(events, mem.thread, mem.ts), dtype=np.int64)
+    ts = events.ts[rows]
+    # Each column gathered before it is derived (`events.thread` and `events.end` would be
+    # made for every row first), and handed over unnamed, to be dropped once read.
     found = np.asarray(
-        enclosing_of(events.thread[rows], events.ts[rows], events.end[rows], mem.thread, mem.ts),
+        enclosing_of(
+            thread_key(events.pid[rows], events.tid[rows]),
+            ts,
+            ts + events.dur[rows],
+            mem.thread,
+            mem.ts,
+        ),
         dtype=np.int64,
     )
     return np.where(found >= 0, rows[np.maximum(found, 0)], NONE)

@@ -220,12 +220,18 @@ def enclosing_of(
 ) -> Any:
     """As `enclosing`, of the events whose threads, starts and ends are given (a few columns
     of a large table, without copying the rest)."""
-    threads, rank = np.unique(key, return_inverse=True)
+    # In place, each temporary dropped once used: the rows may be most of a large trace.
+    threads = np.unique(key)
+    combined = np.searchsorted(threads, key).astype(np.int64, copy=False)
+    del key
     base = int(ts.min())
     span = int(max(end.max(), t.max()) - base) + 1
-    combined = rank.astype(np.int64) * span + (ts - base)
+    combined *= span
+    combined += ts
+    combined -= base
     order = np.argsort(combined, kind="stable")
     sorted_key = combined[order]
+    del combined
     q_rank = np.searchsorted(threads, thread)
     valid = (q_rank < threads.size) & (threads[np.minimum(q_rank, threads.size - 1)] == thread)
     q = q_rank.astype(np.int64) * span + (t - base)
@@ -233,6 +239,7 @@ def enclosing_of(
     out = np.full(t.size, NONE, dtype=np.int64)
     todo = valid & (i >= 0)
     ends = end[order]
+    del end
     same_thread_start = q_rank.astype(np.int64) * span
     for _ in range(MAX_STEPS_BACK):
         if not todo.any():

@@ -24,6 +24,7 @@ from wallfinder.errors import WallfinderError
 from wallfinder.trace import _cache
 from wallfinder.trace._cache import ResultCache
 from wallfinder.trace._columns import _TIMED, Assembler, Chunk, decode_chunk
+from wallfinder.trace._heap import release_free_memory
 from wallfinder.trace._ncu import (
     NcuExport,
     NcuLaunch,
@@ -48,7 +49,16 @@ from wallfinder.trace._reader import (
 )
 from wallfinder.trace._schema import Header
 from wallfinder.trace.args import CollectiveArgs, OpArgs, Tensor
-from wallfinder.trace.model import NONE, Events, Kind, MemoryEvents, Trace, step_key, thread_key
+from wallfinder.trace.model import (
+    NONE,
+    Events,
+    Kind,
+    MemoryEvents,
+    Trace,
+    step_key,
+    thread_codes,
+    thread_key,
+)
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -77,8 +87,10 @@ __all__ = [
     "ncu_command",
     "normalised_name",
     "process_context",
+    "release_free_memory",
     "result_cache",
     "step_key",
+    "thread_codes",
     "thread_key",
 ]
 
@@ -187,6 +199,9 @@ def load_trace(
     trace = _build(p.name, events, memory, assembler, header)
     if cache:
         _cache.write(p, trace)
+    # The decoded chunks were freed into the C heap, which keeps their pages: the analysis
+    # would stack its own peak on top of them.
+    release_free_memory()
     return trace
 
 

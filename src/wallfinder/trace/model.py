@@ -41,6 +41,11 @@ def thread_key(pid: npt.NDArray[np.integer[Any]], tid: npt.NDArray[np.integer[An
     return key
 
 
+def thread_codes(key: int) -> tuple[int, int]:
+    """The (pid, tid) codes of one `thread_key`."""
+    return key >> 32, key & 0xFFFFFFFF
+
+
 class Kind(IntEnum):
     """What an event is, from its phase and category (see `kind_of`)."""
 
@@ -282,11 +287,17 @@ class Trace:
         return [slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
 
     def columns_of_kinds(
-        self, kinds: tuple[Kind, ...], *names: str, overlapping: tuple[int, int] | None = None
+        self,
+        kinds: tuple[Kind, ...],
+        *names: str,
+        overlapping: tuple[int, int] | None = None,
+        rows: npt.NDArray[np.intp] | None = None,
     ) -> list[npt.NDArray[Any]]:
         """Some columns of the rows of some kinds, stacked (not sorted): for analyses that
         need a few columns of many rows, without copying the whole table. `overlapping`
-        (lo, hi): only the rows that start at or before `hi` and end at or after `lo`."""
+        (lo, hi): only the rows that start at or before `hi` and end at or after `lo`.
+        `rows`: only these rows of the stacked columns (each gathered from the table, not
+        stacked whole first)."""
         ev = self.events
         slices = self._slices(kinds)
         picks: list[slice | npt.NDArray[np.intp]] = list(slices)
@@ -297,10 +308,19 @@ class Trace:
                 # Each kind is sorted by start: cut at `hi` by search, then keep what ends late.
                 cut = slice(s.start, s.start + int(np.searchsorted(ev.ts[s], hi, "right")))
                 picks.append(s.start + np.flatnonzero(ev.ts[cut] + ev.dur[cut] >= lo))
+        if rows is not None:
+            index = np.concatenate(
+                [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in picks]
+            )
+            picks = [index[rows]]
+            del index
         out = []
         for name in names:
             column = getattr(ev, name)
-            out.append(np.concatenate([column[s] for s in picks]))
+            if len(picks) == 1 and not isinstance(picks[0], slice):
+                out.append(column[picks[0]])  # a copy already
+            else:
+                out.append(np.concatenate([column[s] for s in picks]))
         return out
 
     @cached_property
