@@ -93,7 +93,7 @@ from wallfinder.diagnosis import (
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
-from wallfinder.trace import Events, Kind, NcuExport, Trace, release_free_memory
+from wallfinder.trace import Events, Kind, NcuExport, Trace, release_free_memory, thread_key
 
 __all__ = [
     "JobThresholds",
@@ -635,16 +635,18 @@ class _Cpu:
     basis: Final = "cpu"
 
     def __init__(self, trace: Trace, spec: DeviceSpec | None) -> None:
-        host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
-        if len(host) == 0:
-            host = trace.of_kind(Kind.RUNTIME, Kind.OTHER)
-        if len(host) == 0:
+        kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
+        if trace.extent(*kinds) is None:
+            kinds = (Kind.RUNTIME, Kind.OTHER)
+        if trace.extent(*kinds) is None:
             raise WallfinderError(
                 f"{trace.source}: no device kernels and no CPU activity to analyse"
             )
         self.trace = trace
         self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
-        self.mine = host.take(np.flatnonzero(host.thread == _main_thread(trace, host)))
+        # The main thread's rows alone are copied (the host's are most of a trace's rows).
+        pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
+        self.mine = trace.on_thread(kinds, _main_thread(trace, thread_key(pid, tid), name, dur))
         self.category, self.dispatch = _cpu_categories(trace, self.mine)
         self.tiny = self.python = np.zeros(0, dtype=np.int64)
 
@@ -720,11 +722,12 @@ class _Cpu:
         )
 
 
-def _main_thread(trace: Trace, host: Events) -> int:
-    keys = host.thread
-    step_rows = np.isin(host.name, trace.names_matching(lambda s: s.startswith("ProfilerStep#")))
+def _main_thread(trace: Trace, keys: I64, names: npt.NDArray[np.int32], dur: I64) -> int:
+    """The thread (`thread_key`) of the most step markers among host rows of these threads,
+    names and durations; without markers, of the most time."""
+    step_rows = np.isin(names, trace.names_matching(lambda s: s.startswith("ProfilerStep#")))
     pool = keys[step_rows] if step_rows.any() else keys
-    weights = None if step_rows.any() else host.dur.astype(np.float64)
+    weights = None if step_rows.any() else dur.astype(np.float64)
     uniq, inverse = np.unique(pool, return_inverse=True)
     return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
 

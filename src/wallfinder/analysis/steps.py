@@ -103,19 +103,19 @@ def cpu_steps(trace: Trace) -> StepSpans:
     iterations = _optimizer_iterations(trace) or _annotation_iterations(trace)
     if iterations is not None:
         return iterations
-    active = trace.of_kind(
-        Kind.CPU_OP,
-        Kind.RUNTIME,
-        Kind.KERNEL,
-        Kind.MEMCPY,
-        Kind.MEMSET,
-        Kind.ANNOTATION,
-        Kind.PYTHON,
+    start, end = (
+        trace.extent(
+            Kind.CPU_OP,
+            Kind.RUNTIME,
+            Kind.KERNEL,
+            Kind.MEMCPY,
+            Kind.MEMSET,
+            Kind.ANNOTATION,
+            Kind.PYTHON,
+        )
+        or trace.extent(Kind.OTHER, Kind.GPU_ANNOTATION)
+        or (0, 0)
     )
-    if len(active) == 0:
-        active = trace.of_kind(Kind.OTHER, Kind.GPU_ANNOTATION)
-    start = int(active.ts.min()) if len(active) else 0
-    end = int(active.end.max()) if len(active) else 0
     cut, why = start, ""
     while (found := _startup(trace, cut, end)) is not None:  # set-up often comes in stages
         cut, why = found[0], (f"{why}; then " if why else "") + found[1]
@@ -138,14 +138,16 @@ def _startup(trace: Trace, start: int, end: int) -> tuple[int, str] | None:
     that took far longer than the same op's later calls (STARTUP_FACTOR, STARTUP_MIN_NS,
     STARTUP_MIN_SHARE), begun in the first half of the trace. None when there is none, or
     when nothing would be left after it."""
-    host = trace.of_kind(Kind.CPU_OP, Kind.RUNTIME)
-    host = host.take(np.flatnonzero(host.ts >= start))
+    # Three columns of the host's rows, not a copy of them all (most of a trace's rows).
+    ts, dur, names = trace.columns_of_kinds((Kind.CPU_OP, Kind.RUNTIME), "ts", "dur", "name")
+    later_rows = np.flatnonzero(ts >= start)
     span = end - start
-    if len(host) == 0 or span <= 0:
+    if later_rows.size == 0 or span <= 0:
         return None
     waits = _waits(trace)
-    order = np.lexsort((host.ts, host.name))
-    names, ts, dur = host.name[order], host.ts[order], host.dur[order]
+    ts, dur, names = ts[later_rows], dur[later_rows], names[later_rows]
+    order = np.lexsort((ts, names))
+    names, ts, dur = names[order], ts[order], dur[order]
     first = np.flatnonzero(np.r_[True, names[1:] != names[:-1]])
     counts = np.diff(np.r_[first, names.size])
     long_first = (
@@ -188,8 +190,7 @@ def _optimizer_iterations(trace: Trace) -> StepSpans | None:
     if rows.size < MIN_ITERATIONS:
         return None
     ends = steps.end[rows]
-    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
-    begin = min(int(host.ts.min()), int(steps.ts[rows[0]]))
+    begin = _host_start(trace, int(steps.ts[rows[0]]))
     starts = np.concatenate([[begin], ends[:-1]]).astype(np.int64)
     labels = [f"iteration {k + 1}" for k in range(rows.size)]
     return StepSpans(labels, starts, ends.astype(np.int64), OPTIMIZER_ITERATIONS)
@@ -215,14 +216,20 @@ def _annotation_iterations(trace: Trace) -> StepSpans | None:
     if best is None:
         return None
     _, starts, _, name = best
-    host = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
-    work = trace.of_kind(Kind.CPU_OP, Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-    last = max(int(work.end.max()) if len(work) else 0, int(starts[-1]) + 1)
+    work = trace.extent(Kind.CPU_OP, Kind.RUNTIME, Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+    last = max(work[1] if work is not None else 0, int(starts[-1]) + 1)
     ends = np.concatenate([starts[1:], [last]]).astype(np.int64)
     starts = starts.copy()
-    starts[0] = min(int(host.ts.min()), int(starts[0]))
+    starts[0] = _host_start(trace, int(starts[0]))
     labels = [f"iteration {k + 1} ({name[:40]})" for k in range(starts.size)]
     return StepSpans(labels, starts, ends, ANNOTATION_ITERATIONS)
+
+
+def _host_start(trace: Trace, at: int) -> int:
+    """The earlier of `at` and the start of the host's first row (ops, annotations, Python
+    frames, runtime calls)."""
+    found = trace.extent(Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
+    return min(found[0], at) if found is not None else at
 
 
 def _repeating(top: Events) -> tuple[int, I64, I64, int] | None:

@@ -280,11 +280,34 @@ class Trace:
         rows = np.concatenate(parts) if parts else np.empty(0, np.intp)
         return ev.take(rows[np.argsort(ev.ts[rows], kind="stable")])
 
+    def on_thread(self, kinds: tuple[Kind, ...], thread: int) -> Events:
+        """Rows of the given kinds on one thread (`thread_key`), sorted by start time. Only
+        the matching rows are copied."""
+        ev, (pid, tid) = self.events, thread_codes(thread)
+        parts = [
+            s.start + np.flatnonzero((ev.pid[s] == pid) & (ev.tid[s] == tid))
+            for s in self._slices(kinds)
+        ]
+        rows = np.concatenate(parts) if parts else np.empty(0, np.intp)
+        return ev.take(rows[np.argsort(ev.ts[rows], kind="stable")])
+
     def _slices(self, kinds: tuple[int, ...]) -> list[slice]:
         wanted = np.array(sorted(set(kinds)), np.int8)
         lo = np.searchsorted(self.events.kind, wanted, "left")
         hi = np.searchsorted(self.events.kind, wanted, "right")
         return [slice(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
+
+    def extent(self, *kinds: Kind) -> tuple[int, int] | None:
+        """The earliest start and the latest end among the rows of `kinds` (None: no such
+        rows), read in place: each kind's rows are sorted by start."""
+        ev = self.events
+        spans = [s for s in self._slices(tuple(kinds)) if s.stop > s.start]
+        if not spans:
+            return None
+        return (
+            min(int(ev.ts[s.start]) for s in spans),
+            max(int((ev.ts[s] + ev.dur[s]).max()) for s in spans),
+        )
 
     def columns_of_kinds(
         self,
