@@ -97,6 +97,19 @@ def test_coverage_of_intervals_in_start_order_is_that_of_any_order(pairs: Pairs)
     assert not np.shares_memory(a.ends, ends)
 
 
+@given(intervals, st.lists(st.booleans(), min_size=12, max_size=12))
+def test_coverage_of_chosen_sorted_intervals_is_that_of_the_chosen_ones_alone(
+    pairs: Pairs, chosen: list[bool]
+) -> None:
+    in_order = sorted(pairs)
+    starts, ends = arr([s for s, _ in in_order]), arr([e for _, e in in_order])
+    rows = np.array(chosen[: len(in_order)], dtype=bool)
+    got, want = Coverage.of_sorted(starts, ends, rows), Coverage.of(starts[rows], ends[rows])
+    for x, y in ((got.starts, want.starts), (got.ends, want.ends), (got.before, want.before)):
+        assert x.tolist() == y.tolist()
+    assert got.total == len(cells([p for p, c in zip(in_order, rows.tolist(), strict=True) if c]))
+
+
 # covered / covered_until -----------------------------------------------------------------------
 
 

@@ -103,25 +103,6 @@ def test_kernel_args_are_read_into_columns(tmp_path: Path) -> None:
     assert k.nbytes.tolist() == [NONE]
 
 
-def test_columns_of_kinds_picks_rows_of_the_stacked_columns(tmp_path: Path) -> None:
-    t = load_trace(training_trace(steps=3).write(tmp_path / "t.json"))
-    kinds = (Kind.CPU_OP, Kind.RUNTIME)
-    ts, name = t.columns_of_kinds(kinds, "ts", "name")
-    rows = np.array([0, 3, ts.size - 1, 1], dtype=np.intp)
-    picked_ts, picked_name = t.columns_of_kinds(kinds, "ts", "name", rows=rows)
-    assert picked_ts.tolist() == ts[rows].tolist()
-    assert picked_name.tolist() == name[rows].tolist()
-    # The picked rows are copies: writing to them leaves the trace as it was.
-    picked_ts[:] = -1
-    assert t.columns_of_kinds(kinds, "ts")[0].tolist() == ts.tolist()
-    # With `overlapping`, `rows` index the overlapping rows.
-    lo, hi = int(ts[2]), int(ts[-3])
-    near = t.columns_of_kinds(kinds, "ts", overlapping=(lo, hi))[0]
-    some = np.arange(0, near.size, 2)
-    got = t.columns_of_kinds(kinds, "ts", overlapping=(lo, hi), rows=some)[0]
-    assert got.tolist() == near[some].tolist()
-
-
 def test_device_name_and_rank_come_from_the_header(tmp_path: Path) -> None:
     t = load_trace(small_trace().write(tmp_path / "t.json"))
     assert t.device_name == "NVIDIA H100 80GB HBM3"
@@ -557,3 +538,17 @@ def test_thread_codes_are_the_pid_and_tid_codes_of_a_thread_key() -> None:
     pid, tid = np.array([0, 3, 70000], np.int32), np.array([5, 0, 2**31 - 1], np.int32)
     keys = thread_key(pid, tid).tolist()
     assert [thread_codes(k) for k in keys] == list(zip(pid.tolist(), tid.tolist(), strict=True))
+
+
+def test_extent_and_rows_on_a_thread_read_the_table_in_place(tmp_path: Path) -> None:
+    t = load_trace(training_trace(steps=3).write(tmp_path / "t.json"))
+    host = (Kind.CPU_OP, Kind.RUNTIME)
+    merged = t.of_kind(*host)
+    assert t.extent(*host) == (int(merged.ts.min()), int(merged.end.max()))
+    assert t.extent(Kind.MEMSET) is None
+    thread = int(merged.thread[0])
+    mine = t.on_thread(host, thread)
+    on = merged.thread == thread
+    assert mine.ts.tolist() == merged.ts[on].tolist()
+    assert mine.name.tolist() == merged.name[on].tolist()
+    assert len(t.on_thread(host, thread_key(np.array([999]), np.array([0]))[0])) == 0

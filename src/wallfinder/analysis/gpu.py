@@ -4,6 +4,7 @@ and the causes of idle time."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -342,46 +343,42 @@ def _attribute_host_waits(
 ) -> None:
     """Split each host wait [a, b) (of idle piece `piece`) by what the launching thread was
     doing."""
-    kinds = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME)
-    # Only the rows and columns the loop reads are kept, each thread's rows one slice in
-    # time order (on a large trace each column is tens of MB, and a coverage of rows in time
-    # order is built without sorting them again).
-    pid, tid = trace.columns_of_kinds(kinds, "pid", "tid")
     threads = np.unique(thread)
-    # Each row's launching thread (its index in `threads`; -1 for the other threads).
-    which = np.full(pid.size, -1, np.int8 if threads.size < 128 else np.int32)
-    for i, t in enumerate(threads.tolist()):
-        if t >= 0:  # (NONE: the gap's work was launched from no recorded thread)
-            p, q = thread_codes(t)
-            which[(pid == p) & (tid == q)] = i
-    del pid, tid
-    category = _host_categories(trace, trace.columns_of_kinds(kinds, "name")[0])
-    rows = np.flatnonzero((category != _IGNORED) & (which >= 0))
-    category, which = category[rows], which[rows]
-    ts, dur = trace.columns_of_kinds(kinds, "ts", "dur", rows=rows)
-    del rows
-    end = ts + dur
-    del dur
-    order = np.lexsort((ts, which)) if threads.size > 1 else np.argsort(ts, kind="stable")
-    ts = ts[order]
-    end = end[order]
-    category, which = category[order], which[order]
-    del order
-    bounds = np.searchsorted(which, np.arange(threads.size + 1), "left").tolist()
-    del which
+    # Per kind of host row, each sorted by start and read in place: its ends, its category
+    # and its launching thread (the index in `threads`; -1 for the other threads). A
+    # coverage is the union of those of each kind's chosen rows (on a large trace a copy of
+    # the rows, or a sort of them all, is tens of MB).
+    kinds: list[tuple[I64, I64, npt.NDArray[np.int8], npt.NDArray[np.integer[Any]]]] = []
+    for kind in (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME):
+        rows = trace.of_kind(kind)
+        if len(rows) == 0:
+            continue
+        which = np.full(len(rows), -1, np.int8 if threads.size < 128 else np.int32)
+        for i, t in enumerate(threads.tolist()):
+            if t >= 0:  # (NONE: the gap's work was launched from no recorded thread)
+                p, q = thread_codes(t)
+                which[(rows.pid == p) & (rows.tid == q)] = i
+        kinds.append((rows.ts, rows.end, _host_categories(trace, rows.name), which))
+
+    def covering(i: int, upto: int, only: bool = False) -> Coverage:
+        """Thread `i`'s host rows of category `upto` (`only`), or of it and those below."""
+        parts = [
+            Coverage.of_sorted(ts, end, (which == i) & ((cat == upto) if only else (cat <= upto)))
+            for ts, end, cat, which in kinds
+        ]
+        return Coverage.union(*parts) if parts else Coverage.of(a[:0], a[:0])
+
     for i, t in enumerate(threads.tolist()):
         mine = thread == t
-        on = slice(bounds[i], bounds[i + 1])
-        t_ts, t_end, t_cat = ts[on], end[on], category[on]
         pa, pb, pw = a[mine], b[mine], piece[mine]
         # A sync that drained the queue cost the GPU at most the time the host was blocked in
         # it: without the sync, the host's next work would have overlapped that much queued
         # GPU work. The wait past that is what the host did after the sync, split as any other.
-        blocked = _covering(t_ts, t_end, t_cat == 1).lead(g0[mine], DRAIN_SLACK_NS)
+        blocked = covering(i, 1, only=True).lead(g0[mine], DRAIN_SLACK_NS)
         cut = np.clip(g0[mine] + blocked, pa, pb)
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
         # would have run dry during a long wait for the next batch anyway.
-        data = _covering(t_ts, t_end, t_cat == 0)
+        data = covering(i, 0)
         np.add.at(out["data_loading"], pw, data.covered(pa, pb))
         np.add.at(out["synchronization"], pw, (cut - pa) - data.covered(pa, cut))
         previous = data.covered(cut, pb)
@@ -389,14 +386,10 @@ def _attribute_host_waits(
         # Each cause takes what the host work up to its category covers past the ones before
         # (one coverage at a time: on a large trace each is tens of MB).
         for k, cause in enumerate(IDLE_CAUSES[1:4], start=1):
-            upto = _covering(t_ts, t_end, t_cat <= k).covered(cut, pb)
+            upto = covering(i, k).covered(cut, pb)
             np.add.at(out[cause], pw, upto - previous)
             previous = upto
         np.add.at(out["other"], pw, (pb - cut) - previous)
-
-
-def _covering(ts: I64, end: I64, rows: npt.NDArray[np.bool_]) -> Coverage:
-    return Coverage.of(ts[rows], end[rows])
 
 
 _IGNORED = 9

@@ -14,6 +14,8 @@ import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
 
+_LOW = np.iinfo(np.int64).min
+
 
 @dataclass(frozen=True)
 class Coverage:
@@ -45,6 +47,25 @@ class Coverage:
         group_starts = starts[new]
         last_of_group = np.append(np.flatnonzero(new)[1:] - 1, starts.size - 1)
         group_ends = reach[last_of_group]
+        lengths = group_ends - group_starts
+        before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        return cls(group_starts, group_ends, before)
+
+    @classmethod
+    def of_sorted(cls, starts: I64, ends: I64, rows: npt.NDArray[np.bool_]) -> Coverage:
+        """`of` the intervals at `rows` (a mask) of intervals sorted by start, without
+        copying them out: the same coverage, with a third of the memory on many rows."""
+        if not rows.any():
+            return cls.of(starts[:0], ends[:0])
+        # The running reach of the chosen intervals alone (the others cannot raise it).
+        reach = np.maximum(ends, starts)
+        reach[~rows] = _LOW
+        np.maximum.accumulate(reach, out=reach)
+        new = rows.copy()
+        new[1:] &= starts[1:] > reach[:-1]
+        at = np.flatnonzero(new)
+        group_starts = starts[at]
+        group_ends = reach[np.append(at[1:] - 1, starts.size - 1)]
         lengths = group_ends - group_starts
         before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         return cls(group_starts, group_ends, before)

@@ -37,11 +37,11 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps, is_data_loading
 from wallfinder.analysis.intervals import Coverage, in_windows
-from wallfinder.analysis.roofline import Placement, enclosing, outermost
+from wallfinder.analysis.roofline import Placement, Spans, enclosing, outermost
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import ModuleRow, Modules, ModuleSpread, Phases, StepPhases
-from wallfinder.trace import NONE, Events, Kind, Trace, step_key
+from wallfinder.trace import NONE, Events, Kind, Trace, step_key, thread_key
 from wallfinder.units import is_user_path
 
 NS = 1e-9
@@ -183,8 +183,8 @@ def host_work(scope: Scope, ops: Events) -> Work:
     trace = scope.trace
     ops = ops.take(np.flatnonzero(outermost(ops)))
     main = np.unique(ops.thread)
-    nodes = _ranges(trace).outer_backward
-    nodes = nodes.take(np.flatnonzero(~np.isin(nodes.thread, main)))
+    outer = _ranges(trace).outer_backward
+    nodes = trace.of_kind(Kind.CPU_OP).take(outer.rows[~np.isin(outer.thread, main)])
     if len(nodes):
         order = np.argsort(np.concatenate([ops.ts, nodes.ts]), kind="stable")
         ops = Events(
@@ -214,11 +214,37 @@ def host_work(scope: Scope, ops: Events) -> Work:
 
 
 @dataclass(frozen=True)
+class _Nodes:
+    """Backward ranges (autograd's ops): the columns the phases read of some of the trace's
+    CPU ops, by start (a copy of all of their columns is tens of MB on a large trace)."""
+
+    rows: I64
+    """Each range's row in the trace's CPU ops (`Trace.of_kind(Kind.CPU_OP)`)."""
+    ts: I64
+    end: I64
+    thread: I64
+    seq: I64
+    fwd_thread: I64
+
+    @classmethod
+    def of(cls, cpu: Events, rows: I64) -> _Nodes:
+        ts = cpu.ts[rows]
+        thread = thread_key(cpu.pid[rows], cpu.tid[rows])
+        return cls(rows, ts, ts + cpu.dur[rows], thread, cpu.seq[rows], cpu.fwd_thread[rows])
+
+    def __len__(self) -> int:
+        return int(self.ts.size)
+
+    def take(self, index: npt.NDArray[np.intp]) -> _Nodes:
+        return _Nodes(*(getattr(self, f.name)[index] for f in fields(self)))
+
+
+@dataclass(frozen=True)
 class _Ranges:
     """The host ranges that mark phases and modules, each sorted by start."""
 
-    backward: Events
-    outer_backward: Events
+    backward: _Nodes
+    outer_backward: _Nodes
     """The backward ranges no other encloses on their thread: whether work is backward is
     asked of these (the innermost-range search gives up behind many nested nodes)."""
     optimizer: Events
@@ -260,7 +286,7 @@ def optimizer_codes(trace: Trace) -> npt.NDArray[np.int32]:
 def _ranges(trace: Trace) -> _Ranges:
     cpu = trace.of_kind(Kind.CPU_OP)
     engine = trace.names_matching(lambda s: s.startswith(("autograd::engine", "evaluate_function")))
-    backward = cpu.take(np.flatnonzero(np.isin(cpu.name, engine) | (cpu.fwd_thread > 0)))
+    backward = _Nodes.of(cpu, np.flatnonzero(np.isin(cpu.name, engine) | (cpu.fwd_thread > 0)))
     host = (Kind.ANNOTATION, Kind.CPU_OP)
     optimizer = trace.named(host, optimizer_codes(trace))
     data = trace.named(host, trace.names_matching(is_data_loading))
@@ -283,7 +309,7 @@ def _ranges(trace: Trace) -> _Ranges:
     return _Ranges(backward, _outermost(backward), optimizer, data, modules, source)
 
 
-def _outermost(ranges: Events) -> Events:
+def _outermost(ranges: _Nodes) -> _Nodes:
     """The ranges no earlier one encloses on the same thread, by start."""
     keep = np.zeros(len(ranges), dtype=bool)
     thread = ranges.thread
@@ -303,7 +329,7 @@ def _is_user_range(name: str) -> bool:
     )
 
 
-def _inside(ranges: Events, work: Work, rows: I64) -> I64:
+def _inside(ranges: Spans, work: Work, rows: I64) -> I64:
     """Row of the innermost of `ranges` around each issue of `work` at `rows` (NONE if
     none)."""
     out = np.full(rows.size, NONE, dtype=np.int64)
@@ -402,7 +428,7 @@ def attribute(scope: Scope, work: Work) -> Attribution:
     return Attribution(phase, module, phases, modules, scope, r, range_row, work, recompute)
 
 
-def _per_step(ranges: Events, scope: Scope) -> float:
+def _per_step(ranges: Spans, scope: Scope) -> float:
     """How many of `ranges` start in a steady-state step's host span (host ranges run on
     the host's time, ahead of the device's windows)."""
     spans, kept = scope.spans, scope.kept
@@ -410,7 +436,7 @@ def _per_step(ranges: Events, scope: Scope) -> float:
     return float(inside.sum()) / max(scope.count, 1)
 
 
-def _before_backward(scope: Scope, backward: Events, work: Work) -> npt.NDArray[np.bool_]:
+def _before_backward(scope: Scope, backward: _Nodes, work: Work) -> npt.NDArray[np.bool_]:
     """Work issued inside a step before that step's first backward op (a step with none:
     none)."""
     spans = scope.spans
@@ -496,7 +522,7 @@ def _phases(
 # Modules ---------------------------------------------------------------------------------
 
 
-def _forward_threads(trace: Trace, nodes: Events) -> dict[int, int]:
+def _forward_threads(trace: Trace, nodes: _Nodes) -> dict[int, int]:
     """The trace thread of each profiler `Fwd thread id` on backward nodes: the thread whose
     forward ops share the most sequence numbers with the nodes that name it."""
     cpu = trace.of_kind(Kind.CPU_OP)
@@ -516,7 +542,7 @@ def _forward_threads(trace: Trace, nodes: Events) -> dict[int, int]:
     return out
 
 
-def _forward_ops(trace: Trace, nodes: Events, node_rows: I64) -> tuple[I64, I64, int]:
+def _forward_ops(trace: Trace, nodes: _Nodes, node_rows: I64) -> tuple[I64, I64, int]:
     """For backward nodes at `node_rows` of `nodes`: the thread and start of the forward op
     that made each (NONE where not found), and how many distinct nodes were linked."""
     thread_out = np.full(node_rows.size, NONE, dtype=np.int64)

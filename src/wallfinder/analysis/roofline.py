@@ -11,7 +11,7 @@ FLOPs, and its kernels get the bound of their class, said so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -205,7 +205,19 @@ def launching_ops(cpu: Events, dev: DeviceOps) -> tuple[npt.NDArray[np.int64], i
     return rows, int((rows[missing] != NONE).sum()) if missing.size else 0
 
 
-def enclosing(cpu: Events, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
+class Spans(Protocol):
+    """Rows with a start, an end and a thread: `Events`, or a few columns of some of them."""
+
+    @property
+    def ts(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def end(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def thread(self) -> npt.NDArray[np.int64]: ...
+    def __len__(self) -> int: ...
+
+
+def enclosing(cpu: Spans, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
     """Row of the innermost event of `cpu` (ops, Python frames) on `thread` that encloses
     time `t` (NONE if none)."""
     return enclosing_of(cpu.thread, cpu.ts, cpu.end, thread, t)
@@ -800,7 +812,7 @@ def cpu_roofline(scope: Scope, ops: Events) -> tuple[Roofline, Mfu]:
     )
 
 
-def outermost(events: Events) -> npt.NDArray[np.bool_]:
+def outermost(events: Spans) -> npt.NDArray[np.bool_]:
     """Events not nested in an earlier one on the same thread (input sorted by start)."""
     if len(events) == 0:
         return np.zeros(0, dtype=bool)

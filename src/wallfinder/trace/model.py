@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from functools import cached_property
@@ -276,18 +277,20 @@ class Trace:
         """Rows of the given kinds whose name is one of `codes`, sorted by start time. Only
         the matching rows are copied."""
         ev = self.events
-        parts = [s.start + np.flatnonzero(np.isin(ev.name[s], codes)) for s in self._slices(kinds)]
-        rows = np.concatenate(parts) if parts else np.empty(0, np.intp)
-        return ev.take(rows[np.argsort(ev.ts[rows], kind="stable")])
+        return self._where(kinds, lambda s: np.isin(ev.name[s], codes))
 
     def on_thread(self, kinds: tuple[Kind, ...], thread: int) -> Events:
         """Rows of the given kinds on one thread (`thread_key`), sorted by start time. Only
         the matching rows are copied."""
         ev, (pid, tid) = self.events, thread_codes(thread)
-        parts = [
-            s.start + np.flatnonzero((ev.pid[s] == pid) & (ev.tid[s] == tid))
-            for s in self._slices(kinds)
-        ]
+        return self._where(kinds, lambda s: (ev.pid[s] == pid) & (ev.tid[s] == tid))
+
+    def _where(
+        self, kinds: tuple[Kind, ...], keep: Callable[[slice], npt.NDArray[np.bool_]]
+    ) -> Events:
+        """Rows of the given kinds that `keep` (a mask of each kind's rows) picks, by start."""
+        ev = self.events
+        parts = [s.start + np.flatnonzero(keep(s)) for s in self._slices(kinds)]
         rows = np.concatenate(parts) if parts else np.empty(0, np.intp)
         return ev.take(rows[np.argsort(ev.ts[rows], kind="stable")])
 
@@ -314,13 +317,10 @@ class Trace:
         kinds: tuple[Kind, ...],
         *names: str,
         overlapping: tuple[int, int] | None = None,
-        rows: npt.NDArray[np.intp] | None = None,
     ) -> list[npt.NDArray[Any]]:
         """Some columns of the rows of some kinds, stacked (not sorted): for analyses that
         need a few columns of many rows, without copying the whole table. `overlapping`
-        (lo, hi): only the rows that start at or before `hi` and end at or after `lo`.
-        `rows`: only these rows of the stacked columns (each gathered from the table, not
-        stacked whole first)."""
+        (lo, hi): only the rows that start at or before `hi` and end at or after `lo`."""
         ev = self.events
         slices = self._slices(kinds)
         picks: list[slice | npt.NDArray[np.intp]] = list(slices)
@@ -331,19 +331,10 @@ class Trace:
                 # Each kind is sorted by start: cut at `hi` by search, then keep what ends late.
                 cut = slice(s.start, s.start + int(np.searchsorted(ev.ts[s], hi, "right")))
                 picks.append(s.start + np.flatnonzero(ev.ts[cut] + ev.dur[cut] >= lo))
-        if rows is not None:
-            index = np.concatenate(
-                [np.arange(p.start, p.stop) if isinstance(p, slice) else p for p in picks]
-            )
-            picks = [index[rows]]
-            del index
         out = []
         for name in names:
             column = getattr(ev, name)
-            if len(picks) == 1 and not isinstance(picks[0], slice):
-                out.append(column[picks[0]])  # a copy already
-            else:
-                out.append(np.concatenate([column[s] for s in picks]))
+            out.append(np.concatenate([column[s] for s in picks]))
         return out
 
     @cached_property
