@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracegen import TraceBuilder
 from wallfinder import ModelFlops, Options, analyze
+from wallfinder.analysis.roofline import enclosing_of
 from wallfinder.cli import main
 from wallfinder.cost import op_cost
 from wallfinder.hardware import get_spec
+from wallfinder.trace import NONE
 from wallfinder.trace.args import read_op_args
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -382,3 +388,37 @@ def test_a_kernel_the_counters_call_compute_bound_breaks_a_fusion_run(tmp_path: 
         "at::native::vectorized_elementwise_kernel: estimate bandwidth, counters compute "
         f"({100 / 1300:.1%} of kernel time)"
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 30)),
+        min_size=1,
+        max_size=25,
+        unique_by=lambda e: e[1] * 3 + e[0],
+    ),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 70)), min_size=1, max_size=10),
+    st.randoms(use_true_random=False),
+)
+def test_enclosing_of_finds_the_latest_starting_event_around_each_time(
+    events: list[tuple[int, int]], queries: list[tuple[int, int]], rnd: random.Random
+) -> None:
+    # Distinct starts per thread; lengths from the start, so nesting and siblings both occur.
+    events = sorted(events, key=lambda e: e[1])
+    thread = np.array([e[0] for e in events], np.int64)
+    ts = np.array([e[1] for e in events], np.int64)
+    end = ts + (ts * 7 + thread * 5) % 13
+    q_thread = np.array([q[0] for q in queries], np.int64)
+    q_t = np.array([q[1] for q in queries], np.int64)
+    want = []
+    for qt, t in queries:
+        around = [i for i in range(ts.size) if thread[i] == qt and ts[i] <= t <= end[i]]
+        want.append(max(around, key=lambda i: ts[i]) if around else NONE)
+    # In start order (the rows of one kind) and in any other order: the same events.
+    assert enclosing_of(thread, ts, end, q_thread, q_t).tolist() == want
+    perm = list(range(ts.size))
+    rnd.shuffle(perm)
+    p = np.array(perm)
+    got = enclosing_of(thread[p], ts[p], end[p], q_thread, q_t)
+    assert [int(p[g]) if g >= 0 else NONE for g in got.tolist()] == want

@@ -165,6 +165,9 @@ def _diagnosed(
     spans = cpu_steps(trace)
     warnings = _step_warnings(trace, spans)
     dev = device_ops(trace, thresholds.time)
+    # Each stage's temporaries go back to the C heap, which keeps their pages: they are given
+    # back between the stages, or each stage's peak would stack on the last one's (on a large
+    # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
     device: _DeviceModel = _Gpu(trace, dev, spec) if dev is not None else _Cpu(trace, spec)
     start, end = device.windows(spans)
@@ -201,6 +204,7 @@ def _diagnosed(
     path, whatif = critical_path(
         scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
     )
+    release_free_memory()
     facts = Facts(
         scope,
         steps,
@@ -352,17 +356,22 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
+        rf, fusion = roofline(scope, costed, placed), fusion_candidates(scope, costed)
+        # (Freed pages back between the large analyses, as between the pipeline's stages.)
+        release_free_memory()
+        timeline = step_timeline(scope)
+        release_free_memory()
         return _Parts(
             device=_device(trace, dev, spec),
             breakdown=bd,
             classes=classes,
-            roofline=roofline(scope, costed, placed),
+            roofline=rf,
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
             kernels=kernels,
-            fusion=fusion_candidates(scope, costed),
-            timeline=step_timeline(scope),
+            fusion=fusion,
+            timeline=timeline,
             attribution=attribute(scope, device_work(scope, placed)),
         )
 

@@ -142,7 +142,10 @@ def _host_activity(
     waits = listed[pieces.host_end[listed] > pieces.start[listed]]
     if waits.size == 0:
         return {}
-    ts, dur, name, pid, tid = trace.columns_of_kinds(_HOST_KINDS, "ts", "dur", "name", "pid", "tid")
+    # (The rows around the step alone: all the host's rows are most of a large trace.)
+    ts, dur, name, pid, tid = trace.columns_of_kinds(
+        _HOST_KINDS, "ts", "dur", "name", "pid", "tid", overlapping=(a, b)
+    )
     thread = thread_key(pid, tid)
     steps = trace.names_matching(lambda s: s.startswith("ProfilerStep#"))
     near = (

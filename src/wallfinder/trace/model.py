@@ -38,7 +38,9 @@ NONE = -1
 
 def thread_key(pid: npt.NDArray[np.integer[Any]], tid: npt.NDArray[np.integer[Any]]) -> I64:
     """One int64 per (pid, tid) code pair: the thread an event ran on."""
-    key: I64 = (pid.astype(np.int64) << 32) | tid.astype(np.int64)
+    key: I64 = pid.astype(np.int64)
+    key <<= 32  # (in place: the rows may be most of a large trace)
+    key |= tid
     return key
 
 
