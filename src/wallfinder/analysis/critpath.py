@@ -1300,9 +1300,10 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
         # collectives, then the rest (the order of the last two is not recorded).
         before = 0 if call_first[c] else call_end[c - 1]
         total = gap[c]
-        if total > 0 and cur > before:
+        g_data, g_comm = gap_data[c], gap_comm[c]
+        if (g_data or g_comm) and total > 0 and cur > before:
+            # (Most gaps hold neither: the split is skipped, as it would take nothing.)
             scale = (cur - before) / total
-            g_data, g_comm = gap_data[c], gap_comm[c]
             tail = min(after_data[c], total - g_data - g_comm) if g_data > 0 else 0
             for part, what in ((tail, host), (g_data, data), (g_comm, comm)):
                 lo = cur - round(part * scale)
