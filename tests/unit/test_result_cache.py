@@ -6,7 +6,9 @@ damaged entry is analysed again and replaced; without `cache` nothing is kept.""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_trace_cache import Calls, a_trace, cache  # noqa: F401  (the fixture)
@@ -134,3 +136,26 @@ def test_the_cli_reads_the_diagnosis_back_unless_told_not_to(
     assert diagnoses.count == 2
     assert main(["check", path, "--max-idle", "1.0"]) == 0
     assert diagnoses.count == 2
+
+
+def test_a_files_key_is_read_once_per_state_of_the_file(tmp_path: Path) -> None:
+    f = tmp_path / "t.json"
+    f.write_bytes(b"a" * 100)
+    opened: list[Path] = []
+    real_open = Path.open
+
+    def counting(self: Path, *args: Any, **kwargs: Any) -> Any:
+        opened.append(self)
+        return real_open(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "open", counting)
+        first = _cache.file_key(f)
+        assert _cache.file_key(f) == first
+        assert opened == [f]
+        # Rewritten (another content, another mtime): read again, another key.
+        f.write_bytes(b"b" * 100)
+        os.utime(f, ns=(10**18, 10**18))
+        opened.clear()
+        assert _cache.file_key(f) != first
+        assert opened == [f]

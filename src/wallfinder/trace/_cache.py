@@ -61,15 +61,26 @@ def cache_dir(kind: str) -> Path:
 
 def file_key(path: Path) -> str:
     """A key for the content of `path`: its size, mtime and the hash of its first and last
-    MiB (hashing a whole 1 GB file would cost a third of parsing it)."""
+    MiB (hashing a whole 1 GB file would cost a third of parsing it). Read once per state of
+    the file in a process (a diagnosis's key and its parse's key both name the trace)."""
     st = path.stat()
+    state = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    known = _file_keys.get(state)
+    if known is not None:
+        return known
     digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
     with path.open("rb") as f:
         digest.update(f.read(_HASHED))
         if st.st_size > 2 * _HASHED:
             f.seek(-_HASHED, os.SEEK_END)
             digest.update(f.read(_HASHED))
-    return digest.hexdigest()[:32]
+    key = _file_keys[state] = digest.hexdigest()[:32]
+    return key
+
+
+_file_keys: dict[tuple[int, int, int, int], str] = {}
+"""`file_key` by (device, inode, size, mtime): a file rewritten in place changes its size or
+mtime, so its key is read again."""
 
 
 def exported_report(
