@@ -15,7 +15,6 @@ and rebuilt, never used. An entry holds nothing the trace did not (not its path)
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import mmap
 import os
 import shutil
@@ -24,13 +23,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace.model import MEMORY_COLUMNS, Events, MemoryEvents, Trace
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 FROM_BYTES = 32 << 20
 """Traces with more JSON text than this are cached (smaller ones parse in well under a
@@ -59,6 +61,14 @@ def cache_dir(kind: str) -> Path:
     return root / "wallfinder" / kind
 
 
+def _sha256(data: bytes) -> _Hash:
+    """A sha256 hash object of `data`. (hashlib is imported here, when a cache is used: it
+    loads the OpenSSL library, 4 MB of a small trace's analysis that never hashes.)"""
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
 def file_key(path: Path) -> str:
     """A key for the content of `path`: its size, mtime and the hash of its first and last
     MiB (hashing a whole 1 GB file would cost a third of parsing it). Read once per state of
@@ -68,7 +78,7 @@ def file_key(path: Path) -> str:
     known = _file_keys.get(state)
     if known is not None:
         return known
-    digest = hashlib.sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
+    digest = _sha256(f"{st.st_size}:{st.st_mtime_ns}".encode())
     with path.open("rb") as f:
         digest.update(f.read(_HASHED))
         if st.st_size > 2 * _HASHED:
@@ -148,7 +158,7 @@ def analysis_id() -> str:
 
 def _hash_of(root: Path, sources: Iterable[Path]) -> str:
     """A hash of files: their paths under `root` and their bytes."""
-    digest = hashlib.sha256()
+    digest = _sha256(b"")
     for source in sorted(sources):
         digest.update(source.relative_to(root).as_posix().encode() + b"\0")
         digest.update(source.read_bytes())
@@ -186,7 +196,7 @@ def result_cache(path: Path, question: bytes, files: list[Path]) -> ResultCache 
     counters export): keyed by all their contents and this wallfinder (`analysis_id`). None
     when one of `files` is not a file (a folder is not keyed) or cannot be read."""
     try:
-        digest = hashlib.sha256(f"{file_key(path)}-{analysis_id()}\0".encode() + question)
+        digest = _sha256(f"{file_key(path)}-{analysis_id()}\0".encode() + question)
         for f in files:
             if not f.is_file():
                 return None
