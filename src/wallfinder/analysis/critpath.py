@@ -74,7 +74,7 @@ from wallfinder.diagnosis import (
     WhatIfRow,
 )
 from wallfinder.errors import WallfinderError
-from wallfinder.trace import Events, Kind, Trace
+from wallfinder.trace import Events, Kind, Trace, thread_key
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -378,16 +378,20 @@ def build_graph(
     h_ts, h_dur, h_name, h_pid, h_tid = trace.columns_of_kinds(
         kinds, "ts", "dur", "name", "pid", "tid", overlapping=(t0, cpu_hi)
     )
-    h_thread = (h_pid.astype(np.int64) << 32) | h_tid.astype(np.int64)
+    # Only the DataLoader's and the collectives' rows are read on (a few of them).
     category = _host_categories(trace, h_name)
+    few = np.flatnonzero((category == 0) | (category == 2))
+    h_ts, h_end, category = h_ts[few], h_ts[few] + h_dur[few], category[few]
+    h_thread = thread_key(h_pid[few], h_tid[few])
+    del h_dur, h_name, h_pid, h_tid
     gap_data = np.zeros(rows.size, np.int64)
     gap_comm = np.zeros(rows.size, np.int64)
     after_data = np.zeros(rows.size, np.int64)
     for t in np.unique(c_thread).tolist():
         mine = c_thread == t
         here = h_thread == t
-        data = Coverage.of(h_ts[here & (category == 0)], (h_ts + h_dur)[here & (category == 0)])
-        comm = Coverage.of(h_ts[here & (category == 2)], (h_ts + h_dur)[here & (category == 2)])
+        data = Coverage.of(h_ts[here & (category == 0)], h_end[here & (category == 0)])
+        comm = Coverage.of(h_ts[here & (category == 2)], h_end[here & (category == 2)])
         gap_data[mine], gap_comm[mine], after_data[mine] = _split_gaps(
             gap_from[mine], gap[mine], data, comm
         )
