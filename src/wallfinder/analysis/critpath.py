@@ -782,14 +782,21 @@ def _fused(
     return out
 
 
-def replay(g: StepGraph, change: Change = Change(), one_pass_at: int = 0) -> Timing:
+def replay(
+    g: StepGraph,
+    change: Change = Change(),
+    one_pass_at: int = 0,
+    orders: dict[bool, I64 | None] | None = None,
+) -> Timing:
     """Re-time the graph with `change` applied: the longest path from `t0`, by max-plus scans
     iterated to the fixed point; a graph still moving after ONE_PASS_AFTER rounds (many syncs
     and waits in a row) is solved in one pass in dependency order, which gives the same times
     and the rounds the iteration would have taken (`_longest_path`). `one_pass_at`: the round
     that takes the one pass instead of ONE_PASS_AFTER (a what-if on a graph whose unchanged
-    replay needed it takes it at once: its times are the same)."""
+    replay needed it takes it at once: its times are the same). `orders`: the dependency
+    orders the graph's replays found, by edge set, shared between them (filled here)."""
     one_pass_at = one_pass_at or ONE_PASS_AFTER
+    orders = {} if orders is None else orders
     n_calls = g.gap.size
     other = g.gap - g.gap_data - g.gap_comm
     gap = g.gap.astype(np.float64)
@@ -894,17 +901,27 @@ def replay(g: StepGraph, change: Change = Change(), one_pass_at: int = 0) -> Tim
         if rounds == one_pass_at:
             # Still moving: the longest path in one pass over the graph in dependency order,
             # checked by the next round (it must not move it).
-            longest = _longest_path(
-                g,
-                step_gap,
-                gap_i + cost_i,
-                cost_i,
-                dur_i,
-                delay,
-                dep_add,
-                after_less,
-                synced_rows,
-                group_of,
+            # The order depends on the edges alone: one per edge set (the sync what-if drops
+            # the drains), kept for the graph's other replays.
+            if use_sync not in orders:
+                orders[use_sync] = _dependency_order(g, synced_rows, group_of)
+            order = orders[use_sync]
+            longest = (
+                None
+                if order is None
+                else _longest_path(
+                    g,
+                    order,
+                    step_gap,
+                    gap_i + cost_i,
+                    cost_i,
+                    dur_i,
+                    delay,
+                    dep_add,
+                    after_less,
+                    synced_rows,
+                    group_of,
+                )
             )
             if longest is not None:
                 op_end, solved = longest
@@ -958,23 +975,11 @@ def one_pass_pays(nodes: int) -> int:
     return min(max(nodes // 300, 32), ONE_PASS_AFTER)
 
 
-def _longest_path(
-    g: StepGraph,
-    step_gap: I64,
-    inc: I64,
-    cost: I64,
-    dur: I64,
-    delay: I64,
-    dep_add: I64,
-    after_less: I64,
-    synced_rows: I64,
-    group_of: I64,
-) -> tuple[I64, int] | None:
-    """The ops' ends at the replay's fixed point, by one pass over the graph in dependency
-    order, and the rounds the iteration takes to it: a round settles the paths with one more
-    edge read from the previous round (a sync's drain, a wait across streams), so the rounds
-    are two more than the most such edges on the fewest-edge longest path to any op. None when
-    the graph has a cycle or the iteration would stop at MAX_ROUNDS (it is then iterated)."""
+def _dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | None:
+    """The graph's nodes (calls, then ops: op k is node n_calls + k) in an order where each
+    comes after every node it depends on, by Kahn's traversal; None when the graph has a
+    cycle. `synced_rows`, `group_of`: the ops each sync drains and their sync (the drain
+    edges, which the `sync` what-if removes); the other edges are the graph's own."""
     n_calls, n_ops = g.gap.size, g.dur.size
     first = g.call_first
     # The edges, node ids: calls, then ops.
@@ -1014,6 +1019,42 @@ def _longest_path(
     # element: ~20 of them over a quarter of a million nodes is a few hundred MB).
     succ = dst[by_src].data
     sptr = np.searchsorted(src[by_src], np.arange(nodes + 1)).data
+    order: list[int] = []
+    visit = order.append
+    stack = [v for v in range(nodes) if indeg[v] == 0]
+    while stack:
+        v = stack.pop()
+        visit(v)
+        for w in succ[sptr[v] : sptr[v + 1]]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                stack.append(w)
+    return np.array(order, np.int64) if len(order) == nodes else None
+
+
+def _longest_path(
+    g: StepGraph,
+    order: I64,
+    step_gap: I64,
+    inc: I64,
+    cost: I64,
+    dur: I64,
+    delay: I64,
+    dep_add: I64,
+    after_less: I64,
+    synced_rows: I64,
+    group_of: I64,
+) -> tuple[I64, int] | None:
+    """The ops' ends at the replay's fixed point, by one pass over the graph in dependency
+    order (`order`, from `_dependency_order`), and the rounds the iteration takes to it: a
+    round settles the paths with one more edge read from the previous round (a sync's drain, a
+    wait across streams), so the rounds are two more than the most such edges on the
+    fewest-edge longest path to any op. None when the iteration would stop at MAX_ROUNDS (it
+    is then iterated)."""
+    n_calls, n_ops = g.gap.size, g.dur.size
+    first = g.call_first
+    nodes = n_calls + n_ops
+    deps, afters = np.flatnonzero(g.dep >= 0), np.flatnonzero(g.after >= 0)
     gptr = np.searchsorted(group_of, np.arange(n_calls + 1)).data
     drains = np.ascontiguousarray(synced_rows).data
     first_l, inc_l, cost_l, step_l = first.data, inc.data, cost.data, step_gap.data
@@ -1029,11 +1070,7 @@ def _longest_path(
     sfirst_l, sgap_l, dur_l = g.stream_first.data, g.stream_gap.data, dur.data
     value = [0] * nodes
     edges = [0] * nodes
-    stack = [v for v in range(nodes) if indeg[v] == 0]
-    done = 0
-    while stack:
-        v = stack.pop()
-        done += 1
+    for v in order.tolist():
         if v < n_calls:
             if first_l[v]:
                 e, c = inc_l[v], 0
@@ -1098,12 +1135,6 @@ def _longest_path(
                 elif x == e and xc < c:
                     c = xc
         value[v], edges[v] = e, c
-        for s in succ[sptr[v] : sptr[v + 1]]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                stack.append(s)
-    if done < nodes:
-        return None
     rounds = 2 + max(edges[n_calls:], default=0)
     if rounds >= MAX_ROUNDS:
         return None
@@ -1338,6 +1369,8 @@ class WhatIf:
     _done: dict[Change, tuple[float, dict[str, float]]] = field(default_factory=dict)
     """Each change's replayed step and path shares, replayed once: the table and the findings
     ask for several of the same changes."""
+    _orders: dict[bool, I64 | None] = field(default_factory=dict)
+    """The dependency orders the graph's one passes found, by edge set (see `replay`)."""
 
     def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
         done = self._done.get(change)
@@ -1346,7 +1379,7 @@ class WhatIf:
             # one pass costs, so will the changed one, and the one pass is taken at once.
             g = self.graph
             at_once = self.base.rounds > one_pass_pays(g.gap.size + g.dur.size)
-            t = replay(g, change, 1 if at_once else 0)
+            t = replay(g, change, 1 if at_once else 0, self._orders)
             done = self._done[change] = (t.step_s, path_shares(self.graph, t))
         return done
 
@@ -1489,8 +1522,9 @@ def critical_path(
     g = graph if graph is not None else build_graph(scope, fusion, roofline, centre)
     if g is None:
         return None, None
-    base = replay(g)
-    whatif = WhatIf(g, base)
+    orders: dict[bool, I64 | None] = {}
+    base = replay(g, orders=orders)
+    whatif = WhatIf(g, base, _orders=orders)
     walk = walk_path(g, base)
     shares = walk.shares()
     notes = list(g.notes)
