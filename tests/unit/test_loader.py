@@ -20,9 +20,10 @@ from wallfinder.trace import (
     Trace,
     find_trace_files,
     load_trace,
-    thread_codes,
     thread_key,
+    thread_mask,
 )
+from wallfinder.trace.model import thread_codes
 
 
 def counts(t: Trace) -> dict[Kind, int]:
@@ -538,6 +539,9 @@ def test_thread_codes_are_the_pid_and_tid_codes_of_a_thread_key() -> None:
     pid, tid = np.array([0, 3, 70000], np.int32), np.array([5, 0, 2**31 - 1], np.int32)
     keys = thread_key(pid, tid).tolist()
     assert [thread_codes(k) for k in keys] == list(zip(pid.tolist(), tid.tolist(), strict=True))
+    # The rows on a thread, found from the codes: those whose key is the thread's.
+    for k in keys:
+        assert thread_mask(pid, tid, k).tolist() == (thread_key(pid, tid) == k).tolist()
 
 
 def test_extent_and_rows_on_a_thread_read_the_table_in_place(tmp_path: Path) -> None:

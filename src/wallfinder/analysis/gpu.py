@@ -13,7 +13,7 @@ from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_
 from wallfinder.analysis.intervals import Coverage, split_at
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.thresholds import TimeThresholds
-from wallfinder.trace import NONE, Events, Kind, Trace, thread_codes
+from wallfinder.trace import NONE, Events, Kind, Trace, thread_mask
 
 I64 = npt.NDArray[np.int64]
 
@@ -356,8 +356,7 @@ def _attribute_host_waits(
         which = np.full(len(rows), -1, np.int8 if threads.size < 128 else np.int32)
         for i, t in enumerate(threads.tolist()):
             if t >= 0:  # (NONE: the gap's work was launched from no recorded thread)
-                p, q = thread_codes(t)
-                which[(rows.pid == p) & (rows.tid == q)] = i
+                which[thread_mask(rows.pid, rows.tid, t)] = i
         kinds.append((rows.ts, rows.end, _host_categories(trace, rows.name), which))
 
     def covering(i: int, upto: int, only: bool = False) -> Coverage:

@@ -44,12 +44,7 @@ class Coverage:
         new = np.empty(starts.shape, dtype=bool)
         new[0] = True
         np.greater(starts[1:], reach[:-1], out=new[1:])
-        group_starts = starts[new]
-        last_of_group = np.append(np.flatnonzero(new)[1:] - 1, starts.size - 1)
-        group_ends = reach[last_of_group]
-        lengths = group_ends - group_starts
-        before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        return cls(group_starts, group_ends, before)
+        return cls._merged(starts, reach, new)
 
     @classmethod
     def of_sorted(cls, starts: I64, ends: I64, rows: npt.NDArray[np.bool_]) -> Coverage:
@@ -63,6 +58,13 @@ class Coverage:
         np.maximum.accumulate(reach, out=reach)
         new = rows.copy()
         new[1:] &= starts[1:] > reach[:-1]
+        return cls._merged(starts, reach, new)
+
+    @classmethod
+    def _merged(cls, starts: I64, reach: I64, new: npt.NDArray[np.bool_]) -> Coverage:
+        """The merged intervals of intervals sorted by start: each begins at a start marked
+        `new` and ends at the running reach (`reach`: the latest end so far) just before the
+        next one begins."""
         at = np.flatnonzero(new)
         group_starts = starts[at]
         group_ends = reach[np.append(at[1:] - 1, starts.size - 1)]

@@ -56,8 +56,8 @@ from wallfinder.trace.model import (
     MemoryEvents,
     Trace,
     step_key,
-    thread_codes,
     thread_key,
+    thread_mask,
 )
 
 if TYPE_CHECKING:
@@ -90,8 +90,8 @@ __all__ = [
     "release_free_memory",
     "result_cache",
     "step_key",
-    "thread_codes",
     "thread_key",
+    "thread_mask",
 ]
 
 

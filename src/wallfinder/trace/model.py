@@ -49,6 +49,16 @@ def thread_codes(key: int) -> tuple[int, int]:
     return key >> 32, key & 0xFFFFFFFF
 
 
+def thread_mask(
+    pid: npt.NDArray[np.integer[Any]], tid: npt.NDArray[np.integer[Any]], key: int
+) -> npt.NDArray[np.bool_]:
+    """Which rows (their pid and tid codes) ran on the thread `key` (a `thread_key`), without
+    making every row's key."""
+    p, q = thread_codes(key)
+    mask: npt.NDArray[np.bool_] = (pid == p) & (tid == q)
+    return mask
+
+
 class Kind(IntEnum):
     """What an event is, from its phase and category (see `kind_of`)."""
 
@@ -284,8 +294,8 @@ class Trace:
     def on_thread(self, kinds: tuple[Kind, ...], thread: int) -> Events:
         """Rows of the given kinds on one thread (`thread_key`), sorted by start time. Only
         the matching rows are copied."""
-        ev, (pid, tid) = self.events, thread_codes(thread)
-        return self._where(kinds, lambda s: (ev.pid[s] == pid) & (ev.tid[s] == tid))
+        ev = self.events
+        return self._where(kinds, lambda s: thread_mask(ev.pid[s], ev.tid[s], thread))
 
     def _where(
         self, kinds: tuple[Kind, ...], keep: Callable[[slice], npt.NDArray[np.bool_]]
