@@ -848,7 +848,9 @@ def replay(
     # rounds, and each round updates only the rows an edge can move.
     step_gap = np.where(g.offset >= 0, gap_i, g.offset)
     call_rows = np.flatnonzero(has_call)
-    call_of, delay = g.call[call_rows], (lat_i + g.extra)[call_rows]
+    # Every op's launch delay and wait across streams (the one pass reads them by op).
+    op_delay, op_dep_add = lat_i + g.extra, g.dep_gap - dep_back
+    call_of, delay = g.call[call_rows], op_delay[call_rows]
     ready = g.fixed.copy()
     released_rows = np.flatnonzero(g.host >= 0)
     host_call, host_lat = g.host[released_rows], g.host_lat[released_rows]
@@ -856,7 +858,7 @@ def replay(
     after_rows = np.flatnonzero(g.after >= 0)
     after_op, after_less = g.after[after_rows], after_back[after_rows]
     dep_rows = np.flatnonzero(g.dep >= 0)
-    dep_op, dep_add = g.dep[dep_rows], (g.dep_gap - dep_back)[dep_rows]
+    dep_op, dep_add = g.dep[dep_rows], op_dep_add[dep_rows]
     dep_and_after = g.after[dep_rows] >= 0
     dep_end = np.full(g.dur.size, NEVER, np.int64)
     # Only the calls that drain ops wait for the device (their drain above NEVER): the host
@@ -916,9 +918,9 @@ def replay(
                     gap_i + cost_i,
                     cost_i,
                     dur_i,
-                    delay,
-                    dep_add,
-                    after_less,
+                    op_delay,
+                    op_dep_add,
+                    after_back,
                     synced_rows,
                     group_of,
                 )
@@ -1050,23 +1052,17 @@ def _longest_path(
     round settles the paths with one more edge read from the previous round (a sync's drain, a
     wait across streams), so the rounds are two more than the most such edges on the
     fewest-edge longest path to any op. None when the iteration would stop at MAX_ROUNDS (it
-    is then iterated)."""
+    is then iterated). `delay`, `dep_add`, `after_less`: per op, read where it has a launch,
+    a wait across streams, an order after one."""
     n_calls, n_ops = g.gap.size, g.dur.size
     first = g.call_first
     nodes = n_calls + n_ops
-    deps, afters = np.flatnonzero(g.dep >= 0), np.flatnonzero(g.after >= 0)
     gptr = np.searchsorted(group_of, np.arange(n_calls + 1)).data
     drains = np.ascontiguousarray(synced_rows).data
     first_l, inc_l, cost_l, step_l = first.data, inc.data, cost.data, step_gap.data
     call_l, host_l, dep_l, after_l = g.call.data, g.host.data, g.dep.data, g.after.data
-    delay_l = np.zeros(n_ops, np.int64)
-    delay_l[g.call >= 0] = delay
-    delay_ll, fixed_l, host_lat_l = delay_l.data, g.fixed.data, g.host_lat.data
-    dep_add_l = np.zeros(n_ops, np.int64)
-    dep_add_l[deps] = dep_add
-    after_less_l = np.zeros(n_ops, np.int64)
-    after_less_l[afters] = after_less
-    dep_add_ll, after_less_ll = dep_add_l.data, after_less_l.data
+    delay_ll, dep_add_ll, after_less_ll = delay.data, dep_add.data, after_less.data
+    fixed_l, host_lat_l = g.fixed.data, g.host_lat.data
     sfirst_l, sgap_l, dur_l = g.stream_first.data, g.stream_gap.data, dur.data
     value = [0] * nodes
     edges = [0] * nodes
