@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import wallfinder.trace as trace_package
 from tracegen import decoded_columns, training_trace
-from wallfinder.trace import _columns, _heap, load_trace
+from wallfinder.trace import Events, _columns, _heap, _reader, load_trace
 
 
 def test_glibc_trims_and_elsewhere_nothing_is_called(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,21 +37,28 @@ def test_the_trim_is_found_on_linux_and_not_elsewhere(monkeypatch: pytest.Monkey
     _heap._trim.cache_clear()
 
 
-def test_a_large_table_is_the_same_with_and_without_trims(
+def test_a_table_is_the_same_with_and_without_trims(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = training_trace(6).write(tmp_path / "t.json")
-    trims: list[int] = []
-    monkeypatch.setattr(_columns, "_TRIM_ROWS_BYTES", 0)  # every table is "large"
+    monkeypatch.setattr(_reader, "BLOCK", 1 << 14)  # several chunks
+    trims: list[str] = []
 
-    def trim() -> bool:
-        trims.append(1)
-        return True
+    def trim(where: str) -> Callable[[], bool]:
+        def call() -> bool:
+            trims.append(where)
+            return True
 
-    monkeypatch.setattr(_columns, "release_free_memory", trim)
-    trimmed = load_trace(path, cache=False)
-    assert trims  # once per column stacked
+        return call
+
+    monkeypatch.setattr(_columns, "release_free_memory", trim("column"))
+    monkeypatch.setattr(trace_package, "release_free_memory", trim("chunk"))
+    trimmed = load_trace(path, cache=False, workers=1)
+    # Once per chunk added (and once at the end), once per column stacked.
+    assert trims.count("column") == len(fields(Events)) - 2
+    assert trims.count("chunk") > 2
     monkeypatch.setattr(_columns, "release_free_memory", lambda: False)  # not glibc
-    untrimmed = load_trace(path, cache=False)
+    monkeypatch.setattr(trace_package, "release_free_memory", lambda: False)
+    untrimmed = load_trace(path, cache=False, workers=1)
     assert decoded_columns(trimmed) == decoded_columns(untrimmed)
     assert np.array_equal(trimmed.events.ts, untrimmed.events.ts)

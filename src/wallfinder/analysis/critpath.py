@@ -396,6 +396,9 @@ def build_graph(
             gap_from[mine], gap[mine], data, comm
         )
     call_step = np.clip(np.searchsorted(scope.start[first : last + 1], c_ts, "right") - 1, 0, None)
+    # What each stage below leaves behind is freed as it ends, not with the graph built: the
+    # graph's peak would hold them all (a few times the graph on traces of tens of MB).
+    del chain, prev_end, gap_from, c_thread, h_ts, h_end, h_thread, category
 
     # The ops: launched by a chain call, or running in the range (placed where they ran).
     corr_of_call = runtime.correlation[rows]
@@ -412,6 +415,7 @@ def build_graph(
     stream = np.where(ops.stream >= 0, ops.stream, ops.tid.astype(np.int64))[keep]
     call = np.where(has_call[keep], order[pos[keep]], -1).astype(np.int64)
     o_ts, o_end = ops.ts[keep], ops.end[keep]
+    del in_range, pos, has_call, early, order, sorted_corr, corr_of_call
     # A copy call that returned after its copy ended blocked on it (a copy to pageable
     # memory): it synchronised, whatever its name says.
     copy_call = np.isin(runtime.name[rows], trace.names_matching(lambda x: "emcpy" in x))
@@ -470,6 +474,8 @@ def build_graph(
     after_prev = prev >= launch_ready
     extra = np.where(after_prev, 0, unexplained)
     stream_gap = np.where(after_prev, unexplained, 0)
+    del by_end, ends_sorted, cand, by_ts, after, launch_ready, allowed, prev, unexplained
+    del after_prev, waited, path, own_end, copy_call
 
     # Syncs (and calls blocked on a full queue): the first at or after an op's launch that
     # returned after the op ended.
@@ -821,6 +827,7 @@ def replay(
     cost_i = np.rint(cost).astype(np.int64)
     dur_i = np.rint(dur).astype(np.int64)
     lat_i = np.rint(lat).astype(np.int64)
+    del other, gap, cost, dur, lat  # (the loop's peak would hold them too: free them first)
     use_sync = not change.sync
     if change.sync:
         cost_i = np.where(g.sync, 0, cost_i)
@@ -831,6 +838,7 @@ def replay(
     w_seg = w - (w - dur_i - g.stream_gap)[np.flatnonzero(g.stream_first)][seg]
     c_seg = np.cumsum(g.call_first) - 1
     a_seg = a - (a - gap_i - cost_i)[np.flatnonzero(g.call_first)][c_seg]
+    del a, w
     has_call = g.call >= 0
     synced = (g.drained_by >= 0) & (use_sync | g.blocked[np.maximum(g.drained_by, 0)])
     # Overlapped, a collective's wait for the op before it on another stream ends when that
@@ -851,6 +859,7 @@ def replay(
     # Every op's launch delay and wait across streams (the one pass reads them by op).
     op_delay, op_dep_add = lat_i + g.extra, g.dep_gap - dep_back
     call_of, delay = g.call[call_rows], op_delay[call_rows]
+    del lat_i, dep_back
     ready = g.fixed.copy()
     released_rows = np.flatnonzero(g.host >= 0)
     host_call, host_lat = g.host[released_rows], g.host_lat[released_rows]
@@ -872,6 +881,7 @@ def replay(
     wait_seg, wait_base = c_seg[waits], cost_i[waits] - a_seg[waits]
     # Each wait's drain, the latest end of the ops it drains: a maximum per group of ops.
     synced_rows = np.flatnonzero(synced)
+    del synced
     synced_rows = synced_rows[np.argsort(g.drained_by[synced_rows], kind="stable")]
     group_of = g.drained_by[synced_rows]
     group_starts = np.flatnonzero(np.r_[True, group_of[1:] != group_of[:-1]])
@@ -992,6 +1002,9 @@ def _dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | No
     hosted = hosted[~first[g.host[hosted]]]
     streamed = np.flatnonzero(~g.stream_first)
     deps, afters = np.flatnonzero(g.dep >= 0), np.flatnonzero(g.after >= 0)
+    nodes = n_calls + n_ops
+    # Node ids fit 32 bits (the replayed range is capped far below), which halves the edges.
+    ids = np.int32 if nodes < 2**31 else np.int64
     src = np.concatenate(
         [
             chain - 1,
@@ -1001,7 +1014,8 @@ def _dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | No
             n_calls + streamed - 1,
             n_calls + g.dep[deps],
             n_calls + g.after[afters],
-        ]
+        ],
+        dtype=ids,
     )
     dst = np.concatenate(
         [
@@ -1012,26 +1026,33 @@ def _dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | No
             n_calls + streamed,
             n_calls + deps,
             n_calls + afters,
-        ]
+        ],
+        dtype=ids,
     )
-    nodes = n_calls + n_ops
+    del chain, launched, hosted, streamed, deps, afters
     indeg = np.bincount(dst, minlength=nodes).tolist()
+    # Each node's successors: the edges grouped by their source, and where each group starts.
+    sptr = np.zeros(nodes + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=nodes), out=sptr[1:])
     by_src = np.argsort(src, kind="stable")
+    del src
     # Read one element at a time: memoryviews, not lists (a list holds a Python int per
-    # element: ~20 of them over a quarter of a million nodes is a few hundred MB).
+    # element: ~20 of them over a quarter of a million nodes is a few hundred MB). The order
+    # is written to an array of int64 likewise, not a list of ints.
     succ = dst[by_src].data
-    sptr = np.searchsorted(src[by_src], np.arange(nodes + 1)).data
-    order: list[int] = []
+    del dst, by_src
+    ptr = sptr.data
+    order = array("q")
     visit = order.append
     stack = [v for v in range(nodes) if indeg[v] == 0]
     while stack:
         v = stack.pop()
         visit(v)
-        for w in succ[sptr[v] : sptr[v + 1]]:
+        for w in succ[ptr[v] : ptr[v + 1]]:
             indeg[w] -= 1
             if indeg[w] == 0:
                 stack.append(w)
-    return np.array(order, np.int64) if len(order) == nodes else None
+    return np.frombuffer(order, np.int64) if len(order) == nodes else None
 
 
 def _longest_path(
@@ -1066,7 +1087,7 @@ def _longest_path(
     sfirst_l, sgap_l, dur_l = g.stream_first.data, g.stream_gap.data, dur.data
     value = [0] * nodes
     edges = [0] * nodes
-    for v in order.tolist():
+    for v in order.data:  # (a memoryview: no list of the order's ints alongside)
         if v < n_calls:
             if first_l[v]:
                 e, c = inc_l[v], 0
@@ -1162,24 +1183,49 @@ def path_shares(g: StepGraph, t: Timing) -> dict[str, float]:
     return walk_path(g, t).shares()
 
 
-class _Walk:
-    """The critical path as it was walked back: its segments (start, end, category index in
-    CATEGORIES) in replayed ns, latest first, three int64s each, and the time per category
-    (sums of integers, exact in float64 below 2**53 ns: 104 days)."""
+FOLD_STEPS = 1024
+"""The walk sums its segments by category every this many steps back along the path, and
+keeps only those in the window it is asked to keep: the whole path's segments (three int64s
+each, tens of thousands on a large graph) are never held at once."""
 
-    def __init__(self, segments: array[int]) -> None:
-        flat = np.frombuffer(segments, dtype=np.int64) if len(segments) else np.zeros(0, np.int64)
-        self._rows = flat.reshape(-1, 3)
-        took = np.bincount(
-            self._rows[:, 2],
-            weights=(self._rows[:, 1] - self._rows[:, 0]).astype(np.float64),
+
+class _Walk:
+    """The critical path as it was walked back: the time per category (sums of integers,
+    exact in float64 below 2**53 ns: 104 days), and the segments (start, end, category index
+    in CATEGORIES) in replayed ns that overlap the window [lo, hi) it keeps, latest first."""
+
+    def __init__(self, keep: tuple[int, int]) -> None:
+        self._keep = keep
+        self._took = np.zeros(len(CATEGORIES))
+        self._kept: list[I64] = []
+
+    def fold(self, segments: array[int]) -> None:
+        """Add `segments` (flat: start, end, category, ...) to the sums and the window, and
+        empty it for the walk to go on."""
+        if len(segments):
+            self._add(np.frombuffer(segments, dtype=np.int64).reshape(-1, 3))
+            del segments[:]  # (no view of it is left: `_add` keeps copies)
+
+    def _add(self, rows: I64) -> None:
+        self._took += np.bincount(
+            rows[:, 2],
+            weights=(rows[:, 1] - rows[:, 0]).astype(np.float64),
             minlength=len(CATEGORIES),
         )
-        self.out = dict(zip(CATEGORIES, took.tolist(), strict=True))
+        lo, hi = self._keep
+        inside = (rows[:, 1] > lo) & (rows[:, 0] < hi)
+        if inside.any():
+            self._kept.append(rows[inside])
 
-    def segments(self, lo: int, hi: int) -> list[tuple[int, int, str]]:
-        """The segments, earliest first, clipped to [lo, hi) (those outside it left out)."""
-        rows = self._rows[::-1]
+    @property
+    def out(self) -> dict[str, float]:
+        """The path's time (ns) in each category."""
+        return dict(zip(CATEGORIES, self._took.tolist(), strict=True))
+
+    def segments(self) -> list[tuple[int, int, str]]:
+        """The segments in the kept window, earliest first, clipped to it."""
+        lo, hi = self._keep
+        rows = np.concatenate(self._kept)[::-1] if self._kept else np.zeros((0, 3), np.int64)
         start, end = np.maximum(rows[:, 0], lo), np.minimum(rows[:, 1], hi)
         inside = end > start
         return [
@@ -1190,22 +1236,25 @@ class _Walk:
         ]
 
     def shares(self) -> dict[str, float]:
-        total = float(sum(self.out.values())) or 1.0
-        return {k: float(v) / total for k, v in self.out.items()}
+        out = self.out
+        total = float(sum(out.values())) or 1.0
+        return {k: float(v) / total for k, v in out.items()}
 
 
-def walk_path(g: StepGraph, t: Timing) -> _Walk:
+def walk_path(g: StepGraph, t: Timing, keep: tuple[int, int] = (0, 0)) -> _Walk:
     """The critical path, walked back from where the last step ends through each node's
-    binding edge to the start of the range.
+    binding edge to the start of the range; its segments in `keep` ([lo, hi) in replayed ns)
+    are kept, the rest only summed.
 
     The walk is a loop over the path's nodes, the one Python loop of the analysis that
     touches each node: a step of the path ("take") is written out in place, `if lo < cur:`
     the path spends [lo, cur) in a category and goes on from `lo`, rather than called."""
+    walk = _Walk(keep)
     segs: array[int] = array("q")
     add = segs.extend
     cur = t.end
     if cur <= 0:
-        return _Walk(segs)
+        return walk
     data, host, launch, sync, comm, compute, bandwidth, wait = range(len(CATEGORIES))
     has_call = g.call >= 0
     # Per stream, the previous op (NONE for the first).
@@ -1244,9 +1293,11 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
     call_cat = None if g.call_cat is None else g.call_cat.data
     prev_l, has_call_l, drain_op_l = prev.data, has_call.data, drain_op.data
     c = -1
-    for _ in range(4 * (g.dur.size + g.gap.size) + 4):
+    for step in range(4 * (g.dur.size + g.gap.size) + 4):
         if cur <= 0:
             break
+        if step % FOLD_STEPS == 0:
+            walk.fold(segs)
         if node_op >= 0:
             k = node_op
             start = op_start[k]
@@ -1345,7 +1396,8 @@ def walk_path(g: StepGraph, t: Timing) -> _Walk:
             add((before, cur, host))
             cur = before
         node_call = -1 if call_first[c] else c - 1
-    return _Walk(segs)
+    walk.fold(segs)
+    return walk
 
 
 def wall_of(shares: dict[str, float]) -> Wall:
@@ -1361,12 +1413,26 @@ class WhatIf:
     """A rank's graph, its unchanged replay, and replays on demand: what the findings ask."""
 
     graph: StepGraph
-    base: Timing
+    step_s: float
+    """The unchanged replay's mean step."""
+    rounds: int
+    """The rounds the unchanged replay took."""
+    blocked_s: float
+    """The host's time per step inside synchronising calls (blocking copies included) in the
+    unchanged replay: time it could not queue work, so the most that removing the syncs can
+    save."""
     _done: dict[Change, tuple[float, dict[str, float]]] = field(default_factory=dict)
     """Each change's replayed step and path shares, replayed once: the table and the findings
     ask for several of the same changes."""
     _orders: dict[bool, I64 | None] = field(default_factory=dict)
     """The dependency orders the graph's one passes found, by edge set (see `replay`)."""
+
+    @classmethod
+    def of(cls, g: StepGraph, base: Timing, orders: dict[bool, I64 | None]) -> WhatIf:
+        """The what-ifs of `g` from its unchanged replay `base`, of which only figures are
+        kept (its per-node times are as large as the graph)."""
+        blocked = float((base.call_end - base.call_start)[g.sync].sum()) * NS / g.steps
+        return cls(g, base.step_s, base.rounds, blocked, _orders=orders)
 
     def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
         done = self._done.get(change)
@@ -1374,7 +1440,7 @@ class WhatIf:
             # A change moves few edges: where the unchanged graph took more rounds than the
             # one pass costs, so will the changed one, and the one pass is taken at once.
             g = self.graph
-            at_once = self.base.rounds > one_pass_pays(g.gap.size + g.dur.size)
+            at_once = self.rounds > one_pass_pays(g.gap.size + g.dur.size)
             t = replay(g, change, 1 if at_once else 0, self._orders)
             done = self._done[change] = (t.step_s, path_shares(self.graph, t))
         return done
@@ -1383,25 +1449,18 @@ class WhatIf:
     def error(self) -> float:
         """How far the unchanged replay is from the measured step (a fraction, unsigned)."""
         g = self.graph
-        return abs(self.base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
-
-    @property
-    def blocked_s(self) -> float:
-        """The host's time per step inside synchronising calls (blocking copies included):
-        time it could not queue work, so the most that removing the syncs can save."""
-        g, t = self.graph, self.base
-        return float((t.call_end - t.call_start)[g.sync].sum()) * NS / g.steps
+        return abs(self.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
 
     def speedup(self, change: Change) -> tuple[float, Wall]:
         step_s, shares = self._outcome(change)
-        return self.base.step_s / max(step_s, 1e-12), wall_of(shares)
+        return self.step_s / max(step_s, 1e-12), wall_of(shares)
 
     def row(self, change: Change) -> WhatIfRow:
         step_s, shares = self._outcome(change)
         return WhatIfRow(
             change=change.label,
             step_s=step_s,
-            speedup=self.base.step_s / max(step_s, 1e-12),
+            speedup=self.step_s / max(step_s, 1e-12),
             wall_after=wall_of(shares),
         )
 
@@ -1520,11 +1579,15 @@ def critical_path(
         return None, None
     orders: dict[bool, I64 | None] = {}
     base = replay(g, orders=orders)
-    whatif = WhatIf(g, base, _orders=orders)
-    walk = walk_path(g, base)
+    whatif = WhatIf.of(g, base, orders)
+    window = _drawn_window(g, scope, timeline)
+    walk = walk_path(g, base, window or (0, 0))
+    del base  # (from here, its figures in `whatif` alone)
     shares = walk.shares()
+    drawn = _in_step(walk, window)
+    del walk
     notes = list(g.notes)
-    if base.rounds >= MAX_ROUNDS:
+    if whatif.rounds >= MAX_ROUNDS:
         notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
     if whatif.error > scope.thresholds.time.replay_error:
         notes.append(
@@ -1544,12 +1607,12 @@ def critical_path(
         # With no device ops (the CPU as the device) there is nothing to sync, fuse or re-time.
         changes = DEFAULT_CHANGES if g.dur.size else DEFAULT_CHANGES[:2]
     rows = [whatif.row(c) for c in changes]
-    error = (base.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
+    error = (whatif.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
     return (
         CriticalPath(
             steps=g.steps,
             measured_step_s=g.measured_s,
-            replayed_step_s=base.step_s,
+            replayed_step_s=whatif.step_s,
             replay_error=error,
             shares=shares,
             wall=wall_of(shares),
@@ -1559,7 +1622,7 @@ def critical_path(
             sync_edges=int((g.drained_by >= 0).sum()),
             what_if=rows,
             notes=notes,
-            timeline=_in_step(g, walk, scope, timeline),
+            timeline=drawn,
         ),
         whatif,
     )
@@ -1575,16 +1638,24 @@ def _drawn_at(scope: Scope, timeline: StepTimeline) -> int:
     return int(scope.start[0]) + round(timeline.start_s / NS)
 
 
-def _in_step(
-    g: StepGraph, walk: _Walk, scope: Scope, timeline: StepTimeline | None
-) -> list[PathSegment]:
-    """The path's segments inside the timeline's step, in seconds from its start."""
+def _drawn_window(
+    g: StepGraph, scope: Scope, timeline: StepTimeline | None
+) -> tuple[int, int] | None:
+    """The timeline's step, [start, end) in the graph's ns (None: no timeline)."""
     if timeline is None:
-        return []
+        return None
     a = _drawn_at(scope, timeline) - g.t0
-    b = a + round(timeline.duration_s / NS)
+    return a, a + round(timeline.duration_s / NS)
+
+
+def _in_step(walk: _Walk, window: tuple[int, int] | None) -> list[PathSegment]:
+    """The path's segments inside the timeline's step (`window`, the walk's kept window), in
+    seconds from its start."""
+    if window is None:
+        return []
+    a = window[0]
     merged: list[list[Any]] = []
-    for lo, hi, cat in walk.segments(a, b):
+    for lo, hi, cat in walk.segments():
         if merged and merged[-1][2] == cat and merged[-1][1] >= lo:
             merged[-1][1] = hi
         else:
