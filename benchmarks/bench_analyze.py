@@ -25,6 +25,7 @@ import re
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -256,6 +257,22 @@ def run_measured(command: list[str], timeout: float) -> dict[str, Any]:
     return result
 
 
+FOOTPRINT_SCRIPT = "import wallfinder.api, wallfinder.cli.commands.analyze"
+"""wallfinder's footprint: the interpreter with what `analyze` imports, reading no trace (the
+memory goal for traces of tens of MB is this plus the uncompressed file)."""
+
+
+def footprint_mb(repeat: int, timeout: float) -> float | None:
+    """The peak RSS (MB) of FOOTPRINT_SCRIPT, the median of `repeat` runs; None if it fails."""
+    peaks = []
+    for _ in range(max(repeat, 1)):
+        m = run_measured([sys.executable, "-c", FOOTPRINT_SCRIPT], timeout)
+        if m["returncode"] != 0:
+            return None
+        peaks.append(m["peak_rss_bytes"] / MB)
+    return float(statistics.median(peaks))
+
+
 NEW_QUESTION_DEVICES = ["H100", "A100", "B200", "V100", "MI300X", "L40S", "H200"]
 """The devices the "new question" runs name in turn (one per run, so each misses the cache of
 diagnoses and reads the cached parse)."""
@@ -337,6 +354,7 @@ def benchmark_file(
     scratch: Path,
     median: bool = False,
     cached: bool = True,
+    footprint: float | None = None,
 ) -> dict[str, Any]:
     size = uncompressed_size(trace)
     print(f"\n{trace.name}: {size / MB:.1f} MB uncompressed", flush=True)
@@ -397,6 +415,12 @@ def benchmark_file(
         ),
         "peak_memory_wallfinder_over_file": (
             peaks["wallfinder"] * MB / size if "wallfinder" in peaks else None
+        ),
+        # The goal on traces of tens of MB: at most the footprint plus the file (<= 0 is met).
+        "peak_memory_over_footprint_plus_file_mb": (
+            peaks["wallfinder"] - footprint - size / MB
+            if "wallfinder" in peaks and footprint is not None
+            else None
         ),
         # The second look (the same question, then another device) against the first.
         "second_look_over_first": (
@@ -460,6 +484,12 @@ def print_table(results: list[dict[str, Any]]) -> None:
         of_file = result.get("peak_memory_wallfinder_over_file")
         if of_file is not None:
             print(f"{'':34} {'':8}  wallfinder peak memory (tree) = {of_file:.2f} x the file")
+        over = result.get("peak_memory_over_footprint_plus_file_mb")
+        if over is not None:
+            print(
+                f"{'':34} {'':8}  wallfinder peak memory (tree) = {abs(over):.1f} MB "
+                f"{'over' if over > 0 else 'under'} its footprint + the file"
+            )
         again, new = result.get("second_look_over_first"), result.get("new_question_over_first")
         if again is not None and new is not None:
             print(
@@ -547,6 +577,12 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     help_text, _ = probe(sys.executable, CACHE_PROBE_SCRIPT)
     cache_flags = ["--no-cache"] if help_text and "--no-cache" in help_text else []
+    footprint = footprint_mb(args.repeat, args.timeout) if wallfinder_version is not None else None
+    if footprint is not None:
+        print(
+            "wallfinder's footprint (the interpreter with what analyze imports): "
+            f"{footprint:.1f} MB"
+        )
     with tempfile.TemporaryDirectory(prefix="bench-analyze-") as scratch:
         os.environ["WALLFINDER_CACHE"] = str(Path(scratch) / "cache")
         results = [
@@ -561,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
                 Path(scratch),
                 args.median,
                 not args.no_cached,
+                footprint,
             )
             for trace in files
         ]
@@ -574,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeat": args.repeat,
             "statistic": "median" if args.median else "best",
             "timeout_s": args.timeout,
+            "footprint_mb": footprint,
             "results": results,
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
