@@ -41,7 +41,7 @@ def test_a_table_is_the_same_with_and_without_trims(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = training_trace(6).write(tmp_path / "t.json")
-    monkeypatch.setattr(_reader, "BLOCK", 1 << 14)  # several chunks
+    monkeypatch.setattr(_reader, "BLOCK", 1 << 14)  # several chunks, stacked
     trims: list[str] = []
 
     def trim(where: str) -> Callable[[], bool]:
@@ -51,12 +51,12 @@ def test_a_table_is_the_same_with_and_without_trims(
 
         return call
 
-    monkeypatch.setattr(_columns, "release_free_memory", trim("column"))
-    monkeypatch.setattr(trace_package, "release_free_memory", trim("chunk"))
+    monkeypatch.setattr(_columns, "release_free_memory", trim("table"))
+    monkeypatch.setattr(trace_package, "release_free_memory", trim("parse"))
     trimmed = load_trace(path, cache=False, workers=1)
-    # Once per chunk added (and once at the end), once per column stacked.
-    assert trims.count("column") == len(fields(Events)) - 2
-    assert trims.count("chunk") > 2
+    # Before the table is stacked, after each column stacked but the first two, after the parse.
+    assert trims.count("table") == 1 + len(fields(Events)) - 2
+    assert trims.count("parse") == 1
     monkeypatch.setattr(_columns, "release_free_memory", lambda: False)  # not glibc
     monkeypatch.setattr(trace_package, "release_free_memory", lambda: False)
     untrimmed = load_trace(path, cache=False, workers=1)

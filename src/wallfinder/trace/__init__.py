@@ -255,12 +255,6 @@ def _assemble(reader: ChunkReader, assembler: Assembler, workers: int) -> bytes 
                 continue
             pending = None
             assembler.add(chunk)
-            # The chunk's text and decoded objects were freed into the C heap, below the
-            # columns kept from it: their pages go back now, or the next chunk's columns
-            # land above them and the heap keeps them to the end (a 54 MB trace's table is
-            # 17 MiB; without this the process held 6 MiB more after the parse; ~0.3 ms a
-            # chunk).
-            release_free_memory()
     whole = reader.document.whole
     if whole is not None:
         assembler.add(decode_chunk(whole))
