@@ -638,6 +638,23 @@ def test_the_one_pass_replay_gives_the_iterations_timing_and_rounds(
             assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
+@pytest.mark.parametrize("builder", [training_trace, sync_bound, comm_exposed])
+def test_the_walk_summed_in_windows_gives_the_whole_walks_path(
+    builder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk sums its segments every FOLD_STEPS steps and keeps only the timeline's step:
+    folding after every step gives the same shares, what-ifs and drawn segments as never
+    folding (the whole path held at once)."""
+    path = (builder(6) if builder is training_trace else builder()).write(tmp_path / "t.json")
+    paths = []
+    for every in (10**9, 1):
+        monkeypatch.setattr(critpath, "FOLD_STEPS", every)
+        paths.append(msgspec.to_builtins(_path(analyze(path, Options(what_if="data,sync,fuse")))))
+    whole, folded = paths
+    assert whole["timeline"]  # a step is drawn, with segments
+    assert folded == whole
+
+
 @pytest.mark.parametrize(("budget", "steps"), [(10**9, None), (30, 3), (5, 1)])
 def test_steady_steps_over_the_node_budget_are_replayed_on_consecutive_steps_around_the_timelines(
     budget: int, steps: int | None, tmp_path: Path
