@@ -916,7 +916,14 @@ def replay(
             # The order depends on the edges alone: one per edge set (the sync what-if drops
             # the drains), kept for the graph's other replays.
             if use_sync not in orders:
-                orders[use_sync] = _dependency_order(g, synced_rows, group_of)
+                whole = orders.get(True)
+                # Without the syncs the edges are the whole graph's less its drains: an order
+                # of the whole graph is an order of them too (one traversal fewer).
+                orders[use_sync] = (
+                    whole
+                    if whole is not None and not use_sync
+                    else _dependency_order(g, synced_rows, group_of)
+                )
             order = orders[use_sync]
             longest = (
                 None
