@@ -46,12 +46,12 @@ _GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, *GZIP_DATA_ERR
 
 BLOCK = 8 << 20
 """Bytes of (decompressed) text read per step, at most; also the target size of a decoded
-chunk. A file of less than 32 blocks of text reads a thirty-second of it per step, down to an
-eighth of a block: the text in flight (a block being read ahead, the window, a chunk, and the
-pieces queued for worker processes) is most of the parse's peak memory on the traces of tens
-of MB people bring most (a 14 MB trace: 78 -> 57 MB; an 87 MB one decoded by two workers:
-its largest process 108 -> 92 MB, its process tree about 150 -> 115 MB), at no cost in
-time."""
+chunk. A file of less than 32 blocks of text reads a thirty-second of it per step, down to a
+sixteenth of a block: the text in flight (a block being read ahead, the window, a chunk, and
+the pieces queued for worker processes) is most of the parse's peak memory on the traces of
+tens of MB people bring most (a 14 MB trace: 78 -> 57 MB, and 2 MB less again with blocks of
+512 KiB, not 1 MiB; an 87 MB one decoded by two workers: its largest process 108 -> 92 MB,
+its process tree about 150 -> 115 MB), at no cost in time."""
 
 HEADER_LIMIT = 256 << 20
 """How far into the file the `traceEvents` key is looked for before decoding it whole."""
@@ -269,7 +269,7 @@ class ChunkReader:
         self.path = path
         self.progress = progress
         self.regions = regions
-        self.block = min(BLOCK, max(BLOCK // 8, text_size(path) // 32))
+        self.block = min(BLOCK, max(BLOCK // 16, text_size(path) // 32))
         self.eof = False
         self.buf = bytearray()
         self.document = Document(Header())
