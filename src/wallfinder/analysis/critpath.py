@@ -885,26 +885,42 @@ def replay(
     synced_rows = synced_rows[np.argsort(g.drained_by[synced_rows], kind="stable")]
     group_of = g.drained_by[synced_rows]
     group_starts = np.flatnonzero(np.r_[True, group_of[1:] != group_of[:-1]])
+    before_waits = np.flatnonzero(~after_wait)
+    first_calls = np.flatnonzero(g.call_first)
     drain_w = np.full(waits.size, NEVER, np.int64)
     rounds = 0
     op_end = np.zeros(g.dur.size, np.int64)
     solved = 0
+    # Each round's host times and op releases are written over the last round's, in place:
+    # a round's temporaries were most of the replay's peak memory.
+    call_end = np.empty(n_calls, np.int64)
+    call_start = np.empty(n_calls, np.int64)
+    r = np.empty(g.dur.size, np.int64)
     while True:
         rounds += 1
         # Host, per thread: e_i = max(e_{i-1} + gap_i + cost_i, drain_i + cost_i), from 0.
         if waits.size:
             b = np.where(drain_w > NEVER, drain_w + wait_base, NEVER)
             lift = np.maximum(_seg_max(b, wait_seg), 0)
-            call_end = a_seg + np.where(after_wait, lift[last], 0)
+            np.take(lift, last, out=call_end)
+            call_end[before_waits] = 0
+            call_end += a_seg
         else:
-            call_end = a_seg.copy()
-        previous = np.where(g.call_first, 0, np.concatenate([[0], call_end[:-1]]))
-        call_start = previous + step_gap
+            call_end[:] = a_seg
+        # Each call starts after the one before it on its chain (a chain's first, from 0).
+        call_start[1:] = call_end[:-1]
+        call_start[0] = 0
+        call_start[first_calls] = 0
+        call_start += step_gap
         ready[call_rows] = call_start[call_of] + delay
         released[released_rows] = call_start[host_call] + host_lat
-        r = np.maximum(np.maximum(ready, dep_end), released)
+        np.maximum(ready, dep_end, out=r)
+        np.maximum(r, released, out=r)
         # Streams: e_k = max(e_{k-1} + gap_k + dur_k, r_k + dur_k), per stream.
-        new_end = _seg_max(r + dur_i - w_seg, seg) + w_seg
+        r += dur_i
+        r -= w_seg
+        new_end = _seg_max(r, seg)
+        new_end += w_seg
         if rounds > 1 and np.array_equal(new_end, op_end):
             rounds = max(rounds, solved)
             break
