@@ -644,17 +644,18 @@ class _Cpu:
     basis: Final = "cpu"
 
     def __init__(self, trace: Trace, spec: DeviceSpec | None) -> None:
+        # The main thread's rows alone are copied (the host's are most of a trace's rows).
         kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
-        if trace.extent(*kinds) is None:
+        pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
+        if pid.size == 0:
             kinds = (Kind.RUNTIME, Kind.OTHER)
-        if trace.extent(*kinds) is None:
+            pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
+        if pid.size == 0:
             raise WallfinderError(
                 f"{trace.source}: no device kernels and no CPU activity to analyse"
             )
         self.trace = trace
         self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
-        # The main thread's rows alone are copied (the host's are most of a trace's rows).
-        pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
         self.mine = trace.on_thread(kinds, _main_thread(trace, thread_key(pid, tid), name, dur))
         self.category, self.dispatch = _cpu_categories(trace, self.mine)
         self.tiny = self.python = np.zeros(0, dtype=np.int64)
