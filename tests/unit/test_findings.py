@@ -561,7 +561,11 @@ def test_a_host_blocked_in_a_collective_gets_its_finding(tmp_path: Path) -> None
     assert top.id == "host-collective-wait"
     assert top.share == pytest.approx(d.breakdown.idle_causes["communication_wait"])
     assert top.share > 0.4  # 200 µs of each 400 µs step
-    assert top.max_speedup == pytest.approx(amdahl(top.share))
+    # Not blocked, the host could queue only the step's 150 µs of kernels meanwhile.
+    assert top.reach == pytest.approx(d.breakdown.compute)
+    assert top.reach < top.share
+    assert top.max_speedup == pytest.approx(amdahl(top.reach))
+    assert "all the work that could run while the host waits" in top.evidence
     # The collective the program called, not the ops recorded inside it.
     assert "inside a collective: c10d::allreduce_ ×1/step" in top.evidence
     assert "record_param_comms" not in top.evidence

@@ -135,6 +135,15 @@ class Facts:
         assert self.dev is not None
         return Coverage.of(self.dev.ops.ts, self.dev.ops.end)
 
+    @property
+    def hideable(self) -> float:
+        """The share of the step that communication could still hide behind: the compute no
+        collective runs beside yet. Hidden, a collective runs beside compute, and only beside
+        compute it does not already run beside: the step cannot become shorter than its
+        communication or its compute."""
+        b = self.breakdown
+        return self.share(max(b.compute - b.comm_hidden, 0.0))
+
     @cached_property
     def comm_codes(self) -> npt.NDArray[np.int32]:
         """The codes of the names the communication patterns call collectives."""
@@ -525,6 +534,15 @@ def host_collective_wait(f: Facts) -> Finding | None:
         return None  # before looking for the collectives' names
     listed = _listed_calls(f, _collectives_called(f))
     names = tuple(f.trace.strings[int(c)] for c in f.comm_codes.tolist())
+    # Not blocked, the host would queue the work after the collective while it runs: the
+    # device's compute is all the wait can hide behind.
+    reach = min(share, f.hideable)
+    limit = (
+        f"; the device's compute no collective runs beside, all the work that could run "
+        f"while the host waits, is {reach:.0%} of the step ({_ms(reach * f.step_s)}): the bound"
+        if reach < share - 0.005
+        else ""
+    )
     return _finding(
         f,
         "host-collective-wait",
@@ -533,12 +551,14 @@ def host_collective_wait(f: Facts) -> Finding | None:
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the thread "
         f"that launches its work is inside a collective{': ' + listed if listed else ''}"
-        + call_sites(f, names, (Kind.CPU_OP, Kind.ANNOTATION)),
+        + call_sites(f, names, (Kind.CPU_OP, Kind.ANNOTATION))
+        + limit,
         "do not block the host on collectives in the step: async_op=True and wait() only "
         "where the result is needed, let DDP/FSDP overlap gradient reduction with the backward "
         "pass, reduce metrics and barrier() every N steps; if the wait is for a slower rank, "
         "analyse the job's rank traces together (a folder) to find it",
-        speedup=amdahl(share),
+        speedup=amdahl(reach),
+        reach=reach,
     )
 
 
@@ -570,10 +590,7 @@ def exposed_communication(f: Facts) -> Finding | None:
     share = f.share(b.comm_exposed)
     if share < f.thresholds.time.min_share:
         return None
-    # Hidden, a collective runs beside compute, and only beside compute it does not already
-    # run beside: the step cannot become shorter than its communication or its compute.
-    free = max(b.compute - b.comm_hidden, 0.0)
-    reach = f.share(min(b.comm_exposed, free))
+    reach = min(share, f.hideable)
     overlap = (
         "overlap communication with the backward pass: DDP bucket_cap_mb (smaller first "
         "buckets), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
