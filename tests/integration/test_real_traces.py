@@ -159,6 +159,41 @@ def test_cpu_only_trace_is_analysed_on_the_cpu_as_rank_34_of_300() -> None:
     assert (d.rank, d.world_size) == (34, 300)
 
 
+def test_cpu_only_trace_waits_for_gloo_on_two_other_threads() -> None:
+    # The step's thread records no op for its 210 ms while gloo:all_reduce runs 173 ms on one
+    # thread of the process and 170 ms on another: that is where the step goes.
+    _, d = loaded(real_trace("hta/cpu_only_rank34.json.gz"))
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "comm_exposed")
+    assert d.cpu is not None
+    assert d.cpu.waiting_on_collectives == pytest.approx(d.breakdown.comm_exposed)
+    assert d.breakdown.comm_exposed > d.breakdown.idle_causes["other"]
+    top = d.findings[0]
+    assert top.id == "exposed-comm"
+    assert "gloo:all_reduce ×2/step on 2 threads other than the step's" in top.evidence
+    # No compute in the step to hide it behind: hiding gains nothing, and the fix says what does.
+    assert (top.reach, top.max_speedup) == (0.0, 1.0)
+    assert top.fix.startswith("make the collectives cheaper")
+
+
+def test_mi300x_communication_bound_is_what_its_compute_can_hide() -> None:
+    # Its collectives take longer than its compute: hiding them can take at most the compute
+    # no collective runs beside yet, far less than the exposed communication.
+    _, d = loaded(real_trace("tracelens/mi300x_resnet_act_checkpoint.json.gz"))
+    b = d.breakdown
+    assert d.verdict.cause == "comm_exposed"
+    f = d.findings[0]
+    assert f.id == "exposed-comm"
+    steady = 1.0 - b.idle_causes.get("startup", 0.0)
+    assert f.reach == pytest.approx(min(b.comm_exposed, b.compute - b.comm_hidden) / steady)
+    assert f.reach is not None
+    assert f.reach < f.share / 2
+    assert f.max_speedup == pytest.approx(1 / (1 - f.reach))
+    assert d.critical_path is not None
+    overlap = next(r for r in d.critical_path.what_if if r.change == "overlap")
+    assert overlap.speedup <= f.max_speedup
+    assert f"the `overlap` what-if replays {overlap.speedup:.2f}x" in f.evidence
+
+
 def test_mi210_gpu_only_trace_loads_with_hip_names_and_kernels() -> None:
     trace, d = loaded(real_trace("tracelens/mi210_gpu_only.json.gz"))
     runtime = {trace.strings[c] for c in set(trace.of_kind(Kind.RUNTIME).name.tolist())}

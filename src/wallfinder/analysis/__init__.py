@@ -91,10 +91,19 @@ from wallfinder.diagnosis import (
     Steps,
     StepTimeline,
     TraceMarks,
+    Verdict,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
-from wallfinder.trace import Events, Kind, NcuExport, Trace, release_free_memory, thread_key
+from wallfinder.trace import (
+    Events,
+    Kind,
+    NcuExport,
+    Trace,
+    release_free_memory,
+    thread_codes,
+    thread_key,
+)
 
 __all__ = [
     "JobThresholds",
@@ -204,10 +213,20 @@ def _diagnosed(
     release_free_memory()
     memory = views.compute("memory", lambda: memory_profile(scope, *parts.capacity))
     release_free_memory()
+    estimate = (parts.device.spec_source or "").startswith("estimate")
+    typical = decide(
+        steps, parts.breakdown, parts.classes, thresholds, parts.roofline, roof_estimate=estimate
+    )
     replayed = views.compute(
         "critical path",
         lambda: critical_path(
-            scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
+            scope,
+            parts.fusion,
+            parts.roofline,
+            changes,
+            parts.timeline,
+            graph=parts.graph,
+            cause=typical.cause,
         ),
     )
     path, whatif = replayed if replayed is not None else (None, None)
@@ -222,9 +241,11 @@ def _diagnosed(
         memory,
         whatif,
         parts.attribution,
+        parts.main_thread,
     )
     diagnosis = _result(
         trace,
+        typical,
         parts.device,
         steps,
         parts.breakdown,
@@ -299,6 +320,8 @@ class _Parts:
     graph: StepGraph | None = None
     """The step's dependency graph when the device model builds its own (the CPU's); None:
     built from the device's ops."""
+    main_thread: int | None = None
+    """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
 
 
 class _DeviceModel(Protocol):
@@ -391,6 +414,7 @@ class _Gpu:
 
 def _result(
     trace: Trace,
+    typical: Verdict,
     device: Device,
     steps: Steps,
     bd: Breakdown,
@@ -409,8 +433,8 @@ def _result(
     critical_path: CriticalPath | None = None,
     attribution: Attribution | None = None,
 ) -> Diagnosis:
-    estimate = (device.spec_source or "").startswith("estimate")
-    typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
+    """The Diagnosis of a rank from its analyses and `typical`, the wall of its typical
+    step (`decide`)."""
     findings = find(facts, typical.wall) if facts is not None else []
     verdict, findings = headline(typical, steps, findings, bd)
     thin = thin_evidence(
@@ -576,6 +600,7 @@ def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
         comm_exposed=share(wb.comm_exposed),
         copy_exposed=share(wb.copy_exposed),
         idle=share(wb.idle),
+        comm_hidden=share(wb.comm_hidden),
         idle_causes={k: share(v) for k, v in wb.idle_causes.items()},
         per_step_ms={
             "step": float(length[kept].sum()) * ms,
@@ -670,15 +695,17 @@ class _Cpu:
             )
         self.trace = trace
         self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
-        self.mine = trace.on_thread(kinds, _main_thread(trace, thread_key(pid, tid), name, dur))
+        self.main = main = _main_thread(trace, thread_key(pid, tid), name, dur)
+        self.mine = trace.on_thread(kinds, main)
         self.category, self.dispatch = _cpu_categories(trace, self.mine)
-        self.tiny = self.python = np.zeros(0, dtype=np.int64)
+        self.beside = _collectives_beside(trace, main)
+        self.tiny = self.python = self.waited = np.zeros(0, dtype=np.int64)
 
     def windows(self, spans: StepSpans) -> tuple[I64, I64]:
         return spans.cpu_start, spans.cpu_end
 
     def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        mine, category = self.mine, self.category
+        mine, category, beside = self.mine, self.category, self.beside
         cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
         upto = [c.covered(start, end) for c in cov]
         data, comm = upto[0], upto[1] - upto[0]
@@ -686,14 +713,20 @@ class _Cpu:
         # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
         self.tiny = upto[3] - upto[2]
         self.python = upto[4] - upto[3]
-        untraced = (end - start) - upto[4]
+        # The collectives on the main thread's other threads count where it records nothing
+        # of its own (it waits for them there, as far as the trace shows); beside its ops
+        # they are hidden, as a GPU's communication beside compute is.
+        with_beside = [Coverage.union(cov[k], beside).covered(start, end) for k in (1, 2, 4)]
+        waited = self.waited = with_beside[2] - upto[4]
+        hidden = ops - (with_beside[1] - with_beside[0])
+        untraced = (end - start) - upto[4] - waited
         zeros = np.zeros(start.size, dtype=np.int64)
         causes = {k: np.zeros(start.size) for k in IDLE_CAUSES}
         causes["data_loading"] = data.astype(np.float64)
         causes["host_overhead"] = (self.tiny + self.python).astype(np.float64)
         causes["other"] = untraced.astype(np.float64)
         idle = data + self.tiny + self.python + untraced
-        return WindowBreakdown(start, end, ops, comm, zeros, idle, causes)
+        return WindowBreakdown(start, end, ops, comm + waited, zeros, idle, causes, hidden)
 
     def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
         trace, spec, mine, kept = self.trace, self.spec, self.mine, scope.kept
@@ -705,6 +738,7 @@ class _Cpu:
             bd,
             tiny=float(self.tiny[kept].sum()) / total,
             python=float(self.python[kept].sum()) / total,
+            waited=float(self.waited[kept].sum()) / total,
         )
         runtime = trace.of_kind(Kind.RUNTIME)
         cpu_ops = mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP))
@@ -745,8 +779,10 @@ class _Cpu:
                 "phases", lambda: attribute(scope, host_work(scope, cpu_ops))
             ),
             graph=scope.views.compute(
-                "critical path", lambda: cpu_graph(scope, mine, self.category, self.dispatch)
+                "critical path",
+                lambda: cpu_graph(scope, mine, self.category, self.dispatch, self.beside),
             ),
+            main_thread=self.main,
         )
 
 
@@ -758,6 +794,20 @@ def _main_thread(trace: Trace, keys: I64, names: npt.NDArray[np.int32], dur: I64
     weights = None if step_rows.any() else dur.astype(np.float64)
     uniq, inverse = np.unique(pool, return_inverse=True)
     return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
+
+
+def _collectives_beside(trace: Trace, main: int) -> Coverage:
+    """The collectives (ops and ranges the communication patterns name, e.g.
+    `gloo:all_reduce`) on the other threads of the main thread's (`thread_key`) process: the
+    threads a step's collectives run on (gloo's work threads, the autograd engine's), which
+    the main thread waits for before its next step."""
+    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    if codes.size == 0:
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rows = trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
+    pid, _ = thread_codes(main)
+    rows = rows.take(np.flatnonzero((rows.pid == pid) & (rows.thread != main)))
+    return Coverage.of(rows.ts, rows.end)
 
 
 def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
@@ -789,8 +839,10 @@ def _cpu_activity(
     *,
     tiny: float,
     python: float,
+    waited: float,
 ) -> tuple[CpuActivity, list[ClassShare]]:
-    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python."""
+    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python;
+    `waited`: in collectives on other threads, the main thread recording nothing."""
     trace, start, end = scope.trace, scope.window_start, scope.window_end
     ops = mine.take(np.flatnonzero((category >= 1) & (category <= 3)))
     ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
@@ -820,9 +872,10 @@ def _cpu_activity(
     ]
     activity = CpuActivity(
         data_loading=bd.idle_causes["data_loading"],
-        ops=bd.compute + bd.comm_exposed + tiny,
+        ops=bd.compute + bd.comm_exposed - waited + tiny,
         python=python,
         untraced=bd.idle_causes["other"],
+        waiting_on_collectives=waited,
         op_time_by_class_s={c: t * NS / steps for c, t in by_class.items()},
         top_ops=top,
     )

@@ -56,6 +56,7 @@ from wallfinder.trace.model import (
     MemoryEvents,
     Trace,
     step_key,
+    thread_codes,
     thread_key,
     thread_mask,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "release_free_memory",
     "result_cache",
     "step_key",
+    "thread_codes",
     "thread_key",
     "thread_mask",
 ]
