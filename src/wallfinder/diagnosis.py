@@ -867,6 +867,10 @@ class CounterReport(_Base, frozen=True, kw_only=True):
     """`ncu` command lines that would collect what is missing (for a trace: its top kernels
     by time)."""
     notes: list[str] = []
+    mismatch: str | None = None
+    """Why the export is not shown to be the trace's program (another device, or too few
+    launches joined by launch size or order), where it is not: then nothing is joined and
+    the counters change nothing in the diagnosis."""
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CounterReport:

@@ -178,7 +178,7 @@ def _diagnosed(
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     placement = (
-        place_counters(trace, dev, counters, thresholds)
+        place_counters(trace, dev, counters, thresholds, device.spec)
         if counters is not None and dev is not None
         else None
     )
@@ -192,7 +192,8 @@ def _diagnosed(
         device.spec,
         thresholds,
         model or ModelFlops(),
-        placement,
+        # Counters of another program change nothing (`place_counters` says why).
+        placement if placement is not None and placement.mismatch is None else None,
     )
     spikes = find_spikes(scope, wb)
     steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
