@@ -17,7 +17,7 @@ import numpy as np
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose, diagnose_marked
 from wallfinder.analysis.calculator import calculate, cost_of, fusion
-from wallfinder.analysis.check import BoundCheck, Bounds, check
+from wallfinder.analysis.check import BoundCheck, Bounds, baseline_warning, check
 from wallfinder.analysis.collectives import rank_collectives
 from wallfinder.analysis.counters import collect_commands, counter_report
 from wallfinder.analysis.diff import diff
@@ -76,6 +76,7 @@ __all__ = [
     "analyze_marked",
     "analyze_memory",
     "analyze_rank",
+    "baseline_warning",
     "calculate",
     "check",
     "cost_of",
