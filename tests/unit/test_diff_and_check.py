@@ -839,7 +839,7 @@ def test_check_refuses_a_share_above_the_whole_in_config_and_from_python(
     code, out, err = run_cli(["check", str(after_path), "--config", str(file)], capsys)
     assert (code, out) == (2, "")
     assert "max-idle: must be a share from 0 to 1" in err
-    with pytest.raises(WallfinderError, match="max_idle must be a share from 0 to 1: 1.5"):
+    with pytest.raises(WallfinderError, match=r"max_idle must be a share from 0 to 1: 1\.5"):
         Bounds(max_idle=1.5)
     with pytest.raises(WallfinderError, match="max_regression must be ≥ 0"):
         Bounds(max_regression=-0.1)
