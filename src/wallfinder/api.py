@@ -50,6 +50,7 @@ from wallfinder.trace import (
     Progress,
     ResultCache,
     Trace,
+    check_workers,
     find_trace_files,
     gunzipped,
     load_ncu,
@@ -179,6 +180,7 @@ def analyze(
     rank, or a rank of another job is skipped and named in `warnings`.
     Raises `WallfinderError` for input that cannot be analysed.
     """
+    check_workers(workers)  # before a kept diagnosis could answer without them
     options = options or Options()
     files = find_trace_files(path)
     if len(files) == 1 and scheduler is None:
