@@ -33,7 +33,7 @@ from wallfinder.diagnosis import (
     MemoryReport,
     TraceMarks,
 )
-from wallfinder.errors import WallfinderError
+from wallfinder.errors import WallfinderError, blame
 from wallfinder.hardware import (
     DeviceEvidence,
     DeviceSpec,
@@ -316,14 +316,20 @@ def _read(path: Path) -> bytes:
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
     spec = options.spec_for(trace)
-    return diagnose(
-        trace,
-        options.thresholds,
-        spec=spec,
-        model=options.model,
-        what_if=options.what_if,
-        counters=load_ncu(options.counters) if options.counters is not None else None,
-    )
+    try:
+        return diagnose(
+            trace,
+            options.thresholds,
+            spec=spec,
+            model=options.model,
+            what_if=options.what_if,
+            counters=load_ncu(options.counters) if options.counters is not None else None,
+        )
+    except WallfinderError:
+        raise
+    except Exception as exc:  # a bug: the file it happened on goes with it (one job's ranks)
+        blame(exc, trace.source)
+        raise
 
 
 def analyze_rank(path: Path, options: Options) -> RankResult:
@@ -335,6 +341,9 @@ def analyze_rank(path: Path, options: Options) -> RankResult:
         return _diagnose(trace, options), rank_collectives(trace)
     except WallfinderError as exc:
         return str(exc)
+    except Exception as exc:  # a bug, perhaps in a worker process: it names its file
+        blame(exc, path.name)
+        raise
 
 
 def _in_processes(

@@ -418,6 +418,15 @@ class ModuleRow(_Base, frozen=True):
     classes: dict[str, float] = {}
     bound_s: dict[str, float] = {}
     spread: ModuleSpread | None = None
+    names: list[str] = []
+    """The row's path as its names, outermost first: what identifies it (`path` is these
+    joined by `/` for people to read, and a name may hold `/` itself). Empty in results
+    written before it existed."""
+
+    @property
+    def name(self) -> str:
+        """The row's own name (the last of `names`; from `path` in older results)."""
+        return self.names[-1] if self.names else self.path.rpartition("/")[2]
 
 
 class Modules(_Base, frozen=True):
@@ -976,6 +985,10 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     """The step by phase (null when not computed)."""
     modules: Modules | None = None
     """Time per module (null when the trace has no module or record_function ranges)."""
+    not_computed: dict[str, str] = {}
+    """The optional views an internal error left out (a bug in wallfinder, never in the
+    input), each with why: {"modules": "internal error: KeyError 'x'; rerun with --debug"}.
+    The verdict never depends on them; a view missing for want of data is null, not here."""
 
     @property
     def main_memory(self) -> DeviceMemoryProfile | None:

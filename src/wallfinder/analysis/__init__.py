@@ -71,6 +71,7 @@ from wallfinder.analysis.thresholds import (
 )
 from wallfinder.analysis.timeline import step_timeline
 from wallfinder.analysis.verdict import decide, gpu_note, headline, thin_evidence
+from wallfinder.analysis.views import Views
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -177,8 +178,11 @@ def _diagnosed(
     dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    views = Views()
     placement = (
-        place_counters(trace, dev, counters, thresholds, device.spec)
+        views.compute(
+            "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
+        )
         if counters is not None and dev is not None
         else None
     )
@@ -194,17 +198,22 @@ def _diagnosed(
         model or ModelFlops(),
         # Counters of another program change nothing (`place_counters` says why).
         placement if placement is not None and placement.mismatch is None else None,
+        views,
     )
     spikes = find_spikes(scope, wb)
     steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
     release_free_memory()
-    memory = memory_profile(scope, *parts.capacity)
+    memory = views.compute("memory", lambda: memory_profile(scope, *parts.capacity))
     release_free_memory()
-    path, whatif = critical_path(
-        scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
+    replayed = views.compute(
+        "critical path",
+        lambda: critical_path(
+            scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
+        ),
     )
+    path, whatif = replayed if replayed is not None else (None, None)
     release_free_memory()
     facts = Facts(
         scope,
@@ -238,8 +247,11 @@ def _diagnosed(
     )
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None
+        report = views.compute(
+            "counters", lambda: counter_report(counters, thresholds, diagnosis, joined)
+        )
         diagnosis = msgspec.structs.replace(
-            diagnosis, counters=counter_report(counters, thresholds, diagnosis, joined)
+            diagnosis, counters=report, not_computed=dict(views.failed)
         )
     return diagnosis, facts
 
@@ -357,10 +369,11 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
-        rf, fusion = roofline(scope, costed, placed), fusion_candidates(scope, costed)
+        rf = roofline(scope, costed, placed)
+        fusion = scope.views.compute("fusion", lambda: fusion_candidates(scope, costed)) or []
         # (Freed pages back between the large analyses, as between the pipeline's stages.)
         release_free_memory()
-        timeline = step_timeline(scope)
+        timeline = scope.views.compute("timeline", lambda: step_timeline(scope))
         release_free_memory()
         return _Parts(
             device=_device(trace, dev, spec),
@@ -373,7 +386,9 @@ class _Gpu:
             kernels=kernels,
             fusion=fusion,
             timeline=timeline,
-            attribution=attribute(scope, device_work(scope, placed)),
+            attribution=scope.views.compute(
+                "phases", lambda: attribute(scope, device_work(scope, placed))
+            ),
         )
 
 
@@ -445,6 +460,7 @@ def _result(
         critical_path=critical_path,
         phases=attribution.phases if attribution else None,
         modules=attribution.modules if attribution else None,
+        not_computed=dict(facts.scope.views.failed) if facts is not None else {},
     )
 
 
@@ -728,8 +744,12 @@ class _Cpu:
             warnings=[warning],
             cpu=cpu,
             dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
-            attribution=attribute(scope, host_work(scope, cpu_ops)),
-            graph=cpu_graph(scope, mine, self.category, self.dispatch),
+            attribution=scope.views.compute(
+                "phases", lambda: attribute(scope, host_work(scope, cpu_ops))
+            ),
+            graph=scope.views.compute(
+                "critical path", lambda: cpu_graph(scope, mine, self.category, self.dispatch)
+            ),
         )
 
 

@@ -1365,6 +1365,7 @@ def find(facts: Facts, wall: Wall) -> list[Finding]:
     gain."""
     limit = facts.thresholds.time.replay_error
     found = [
-        with_replay(facts.whatif, x, limit) if x.saves == "time" else x for x in evaluate(facts)
+        with_replay(facts.whatif, x, limit) if x.saves == "time" else x
+        for x in evaluate(facts, facts.scope.views)
     ]
     return sorted(found, key=lambda x: (x.wall != wall, -x.max_speedup))

@@ -356,6 +356,7 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "name_kind": "op" if d.cpu is not None else "kernel",
         "class_color": CLASS_COLOR,
         "job": _job_view(d.job) if d.job is not None else None,
+        "not_computed": fmt.not_computed_lines(d),
         "memory": _memory_view(d, figures),
         "phases": [
             {
@@ -755,7 +756,7 @@ def _modules_figure(d: Diagnosis) -> dict[str, Any]:
             {
                 "type": "icicle",
                 "ids": [_plot_text(r.path) for r in rows],
-                "labels": [_plot_text(r.path.rpartition("/")[2]) for r in rows],
+                "labels": [_plot_text(r.name) for r in rows],
                 "parents": [_plot_text(r.parent) if r.parent else "" for r in rows],
                 "values": own,
                 "branchvalues": "remainder",

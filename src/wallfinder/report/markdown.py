@@ -65,6 +65,8 @@ def render_markdown(d: Diagnosis) -> str:
     ]
     out += _job(d)
     out += _counters(d)
+    if d.not_computed:
+        out += ["", *(f"- **{text(line)}**" for line in fmt.not_computed_lines(d))]
     if d.warnings:
         out += ["", *(f"- _note:_ {text(w)}" for w in d.warnings)]
     out += ["", f"<sub>wallfinder · {d.schema}</sub>", ""]
