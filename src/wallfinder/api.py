@@ -16,7 +16,13 @@ import msgspec
 import numpy as np
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose, diagnose_marked
-from wallfinder.analysis.calculator import calculate, cost_of, fusion
+from wallfinder.analysis.calculator import (
+    DEFAULT_DTYPE,
+    calculate,
+    cost_of,
+    dtype_defaulted,
+    fusion,
+)
 from wallfinder.analysis.check import BoundCheck, Bounds, baseline_warning, check
 from wallfinder.analysis.collectives import rank_collectives
 from wallfinder.analysis.counters import collect_commands, counter_report
@@ -62,6 +68,7 @@ from wallfinder.trace import (
 from wallfinder.trace.snapshot import load_snapshot
 
 __all__ = [
+    "DEFAULT_DTYPE",
     "MIN_STEPS_FOR_STABILITY",
     "BoundCheck",
     "Bounds",
@@ -82,6 +89,7 @@ __all__ = [
     "check",
     "cost_of",
     "diff",
+    "dtype_defaulted",
     "fusion",
     "load_diagnosis",
     "ncu_commands",

@@ -642,6 +642,11 @@ def counter_report(
         if finding is not None:
             findings.append(finding)
         if placed is None:
+            notes.append(
+                "joined by kernel name alone (a saved diagnosis keeps no launch sizes or "
+                "order), so not shown to be the same program: give the trace to join launch "
+                "by launch"
+            )
             notes += _verdict_notes(diagnosis, checks)
         elif diagnosis.roofline is not None and diagnosis.roofline.by_counters:
             notes.append(
