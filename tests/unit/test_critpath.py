@@ -158,6 +158,31 @@ def test_a_host_bound_step_has_the_host_on_its_path(tmp_path: Path) -> None:
     assert _row(path, "host:2") == pytest.approx(path.measured_step_s / 2, rel=0.05)
 
 
+def test_a_whole_trace_window_replays_the_host_work_after_its_last_kernel(
+    tmp_path: Path,
+) -> None:
+    # No step markers: one window over the trace, which keeps the host's work after the last
+    # kernel (here 10 frees of 30 µs, from 200 to 500 µs). The replay ends there too; it ended
+    # with the last kernel, 41% short on a real AlexNet trace (whose window ends in frees).
+    b = TraceBuilder()
+    for i in range(4):
+        b.cpu_op("aten::add", 50.0 * i, 50.0)
+        b.kernel("vectorized_elementwise_kernel", 50.0 * i + 46.0, 4.0, launch_at=50.0 * i + 40.0)
+    for i in range(10):
+        b.runtime("cudaFree", 200.0 + 30.0 * i, 30.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.steps.source.startswith("whole trace")
+    path = _path(d)
+    assert path.measured_step_s == pytest.approx(500 * US, rel=1e-9)
+    assert path.replayed_step_s == pytest.approx(500 * US, rel=1e-9)
+    assert path.replay_error == pytest.approx(0.0, abs=1e-9)
+    # The frees are on the path (runtime calls: their own time is "launch"), the kernels off
+    # it; a host cut shortens the step (it ended with the last kernel, at 200 µs, whatever
+    # the host did).
+    assert path.shares["host"] + path.shares["launch"] == pytest.approx(1.0)
+    assert _row(path, "host:2") < 0.7 * path.measured_step_s
+
+
 def test_a_gpu_bound_step_has_its_kernels_on_the_path(tmp_path: Path) -> None:
     d = analyze(gpu_bound().write(tmp_path / "t.json"))
     path = _path(d)

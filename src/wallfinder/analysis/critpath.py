@@ -289,8 +289,8 @@ class StepGraph:
     """Per op: the share of its time a matmul at 100% of roof would take (NaN: unknown)."""
     steps: int
     tail: int
-    """Host work after the last call, when the last step launched no device work (its window
-    ends with its CPU work); -1 otherwise."""
+    """Host work after the last call, when the last step launched no device work or is a
+    whole-trace window (either window ends with its CPU work); -1 otherwise."""
     measured_s: float
     """The measured mean step over the replayed range."""
     busy_s: float = 0.0
@@ -378,6 +378,9 @@ def build_graph(
     h_ts, h_dur, h_name, h_pid, h_tid = trace.columns_of_kinds(
         kinds, "ts", "dur", "name", "pid", "tid", overlapping=(t0, cpu_hi)
     )
+    # Where the host's own work in the range ends: a whole-trace window keeps it after the
+    # last kernel (`gpu_windows`), so its replay must too.
+    host_end = int((h_ts + h_dur).max(initial=t0))
     # Only the DataLoader's and the collectives' rows are read on (a few of them).
     category = _host_categories(trace, h_name)
     few = np.flatnonzero((category == 0) | (category == 2))
@@ -507,7 +510,12 @@ def build_graph(
     # A last step that launched no device work ends with its CPU work, as its window does.
     last_cpu = int(spans.cpu_start[last])
     launched_last = (call >= 0) & (c_ts[c] >= last_cpu)
-    tail = -1 if launched_last.any() else max(cpu_hi - int(c_end.max()), 0)
+    if spans.whole:
+        # Its window ends with the host's work when that outlasts the device's (frees, a
+        # final sync after the last kernel): as the window, the replay ends with the later.
+        tail = max(min(host_end, cpu_hi) - int(c_end.max()), 0)
+    else:
+        tail = -1 if launched_last.any() else max(cpu_hi - int(c_end.max()), 0)
     notes: tuple[str, ...] = ()
     if cut:
         notes = (
