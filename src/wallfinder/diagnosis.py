@@ -887,6 +887,10 @@ class CounterReport(_Base, frozen=True, kw_only=True):
     """`ncu` command lines that would collect what is missing (for a trace: its top kernels
     by time)."""
     notes: list[str] = []
+    mismatch: str | None = None
+    """Why the export is not shown to be the trace's program (another device, or too few
+    launches joined by launch size or order), where it is not: then nothing is joined and
+    the counters change nothing in the diagnosis."""
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CounterReport:
@@ -969,6 +973,9 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     verdict: Verdict
     findings: list[Finding] = []
     kernels: list[KernelRow] = []
+    more_kernels: list[KernelRow] = []
+    """Every kernel after the top `kernels`, by time: with them, the whole table (what
+    `--export` writes); empty in diagnoses saved before it was kept."""
     classes: list[ClassShare] = []
     cpu: CpuActivity | None = None
     mfu: Mfu = Mfu(value=None, basis="not computed")
@@ -1388,7 +1395,10 @@ def _violations(d: Diagnosis) -> list[str]:
     classes = {c.cls for c in d.classes}
     if d.classes and abs(sum(c.share for c in d.classes) - 1.0) > SUM_TOLERANCE:
         out.append("class shares do not sum to 1")
-    for k in d.kernels:
+    every = d.kernels + d.more_kernels
+    if d.more_kernels and abs(sum(k.share for k in every) - 1.0) > SUM_TOLERANCE:
+        out.append("the kernel table's shares do not sum to 1")
+    for k in every:
         if d.classes and k.cls not in classes:
             out.append(f"kernel {k.name!r} has class {k.cls!r}, none of the classes")
         if k.time_s < 0 or not _fraction(k.share):

@@ -189,7 +189,9 @@ def _diagnosed(
     kept[[i for i, _ in dropped]] = False
     views = Views()
     placement = (
-        views.compute("counters", lambda: place_counters(trace, dev, counters, thresholds))
+        views.compute(
+            "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
+        )
         if counters is not None and dev is not None
         else None
     )
@@ -203,7 +205,8 @@ def _diagnosed(
         device.spec,
         thresholds,
         model or ModelFlops(),
-        placement,
+        # Counters of another program change nothing (`place_counters` says why).
+        placement if placement is not None and placement.mismatch is None else None,
         views,
     )
     spikes = find_spikes(scope, wb)
@@ -253,6 +256,7 @@ def _diagnosed(
         thresholds,
         warnings + parts.warnings,
         kernels=parts.kernels,
+        more_kernels=parts.more_kernels,
         cpu=parts.cpu,
         roofline=parts.roofline,
         mfu=parts.mfu,
@@ -312,6 +316,7 @@ class _Parts:
     warnings: list[str]
     capacity: tuple[int | None, str | None] = (None, None)
     kernels: list[KernelRow] = field(default_factory=list)
+    more_kernels: list[KernelRow] = field(default_factory=list)
     fusion: list[FusionCandidate] = field(default_factory=list)
     timeline: StepTimeline | None = None
     cpu: CpuActivity | None = None
@@ -369,7 +374,7 @@ class _Gpu:
         launcher, by_time = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
         costed = cost_device_ops(scope, launcher)
         placed = place(scope, costed)
-        kernels, classes = _kernel_tables(scope, kernel_costs(scope, costed), placed)
+        every_kernel, classes = _kernel_tables(scope, kernel_costs(scope, costed), placed)
         warnings = []
         if spec is None:
             warnings.append(
@@ -403,7 +408,8 @@ class _Gpu:
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
-            kernels=kernels,
+            kernels=every_kernel[:TOP_ROWS],
+            more_kernels=every_kernel[TOP_ROWS:],
             fusion=fusion,
             timeline=timeline,
             attribution=scope.views.compute(
@@ -423,6 +429,7 @@ def _result(
     warnings: list[str],
     *,
     kernels: list[KernelRow] | None = None,
+    more_kernels: list[KernelRow] | None = None,
     cpu: CpuActivity | None = None,
     roofline: Roofline | None = None,
     mfu: Mfu | None = None,
@@ -469,6 +476,7 @@ def _result(
         verdict=verdict,
         findings=findings,
         kernels=kernels or [],
+        more_kernels=more_kernels or [],
         classes=classes,
         cpu=cpu,
         roofline=roofline,
@@ -616,8 +624,9 @@ def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
 def _kernel_tables(
     scope: Scope, costs: dict[int, KernelCost], placed: Placement
 ) -> tuple[list[KernelRow], list[ClassShare]]:
-    """Top kernels by GPU time and time per class, over the steady-state steps; kernels whose
-    ops have a cost model get FLOPs, bytes and their place on the roofline."""
+    """Every kernel by GPU time (the diagnosis keeps the top `TOP_ROWS` as its kernels, the
+    rest for the exported table) and time per class, over the steady-state steps; kernels
+    whose ops have a cost model get FLOPs, bytes and their place on the roofline."""
     trace, dev, inside, spec = scope.trace, scope.gpu, scope.inside, scope.spec
     ops = dev.ops
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
@@ -637,7 +646,13 @@ def _kernel_tables(
     first_cls = np.zeros(uniq.size, dtype=np.int8)
     first_cls[inverse] = cls
     rows = []
-    for i in np.argsort(-time)[:TOP_ROWS].tolist():
+    # Only the names the counters re-placed need `_counted`'s scan of every op.
+    moved = (
+        set(np.unique(names[placed.by_counters[inside]]).tolist())
+        if scope.counters is not None
+        else set()
+    )
+    for i in np.argsort(-time).tolist():
         code = int(uniq[i])
         kc = CLASSES[int(first_cls[i])]
         row = KernelRow(
@@ -647,7 +662,8 @@ def _kernel_tables(
             time_s=float(time[i]) * NS,
             share=float(time[i]) / total,
         )
-        rows.append(_counted(kernel_roof(row, kc, costs.get(code), spec), code, scope, placed))
+        row = kernel_roof(row, kc, costs.get(code), spec)
+        rows.append(_counted(row, code, scope, placed) if code in moved else row)
     return rows, classes
 
 

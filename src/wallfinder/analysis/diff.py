@@ -49,7 +49,7 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
             f"{after.breakdown.basis} after): the breakdowns measure different things (CPU "
             "time vs GPU time) and kernels cannot be matched; only step time is comparable"
         )
-    elif _device_key(before) != _device_key(after):
+    elif device_key(before) != device_key(after):
         notes.append(
             f"different devices ({before.device.name or 'unknown'} before, "
             f"{after.device.name or 'unknown'} after): the changes mix what was changed in the "
@@ -115,7 +115,9 @@ def _formats_note(before: str, after: str) -> str:
     )
 
 
-def _device_key(d: Diagnosis) -> tuple[str, str | None]:
+def device_key(d: Diagnosis) -> tuple[str, str | None]:
+    """What two runs must share to have run on the same hardware: the kind and the spec
+    matched (else the device's name)."""
     return d.device.kind, d.device.matched_spec or d.device.name
 
 

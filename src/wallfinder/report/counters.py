@@ -127,6 +127,8 @@ def counter_parts(r: CounterReport) -> Iterator[RenderableType]:
         f"hardware counters: {r.source} ({r.page} page, {len(r.kernels)} launches)",
         style="bold",
     )
+    if r.mismatch is not None:
+        yield Text(r.mismatch, style="bold")
     if r.checks:
         yield _check_table(r)
         detail = [f"  {short_kernel(c.kernel)}: {c.detail}" for c in r.checks if c.detail]
