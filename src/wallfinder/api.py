@@ -20,7 +20,7 @@ from wallfinder.analysis.calculator import calculate, cost_of, fusion
 from wallfinder.analysis.check import BoundCheck, Bounds, check
 from wallfinder.analysis.collectives import rank_collectives
 from wallfinder.analysis.counters import collect_commands, counter_report
-from wallfinder.analysis.diff import diff
+from wallfinder.analysis.diff import diff, run_names
 from wallfinder.analysis.job import RankResult, job_diagnosis
 from wallfinder.analysis.memory import memory_report
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
@@ -84,6 +84,7 @@ __all__ = [
     "load_diagnosis",
     "ncu_commands",
     "read_toml",
+    "run_names",
     "saved_schema",
 ]
 
