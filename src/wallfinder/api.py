@@ -26,7 +26,7 @@ from wallfinder.analysis.calculator import (
 from wallfinder.analysis.check import BoundCheck, Bounds, baseline_warning, check
 from wallfinder.analysis.collectives import rank_collectives
 from wallfinder.analysis.counters import collect_commands, counter_report
-from wallfinder.analysis.diff import diff
+from wallfinder.analysis.diff import diff, run_names
 from wallfinder.analysis.job import RankResult, job_diagnosis
 from wallfinder.analysis.memory import memory_report
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
@@ -94,6 +94,7 @@ __all__ = [
     "load_diagnosis",
     "ncu_commands",
     "read_toml",
+    "run_names",
     "saved_schema",
 ]
 

@@ -1256,12 +1256,15 @@ class MemoryPeak(_Base, frozen=True):
     index: int
     events: int
     time_us: int | None
+    """The allocator's time stamp of the peak's event (µs since the epoch)."""
     baseline: int
     start: int
     end: int
     growth: int
     categories: dict[str, int] = {}
     sites: list[MemorySite] = []
+    time_s: float | None = None
+    """Seconds from the history's first time-stamped event to the peak's (null: no stamps)."""
 
 
 class OomEvent(_Base, frozen=True):

@@ -180,7 +180,9 @@ def test_diff_accepts_a_saved_diagnosis_beside_a_trace(
     x = DiagnosisDiff.from_json(out)
     assert x.schema == "wallfinder.diff/1"
     assert json.loads(out)["verdict"]["before_cause"] == "data_loading"
-    assert x == diff(analyze(before_path), analyze(after_path))
+    # The runs are named as the user gave them: the saved file, the trace.
+    names = ("before-diagnosis.json", "after.json")
+    assert x == diff(analyze(before_path), analyze(after_path), names=names)
 
 
 def test_a_saved_diff_is_not_taken_for_a_diagnosis(tmp_path: Path, fixed: DiagnosisDiff) -> None:

@@ -220,7 +220,7 @@ def _memory_as_v1(d: dict[str, Any]) -> dict[str, Any]:
         "devices": [{**x, "categories": v1(x["categories"])} for x in d["devices"]],
         "peaks": [
             {**p, "categories": v1(p["categories"]), "sites": v1_rows(p["sites"], ())}
-            for p in d["peaks"]
+            for p in _without(d["peaks"], ("time_s",))
         ],
         "sites": v1_rows(d["sites"], ()),
         "largest": v1_rows(d["largest"], ("op", "step", "phase")),
