@@ -285,7 +285,7 @@ def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
             f"{trace.cut_step.replace('ProfilerStep#', 'step ')} is not analysed: the program "
             "stopped during it"
         )
-    if spans.whole and trace.format == "kineto":  # other readers say how to mark steps
+    if spans.whole and trace.reader.profiler_steps:  # other readers say how to mark steps
         warnings.append(
             "no ProfilerStep markers: the whole trace is analysed as one window "
             "(use torch.profiler's schedule and p.step() to get per-step figures)"
