@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass, classify_op
-from wallfinder.analysis.counters import counter_report, place_counters
+from wallfinder.analysis.counters import CounterPlacement, counter_report, place_counters
 from wallfinder.analysis.critpath import (
+    Change,
     StepGraph,
+    WhatIf,
     consistent_rows,
     cpu_graph,
     critical_path,
@@ -36,8 +38,11 @@ from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
+from wallfinder.analysis.pipeline import Stage, Upstream, View
+from wallfinder.analysis.pipeline import run as run_stages
 from wallfinder.analysis.roofline import (
     COUNTED_BOUND,
+    Costed,
     KernelCost,
     Placement,
     cost_device_ops,
@@ -180,14 +185,8 @@ def _diagnosed(
     # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
     device: _DeviceModel = _Gpu(trace, dev, spec) if dev is not None else _Cpu(trace, spec)
-    start, end = device.windows(spans)
-    wb = device.breakdown(start, end)
-    release_free_memory()
-    durations = (end - start).astype(np.float64) * NS
-    dropped = dropped_steps(spans, durations)
-    kept = np.ones(durations.size, dtype=bool)
-    kept[[i for i, _ in dropped]] = False
     views = Views()
+    # (Contained here, not as a stage: the scope is made with what it places.)
     placement = (
         views.compute(
             "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
@@ -195,60 +194,28 @@ def _diagnosed(
         if counters is not None and dev is not None
         else None
     )
-    scope = Scope(
-        trace,
-        spans,
-        dev,
-        start,
-        end,
-        kept,
-        device.spec,
-        thresholds,
-        model or ModelFlops(),
-        # Counters of another program change nothing (`place_counters` says why).
-        placement if placement is not None and placement.mismatch is None else None,
-        views,
-    )
-    spikes = find_spikes(scope, wb)
-    steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
-    bd = _breakdown(scope, wb, device.basis)
-    parts = device.parts(scope, bd)
-    release_free_memory()
-    memory = views.compute("memory", lambda: memory_profile(scope, *parts.capacity))
-    release_free_memory()
-    estimate = (parts.device.spec_source or "").startswith("estimate")
-    typical = decide(
-        steps, parts.breakdown, parts.classes, thresholds, parts.roofline, roof_estimate=estimate
-    )
-    replayed = views.compute(
-        "critical path",
-        lambda: critical_path(
-            scope,
-            parts.fusion,
-            parts.roofline,
-            changes,
-            parts.timeline,
-            graph=parts.graph,
-            cause=typical.cause,
-        ),
-    )
-    path, whatif = replayed if replayed is not None else (None, None)
-    release_free_memory()
+    # Counters of another program change nothing (`place_counters` says why).
+    placed = placement if placement is not None and placement.mismatch is None else None
+    scope, up = _scope(trace, spans, dev, device, thresholds, model, placed, views, changes)
+    run_stages(STAGES, scope, up)
+    parts, steps, memory = up[PARTS], up[STEPS], up[MEMORY]
+    path, whatif = up[CRITICAL_PATH] or (None, None)
+    fusion, attribution = up[FUSION] or [], up[PHASES]
     facts = Facts(
         scope,
         steps,
         parts.breakdown,
         parts.roofline,
-        parts.fusion,
+        fusion,
         parts.dispatch,
         memory,
         whatif,
-        parts.attribution,
+        attribution,
         parts.main_thread,
     )
     diagnosis = _result(
         trace,
-        typical,
+        up[TYPICAL],
         parts.device,
         steps,
         parts.breakdown,
@@ -260,15 +227,16 @@ def _diagnosed(
         cpu=parts.cpu,
         roofline=parts.roofline,
         mfu=parts.mfu,
-        fusion=parts.fusion,
-        timeline=parts.timeline,
+        fusion=fusion,
+        timeline=up[TIMELINE],
         facts=facts,
         memory=memory,
         critical_path=path,
-        attribution=parts.attribution,
+        attribution=attribution,
     )
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None
+        # (Contained here, not as a stage: it reads the finished diagnosis.)
         report = views.compute(
             "counters", lambda: counter_report(counters, thresholds, diagnosis, joined)
         )
@@ -276,6 +244,137 @@ def _diagnosed(
             diagnosis, counters=report, not_computed=dict(views.failed)
         )
     return diagnosis, facts
+
+
+def _scope(
+    trace: Trace,
+    spans: StepSpans,
+    dev: DeviceOps | None,
+    device: _DeviceModel,
+    thresholds: Thresholds,
+    model: ModelFlops | None,
+    counters: CounterPlacement | None,
+    views: Views,
+    changes: list[Change] | None,
+) -> tuple[Scope, _Upstream]:
+    """The rank's scope (its step windows on the device's clock, the steady-state ones) and
+    what the stages start from."""
+    start, end = device.windows(spans)
+    wb = device.breakdown(start, end)
+    release_free_memory()
+    durations = (end - start).astype(np.float64) * NS
+    dropped = dropped_steps(spans, durations)
+    kept = np.ones(durations.size, dtype=bool)
+    kept[[i for i, _ in dropped]] = False
+    scope = Scope(
+        trace,
+        spans,
+        dev,
+        start,
+        end,
+        kept,
+        device.spec,
+        thresholds,
+        model or ModelFlops(),
+        counters,
+        views,
+    )
+    return scope, _Upstream(device, wb, durations, dropped, changes)
+
+
+@dataclass
+class _Upstream(Upstream):
+    """What the stages start from besides the scope, and the parts they made."""
+
+    device: _DeviceModel
+    windows: WindowBreakdown
+    """Every step's time on the device, in compute, exposed communication and copies, idle."""
+    durations: npt.NDArray[np.float64]
+    """Every step's duration (s)."""
+    dropped: list[tuple[int, str]]
+    """The steps set aside (warm-up, start-up), with why."""
+    changes: list[Change] | None
+    """The what-if's changes to replay (None: the default table)."""
+
+
+def _steps(scope: Scope, up: _Upstream) -> Steps:
+    spans, thresholds = scope.spans, scope.thresholds
+    spikes = up[SPIKES]
+    return _step_stats(
+        spans.source, spans.labels, up.durations, scope.kept, up.dropped, thresholds, spikes
+    )
+
+
+def _typical(scope: Scope, up: _Upstream) -> Verdict:
+    """The wall of the typical step (`decide`)."""
+    parts = up[PARTS]
+    estimate = (parts.device.spec_source or "").startswith("estimate")
+    return decide(
+        up[STEPS],
+        parts.breakdown,
+        parts.classes,
+        scope.thresholds,
+        parts.roofline,
+        roof_estimate=estimate,
+    )
+
+
+def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, WhatIf | None]:
+    fusion = up[FUSION]
+    return critical_path(
+        scope,
+        fusion or [],
+        up[PARTS].roofline,
+        up.changes,
+        up[TIMELINE],
+        graph=up[GRAPH],
+        cause=up[TYPICAL].cause,
+    )
+
+
+SPIKES: Stage[_Upstream, list[Spike]] = Stage(
+    "spikes", lambda scope, up: find_spikes(scope, up.windows)
+)
+STEPS: Stage[_Upstream, Steps] = Stage("steps", _steps)
+BREAKDOWN: Stage[_Upstream, Breakdown] = Stage(
+    "breakdown", lambda scope, up: _breakdown(scope, up.windows, up.device.basis)
+)
+PARTS: Stage[_Upstream, _Parts] = Stage(
+    "device", lambda scope, up: up.device.parts(scope, up[BREAKDOWN]), frees=True
+)
+FUSION: View[_Upstream, list[FusionCandidate]] = View(
+    "fusion", lambda scope, up: up.device.fusion(scope), frees=True
+)
+TIMELINE: View[_Upstream, StepTimeline | None] = View(
+    "timeline", lambda scope, up: up.device.timeline(scope), frees=True
+)
+PHASES: View[_Upstream, Attribution] = View("phases", lambda scope, up: up.device.phases(scope))
+GRAPH: View[_Upstream, StepGraph | None] = View(
+    "critical path", lambda scope, up: up.device.graph(scope)
+)
+MEMORY: View[_Upstream, MemoryProfile | None] = View(
+    "memory", lambda scope, up: memory_profile(scope, *up[PARTS].capacity), frees=True
+)
+TYPICAL: Stage[_Upstream, Verdict] = Stage("verdict", _typical)
+CRITICAL_PATH: View[_Upstream, tuple[CriticalPath | None, WhatIf | None]] = View(
+    "critical path", _critical_path, frees=True
+)
+
+STAGES: tuple[Stage[_Upstream, Any] | View[_Upstream, Any], ...] = (
+    SPIKES,
+    STEPS,
+    BREAKDOWN,
+    PARTS,
+    FUSION,
+    TIMELINE,
+    PHASES,
+    GRAPH,
+    MEMORY,
+    TYPICAL,
+    CRITICAL_PATH,
+)
+"""A rank's analyses after its scope, in the order they run (`pipeline.run`): the device's
+own (`_DeviceModel`), then the common views and the verdict of the typical step."""
 
 
 def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
@@ -317,14 +416,8 @@ class _Parts:
     capacity: tuple[int | None, str | None] = (None, None)
     kernels: list[KernelRow] = field(default_factory=list)
     more_kernels: list[KernelRow] = field(default_factory=list)
-    fusion: list[FusionCandidate] = field(default_factory=list)
-    timeline: StepTimeline | None = None
     cpu: CpuActivity | None = None
     dispatch: DispatchSummary | None = None
-    attribution: Attribution | None = None
-    graph: StepGraph | None = None
-    """The step's dependency graph when the device model builds its own (the CPU's); None:
-    built from the device's ops."""
     main_thread: int | None = None
     """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
 
@@ -355,9 +448,31 @@ class _DeviceModel(Protocol):
         """The device's tables, roofline and MFU over the steady-state steps."""
         ...
 
+    # The device's part of the optional views (each a `View` stage, after `parts`):
+
+    def fusion(self, scope: Scope) -> list[FusionCandidate]:
+        """The chains of ops that fusing would save time on (none on the CPU)."""
+        ...
+
+    def timeline(self, scope: Scope) -> StepTimeline | None:
+        """Every step's device activity on one timeline (None on the CPU)."""
+        ...
+
+    def phases(self, scope: Scope) -> Attribution:
+        """The steps' time by phase and by module."""
+        ...
+
+    def graph(self, scope: Scope) -> StepGraph | None:
+        """The step's dependency graph when the device model builds its own (the CPU's);
+        None: built from the device's ops."""
+        ...
+
 
 class _Gpu:
     basis: Final = "gpu"
+    costed: Costed
+    """Each device op's share of its op's cost (set by `parts`, for the views after it)."""
+    placed: Placement
 
     def __init__(self, trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> None:
         self.trace, self.dev, self.spec = trace, dev, spec
@@ -394,28 +509,30 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
-        rf = roofline(scope, costed, placed)
-        fusion = scope.views.compute("fusion", lambda: fusion_candidates(scope, costed)) or []
-        # (Freed pages back between the large analyses, as between the pipeline's stages.)
-        release_free_memory()
-        timeline = scope.views.compute("timeline", lambda: step_timeline(scope))
-        release_free_memory()
+        self.costed, self.placed = costed, placed
         return _Parts(
             device=_device(trace, dev, spec),
             breakdown=bd,
             classes=classes,
-            roofline=rf,
+            roofline=roofline(scope, costed, placed),
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
             kernels=every_kernel[:TOP_ROWS],
             more_kernels=every_kernel[TOP_ROWS:],
-            fusion=fusion,
-            timeline=timeline,
-            attribution=scope.views.compute(
-                "phases", lambda: attribute(scope, device_work(scope, placed))
-            ),
         )
+
+    def fusion(self, scope: Scope) -> list[FusionCandidate]:
+        return fusion_candidates(scope, self.costed)
+
+    def timeline(self, scope: Scope) -> StepTimeline | None:
+        return step_timeline(scope)
+
+    def phases(self, scope: Scope) -> Attribution:
+        return attribute(scope, device_work(scope, self.placed))
+
+    def graph(self, scope: Scope) -> StepGraph | None:
+        return None
 
 
 def _result(
@@ -757,7 +874,7 @@ class _Cpu:
             waited=float(self.waited[kept].sum()) / total,
         )
         runtime = trace.of_kind(Kind.RUNTIME)
-        cpu_ops = mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP))
+        cpu_ops = self._ops()
         roof: Roofline | None = None
         mfu_ = Mfu(value=None, basis="unknown: the accelerator's work is not in the trace")
         if len(runtime):
@@ -791,15 +908,24 @@ class _Cpu:
             warnings=[warning],
             cpu=cpu,
             dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
-            attribution=scope.views.compute(
-                "phases", lambda: attribute(scope, host_work(scope, cpu_ops))
-            ),
-            graph=scope.views.compute(
-                "critical path",
-                lambda: cpu_graph(scope, mine, self.category, self.dispatch, self.beside),
-            ),
             main_thread=self.main,
         )
+
+    def fusion(self, scope: Scope) -> list[FusionCandidate]:
+        return []
+
+    def timeline(self, scope: Scope) -> StepTimeline | None:
+        return None
+
+    def phases(self, scope: Scope) -> Attribution:
+        return attribute(scope, host_work(scope, self._ops()))
+
+    def graph(self, scope: Scope) -> StepGraph | None:
+        return cpu_graph(scope, self.mine, self.category, self.dispatch, self.beside)
+
+    def _ops(self) -> Events:
+        """The main thread's CPU ops."""
+        return self.mine.take(np.flatnonzero(self.mine.kind == Kind.CPU_OP))
 
 
 def _main_thread(trace: Trace, keys: I64, names: npt.NDArray[np.int32], dur: I64) -> int:
