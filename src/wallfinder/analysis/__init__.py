@@ -71,6 +71,7 @@ from wallfinder.analysis.thresholds import (
     JobThresholds,
     MemoryThresholds,
     SnapshotThresholds,
+    StepThresholds,
     Thresholds,
     TimeThresholds,
 )
@@ -115,6 +116,7 @@ __all__ = [
     "MemoryThresholds",
     "ModelFlops",
     "SnapshotThresholds",
+    "StepThresholds",
     "Thresholds",
     "TimeThresholds",
     "diagnose",
@@ -177,7 +179,7 @@ def _diagnosed(
 ) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
-    spans = cpu_steps(trace)
+    spans = cpu_steps(trace, thresholds.steps)
     warnings = _step_warnings(trace, spans)
     dev = device_ops(trace, thresholds.time)
     # Each stage's temporaries go back to the C heap, which keeps their pages: they are given
@@ -263,7 +265,7 @@ def _scope(
     wb = device.breakdown(start, end)
     release_free_memory()
     durations = (end - start).astype(np.float64) * NS
-    dropped = dropped_steps(spans, durations)
+    dropped = dropped_steps(spans, durations, thresholds.steps)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     scope = Scope(
@@ -656,12 +658,13 @@ def timed_steps(
     dropped as for a trace."""
     if not durations:
         raise WallfinderError("no step was timed: nothing marked a step")
+    thresholds = thresholds or Thresholds()
     d = np.asarray(durations, dtype=np.float64)
-    dropped = warmup_steps(d)
+    dropped = warmup_steps(d, thresholds.steps)
     kept = np.ones(d.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     labels = [f"step {i}" for i in range(d.size)]
-    return _step_stats(source, labels, d, kept, dropped, thresholds or Thresholds(), [])
+    return _step_stats(source, labels, d, kept, dropped, thresholds, [])
 
 
 def _step_stats(
