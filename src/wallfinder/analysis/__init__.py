@@ -3,41 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Final
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.counters import CounterPlacement, counter_report, place_counters
+from wallfinder.analysis.cpu import CpuDevice
 from wallfinder.analysis.critpath import (
     Change,
     StepGraph,
     WhatIf,
     consistent_rows,
-    cpu_graph,
     critical_path,
     parse_what_if,
 )
-from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
+from wallfinder.analysis.device import TOP_ROWS, Basis, DeviceModel, DeviceParts
 from wallfinder.analysis.findings import Facts, find
 from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
     CLASSES,
-    IDLE_CAUSES,
     DeviceOps,
     WindowBreakdown,
     breakdown,
     device_ops,
     graph_replayed,
-    is_data_loading,
 )
-from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
-from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
+from wallfinder.analysis.phases import Attribution, attribute, device_work
 from wallfinder.analysis.pipeline import Stage, Upstream, View
 from wallfinder.analysis.pipeline import run as run_stages
 from wallfinder.analysis.roofline import (
@@ -46,12 +42,10 @@ from wallfinder.analysis.roofline import (
     KernelCost,
     Placement,
     cost_device_ops,
-    cpu_roofline,
     kernel_costs,
     kernel_roof,
     launching_ops,
     mfu,
-    outermost,
     place,
     roofline,
 )
@@ -90,7 +84,6 @@ from wallfinder.diagnosis import (
     KernelRow,
     MemoryProfile,
     Mfu,
-    OpRow,
     Roofline,
     Spike,
     StepBreakdown,
@@ -100,15 +93,12 @@ from wallfinder.diagnosis import (
     Verdict,
 )
 from wallfinder.errors import WallfinderError
-from wallfinder.hardware import DeviceSpec, cpu_spec
+from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import (
-    Events,
     Kind,
     NcuExport,
     Trace,
     release_free_memory,
-    thread_codes,
-    thread_key,
 )
 
 __all__ = [
@@ -125,9 +115,7 @@ __all__ = [
 ]
 
 NS = 1e-9
-TOP_ROWS = 15
 I64 = npt.NDArray[np.int64]
-Basis = Literal["gpu", "cpu"]
 
 
 def diagnose(
@@ -186,7 +174,7 @@ def _diagnosed(
     # back between the stages, or each stage's peak would stack on the last one's (on a large
     # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
-    device: _DeviceModel = _Gpu(trace, dev, spec) if dev is not None else _Cpu(trace, spec)
+    device: DeviceModel = _Gpu(trace, dev, spec) if dev is not None else CpuDevice(trace, spec)
     views = Views()
     # (Contained here, not as a stage: the scope is made with what it places.)
     placement = (
@@ -252,7 +240,7 @@ def _scope(
     trace: Trace,
     spans: StepSpans,
     dev: DeviceOps | None,
-    device: _DeviceModel,
+    device: DeviceModel,
     thresholds: Thresholds,
     model: ModelFlops | None,
     counters: CounterPlacement | None,
@@ -288,7 +276,7 @@ def _scope(
 class _Upstream(Upstream):
     """What the stages start from besides the scope, and the parts they made."""
 
-    device: _DeviceModel
+    device: DeviceModel
     windows: WindowBreakdown
     """Every step's time on the device, in compute, exposed communication and copies, idle."""
     durations: npt.NDArray[np.float64]
@@ -341,7 +329,7 @@ STEPS: Stage[_Upstream, Steps] = Stage("steps", _steps)
 BREAKDOWN: Stage[_Upstream, Breakdown] = Stage(
     "breakdown", lambda scope, up: _breakdown(scope, up.windows, up.device.basis)
 )
-PARTS: Stage[_Upstream, _Parts] = Stage(
+PARTS: Stage[_Upstream, DeviceParts] = Stage(
     "device", lambda scope, up: up.device.parts(scope, up[BREAKDOWN]), frees=True
 )
 FUSION: View[_Upstream, list[FusionCandidate]] = View(
@@ -351,6 +339,7 @@ TIMELINE: View[_Upstream, StepTimeline | None] = View(
     "timeline", lambda scope, up: up.device.timeline(scope), frees=True
 )
 PHASES: View[_Upstream, Attribution] = View("phases", lambda scope, up: up.device.phases(scope))
+# (The CPU's own graph: a failure building it costs the critical path, under its name.)
 GRAPH: View[_Upstream, StepGraph | None] = View(
     "critical path", lambda scope, up: up.device.graph(scope)
 )
@@ -376,7 +365,7 @@ STAGES: tuple[Stage[_Upstream, Any] | View[_Upstream, Any], ...] = (
     CRITICAL_PATH,
 )
 """A rank's analyses after its scope, in the order they run (`pipeline.run`): the device's
-own (`_DeviceModel`), then the common views and the verdict of the typical step."""
+own (`DeviceModel`), then the common views and the verdict of the typical step."""
 
 
 def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
@@ -405,71 +394,6 @@ def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
     return warnings
 
 
-@dataclass(frozen=True)
-class _Parts:
-    """What a device's own analyses give the common pipeline."""
-
-    device: Device
-    breakdown: Breakdown
-    classes: list[ClassShare]
-    roofline: Roofline | None
-    mfu: Mfu
-    warnings: list[str]
-    capacity: tuple[int | None, str | None] = (None, None)
-    kernels: list[KernelRow] = field(default_factory=list)
-    more_kernels: list[KernelRow] = field(default_factory=list)
-    cpu: CpuActivity | None = None
-    dispatch: DispatchSummary | None = None
-    main_thread: int | None = None
-    """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
-
-
-class _DeviceModel(Protocol):
-    """The device the steps ran on: an accelerator (its kernels, copies and launches) or,
-    when the trace has none, the CPU (its main thread's ops)."""
-
-    @property
-    def spec(self) -> DeviceSpec | None:
-        """The device's peaks (None: unknown)."""
-        ...
-
-    @property
-    def basis(self) -> Basis:
-        """What the breakdown's time is: a GPU's or the CPU's main thread's."""
-        ...
-
-    def windows(self, spans: StepSpans) -> tuple[I64, I64]:
-        """Every step's window on the device's clock."""
-        ...
-
-    def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        """Every step's time in compute, exposed communication and copies, and idle."""
-        ...
-
-    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
-        """The device's tables, roofline and MFU over the steady-state steps."""
-        ...
-
-    # The device's part of the optional views (each a `View` stage, after `parts`):
-
-    def fusion(self, scope: Scope) -> list[FusionCandidate]:
-        """The chains of ops that fusing would save time on (none on the CPU)."""
-        ...
-
-    def timeline(self, scope: Scope) -> StepTimeline | None:
-        """Every step's device activity on one timeline (None on the CPU)."""
-        ...
-
-    def phases(self, scope: Scope) -> Attribution:
-        """The steps' time by phase and by module."""
-        ...
-
-    def graph(self, scope: Scope) -> StepGraph | None:
-        """The step's dependency graph when the device model builds its own (the CPU's);
-        None: built from the device's ops."""
-        ...
-
-
 class _Gpu:
     basis: Final = "gpu"
     costed: Costed
@@ -485,7 +409,7 @@ class _Gpu:
     def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
         return breakdown(self.trace, self.dev, start, end)
 
-    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
+    def parts(self, scope: Scope, bd: Breakdown) -> DeviceParts:
         trace, dev, spec = self.trace, self.dev, self.spec
         bd = msgspec.structs.replace(bd, graph_replayed=graph_replayed(dev, scope.inside))
         launcher, by_time = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
@@ -512,7 +436,7 @@ class _Gpu:
                 "is joined to the innermost CPU op around its launch call instead"
             )
         self.costed, self.placed = costed, placed
-        return _Parts(
+        return DeviceParts(
             device=_device(trace, dev, spec),
             breakdown=bd,
             classes=classes,
@@ -811,217 +735,3 @@ def _counted(row: KernelRow, code: int, scope: Scope, placed: Placement) -> Kern
         bound_basis="counters",
         estimated_bound=row.bound,
     )
-
-
-class _Cpu:
-    """No device kernels: the CPU is the device, its main thread's time the step's."""
-
-    basis: Final = "cpu"
-
-    def __init__(self, trace: Trace, spec: DeviceSpec | None) -> None:
-        # The main thread's rows alone are copied (the host's are most of a trace's rows).
-        kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
-        pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
-        if pid.size == 0:
-            kinds = (Kind.RUNTIME, Kind.OTHER)
-            pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
-        if pid.size == 0:
-            raise WallfinderError(
-                f"{trace.source}: no device kernels and no CPU activity to analyse"
-            )
-        self.trace = trace
-        self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
-        self.main = main = _main_thread(trace, thread_key(pid, tid), name, dur)
-        self.mine = trace.on_thread(kinds, main)
-        self.category, self.dispatch = _cpu_categories(trace, self.mine)
-        self.beside = _collectives_beside(trace, main)
-        self.tiny = self.python = self.waited = np.zeros(0, dtype=np.int64)
-
-    def windows(self, spans: StepSpans) -> tuple[I64, I64]:
-        return spans.cpu_start, spans.cpu_end
-
-    def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        mine, category, beside = self.mine, self.category, self.beside
-        cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
-        upto = [c.covered(start, end) for c in cov]
-        data, comm = upto[0], upto[1] - upto[0]
-        ops = upto[2] - upto[1]
-        # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
-        self.tiny = upto[3] - upto[2]
-        self.python = upto[4] - upto[3]
-        # The collectives on the main thread's other threads count where it records nothing
-        # of its own (it waits for them there, as far as the trace shows); beside its ops
-        # they are hidden, as a GPU's communication beside compute is.
-        with_beside = [Coverage.union(cov[k], beside).covered(start, end) for k in (1, 2, 4)]
-        waited = self.waited = with_beside[2] - upto[4]
-        hidden = ops - (with_beside[1] - with_beside[0])
-        untraced = (end - start) - upto[4] - waited
-        zeros = np.zeros(start.size, dtype=np.int64)
-        causes = {k: np.zeros(start.size) for k in IDLE_CAUSES}
-        causes["data_loading"] = data.astype(np.float64)
-        causes["host_overhead"] = (self.tiny + self.python).astype(np.float64)
-        causes["other"] = untraced.astype(np.float64)
-        idle = data + self.tiny + self.python + untraced
-        return WindowBreakdown(start, end, ops, comm + waited, zeros, idle, causes, hidden)
-
-    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
-        trace, spec, mine, kept = self.trace, self.spec, self.mine, scope.kept
-        total = float((scope.end - scope.start)[kept].sum()) or 1.0
-        cpu, classes = _cpu_activity(
-            scope,
-            mine,
-            self.category,
-            bd,
-            tiny=float(self.tiny[kept].sum()) / total,
-            python=float(self.python[kept].sum()) / total,
-            waited=float(self.waited[kept].sum()) / total,
-        )
-        runtime = trace.of_kind(Kind.RUNTIME)
-        cpu_ops = self._ops()
-        roof: Roofline | None = None
-        mfu_ = Mfu(value=None, basis="unknown: the accelerator's work is not in the trace")
-        if len(runtime):
-            names = {trace.strings[c] for c in np.unique(runtime.name)}
-            warning = (
-                "the trace records accelerator runtime calls but no device kernels "
-                f"(e.g. {sorted(names)[0]!r}): showing the CPU-side breakdown"
-            )
-        else:
-            warning = "no device activity in the trace: the CPU is analysed as the device"
-            # A pure CPU run: the ops' CPU time is their compute time. With accelerator
-            # runtime calls (MTIA, a device whose kernels were not traced) it is only
-            # dispatch time.
-            roof, mfu_ = cpu_roofline(scope, cpu_ops)
-        estimate = "; roofs are a nominal estimate (give --spec FILE for this CPU)"
-        device = Device(
-            name="CPU",
-            kind="cpu",
-            matched_spec=spec.name,
-            spec_source=spec.source,
-            peak_flops=dict(spec.peak_flops),
-            mem_bandwidth=spec.mem_bandwidth,
-            note="CPU-only trace: CPU-side breakdown" + (estimate if spec.estimate else ""),
-        )
-        return _Parts(
-            device=device,
-            breakdown=bd,
-            classes=classes,
-            roofline=roof,
-            mfu=mfu_,
-            warnings=[warning],
-            cpu=cpu,
-            dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
-            main_thread=self.main,
-        )
-
-    def fusion(self, scope: Scope) -> list[FusionCandidate]:
-        return []
-
-    def timeline(self, scope: Scope) -> StepTimeline | None:
-        return None
-
-    def phases(self, scope: Scope) -> Attribution:
-        return attribute(scope, host_work(scope, self._ops()))
-
-    def graph(self, scope: Scope) -> StepGraph | None:
-        return cpu_graph(scope, self.mine, self.category, self.dispatch, self.beside)
-
-    def _ops(self) -> Events:
-        """The main thread's CPU ops."""
-        return self.mine.take(np.flatnonzero(self.mine.kind == Kind.CPU_OP))
-
-
-def _main_thread(trace: Trace, keys: I64, names: npt.NDArray[np.int32], dur: I64) -> int:
-    """The thread (`thread_key`) of the most step markers among host rows of these threads,
-    names and durations; without markers, of the most time."""
-    step_rows = np.isin(names, trace.names_matching(lambda s: s.startswith("ProfilerStep#")))
-    pool = keys[step_rows] if step_rows.any() else keys
-    weights = None if step_rows.any() else dur.astype(np.float64)
-    uniq, inverse = np.unique(pool, return_inverse=True)
-    return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
-
-
-def _collectives_beside(trace: Trace, main: int) -> Coverage:
-    """The collectives (ops and ranges the communication patterns name, e.g.
-    `gloo:all_reduce`) on the other threads of the main thread's (`thread_key`) process: the
-    threads a step's collectives run on (gloo's work threads, the autograd engine's), which
-    the main thread waits for before its next step."""
-    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
-    if codes.size == 0:
-        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    rows = trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
-    pid, _ = thread_codes(main)
-    rows = rows.take(np.flatnonzero((rows.pid == pid) & (rows.thread != main)))
-    return Coverage.of(rows.ts, rows.end)
-
-
-def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
-    """0 data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python/annotations,
-    9 step markers; and the dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
-    table = np.full(len(trace.strings), 4, dtype=np.int8)
-    for code in np.unique(events.name).tolist():
-        name = trace.strings[code]
-        if name.startswith("ProfilerStep#"):
-            table[code] = 9
-        elif is_data_loading(name):
-            table[code] = 0
-        elif classify_op(name) is KernelClass.COMMUNICATION:
-            table[code] = 1
-    cat = table[events.name]
-    is_op = np.flatnonzero(events.kind == Kind.CPU_OP)
-    dispatch = dispatch_sized(events.take(is_op))
-    op_cat = cat[is_op]
-    op_cat[op_cat == 4] = np.where(dispatch.sized[op_cat == 4], 3, 2)
-    cat[is_op] = op_cat
-    return cat, dispatch
-
-
-def _cpu_activity(
-    scope: Scope,
-    mine: Events,
-    category: npt.NDArray[np.int8],
-    bd: Breakdown,
-    *,
-    tiny: float,
-    python: float,
-    waited: float,
-) -> tuple[CpuActivity, list[ClassShare]]:
-    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python;
-    `waited`: in collectives on other threads, the main thread recording nothing."""
-    trace, start, end = scope.trace, scope.window_start, scope.window_end
-    ops = mine.take(np.flatnonzero((category >= 1) & (category <= 3)))
-    ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
-    steps = max(start.size, 1)
-    dur = ops.dur.astype(np.float64)
-    total = float(dur.sum()) or 1.0
-    uniq, inverse = np.unique(ops.name, return_inverse=True)
-    time = np.bincount(inverse, weights=dur) if uniq.size else np.zeros(0)
-    count = np.bincount(inverse) if uniq.size else np.zeros(0, dtype=np.int64)
-    op_cls = [classify_op(trace.strings[int(c)]).value for c in uniq.tolist()]
-    by_class: dict[str, float] = {}
-    for c, t in zip(op_cls, time.tolist(), strict=True):
-        by_class[c] = by_class.get(c, 0.0) + t
-    classes = sorted(
-        (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
-        key=lambda c: -c.time_s,
-    )
-    top = [
-        OpRow(
-            name=trace.strings[int(uniq[i])],
-            cls=op_cls[i],
-            count=int(count[i]),
-            time_s=float(time[i]) * NS,
-            share=float(time[i]) / total,
-        )
-        for i in np.argsort(-time)[:TOP_ROWS].tolist()
-    ]
-    activity = CpuActivity(
-        data_loading=bd.idle_causes["data_loading"],
-        ops=bd.compute + bd.comm_exposed - waited + tiny,
-        python=python,
-        untraced=bd.idle_causes["other"],
-        waiting_on_collectives=waited,
-        op_time_by_class_s={c: t * NS / steps for c, t in by_class.items()},
-        top_ops=top,
-    )
-    return activity, classes
