@@ -217,16 +217,13 @@ class FitTable:
         return wrap_lines(name, width, col.lines)
 
     def _stacked(self) -> Iterator[Text]:
-        """Each row as a record: its first cell, then the others as "heading: value"."""
+        """Each row as a record: its first cell, then each other as "heading: value" on a
+        line of its own (so that no figure is broken over two lines)."""
         for row in self.rows:
             text = Text(row.cells[0], style=row.style or "bold")
-            rest = "; ".join(
-                f"{c.heading}: {v}"
-                for c, v in zip(self.columns[1:], row.cells[1:], strict=True)
-                if v
-            )
-            if rest:
-                text.append(f"\n  {rest}", style=row.style)
+            for c, v in zip(self.columns[1:], row.cells[1:], strict=True):
+                if v:
+                    text.append(f"\n  {c.heading}: {v}", style=row.style)
             yield text
 
 
@@ -287,9 +284,10 @@ def clip(text: str, width: int) -> str:
 
 
 class _Wrapper(textwrap.TextWrapper):
-    # Lines may also break after a comma with no space after it (shapes such as
-    # [[10,64,56,56],[64]]), as well as at spaces; never inside a word.
-    wordsep_simple_re = re.compile(r"(\s+|(?<=,)(?=\S))")
+    # Lines may also break between a list's bracketed items with no space between them (each
+    # tensor's shape in [[10,64,56,56],[64]] kept whole), as well as at spaces; never inside
+    # a word.
+    wordsep_simple_re = re.compile(r"(\s+|(?<=[\])],)(?=\S))")
 
 
 def wrap_lines(text: str, width: int, lines: int) -> list[str]:
