@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.text import Text
@@ -104,16 +106,30 @@ def _parts(d: Diagnosis) -> Iterator[RenderableType | None]:
         yield Text("\n".join(f"note: {w}" for w in d.warnings), style="dim")
 
 
-def _header(d: Diagnosis) -> Text:
+def _header(d: Diagnosis) -> ByWidth:
+    return ByWidth(lambda width: _header_text(d, width))
+
+
+def _header_text(d: Diagnosis, width: int) -> Text:
+    """What was analysed, in pieces joined by " · ": a piece that does not fit on the line
+    starts the next one (a line break inside "(device 2)" would read as two facts)."""
     device = device_label(d)
     if d.device.kind == "gpu" and d.device.index is not None:
         device += f" (device {d.device.index})"
-    rank = ""
+    pieces = [d.source, device]
     if d.rank is not None:
-        rank = f" · rank {d.rank}" + (f" of {d.world_size}" if d.world_size else "")
+        pieces.append(f"rank {d.rank}" + (f" of {d.world_size}" if d.world_size else ""))
+    pieces.append(f"{d.steps.total} steps ({d.steps.source})")
     text = Text()
     text.append("wallfinder", style="bold")
-    text.append(f" · {d.source} · {device}{rank} · {d.steps.total} steps ({d.steps.source})")
+    line = len("wallfinder")
+    for piece in pieces:
+        if line + 3 + cell_len(piece) <= width:
+            text.append(f" · {piece}")
+            line += 3 + cell_len(piece)
+        else:
+            text.append(f"\n  {piece}")
+            line = 2 + cell_len(piece)
     if d.device.note:
         text.append(f"\n{d.device.note}", style="dim")
     return text
@@ -132,7 +148,7 @@ def _verdict(d: Diagnosis) -> Panel:
         body.append(f"\n{i}. {q.question} ")
         body.append(mark, style="bold" if q.answer == "no" else "")
         body.append(f" — {q.detail}", style="dim")
-    return Panel(body, title="verdict", title_align="left")
+    return Panel(Hanging(body), title="verdict", title_align="left")
 
 
 def _findings(d: Diagnosis) -> Text:
@@ -173,7 +189,43 @@ class ByWidth:
     draw: Callable[[int], RenderableType]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.draw(options.max_width)
+        yield hung(self.draw(options.max_width))
+
+
+_HANG = re.compile(r" *(?:[•-] |\d+\. )?")
+"""What a wrapped line hangs under: its indent, and a bullet or number after it."""
+
+
+@dataclass(frozen=True)
+class Hanging:
+    """Text whose lines, where they wrap, go on under their first line's indent and bullet
+    ("  evidence: ..." continues two columns in), not at the margin where they would read as
+    a new item."""
+
+    text: Text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        for line in self.text.split("\n", allow_blank=True):
+            indent = _HANG.match(line.plain)
+            n = indent.end() if indent else 0
+            if n == 0 or n > width // 3 or cell_len(line.plain) <= width:
+                yield line
+                continue
+            for k, piece in enumerate(line[n:].wrap(console, width - n)):
+                piece.rstrip()
+                out = line[:n] if k == 0 else Text(" " * n)
+                out.append_text(piece)
+                yield out
+
+
+def hung(part: RenderableType) -> RenderableType:
+    """`part` with its text hanging under its indents (inside groups and panels too)."""
+    if isinstance(part, Text):
+        return Hanging(part)
+    if isinstance(part, Group):
+        return Group(*(hung(p) for p in part.renderables))
+    return part
 
 
 def step_text(s: Steps) -> Text:
@@ -705,7 +757,7 @@ def print_parts(parts: Iterable[RenderableType], *, width: int | None, color: bo
     for part in parts:
         # Never cropped: a part too wide for the page shows as too wide (and fails the tests)
         # instead of losing its last columns without a word.
-        console.print(part, crop=False)
+        console.print(hung(part), crop=False)
         console.print()
     return buffer.getvalue()
 
