@@ -579,7 +579,8 @@ def _roofline(d: Diagnosis) -> RenderableType:
             Row(
                 [
                     o.name,
-                    o.shapes.replace(" ", ""),
+                    # Some traces record shapes pretty-printed, over many lines.
+                    "".join(o.shapes.split()),
                     o.dtype,
                     f"{o.time_s * 1e3 / steps:.2f}",
                     "?" if o.ai is None else f"{o.ai:.3g}",
