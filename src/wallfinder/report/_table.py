@@ -50,8 +50,9 @@ class Col:
     """A name's shorter form, shown where the whole does not fit (a kernel without its
     template arguments), before it is cut."""
     spare: int = 0
-    """0: always a column. Otherwise the column moves under its row ("heading: value") when
-    the table does not fit, those with the highest `spare` first."""
+    """0: always a column. Otherwise the column moves under its row ("heading: value", left
+    out when empty or "?") when the table does not fit, those with the highest `spare`
+    first."""
 
 
 @dataclass(frozen=True)
@@ -200,8 +201,11 @@ class FitTable:
                     for i, c in zip(shown, cell_lines, strict=True)
                 ]
                 block.append(Text(_join(cells, "│"), style=row.style))
+            # An unknown figure ("?") says nothing on a line of its own: left out there.
             moved = "; ".join(
-                f"{cols[i].heading}: {row.cells[i]}" for i in layout.under if row.cells[i]
+                f"{cols[i].heading}: {row.cells[i]}"
+                for i in layout.under
+                if row.cells[i] not in ("", "?")
             )
             if moved:
                 indent = " " * UNDER_INDENT
