@@ -192,8 +192,8 @@ class ByWidth:
         yield hung(self.draw(options.max_width))
 
 
-_HANG = re.compile(r" *(?:[•-] |\d+\. )?")
-"""What a wrapped line hangs under: its indent, and a bullet or number after it."""
+_HANG = re.compile(r" *(?:[•-] |\d+\. |note: )?")
+"""What a wrapped line hangs under: its indent, and a bullet, number or "note:" after it."""
 
 
 @dataclass(frozen=True)
@@ -760,7 +760,8 @@ def print_parts(parts: Iterable[RenderableType], *, width: int | None, color: bo
         # instead of losing its last columns without a word.
         console.print(hung(part), crop=False)
         console.print()
-    return buffer.getvalue()
+    # rich pads wrapped text and tables with spaces to the width: none is kept at line ends.
+    return "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))
 
 
 def to_html(d: Diagnosis) -> str:
