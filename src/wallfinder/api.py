@@ -16,11 +16,17 @@ import msgspec
 import numpy as np
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose, diagnose_marked
-from wallfinder.analysis.calculator import calculate, cost_of, fusion
-from wallfinder.analysis.check import BoundCheck, Bounds, check
+from wallfinder.analysis.calculator import (
+    DEFAULT_DTYPE,
+    calculate,
+    cost_of,
+    dtype_defaulted,
+    fusion,
+)
+from wallfinder.analysis.check import BoundCheck, Bounds, baseline_warning, check
 from wallfinder.analysis.collectives import rank_collectives
 from wallfinder.analysis.counters import collect_commands, counter_report
-from wallfinder.analysis.diff import diff
+from wallfinder.analysis.diff import diff, run_names
 from wallfinder.analysis.job import RankResult, job_diagnosis
 from wallfinder.analysis.memory import memory_report
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
@@ -33,7 +39,7 @@ from wallfinder.diagnosis import (
     MemoryReport,
     TraceMarks,
 )
-from wallfinder.errors import WallfinderError
+from wallfinder.errors import WallfinderError, blame
 from wallfinder.hardware import (
     DeviceEvidence,
     DeviceSpec,
@@ -50,6 +56,7 @@ from wallfinder.trace import (
     Progress,
     ResultCache,
     Trace,
+    check_workers,
     find_trace_files,
     gunzipped,
     load_ncu,
@@ -61,6 +68,7 @@ from wallfinder.trace import (
 from wallfinder.trace.snapshot import load_snapshot
 
 __all__ = [
+    "DEFAULT_DTYPE",
     "MIN_STEPS_FOR_STABILITY",
     "BoundCheck",
     "Bounds",
@@ -76,14 +84,17 @@ __all__ = [
     "analyze_marked",
     "analyze_memory",
     "analyze_rank",
+    "baseline_warning",
     "calculate",
     "check",
     "cost_of",
     "diff",
+    "dtype_defaulted",
     "fusion",
     "load_diagnosis",
     "ncu_commands",
     "read_toml",
+    "run_names",
     "saved_schema",
 ]
 
@@ -178,6 +189,7 @@ def analyze(
     rank, or a rank of another job is skipped and named in `warnings`.
     Raises `WallfinderError` for input that cannot be analysed.
     """
+    check_workers(workers)  # before a kept diagnosis could answer without them
     options = options or Options()
     files = find_trace_files(path)
     if len(files) == 1 and scheduler is None:
@@ -313,14 +325,20 @@ def _read(path: Path) -> bytes:
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
     spec = options.spec_for(trace)
-    return diagnose(
-        trace,
-        options.thresholds,
-        spec=spec,
-        model=options.model,
-        what_if=options.what_if,
-        counters=load_ncu(options.counters) if options.counters is not None else None,
-    )
+    try:
+        return diagnose(
+            trace,
+            options.thresholds,
+            spec=spec,
+            model=options.model,
+            what_if=options.what_if,
+            counters=load_ncu(options.counters) if options.counters is not None else None,
+        )
+    except WallfinderError:
+        raise
+    except Exception as exc:  # a bug: the file it happened on goes with it (one job's ranks)
+        blame(exc, trace.source)
+        raise
 
 
 def analyze_rank(path: Path, options: Options) -> RankResult:
@@ -332,6 +350,9 @@ def analyze_rank(path: Path, options: Options) -> RankResult:
         return _diagnose(trace, options), rank_collectives(trace)
     except WallfinderError as exc:
         return str(exc)
+    except Exception as exc:  # a bug, perhaps in a worker process: it names its file
+        blame(exc, path.name)
+        raise
 
 
 def _in_processes(

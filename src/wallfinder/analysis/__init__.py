@@ -71,6 +71,7 @@ from wallfinder.analysis.thresholds import (
 )
 from wallfinder.analysis.timeline import step_timeline
 from wallfinder.analysis.verdict import decide, gpu_note, headline, thin_evidence
+from wallfinder.analysis.views import Views
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -90,10 +91,19 @@ from wallfinder.diagnosis import (
     Steps,
     StepTimeline,
     TraceMarks,
+    Verdict,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
-from wallfinder.trace import Events, Kind, NcuExport, Trace, release_free_memory, thread_key
+from wallfinder.trace import (
+    Events,
+    Kind,
+    NcuExport,
+    Trace,
+    release_free_memory,
+    thread_codes,
+    thread_key,
+)
 
 __all__ = [
     "JobThresholds",
@@ -177,8 +187,11 @@ def _diagnosed(
     dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    views = Views()
     placement = (
-        place_counters(trace, dev, counters, thresholds)
+        views.compute(
+            "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
+        )
         if counters is not None and dev is not None
         else None
     )
@@ -192,18 +205,34 @@ def _diagnosed(
         device.spec,
         thresholds,
         model or ModelFlops(),
-        placement,
+        # Counters of another program change nothing (`place_counters` says why).
+        placement if placement is not None and placement.mismatch is None else None,
+        views,
     )
     spikes = find_spikes(scope, wb)
     steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
     bd = _breakdown(scope, wb, device.basis)
     parts = device.parts(scope, bd)
     release_free_memory()
-    memory = memory_profile(scope, *parts.capacity)
+    memory = views.compute("memory", lambda: memory_profile(scope, *parts.capacity))
     release_free_memory()
-    path, whatif = critical_path(
-        scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
+    estimate = (parts.device.spec_source or "").startswith("estimate")
+    typical = decide(
+        steps, parts.breakdown, parts.classes, thresholds, parts.roofline, roof_estimate=estimate
     )
+    replayed = views.compute(
+        "critical path",
+        lambda: critical_path(
+            scope,
+            parts.fusion,
+            parts.roofline,
+            changes,
+            parts.timeline,
+            graph=parts.graph,
+            cause=typical.cause,
+        ),
+    )
+    path, whatif = replayed if replayed is not None else (None, None)
     release_free_memory()
     facts = Facts(
         scope,
@@ -215,9 +244,11 @@ def _diagnosed(
         memory,
         whatif,
         parts.attribution,
+        parts.main_thread,
     )
     diagnosis = _result(
         trace,
+        typical,
         parts.device,
         steps,
         parts.breakdown,
@@ -225,6 +256,7 @@ def _diagnosed(
         thresholds,
         warnings + parts.warnings,
         kernels=parts.kernels,
+        more_kernels=parts.more_kernels,
         cpu=parts.cpu,
         roofline=parts.roofline,
         mfu=parts.mfu,
@@ -237,8 +269,11 @@ def _diagnosed(
     )
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None
+        report = views.compute(
+            "counters", lambda: counter_report(counters, thresholds, diagnosis, joined)
+        )
         diagnosis = msgspec.structs.replace(
-            diagnosis, counters=counter_report(counters, thresholds, diagnosis, joined)
+            diagnosis, counters=report, not_computed=dict(views.failed)
         )
     return diagnosis, facts
 
@@ -281,6 +316,7 @@ class _Parts:
     warnings: list[str]
     capacity: tuple[int | None, str | None] = (None, None)
     kernels: list[KernelRow] = field(default_factory=list)
+    more_kernels: list[KernelRow] = field(default_factory=list)
     fusion: list[FusionCandidate] = field(default_factory=list)
     timeline: StepTimeline | None = None
     cpu: CpuActivity | None = None
@@ -289,6 +325,8 @@ class _Parts:
     graph: StepGraph | None = None
     """The step's dependency graph when the device model builds its own (the CPU's); None:
     built from the device's ops."""
+    main_thread: int | None = None
+    """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
 
 
 class _DeviceModel(Protocol):
@@ -336,7 +374,7 @@ class _Gpu:
         launcher, by_time = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
         costed = cost_device_ops(scope, launcher)
         placed = place(scope, costed)
-        kernels, classes = _kernel_tables(scope, kernel_costs(scope, costed), placed)
+        every_kernel, classes = _kernel_tables(scope, kernel_costs(scope, costed), placed)
         warnings = []
         if spec is None:
             warnings.append(
@@ -356,10 +394,11 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
-        rf, fusion = roofline(scope, costed, placed), fusion_candidates(scope, costed)
+        rf = roofline(scope, costed, placed)
+        fusion = scope.views.compute("fusion", lambda: fusion_candidates(scope, costed)) or []
         # (Freed pages back between the large analyses, as between the pipeline's stages.)
         release_free_memory()
-        timeline = step_timeline(scope)
+        timeline = scope.views.compute("timeline", lambda: step_timeline(scope))
         release_free_memory()
         return _Parts(
             device=_device(trace, dev, spec),
@@ -369,15 +408,19 @@ class _Gpu:
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
-            kernels=kernels,
+            kernels=every_kernel[:TOP_ROWS],
+            more_kernels=every_kernel[TOP_ROWS:],
             fusion=fusion,
             timeline=timeline,
-            attribution=attribute(scope, device_work(scope, placed)),
+            attribution=scope.views.compute(
+                "phases", lambda: attribute(scope, device_work(scope, placed))
+            ),
         )
 
 
 def _result(
     trace: Trace,
+    typical: Verdict,
     device: Device,
     steps: Steps,
     bd: Breakdown,
@@ -386,6 +429,7 @@ def _result(
     warnings: list[str],
     *,
     kernels: list[KernelRow] | None = None,
+    more_kernels: list[KernelRow] | None = None,
     cpu: CpuActivity | None = None,
     roofline: Roofline | None = None,
     mfu: Mfu | None = None,
@@ -396,8 +440,8 @@ def _result(
     critical_path: CriticalPath | None = None,
     attribution: Attribution | None = None,
 ) -> Diagnosis:
-    estimate = (device.spec_source or "").startswith("estimate")
-    typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
+    """The Diagnosis of a rank from its analyses and `typical`, the wall of its typical
+    step (`decide`)."""
     findings = find(facts, typical.wall) if facts is not None else []
     verdict, findings = headline(typical, steps, findings, bd)
     thin = thin_evidence(
@@ -432,6 +476,7 @@ def _result(
         verdict=verdict,
         findings=findings,
         kernels=kernels or [],
+        more_kernels=more_kernels or [],
         classes=classes,
         cpu=cpu,
         roofline=roofline,
@@ -444,6 +489,7 @@ def _result(
         critical_path=critical_path,
         phases=attribution.phases if attribution else None,
         modules=attribution.modules if attribution else None,
+        not_computed=dict(facts.scope.views.failed) if facts is not None else {},
     )
 
 
@@ -562,6 +608,7 @@ def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
         comm_exposed=share(wb.comm_exposed),
         copy_exposed=share(wb.copy_exposed),
         idle=share(wb.idle),
+        comm_hidden=share(wb.comm_hidden),
         idle_causes={k: share(v) for k, v in wb.idle_causes.items()},
         per_step_ms={
             "step": float(length[kept].sum()) * ms,
@@ -577,8 +624,9 @@ def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
 def _kernel_tables(
     scope: Scope, costs: dict[int, KernelCost], placed: Placement
 ) -> tuple[list[KernelRow], list[ClassShare]]:
-    """Top kernels by GPU time and time per class, over the steady-state steps; kernels whose
-    ops have a cost model get FLOPs, bytes and their place on the roofline."""
+    """Every kernel by GPU time (the diagnosis keeps the top `TOP_ROWS` as its kernels, the
+    rest for the exported table) and time per class, over the steady-state steps; kernels
+    whose ops have a cost model get FLOPs, bytes and their place on the roofline."""
     trace, dev, inside, spec = scope.trace, scope.gpu, scope.inside, scope.spec
     ops = dev.ops
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
@@ -598,7 +646,13 @@ def _kernel_tables(
     first_cls = np.zeros(uniq.size, dtype=np.int8)
     first_cls[inverse] = cls
     rows = []
-    for i in np.argsort(-time)[:TOP_ROWS].tolist():
+    # Only the names the counters re-placed need `_counted`'s scan of every op.
+    moved = (
+        set(np.unique(names[placed.by_counters[inside]]).tolist())
+        if scope.counters is not None
+        else set()
+    )
+    for i in np.argsort(-time).tolist():
         code = int(uniq[i])
         kc = CLASSES[int(first_cls[i])]
         row = KernelRow(
@@ -608,7 +662,8 @@ def _kernel_tables(
             time_s=float(time[i]) * NS,
             share=float(time[i]) / total,
         )
-        rows.append(_counted(kernel_roof(row, kc, costs.get(code), spec), code, scope, placed))
+        row = kernel_roof(row, kc, costs.get(code), spec)
+        rows.append(_counted(row, code, scope, placed) if code in moved else row)
     return rows, classes
 
 
@@ -656,15 +711,17 @@ class _Cpu:
             )
         self.trace = trace
         self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
-        self.mine = trace.on_thread(kinds, _main_thread(trace, thread_key(pid, tid), name, dur))
+        self.main = main = _main_thread(trace, thread_key(pid, tid), name, dur)
+        self.mine = trace.on_thread(kinds, main)
         self.category, self.dispatch = _cpu_categories(trace, self.mine)
-        self.tiny = self.python = np.zeros(0, dtype=np.int64)
+        self.beside = _collectives_beside(trace, main)
+        self.tiny = self.python = self.waited = np.zeros(0, dtype=np.int64)
 
     def windows(self, spans: StepSpans) -> tuple[I64, I64]:
         return spans.cpu_start, spans.cpu_end
 
     def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        mine, category = self.mine, self.category
+        mine, category, beside = self.mine, self.category, self.beside
         cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
         upto = [c.covered(start, end) for c in cov]
         data, comm = upto[0], upto[1] - upto[0]
@@ -672,14 +729,20 @@ class _Cpu:
         # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
         self.tiny = upto[3] - upto[2]
         self.python = upto[4] - upto[3]
-        untraced = (end - start) - upto[4]
+        # The collectives on the main thread's other threads count where it records nothing
+        # of its own (it waits for them there, as far as the trace shows); beside its ops
+        # they are hidden, as a GPU's communication beside compute is.
+        with_beside = [Coverage.union(cov[k], beside).covered(start, end) for k in (1, 2, 4)]
+        waited = self.waited = with_beside[2] - upto[4]
+        hidden = ops - (with_beside[1] - with_beside[0])
+        untraced = (end - start) - upto[4] - waited
         zeros = np.zeros(start.size, dtype=np.int64)
         causes = {k: np.zeros(start.size) for k in IDLE_CAUSES}
         causes["data_loading"] = data.astype(np.float64)
         causes["host_overhead"] = (self.tiny + self.python).astype(np.float64)
         causes["other"] = untraced.astype(np.float64)
         idle = data + self.tiny + self.python + untraced
-        return WindowBreakdown(start, end, ops, comm, zeros, idle, causes)
+        return WindowBreakdown(start, end, ops, comm + waited, zeros, idle, causes, hidden)
 
     def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
         trace, spec, mine, kept = self.trace, self.spec, self.mine, scope.kept
@@ -691,6 +754,7 @@ class _Cpu:
             bd,
             tiny=float(self.tiny[kept].sum()) / total,
             python=float(self.python[kept].sum()) / total,
+            waited=float(self.waited[kept].sum()) / total,
         )
         runtime = trace.of_kind(Kind.RUNTIME)
         cpu_ops = mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP))
@@ -727,8 +791,14 @@ class _Cpu:
             warnings=[warning],
             cpu=cpu,
             dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
-            attribution=attribute(scope, host_work(scope, cpu_ops)),
-            graph=cpu_graph(scope, mine, self.category, self.dispatch),
+            attribution=scope.views.compute(
+                "phases", lambda: attribute(scope, host_work(scope, cpu_ops))
+            ),
+            graph=scope.views.compute(
+                "critical path",
+                lambda: cpu_graph(scope, mine, self.category, self.dispatch, self.beside),
+            ),
+            main_thread=self.main,
         )
 
 
@@ -740,6 +810,20 @@ def _main_thread(trace: Trace, keys: I64, names: npt.NDArray[np.int32], dur: I64
     weights = None if step_rows.any() else dur.astype(np.float64)
     uniq, inverse = np.unique(pool, return_inverse=True)
     return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
+
+
+def _collectives_beside(trace: Trace, main: int) -> Coverage:
+    """The collectives (ops and ranges the communication patterns name, e.g.
+    `gloo:all_reduce`) on the other threads of the main thread's (`thread_key`) process: the
+    threads a step's collectives run on (gloo's work threads, the autograd engine's), which
+    the main thread waits for before its next step."""
+    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    if codes.size == 0:
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rows = trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
+    pid, _ = thread_codes(main)
+    rows = rows.take(np.flatnonzero((rows.pid == pid) & (rows.thread != main)))
+    return Coverage.of(rows.ts, rows.end)
 
 
 def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
@@ -771,8 +855,10 @@ def _cpu_activity(
     *,
     tiny: float,
     python: float,
+    waited: float,
 ) -> tuple[CpuActivity, list[ClassShare]]:
-    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python."""
+    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python;
+    `waited`: in collectives on other threads, the main thread recording nothing."""
     trace, start, end = scope.trace, scope.window_start, scope.window_end
     ops = mine.take(np.flatnonzero((category >= 1) & (category <= 3)))
     ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
@@ -802,9 +888,10 @@ def _cpu_activity(
     ]
     activity = CpuActivity(
         data_loading=bd.idle_causes["data_loading"],
-        ops=bd.compute + bd.comm_exposed + tiny,
+        ops=bd.compute + bd.comm_exposed - waited + tiny,
         python=python,
         untraced=bd.idle_causes["other"],
+        waiting_on_collectives=waited,
         op_time_by_class_s={c: t * NS / steps for c, t in by_class.items()},
         top_ops=top,
     )

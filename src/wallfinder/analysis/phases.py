@@ -27,7 +27,7 @@ module class (`TransformerBlock_0` … `_31`) are collapsed into one row with th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -42,6 +42,7 @@ from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import ModuleRow, Modules, ModuleSpread, Phases, StepPhases
 from wallfinder.trace import NONE, Events, Kind, Trace, step_key, thread_key
+from wallfinder.trace.names import module_name
 from wallfinder.units import is_user_path
 
 NS = 1e-9
@@ -423,7 +424,13 @@ def attribute(scope: Scope, work: Work) -> Attribution:
             f"Sequence number links: {linked} of {needed} backward autograd nodes tied to "
             "the forward op that made them"
         )
-    modules, module, range_row = _modules(scope, r, work, phase, owner)
+    # An optional view of its own: a bug in it costs the module table, not the phases.
+    made = scope.views.compute("modules", lambda: _modules(scope, r, work, phase, owner))
+    modules, module, range_row = made or (
+        None,
+        np.full(n, NONE, dtype=np.int64),
+        np.full(len(r.modules), NONE, dtype=np.int64),
+    )
     recompute = (phase == BACKWARD) & (in_module >= 0) & (r.module_source == "modules")
     return Attribution(phase, module, phases, modules, scope, r, range_row, work, recompute)
 
@@ -572,12 +579,22 @@ def _forward_ops(trace: Trace, nodes: _Nodes, node_rows: I64) -> tuple[I64, I64,
     return thread_out, ts_out, int(np.unique(node_rows[ok]).size)
 
 
-def _tree(trace: Trace, mods: Events, rename: Callable[[str], str] | None = None) -> list[str]:
-    """Each module range's path ("Model_0/Block_3/Attention_3"), from nesting on its
-    thread. A module re-run on another thread (a checkpointed block recomputed by the
+Path = tuple[str, ...]
+"""A module range's path: the names from the outermost range down to its own. Names are
+kept whole (a name may hold `/`, `.`, `:` or anything else); nothing joins a path into a
+string to split it back."""
+
+_REROOT_ROUNDS = 4
+"""Rounds of re-rooting orphans (each can move an orphan's known path, see `_tree`)."""
+
+
+def _tree(trace: Trace, mods: Events, rename: Callable[[str], str] | None = None) -> list[Path]:
+    """Each module range's path (`("Model_0", "Block_3", "Attention_3")`), from nesting on
+    its thread. A module re-run on another thread (a checkpointed block recomputed by the
     autograd engine) has no parent there: it takes the path its instance has where it does
-    (instance names are unique per module object). A loop over the module ranges only (a
-    few per module per step)."""
+    (instance names are unique per module object), in rounds, since re-rooting one orphan
+    moves its descendants' paths, which another orphan may take. A loop over the module
+    ranges only (a few per module per step)."""
     n = len(mods)
     parent = np.full(n, NONE, dtype=np.int64)
     order = np.lexsort((-mods.end, mods.ts, mods.thread))
@@ -595,45 +612,62 @@ def _tree(trace: Trace, mods: Events, rename: Callable[[str], str] | None = None
     names = [trace.strings[int(c)].removeprefix(MODULE_PREFIX) for c in mods.name.tolist()]
     if rename is not None:
         names = [rename(n) for n in names]
-    paths: list[str] = [""] * n
+    parents = parent.tolist()
+    paths: list[Path] = [()] * n
     for i in order.tolist():  # parents come before their children
-        p = int(parent[i])
-        paths[i] = names[i] if p == NONE else f"{paths[p]}/{names[i]}"
-    nested: dict[str, set[str]] = {}
-    for i in np.flatnonzero(parent != NONE).tolist():
-        nested.setdefault(names[i], set()).add(paths[i])
-    if not any(parent[i] == NONE and names[i] in nested for i in range(n)):
-        return paths
-    for i in order.tolist():  # again, re-rooting the orphans and their descendants
-        p = int(parent[i])
-        known = nested.get(names[i], set())
-        if p == NONE:
-            paths[i] = next(iter(known)) if len(known) == 1 else names[i]
-        else:
-            paths[i] = f"{paths[p]}/{names[i]}"
+        p = parents[i]
+        paths[i] = (names[i],) if p == NONE else (*paths[p], names[i])
+    orphans = {names[i] for i in range(n) if parents[i] == NONE}
+    threads = thread_of.tolist()
+    for _ in range(_REROOT_ROUNDS):
+        nested: dict[str, set[tuple[Path, int]]] = {}
+        for i in range(n):
+            if parents[i] != NONE and names[i] in orphans:
+                nested.setdefault(names[i], set()).add((paths[i], threads[i]))
+        if not nested:
+            return paths
+        moved = False
+        for i in order.tolist():  # re-rooting the orphans and their descendants
+            p = parents[i]
+            if p == NONE:
+                # Only from other threads: on its own thread, a name that is both a root
+                # and nested in itself (a block inside a block) is two instances.
+                known = {q for q, t in nested.get(names[i], ()) if t != threads[i]}
+                new = next(iter(known)) if len(known) == 1 else (names[i],)
+            else:
+                new = (*paths[p], names[i])
+            moved |= new != paths[i]
+            paths[i] = new
+        if not moved:
+            break
     return paths
 
 
-def _collapsed(paths: list[str]) -> dict[str, str]:
-    """Each distinct instance path's row: sibling instances of one class under the same row
-    (`Block_0` … `Block_31`, `layer_0_ffn` … `layer_7_ffn`) become one row (`Block_*`,
-    `layer_*_ffn`). Settled depth by depth, since which
-    instances are siblings depends on their parents' rows."""
-    out: dict[str, str] = {}
-    by_depth: dict[int, list[str]] = {}
-    for path in set(paths):
-        by_depth.setdefault(path.count("/"), []).append(path)
+def _prefixes(paths: Iterable[Path]) -> set[Path]:
+    """The paths and every ancestor of each (an orphan's path, taken from another
+    instance, need not have its ancestors among the ranges)."""
+    return {p[:k] for p in paths for k in range(1, len(p) + 1)}
+
+
+def _collapsed(paths: Iterable[Path]) -> dict[Path, Path]:
+    """Each distinct instance path's row, for the paths and every ancestor of them: sibling
+    instances of one class under the same row (`Block_0` … `Block_31`, `layer_0_ffn` …
+    `layer_7_ffn`) become one row (`Block_*`, `layer_*_ffn`). Settled depth by depth, since
+    which instances are siblings depends on their parents' rows."""
+    out: dict[Path, Path] = {}
+    by_depth: dict[int, list[Path]] = {}
+    for path in _prefixes(paths):
+        by_depth.setdefault(len(path), []).append(path)
     for depth in sorted(by_depth):
-        groups: dict[tuple[str, str], set[str]] = {}
+        groups: dict[tuple[Path, str], set[str]] = {}
         keys = {}
         for path in by_depth[depth]:
-            head, _, name = path.rpartition("/")
-            key = (out[head] if head else "", _NUMBER.sub("*", name))
+            head, name = path[:-1], path[-1]
+            key = (out[head] if head else (), _NUMBER.sub("*", name))
             groups.setdefault(key, set()).add(name)
             keys[path] = (key, name)
         for path, (key, name) in keys.items():
-            leaf = key[1] if len(groups[key]) > 1 else name
-            out[path] = f"{key[0]}/{leaf}" if key[0] else leaf
+            out[path] = (*key[0], key[1] if len(groups[key]) > 1 else name)
     return out
 
 
@@ -653,21 +687,20 @@ def _modules(
     steps = max(scope.count, 1)
     backward = phase == BACKWARD
     sites = r.module_source == CALL_SITES
-    paths = _tree(trace, mods, _site if sites else None)
+    paths = _tree(trace, mods, _site if sites else module_name)
     # Call sites that differ in their line are different code, not instances of one block.
-    row_of_path = {p: p for p in paths} if sites else _collapsed(paths)
-    row_names = sorted(set(row_of_path.values()), key=lambda p: (p.count("/"), p))
+    row_of_path = {p: p for p in _prefixes(paths)} if sites else _collapsed(paths)
+    row_names = sorted(set(row_of_path.values()), key=lambda p: (len(p), p))
     row_index = {p: i for i, p in enumerate(row_names)}
     range_row = np.array([row_index[row_of_path[p]] for p in paths], dtype=np.int64)
-    # Distinct instances (a module's range repeats every step under one path).
-    inst_names = sorted(set(paths))
+    # Distinct instances (a module's range repeats every step under one path), with every
+    # ancestor of each, so that each has its parent among them.
+    inst_names = sorted(row_of_path)
     inst_index = {p: i for i, p in enumerate(inst_names)}
     range_inst = np.array([inst_index[p] for p in paths], dtype=np.int64)
-    inst_parent = np.full(len(inst_names), NONE, dtype=np.int64)
-    for i, p in enumerate(inst_names):
-        head = p.rpartition("/")[0]
-        if head:
-            inst_parent[i] = inst_index[head]
+    inst_parent = np.array(
+        [inst_index[p[:-1]] if len(p) > 1 else NONE for p in inst_names], dtype=np.int64
+    )
     has = owner >= 0
     module_of_work[has] = range_row[owner[has]]
     sel = has & work.inside
@@ -732,9 +765,9 @@ def _roll_up(self_time: npt.NDArray[np.float64], parent: I64) -> npt.NDArray[np.
 
 
 def _module_rows(
-    row_names: list[str],
-    inst_names: list[str],
-    row_of_path: dict[str, str],
+    row_names: list[Path],
+    inst_names: list[Path],
+    row_of_path: dict[Path, Path],
     fwd: npt.NDArray[np.float64],
     bwd: npt.NDArray[np.float64],
     by_class: npt.NDArray[np.float64],
@@ -742,9 +775,10 @@ def _module_rows(
     total: float,
     steps: int,
 ) -> list[ModuleRow]:
-    members: dict[str, list[int]] = {}
+    members: dict[Path, list[int]] = {}
     for i, p in enumerate(inst_names):
         members.setdefault(row_of_path[p], []).append(i)
+    label = _labels(row_names)
     out = []
     for name in row_names:
         idx = np.array(members[name], dtype=np.intp)
@@ -762,12 +796,11 @@ def _module_rows(
                 max_s=float(each.max()),
                 outlier=_short_names([inst_names[int(i)] for i in idx])[top],
             )
-        head = name.rpartition("/")[0]
         out.append(
             ModuleRow(
-                path=name,
-                parent=head or None,
-                depth=name.count("/"),
+                path=label[name],
+                parent=label[name[:-1]] if len(name) > 1 else None,
+                depth=len(name) - 1,
                 instances=int(idx.size),
                 forward_s=f * NS / steps,
                 backward_s=b * NS / steps,
@@ -781,20 +814,36 @@ def _module_rows(
                     for j in np.flatnonzero(bound > 0).tolist()
                 },
                 spread=spread,
+                names=list(name),
             )
         )
     return out
 
 
-def _short_names(paths: list[str]) -> list[str]:
+def _labels(rows: list[Path]) -> dict[Path, str]:
+    """Each row's path as people read it (its names joined by `/`), unique: two paths whose
+    names hold `/` themselves can read alike, and the second then gets a `#2`."""
+    out: dict[Path, str] = {}
+    taken: set[str] = set()
+    for path in rows:
+        text = "/".join(path)
+        k = 1
+        while text in taken:
+            k += 1
+            text = f"{'/'.join(path)} #{k}"
+        taken.add(text)
+        out[path] = text
+    return out
+
+
+def _short_names(paths: list[Path]) -> list[str]:
     """The shortest path ends that tell the instances apart (`Block_3`, or
     `layer_3_ffn/mlp` where every instance's own name is `mlp`)."""
-    parts = [p.split("/") for p in paths]
-    for k in range(1, max(len(p) for p in parts) + 1):
-        ends = ["/".join(p[-k:]) for p in parts]
+    for k in range(1, max(len(p) for p in paths) + 1):
+        ends = ["/".join(p[-k:]) for p in paths]
         if len(set(ends)) == len(ends):
             return ends
-    return paths
+    return ["/".join(p) for p in paths]
 
 
 def _top_rows(rows: list[ModuleRow]) -> tuple[list[ModuleRow], npt.NDArray[np.intp]]:

@@ -27,8 +27,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar
 
+from wallfinder.analysis.views import Views
 from wallfinder.diagnosis import Finding
 
 __all__ = ["RULES", "TOPICS", "Rule", "evaluate", "rule", "rules_for"]
@@ -79,6 +81,17 @@ def rules_for(scope: type[S]) -> list[Rule[S]]:
     return [r for r in RULES if r.scope is scope]
 
 
-def evaluate(facts: S) -> list[Finding]:
-    """The finding of every rule of `facts`' scope that finds one, in registration order."""
-    return [x for r in rules_for(type(facts)) if (x := r.check(facts)) is not None]
+def evaluate(facts: S, views: Views | None = None) -> list[Finding]:
+    """The finding of every rule of `facts`' scope that finds one, in registration order.
+    With `views`, a rule that fails with an internal error is left out and said there
+    (`finding NAME`), and the other rules still run."""
+    found = []
+    for r in rules_for(type(facts)):
+        x = (
+            r.check(facts)
+            if views is None
+            else views.compute(f"finding {r.name}", partial(r.check, facts))
+        )
+        if x is not None:
+            found.append(x)
+    return found

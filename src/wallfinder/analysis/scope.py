@@ -8,7 +8,7 @@ is a scope plus the analyses already made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -19,6 +19,7 @@ from wallfinder.analysis.gpu import DeviceOps
 from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.steps import StepSpans
 from wallfinder.analysis.thresholds import Thresholds
+from wallfinder.analysis.views import Views
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import Trace
@@ -70,6 +71,8 @@ class Scope:
     counters: CounterPlacement | None = None
     """Hardware counters joined to the device's kernels (`--counters`): where they decide a
     kernel's bound, it replaces the roofline's estimate (`roofline.place`)."""
+    views: Views = field(default_factory=Views)
+    """The optional views an internal error left out (`analysis.views`)."""
 
     @property
     def gpu(self) -> DeviceOps:

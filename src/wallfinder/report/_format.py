@@ -71,6 +71,12 @@ CAUSE_LABEL = {
 }
 
 
+def not_computed_lines(d: Diagnosis) -> list[str]:
+    """One line per optional view an internal error left out (`modules: not computed
+    (internal error: KeyError …; rerun with --debug)`): the rest of the report stands."""
+    return [f"{view}: not computed ({why})" for view, why in d.not_computed.items()]
+
+
 def job_lines(d: Diagnosis) -> list[str]:
     """The cross-rank summary in plain sentences (terminal and Markdown share them)."""
     j = d.job
@@ -479,7 +485,7 @@ def module_cells(r: ModuleRow) -> list[str]:
         spread = f"{ms(s.min_s)}/{ms(s.median_s)}/{ms(s.max_s)}"
         slowest = f"{s.outlier} ({s.count}×)"
     return [
-        "  " * r.depth + r.path.rpartition("/")[2],
+        "  " * r.depth + r.name,
         ms(r.forward_s),
         ms(r.backward_s),
         pct(r.share),

@@ -171,6 +171,8 @@ def counter_parts(r: CounterReport) -> Iterator[RenderableType]:
         f"hardware counters: {r.source} ({r.page} page, {len(r.kernels)} launches)",
         style="bold",
     )
+    if r.mismatch is not None:
+        yield Text(r.mismatch, style="bold")
     checks = _check_table(r)
     if checks is not None:
         yield checks

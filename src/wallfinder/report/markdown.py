@@ -65,6 +65,8 @@ def render_markdown(d: Diagnosis) -> str:
     ]
     out += _job(d)
     out += _counters(d)
+    if d.not_computed:
+        out += ["", *(f"- **{text(line)}**" for line in fmt.not_computed_lines(d))]
     if d.warnings:
         out += ["", *(f"- _note:_ {text(w)}" for w in d.warnings)]
     out += ["", f"<sub>wallfinder · {d.schema}</sub>", ""]
@@ -94,6 +96,8 @@ def text(value: str) -> str:
 
 def _counters(d: Diagnosis) -> list[str]:
     c = d.counters
+    if c is not None and c.mismatch is not None:
+        return ["", f"**Hardware counters** ({code(c.source)}): {text(c.mismatch)}"]
     if c is None or not c.checks:
         return []
     out = [

@@ -43,6 +43,7 @@ from wallfinder.report._format import (
     memory_when,
     module_cells,
     ms,
+    not_computed_lines,
     part_label,
     pct,
     phase_parts,
@@ -102,6 +103,8 @@ def _parts(d: Diagnosis) -> Iterator[RenderableType | None]:
         from wallfinder.report.counters import counter_parts
 
         yield from counter_parts(d.counters)
+    if d.not_computed:
+        yield Text("\n".join(not_computed_lines(d)), style="yellow")
     if d.warnings:
         yield Text("\n".join(f"note: {w}" for w in d.warnings), style="dim")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from wallfinder.api import Options, diff, load_diagnosis
+from wallfinder.api import Options, diff, load_diagnosis, run_names
 from wallfinder.cli.commands.analyze import (
     add_device_options,
     add_trace_options,
@@ -39,6 +39,7 @@ def options_from(args: argparse.Namespace) -> Options:
 
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
-    result = diff(load_diagnosis(args.before, options), load_diagnosis(args.after, options))
+    before, after = load_diagnosis(args.before, options), load_diagnosis(args.after, options)
+    result = diff(before, after, names=run_names(str(args.before), str(args.after)))
     write_report(render_diff(result, args.format, width=report_width(args.output)), args.output)
     return 0
