@@ -178,6 +178,11 @@ def _diagnosed(
     dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    if not kept.any():
+        raise WallfinderError(
+            f"{trace.source}: no step lasts any time (zero-length events, or device work "
+            "that ends before its step begins)"
+        )
     views = Views()
     placement = (
         views.compute("counters", lambda: place_counters(trace, dev, counters, thresholds))
