@@ -343,6 +343,20 @@ def test_a_trace_where_nothing_lasts_any_time_is_refused(tmp_path: Path) -> None
         load(b, tmp_path)
 
 
+def test_a_kernel_recorded_as_0_us_has_its_class_row(tmp_path: Path) -> None:
+    # Found by the structure fuzzer: a 0 µs elementwise kernel was in the kernel table with a
+    # class the class table left out (it listed only classes with time).
+    b = TraceBuilder()
+    b.step(1, 0.0, 100.0)
+    b.kernel(GEMM, 10.0, 60.0, launch_at=1.0)
+    b.kernel(ELEMENTWISE, 30.0, 0.0, launch_at=2.0, stream=8)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    shares = {c.cls: (c.time_s, c.share) for c in d.classes}
+    assert shares["elementwise"] == (0.0, 0.0)
+    assert shares["gemm"][1] == pytest.approx(1.0)
+
+
 # (g) invariants ---------------------------------------------------------------------------------
 
 
