@@ -357,6 +357,18 @@ def test_a_kernel_recorded_as_0_us_has_its_class_row(tmp_path: Path) -> None:
     assert shares["gemm"][1] == pytest.approx(1.0)
 
 
+def test_a_trace_whose_kernels_all_took_0_us_has_no_class_shares(tmp_path: Path) -> None:
+    # Found by the structure fuzzer once 0 µs classes had rows: with no kernel time at all,
+    # the one class's share was 0, not 1. There is nothing to split: no class table.
+    b = TraceBuilder()
+    b.cpu_op("aten::mm", 0.0, 90.0)
+    b.kernel(ELEMENTWISE, 30.0, 0.0, launch_at=2.0)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    assert d.classes == []
+    assert [k.time_s for k in d.kernels] == [0.0]
+
+
 # (g) invariants ---------------------------------------------------------------------------------
 
 

@@ -604,14 +604,16 @@ def _kernel_tables(
     total = float(dur.sum()) or 1.0
     class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
     # Every class with a kernel in the table has its row, even at 0 s: kernels that short are
-    # recorded as 0 µs (a trace of whole microseconds).
+    # recorded as 0 µs (a trace of whole microseconds). With no kernel time at all there are
+    # no shares to split: no class table.
     class_count = np.bincount(cls, minlength=len(CLASSES))
+    timed = bool(dur.sum() > 0)
     classes = [
         ClassShare(
             cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total
         )
         for i, c in enumerate(CLASSES)
-        if class_count[i] > 0
+        if timed and class_count[i] > 0
     ]
     classes.sort(key=lambda c: -c.time_s)
     uniq, inverse = np.unique(names, return_inverse=True)
