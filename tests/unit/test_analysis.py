@@ -369,6 +369,17 @@ def test_a_trace_whose_kernels_all_took_0_us_has_no_class_shares(tmp_path: Path)
     assert [k.time_s for k in d.kernels] == [0.0]
 
 
+def test_a_cpu_trace_whose_ops_all_took_0_us_has_no_class_shares(tmp_path: Path) -> None:
+    # Found by the structure fuzzer: a CPU-only trace whose one top-level op in the step was
+    # recorded as 0 µs got a class row of share 0 (the shares summed to 0, not 1).
+    b = TraceBuilder()
+    b.annotation("outer", 0.0, 100.0)
+    b.cpu_op("aten::mm", 10.0, 0.0)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    assert d.classes == []
+
+
 # (g) invariants ---------------------------------------------------------------------------------
 
 

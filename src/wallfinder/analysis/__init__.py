@@ -814,9 +814,14 @@ def _cpu_activity(
     by_class: dict[str, float] = {}
     for c, t in zip(op_cls, time.tolist(), strict=True):
         by_class[c] = by_class.get(c, 0.0) + t
-    classes = sorted(
-        (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
-        key=lambda c: -c.time_s,
+    # With no op time at all there are no shares to split (ops recorded as 0 µs): no table.
+    classes = (
+        sorted(
+            (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
+            key=lambda c: -c.time_s,
+        )
+        if dur.sum() > 0
+        else []
     )
     top = [
         OpRow(
