@@ -189,6 +189,11 @@ def _diagnosed(
     dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    if not kept.any():
+        raise WallfinderError(
+            f"{trace.source}: no step lasts any time (zero-length events, or device work "
+            "that ends before its step begins)"
+        )
     views = Views()
     placement = (
         views.compute(
@@ -634,12 +639,17 @@ def _kernel_tables(
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
     total = float(dur.sum()) or 1.0
     class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
+    # Every class with a kernel in the table has its row, even at 0 s: kernels that short are
+    # recorded as 0 µs (a trace of whole microseconds). With no kernel time at all there are
+    # no shares to split: no class table.
+    class_count = np.bincount(cls, minlength=len(CLASSES))
+    timed = bool(dur.sum() > 0)
     classes = [
         ClassShare(
             cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total
         )
         for i, c in enumerate(CLASSES)
-        if class_time[i] > 0
+        if timed and class_count[i] > 0
     ]
     classes.sort(key=lambda c: -c.time_s)
     uniq, inverse = np.unique(names, return_inverse=True)
@@ -914,9 +924,14 @@ def _cpu_activity(
     by_class: dict[str, float] = {}
     for c, t in zip(op_cls, time.tolist(), strict=True):
         by_class[c] = by_class.get(c, 0.0) + t
-    classes = sorted(
-        (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
-        key=lambda c: -c.time_s,
+    # With no op time at all there are no shares to split (ops recorded as 0 µs): no table.
+    classes = (
+        sorted(
+            (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
+            key=lambda c: -c.time_s,
+        )
+        if dur.sum() > 0
+        else []
     )
     top = [
         OpRow(
