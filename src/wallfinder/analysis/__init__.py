@@ -175,18 +175,7 @@ def _diagnosed(
     # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
     device: DeviceModel = _Gpu(trace, dev, spec) if dev is not None else CpuDevice(trace, spec)
-    views = Views()
-    # (Contained here, not as a stage: the scope is made with what it places.)
-    placement = (
-        views.compute(
-            "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
-        )
-        if counters is not None and dev is not None
-        else None
-    )
-    # Counters of another program change nothing (`place_counters` says why).
-    placed = placement if placement is not None and placement.mismatch is None else None
-    scope, up = _scope(trace, spans, dev, device, thresholds, model, placed, views, changes)
+    scope, up, placement = _scope(trace, spans, dev, device, thresholds, model, counters, changes)
     run_stages(STAGES, scope, up)
     parts, steps, memory = up[PARTS], up[STEPS], up[MEMORY]
     path, whatif = up[CRITICAL_PATH] or (None, None)
@@ -227,11 +216,11 @@ def _diagnosed(
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None
         # (Contained here, not as a stage: it reads the finished diagnosis.)
-        report = views.compute(
+        report = scope.views.compute(
             "counters", lambda: counter_report(counters, thresholds, diagnosis, joined)
         )
         diagnosis = msgspec.structs.replace(
-            diagnosis, counters=report, not_computed=dict(views.failed)
+            diagnosis, counters=report, not_computed=dict(scope.views.failed)
         )
     return diagnosis, facts
 
@@ -243,12 +232,11 @@ def _scope(
     device: DeviceModel,
     thresholds: Thresholds,
     model: ModelFlops | None,
-    counters: CounterPlacement | None,
-    views: Views,
+    counters: NcuExport | None,
     changes: list[Change] | None,
-) -> tuple[Scope, _Upstream]:
-    """The rank's scope (its step windows on the device's clock, the steady-state ones) and
-    what the stages start from."""
+) -> tuple[Scope, _Upstream, CounterPlacement | None]:
+    """The rank's scope (its step windows on the device's clock, the steady-state ones), what
+    the stages start from, and where the counters placed the device's kernels."""
     start, end = device.windows(spans)
     wb = device.breakdown(start, end)
     release_free_memory()
@@ -256,6 +244,20 @@ def _scope(
     dropped = dropped_steps(spans, durations, thresholds.steps)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    if not kept.any():
+        raise WallfinderError(
+            f"{trace.source}: no step lasts any time (zero-length events, or device work "
+            "that ends before its step begins)"
+        )
+    views = Views()
+    # (Contained here, not as a stage: the scope is made with what it places.)
+    placement = (
+        views.compute(
+            "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
+        )
+        if counters is not None and dev is not None
+        else None
+    )
     scope = Scope(
         trace,
         spans,
@@ -266,10 +268,11 @@ def _scope(
         device.spec,
         thresholds,
         model or ModelFlops(),
-        counters,
+        # Counters of another program change nothing (`place_counters` says why).
+        placement if placement is not None and placement.mismatch is None else None,
         views,
     )
-    return scope, _Upstream(device, wb, durations, dropped, changes)
+    return scope, _Upstream(device, wb, durations, dropped, changes), placement
 
 
 @dataclass
@@ -676,12 +679,17 @@ def _kernel_tables(
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
     total = float(dur.sum()) or 1.0
     class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
+    # Every class with a kernel in the table has its row, even at 0 s: kernels that short are
+    # recorded as 0 µs (a trace of whole microseconds). With no kernel time at all there are
+    # no shares to split: no class table.
+    class_count = np.bincount(cls, minlength=len(CLASSES))
+    timed = bool(dur.sum() > 0)
     classes = [
         ClassShare(
             cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total
         )
         for i, c in enumerate(CLASSES)
-        if class_time[i] > 0
+        if timed and class_count[i] > 0
     ]
     classes.sort(key=lambda c: -c.time_s)
     uniq, inverse = np.unique(names, return_inverse=True)

@@ -3,6 +3,7 @@ time, its ops the compute and the rest host overhead (`CpuDevice`, a `DeviceMode
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 import numpy as np
@@ -12,7 +13,7 @@ from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.critpath import StepGraph, cpu_graph
 from wallfinder.analysis.device import TOP_ROWS, DeviceParts
 from wallfinder.analysis.dispatch import Dispatch, dispatch_sized
-from wallfinder.analysis.gpu import IDLE_CAUSES, WindowBreakdown, is_data_loading
+from wallfinder.analysis.gpu import IDLE_CAUSES, SYNC_RUNTIME, WindowBreakdown, is_data_loading
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.phases import Attribution, attribute, host_work
 from wallfinder.analysis.roofline import cpu_roofline, outermost
@@ -46,9 +47,12 @@ class CpuDevice:
         # The main thread's rows alone are copied (the host's are most of a trace's rows).
         kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
         pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
-        if pid.size == 0:
-            kinds = (Kind.RUNTIME, Kind.OTHER)
-            pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
+        # Without them, the runtime calls; only then the rest (the profiler's own spans,
+        # which would otherwise make their thread the main one and their time the step's).
+        for fallback in ((Kind.RUNTIME,), (Kind.RUNTIME, Kind.OTHER)):
+            if pid.size == 0:
+                kinds = fallback
+                pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
         if pid.size == 0:
             raise WallfinderError(
                 f"{trace.source}: no device kernels and no CPU activity to analyse"
@@ -76,16 +80,30 @@ class CpuDevice:
         # The collectives on the main thread's other threads count where it records nothing
         # of its own (it waits for them there, as far as the trace shows); beside its ops
         # they are hidden, as a GPU's communication beside compute is.
+        outer = Coverage.union(cov[4], beside)
         with_beside = [Coverage.union(cov[k], beside).covered(start, end) for k in (1, 2, 4)]
         waited = self.waited = with_beside[2] - upto[4]
         hidden = ops - (with_beside[1] - with_beside[0])
         untraced = (end - start) - upto[4] - waited
+        # Where the thread only waits (a device sync; a blocking queue get, poll or sleep in
+        # Python), it does no work: that time is not host overhead, whatever frame holds it.
+        # Each wait's time under Python frames, and outside every recorded frame.
+        blocked = {}
+        for cause, code in (("synchronization", _CPU_SYNC), ("other", _CPU_WAIT)):
+            rows = category == code
+            w = Coverage.of(mine.ts[rows], mine.end[rows])
+            under_python = _outside(cov[3], w, start, end) - _outside(cov[4], w, start, end)
+            alone = _outside(outer, w, start, end)
+            self.python = self.python - under_python
+            untraced = untraced - alone
+            blocked[cause] = under_python + alone
         zeros = np.zeros(start.size, dtype=np.int64)
         causes = {k: np.zeros(start.size) for k in IDLE_CAUSES}
         causes["data_loading"] = data.astype(np.float64)
         causes["host_overhead"] = (self.tiny + self.python).astype(np.float64)
-        causes["other"] = untraced.astype(np.float64)
-        idle = data + self.tiny + self.python + untraced
+        causes["synchronization"] = blocked["synchronization"].astype(np.float64)
+        causes["other"] = (untraced + blocked["other"]).astype(np.float64)
+        idle = data + self.tiny + self.python + untraced + sum(blocked.values())
         return WindowBreakdown(start, end, ops, comm + waited, zeros, idle, causes, hidden)
 
     def parts(self, scope: Scope, bd: Breakdown) -> DeviceParts:
@@ -179,14 +197,37 @@ def _collectives_beside(trace: Trace, main: int) -> Coverage:
     return Coverage.of(rows.ts, rows.end)
 
 
+_CPU_SYNC, _CPU_WAIT = 5, 6
+"""The CPU model's categories of a thread that waits: a device synchronisation, a blocking
+Python call (outside the cumulative categories 0-4, so no work covers their time)."""
+
+_BLOCKING_CALL = re.compile(
+    r"^<built-in (?:method|function) (?:get|acquire|poll|select|sleep|wait|recv|"
+    r"recv_multipart|recv_into|epoll_wait|control)\b"
+)
+"""A Python frame of a call that blocks its thread until something else happens: a queue's
+`get`, a lock's `acquire`, `select`/`poll`/`epoll`/`kqueue.control`, `sleep`, a socket's
+`recv` (an idle worker, an event loop with nothing to do, a client waiting on its server)."""
+
+
+def _outside(c: Coverage, w: Coverage, start: I64, end: I64) -> I64:
+    """Per window, the time `w` covers outside `c`."""
+    return Coverage.union(c, w).covered(start, end) - c.covered(start, end)
+
+
 def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
     """0 data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python/annotations,
-    9 step markers; and the dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
+    5 device synchronisation, 6 a blocking Python call, 9 step markers; and the
+    dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
     table = np.full(len(trace.strings), 4, dtype=np.int8)
     for code in np.unique(events.name).tolist():
         name = trace.strings[code]
         if name.startswith("ProfilerStep#"):
             table[code] = 9
+        elif name in SYNC_RUNTIME:
+            table[code] = _CPU_SYNC
+        elif _BLOCKING_CALL.match(name):
+            table[code] = _CPU_WAIT
         elif is_data_loading(name):
             table[code] = 0
         elif classify_op(name) is KernelClass.COMMUNICATION:
@@ -225,9 +266,14 @@ def _cpu_activity(
     by_class: dict[str, float] = {}
     for c, t in zip(op_cls, time.tolist(), strict=True):
         by_class[c] = by_class.get(c, 0.0) + t
-    classes = sorted(
-        (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
-        key=lambda c: -c.time_s,
+    # With no op time at all there are no shares to split (ops recorded as 0 µs): no table.
+    classes = (
+        sorted(
+            (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
+            key=lambda c: -c.time_s,
+        )
+        if dur.sum() > 0
+        else []
     )
     top = [
         OpRow(

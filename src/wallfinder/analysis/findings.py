@@ -227,6 +227,10 @@ def data_loading(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def synchronization(f: Facts) -> Finding | None:
+    if f.dev is None:
+        # No device work recorded: a sync's wait is the device's own work, which removing
+        # the sync would not remove (the GPU cannot be said to idle after it).
+        return None
     share = f.share(f.breakdown.idle_causes.get("synchronization", 0.0))
     names = _host_calls(f, _SYNC_NAMES)
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in names[:4]) or "synchronising calls"

@@ -27,6 +27,7 @@ time could equal is never safe."""
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 
+EMPTY_STEP = "lasts no time (its window is empty)"
 
 WHOLE_TRACE = "whole trace (no ProfilerStep)"
 OPTIMIZER_ITERATIONS = "optimizer steps (no ProfilerStep)"
@@ -77,6 +78,8 @@ def cpu_steps(trace: Trace, thresholds: StepThresholds | None = None) -> StepSpa
         return StepSpans(labels, marked.ts[rows], marked.end[rows], source)
     codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+    # A step range that lasts no time holds no step (a zero or negative duration).
+    annotations = annotations.take(np.flatnonzero(annotations.end > annotations.ts))
     if len(annotations):
         rows = _outermost(annotations)
         labels = [
@@ -314,7 +317,11 @@ def dropped_steps(
     thresholds: StepThresholds | None = None,
 ) -> list[tuple[int, str]]:
     """The steps set aside: the start-up span of a trace without steps, else the leading
-    warm-up steps."""
-    if spans.startup is not None:
-        return [(0, spans.startup)]
-    return warmup_steps(durations, thresholds)
+    warm-up steps; and any step whose window is empty (the device's windows tile the
+    timeline, so a step whose work all ended before the last step's window did has none)."""
+    dropped = (
+        [(0, spans.startup)] if spans.startup is not None else warmup_steps(durations, thresholds)
+    )
+    aside = {i for i, _ in dropped}
+    empty = [(i, EMPTY_STEP) for i in np.flatnonzero(durations <= 0).tolist() if i not in aside]
+    return sorted(dropped + empty)
