@@ -23,11 +23,13 @@ from wallfinder.analysis import critpath
 from wallfinder.analysis.critpath import (
     Change,
     Timing,
-    _fewest,
     consistent_rows,
     parse_what_if,
     with_replay,
 )
+from wallfinder.analysis.critpath import path as critpath_path
+from wallfinder.analysis.critpath import timing as critpath_timing
+from wallfinder.analysis.critpath.drawn import fewest
 from wallfinder.analysis.thresholds import Thresholds, TimeThresholds
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding, WhatIfRow
 from wallfinder.errors import WallfinderError
@@ -606,12 +608,12 @@ def _fewest_by_scanning(segments: list[list[Any]], most: int) -> list[list[Any]]
 
 def test_fewest_merges_the_shortest_segment_into_the_one_before_it() -> None:
     segments = [[0, 10, "a"], [10, 11, "b"], [11, 20, "a"], [20, 22, "c"], [22, 23, "b"]]
-    assert _fewest([list(s) for s in segments], 3) == [
+    assert fewest([list(s) for s in segments], 3) == [
         [0, 11, "a"],
         [11, 20, "a"],
         [20, 23, "c"],
     ]
-    assert _fewest([list(s) for s in segments], 5) == segments
+    assert fewest([list(s) for s in segments], 5) == segments
 
 
 @settings(max_examples=300, deadline=None)
@@ -625,7 +627,7 @@ def test_fewest_agrees_with_merging_by_scanning(steps: list[tuple[int, int]], mo
         at += gap
         segments.append([at, at + length, "ab"[i % 2]])
         at += length
-    assert _fewest([list(s) for s in segments], most) == _fewest_by_scanning(segments, most)
+    assert fewest([list(s) for s in segments], most) == _fewest_by_scanning(segments, most)
 
 
 @pytest.mark.parametrize(
@@ -646,8 +648,8 @@ def test_the_one_pass_replay_gives_the_iterations_timing_and_rounds(
             made.append(Timing(**fields))  # noqa: B023
             return made[-1]  # noqa: B023
 
-        monkeypatch.setattr(critpath, "ONE_PASS_AFTER", after)
-        monkeypatch.setattr(critpath, "Timing", recording)
+        monkeypatch.setattr(critpath_timing, "ONE_PASS_AFTER", after)
+        monkeypatch.setattr(critpath_timing, "Timing", recording)
         analyze(path, Options(what_if="data,host:3,sync,fuse,matmul,overlap"))
         timings[after] = made
     iterated, one_pass = timings[critpath.MAX_ROUNDS + 1], timings[1]
@@ -674,7 +676,7 @@ def test_the_walk_summed_in_windows_gives_the_whole_walks_path(
     path = (builder(6) if builder is training_trace else builder()).write(tmp_path / "t.json")
     paths = []
     for every in (10**9, 1):
-        monkeypatch.setattr(critpath, "FOLD_STEPS", every)
+        monkeypatch.setattr(critpath_path, "FOLD_STEPS", every)
         paths.append(msgspec.to_builtins(_path(analyze(path, Options(what_if="data,sync,fuse")))))
     whole, folded = paths
     assert whole["timeline"]  # a step is drawn, with segments

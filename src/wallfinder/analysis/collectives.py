@@ -29,6 +29,7 @@ from wallfinder.analysis.classify import KernelClass, classify_kernel
 from wallfinder.analysis.findings import amdahl
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.thresholds import Thresholds
+from wallfinder.analysis.verdict import job_verdict
 from wallfinder.diagnosis import (
     CollectiveRow,
     Diagnosis,
@@ -36,7 +37,6 @@ from wallfinder.diagnosis import (
     JobSummary,
     RankSummary,
     Straggler,
-    Wall,
 )
 from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import Kind, Trace
@@ -338,7 +338,8 @@ def join(
             thresholds=thresholds,
         )
     )
-    wall, cause, reason = _verdict(diags, stragglers, findings, thresholds)
+    wait = next((f for f in findings if f.id == "collective-wait"), None)
+    wall, cause, reason = job_verdict([d.verdict for d in diags], stragglers, wait, thresholds)
     summary = JobSummary(
         ranks=r_count,
         world_size=next((c.world_size for c in cols if c.world_size), None),
@@ -700,26 +701,3 @@ def small_messages(f: JobFacts) -> Finding | None:
         "collectives, FSDP wrapping larger units; avoid per-parameter or "
         "per-tensor collectives in the training loop",
     )
-
-
-def _verdict(
-    diags: Sequence[Diagnosis],
-    stragglers: list[Straggler],
-    findings: list[Finding],
-    thresholds: Thresholds,
-) -> tuple[Wall, str, str]:
-    if stragglers:
-        s = stragglers[0]
-        return (
-            "overhead",
-            "straggler",
-            f"the ranks wait for rank {s.rank} ({s.share:.0%} of a step)",
-        )
-    wait = next((f for f in findings if f.id == "collective-wait"), None)
-    if wait is not None and wait.share >= thresholds.job.wait_wall_share:
-        return "overhead", "communication_wait", wait.evidence
-    walls = [d.verdict.wall for d in diags]
-    wall = max(set(walls), key=lambda w: (walls.count(w), w == diags[0].verdict.wall))
-    causes = [d.verdict.cause for d in diags if d.verdict.wall == wall]
-    cause = max(set(causes), key=lambda c: (causes.count(c), c == diags[0].verdict.cause))
-    return wall, cause, f"{walls.count(wall)} of {len(diags)} ranks hit the {wall} wall ({cause})"
