@@ -188,21 +188,27 @@ class _Walker:
         self.has_call = (g.call >= 0).data
         self.drain_op = _drain_ops(g, t).data
 
-    def _next(self, cur: int) -> bool:
-        """Whether the walk takes another step from `cur` (folding the segments every
-        FOLD_STEPS steps)."""
-        if self.step >= self.limit or cur <= 0:
-            return False
-        if self.step % FOLD_STEPS == 0:
-            self.walk.fold(self.segs)
-        self.step += 1
-        return True
-
     def device(self, k: int, cur: int) -> tuple[int, int]:
         """Back from op `k` (the path at `cur`) along the device, to the host call whose
         launch or release it waited for: the path's time there and that call (-1: the path
         ends here)."""
-        add, nxt = self.segs.extend, self._next
+        segs, fold, step, limit, every = (
+            self.segs,
+            self.walk.fold,
+            self.step,
+            self.limit,
+            FOLD_STEPS,
+        )
+        add = segs.extend
+        # (Locals: the loop reads them at every node.)
+        communication, compute, bandwidth, launch, wait = (
+            COMMUNICATION,
+            COMPUTE,
+            BANDWIDTH,
+            LAUNCH,
+            WAIT,
+        )
+        comm, matmul, tie = COMM, MATMUL, TIE_NS
         op_start, op_end, dep_end, released = (
             self.op_start,
             self.op_end,
@@ -218,28 +224,31 @@ class _Walker:
         )
         host_of, call_of, has_call, extra = self.host_of, self.call_of, self.has_call, self.extra
         call_start = self.call_start
-        while nxt(cur):
+        while step < limit and cur > 0:
+            if step % every == 0:
+                fold(segs)
+            step += 1
             start = op_start[k]
             kind = cls[k]
             # A collective held up past its stream or launch waited for its peers.
-            waited = COMMUNICATION if kind == COMM else WAIT
+            waited = communication if kind == comm else wait
             lo = op_end[k]
             if lo < cur:
                 add((lo, cur, waited))
                 cur = lo
             if start < cur:
-                what = COMMUNICATION if kind == COMM else COMPUTE if kind in MATMUL else BANDWIDTH
+                what = communication if kind == comm else compute if kind in matmul else bandwidth
                 add((start, cur, what))
                 cur = start
             p = prev[k]
-            if p >= 0 and op_end[p] + stream_gap[k] >= start - TIE_NS:
+            if p >= 0 and op_end[p] + stream_gap[k] >= start - tie:
                 # A launch that came within TIE_NS of its stream freeing up ties with the
                 # device's own chain: the path stays on the device and the small gap is the
                 # launch's (as the breakdown calls it), instead of following the host chain
                 # back through work that ran while the device was busy.
                 lo = op_end[p] + stream_gap[k]
                 if lo < cur:
-                    add((lo, cur, LAUNCH))
+                    add((lo, cur, launch))
                     cur = lo
                 k = p
                 continue
@@ -247,7 +256,7 @@ class _Walker:
                 k = dep[k]
                 lo = op_end[k]
                 if lo < cur:
-                    add((lo, cur, WAIT))
+                    add((lo, cur, wait))
                     cur = lo
                 continue
             if after[k] >= 0 and op_end[after[k]] >= start:
@@ -262,21 +271,34 @@ class _Walker:
                     cur = lo
             if c < 0:
                 if cur > 0:
-                    add((0, cur, WAIT))
-                return cur, -1
+                    add((0, cur, wait))
+                return self._at(step, cur, -1)
             lo = call_start[c]
             if lo < cur:
-                add((lo, cur, LAUNCH))
+                add((lo, cur, launch))
                 cur = lo
-            return cur, c
-        return cur, -1
+            return self._at(step, cur, c)
+        return self._at(step, cur, -1)
+
+    def _at(self, step: int, cur: int, node: int) -> tuple[int, int]:
+        """Where a leg of the walk stopped (`cur`, the next node), with its steps kept."""
+        self.step = step
+        return cur, node
 
     def host(self, c: int, cur: int, from_gap: bool) -> tuple[int, int]:
         """Back from call `c` (the path at `cur`; `from_gap`: the path reached it from the
         device, through its launch, and goes on from the host work before it) along the host
         chain, to the op a synchronising call drained: the path's time there and that op (-1:
         the path ends here)."""
-        add, nxt = self.segs.extend, self._next
+        segs, fold, step, limit, every = (
+            self.segs,
+            self.walk.fold,
+            self.step,
+            self.limit,
+            FOLD_STEPS,
+        )
+        add = segs.extend
+        host, sync, launch = HOST, SYNC, LAUNCH
         call_start, call_end, drain, drain_op = (
             self.call_start,
             self.call_end,
@@ -290,26 +312,31 @@ class _Walker:
             self.call_first,
         )
         gap, gap_data, gap_comm = self.gap, self.gap_data, self.gap_comm
-        while from_gap or nxt(cur):
+        while True:
             if not from_gap:
+                if step >= limit or cur <= 0:
+                    return self._at(step, cur, -1)
+                if step % every == 0:
+                    fold(segs)
+                step += 1
                 if c < 0:
                     if cur > 0:
-                        add((0, cur, HOST))
-                    return cur, -1
+                        add((0, cur, host))
+                    return self._at(step, cur, -1)
                 lo = call_end[c]
                 if lo < cur:
-                    add((lo, cur, HOST))
+                    add((lo, cur, host))
                     cur = lo
                 if (is_sync[c] or blocked[c]) and drain_op[c] >= 0 and drain[c] > call_start[c]:
                     lo = drain[c]
                     if lo < cur:
-                        add((lo, cur, SYNC if is_sync[c] else LAUNCH))
+                        add((lo, cur, sync if is_sync[c] else launch))
                         cur = lo
-                    return cur, drain_op[c]
-                own = LAUNCH if call_cat is None else call_cat[c]
+                    return self._at(step, cur, drain_op[c])
+                own = launch if call_cat is None else call_cat[c]
                 lo = call_start[c]
                 if lo < cur:
-                    add((lo, cur, SYNC if is_sync[c] else own))
+                    add((lo, cur, sync if is_sync[c] else own))
                     cur = lo
             from_gap = False
             # The host work before call `c`, up to the previous call's end.
@@ -318,10 +345,9 @@ class _Walker:
                 # (Most gaps hold neither: the split is skipped, as it would take nothing.)
                 cur = self._split_gap(c, cur, before)
             if before < cur:
-                add((before, cur, HOST))
+                add((before, cur, host))
                 cur = before
             c = -1 if call_first[c] else c - 1
-        return cur, -1
 
     def _split_gap(self, c: int, cur: int, before: int) -> int:
         """The host work before call `c` split by what it was, back from `cur` towards the
