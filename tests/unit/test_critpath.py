@@ -3,6 +3,7 @@ measured step) and what-if replays, on synthetic traces whose critical path is k
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -21,6 +22,7 @@ from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
 from wallfinder.analysis import critpath
 from wallfinder.analysis.critpath import (
+    CATEGORIES,
     Change,
     Timing,
     consistent_rows,
@@ -766,3 +768,40 @@ def test_on_the_cpu_a_host_cut_leaves_the_wait_for_collectives_on_other_threads(
     path = _path(d)
     assert path.measured_step_s - _row(path, "host:2") == pytest.approx(75 * US, rel=1e-3)
     assert path.shares["communication"] == pytest.approx(0.55, abs=1e-3)
+
+
+def test_the_paths_wall_is_where_most_of_its_time_is_a_tie_going_to_the_wall_named_first() -> None:
+    """The critical path's wall is the verdict's rule over its categories' walls: the walls'
+    shares summed, the largest, a tie going to the wall of the category listed first."""
+    shares = dict.fromkeys(CATEGORIES, 0.0) | {
+        "host": 0.25,
+        "wait": 0.125,
+        "compute": 0.375,
+        "bandwidth": 0.25,
+    }
+    assert critpath_path.wall_of(shares) == "overhead"  # 0.375 each: overhead is listed first
+    assert critpath_path.wall_of(shares | {"bandwidth": 0.5}) == "bandwidth"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        *sorted((Path(critpath.__file__).parent).glob("*.py")),
+        *(
+            Path(critpath.__file__).parents[1] / f"{m}.py"
+            for m in ("verdict", "collectives", "job")
+        ),
+    ],
+    ids=lambda p: p.stem,
+)
+def test_the_critical_path_and_the_walls_import_no_other_modules_private_name(module: Path) -> None:
+    """What the critical path's stages share is public: none imports a `_private` name of
+    another module (it once read `gpu._host_categories`)."""
+    private = [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(module.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wallfinder")
+        for alias in node.names
+        if alias.name.startswith("_") and alias.name != "__future__"
+    ]
+    assert private == []
