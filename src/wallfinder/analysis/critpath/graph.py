@@ -20,7 +20,14 @@ from wallfinder.analysis.critpath.model import (
     NS,
     StepGraph,
 )
-from wallfinder.analysis.gpu import CLASSES, COMM, QUEUED_SLACK_NS, SYNC_RUNTIME, host_categories
+from wallfinder.analysis.gpu import (
+    CLASSES,
+    COMM,
+    QUEUED_SLACK_NS,
+    SYNC_RUNTIME,
+    DeviceOps,
+    host_categories,
+)
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
@@ -59,14 +66,14 @@ def build_graph(
     # The host chain: runtime calls on the launching threads, inside the range's CPU steps.
     runtime = trace.of_kind(Kind.RUNTIME)
     on_chain = np.isin(runtime.thread, np.unique(dev.launch_thread[launched]))
-    r = _Range.of(scope, runtime.ts[on_chain], centre)
+    r = _Range.of(scope, runtime.ts[on_chain], ops.ts, centre)
     h = _host_chain(scope, runtime, on_chain, r)
     del on_chain
     if h is None:
         return None
     # What each stage below leaves behind is freed as it ends, not with the graph built: the
     # graph's peak would hold them all (a few times the graph on traces of tens of MB).
-    keep, stream, call = _device_ops(scope, runtime.correlation[h.rows], launched, r)
+    keep, stream, call = _device_ops(dev, runtime.correlation[h.rows], launched, r)
     o_ts, o_end = ops.ts[keep], ops.end[keep]
     sync, blocked, lat, fixed = _launches(trace, runtime.name[h.rows], h, call, o_ts, o_end, r.t0)
     stream_first = np.concatenate([[True], stream[1:] != stream[:-1]])[: stream.size]
@@ -130,11 +137,11 @@ class _Range:
     cut: bool
 
     @classmethod
-    def of(cls, scope: Scope, call_ts: I64, centre: int | None) -> _Range:
-        """The range of `replayed_steps` for the chain's calls (`call_ts`)."""
-        assert scope.dev is not None
+    def of(cls, scope: Scope, call_ts: I64, op_ts: I64, centre: int | None) -> _Range:
+        """The range of `replayed_steps` for the chain's calls and the device's ops (their
+        starts: `call_ts`, `op_ts`)."""
         kept = np.flatnonzero(scope.kept)
-        first, last = replayed_steps(scope, call_ts, scope.dev.ops.ts, centre)
+        first, last = replayed_steps(scope, call_ts, op_ts, centre)
         w0, cpu_lo = int(scope.start[first]), int(scope.spans.cpu_start[first])
         return cls(
             first=first,
@@ -258,13 +265,11 @@ def _host_gaps(
 
 
 def _device_ops(
-    scope: Scope, corr_of_call: I64, launched: npt.NDArray[np.bool_], r: _Range
+    dev: DeviceOps, corr_of_call: I64, launched: npt.NDArray[np.bool_], r: _Range
 ) -> tuple[I64, I64, I64]:
     """The ops the graph holds: launched by a chain call, or running in the range (placed
     where they ran); as rows of the device's ops sorted by (stream, start), their streams,
     and their launch calls (indices into the chain; -1: none)."""
-    assert scope.dev is not None
-    dev = scope.dev
     ops = dev.ops
     in_range = (ops.end > r.w0) & (ops.ts < r.t_end)
     order = np.argsort(corr_of_call, kind="stable")
