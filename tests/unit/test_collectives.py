@@ -11,8 +11,9 @@ import pytest
 from tracegen import TraceBuilder, training_trace
 from wallfinder.analysis import JobThresholds, Thresholds, TimeThresholds
 from wallfinder.analysis.collectives import bus_factor, collective_name, rank_collectives
+from wallfinder.analysis.verdict import job_verdict
 from wallfinder.api import DASK_MISSING, Options, analyze
-from wallfinder.diagnosis import Diagnosis
+from wallfinder.diagnosis import Diagnosis, Verdict, Wall
 from wallfinder.errors import WallfinderError
 from wallfinder.trace import load_trace
 
@@ -254,3 +255,25 @@ def test_a_rank_on_another_kind_of_device_is_another_job(tmp_path: Path) -> None
         w.startswith("skipped rank1-mi250.json: it ran on AMD Instinct MI250X, the job on H100")
         for w in d.warnings
     )
+
+
+def test_a_tie_between_the_ranks_walls_goes_to_the_lowest_rank_that_hits_one() -> None:
+    """Two ranks hit the bandwidth wall and two the overhead wall, the lowest rank neither:
+    the job's wall is the one the lowest of the tied ranks hits (rank 1's), and its cause
+    likewise, whatever the interpreter's hash seed (a vote by set order depended on it)."""
+    walls: list[tuple[Wall, str]] = [
+        ("compute", "at peak"),
+        ("bandwidth", "elementwise"),
+        ("overhead", "host_overhead"),
+        ("overhead", "data_loading"),
+        ("bandwidth", "reduction"),
+    ]
+    verdicts = [Verdict(wall=w, cause=c, reason="", questions=[]) for w, c in walls]
+    assert job_verdict(verdicts, [], None, Thresholds()) == (
+        "bandwidth",
+        "elementwise",
+        "2 of 5 ranks hit the bandwidth wall (elementwise)",
+    )
+    # Once rank 0 is among the tied walls, its own wall wins (the wall named first).
+    verdicts[0] = Verdict(wall="overhead", cause="startup", reason="", questions=[])
+    assert job_verdict(verdicts, [], None, Thresholds())[:2] == ("overhead", "startup")

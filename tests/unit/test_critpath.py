@@ -3,6 +3,7 @@ measured step) and what-if replays, on synthetic traces whose critical path is k
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -21,13 +22,16 @@ from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
 from wallfinder.analysis import critpath
 from wallfinder.analysis.critpath import (
+    CATEGORIES,
     Change,
     Timing,
-    _fewest,
     consistent_rows,
     parse_what_if,
     with_replay,
 )
+from wallfinder.analysis.critpath import path as critpath_path
+from wallfinder.analysis.critpath import timing as critpath_timing
+from wallfinder.analysis.critpath.drawn import fewest
 from wallfinder.analysis.thresholds import Thresholds, TimeThresholds
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding, WhatIfRow
 from wallfinder.errors import WallfinderError
@@ -606,12 +610,12 @@ def _fewest_by_scanning(segments: list[list[Any]], most: int) -> list[list[Any]]
 
 def test_fewest_merges_the_shortest_segment_into_the_one_before_it() -> None:
     segments = [[0, 10, "a"], [10, 11, "b"], [11, 20, "a"], [20, 22, "c"], [22, 23, "b"]]
-    assert _fewest([list(s) for s in segments], 3) == [
+    assert fewest([list(s) for s in segments], 3) == [
         [0, 11, "a"],
         [11, 20, "a"],
         [20, 23, "c"],
     ]
-    assert _fewest([list(s) for s in segments], 5) == segments
+    assert fewest([list(s) for s in segments], 5) == segments
 
 
 @settings(max_examples=300, deadline=None)
@@ -625,7 +629,7 @@ def test_fewest_agrees_with_merging_by_scanning(steps: list[tuple[int, int]], mo
         at += gap
         segments.append([at, at + length, "ab"[i % 2]])
         at += length
-    assert _fewest([list(s) for s in segments], most) == _fewest_by_scanning(segments, most)
+    assert fewest([list(s) for s in segments], most) == _fewest_by_scanning(segments, most)
 
 
 @pytest.mark.parametrize(
@@ -646,8 +650,8 @@ def test_the_one_pass_replay_gives_the_iterations_timing_and_rounds(
             made.append(Timing(**fields))  # noqa: B023
             return made[-1]  # noqa: B023
 
-        monkeypatch.setattr(critpath, "ONE_PASS_AFTER", after)
-        monkeypatch.setattr(critpath, "Timing", recording)
+        monkeypatch.setattr(critpath_timing, "ONE_PASS_AFTER", after)
+        monkeypatch.setattr(critpath_timing, "Timing", recording)
         analyze(path, Options(what_if="data,host:3,sync,fuse,matmul,overlap"))
         timings[after] = made
     iterated, one_pass = timings[critpath.MAX_ROUNDS + 1], timings[1]
@@ -674,7 +678,7 @@ def test_the_walk_summed_in_windows_gives_the_whole_walks_path(
     path = (builder(6) if builder is training_trace else builder()).write(tmp_path / "t.json")
     paths = []
     for every in (10**9, 1):
-        monkeypatch.setattr(critpath, "FOLD_STEPS", every)
+        monkeypatch.setattr(critpath_path, "FOLD_STEPS", every)
         paths.append(msgspec.to_builtins(_path(analyze(path, Options(what_if="data,sync,fuse")))))
     whole, folded = paths
     assert whole["timeline"]  # a step is drawn, with segments
@@ -764,3 +768,40 @@ def test_on_the_cpu_a_host_cut_leaves_the_wait_for_collectives_on_other_threads(
     path = _path(d)
     assert path.measured_step_s - _row(path, "host:2") == pytest.approx(75 * US, rel=1e-3)
     assert path.shares["communication"] == pytest.approx(0.55, abs=1e-3)
+
+
+def test_the_paths_wall_is_where_most_of_its_time_is_a_tie_going_to_the_wall_named_first() -> None:
+    """The critical path's wall is the verdict's rule over its categories' walls: the walls'
+    shares summed, the largest, a tie going to the wall of the category listed first."""
+    shares = dict.fromkeys(CATEGORIES, 0.0) | {
+        "host": 0.25,
+        "wait": 0.125,
+        "compute": 0.375,
+        "bandwidth": 0.25,
+    }
+    assert critpath_path.wall_of(shares) == "overhead"  # 0.375 each: overhead is listed first
+    assert critpath_path.wall_of(shares | {"bandwidth": 0.5}) == "bandwidth"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        *sorted((Path(critpath.__file__).parent).glob("*.py")),
+        *(
+            Path(critpath.__file__).parents[1] / f"{m}.py"
+            for m in ("verdict", "collectives", "job")
+        ),
+    ],
+    ids=lambda p: p.stem,
+)
+def test_the_critical_path_and_the_walls_import_no_other_modules_private_name(module: Path) -> None:
+    """What the critical path's stages share is public: none imports a `_private` name of
+    another module (it once read `gpu._host_categories`)."""
+    private = [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(ast.parse(module.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wallfinder")
+        for alias in node.names
+        if alias.name.startswith("_") and alias.name != "__future__"
+    ]
+    assert private == []

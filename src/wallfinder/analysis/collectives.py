@@ -29,6 +29,7 @@ from wallfinder.analysis.classify import KernelClass, classify_kernel
 from wallfinder.analysis.findings import amdahl
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.thresholds import Thresholds
+from wallfinder.analysis.verdict import job_verdict
 from wallfinder.diagnosis import (
     CollectiveRow,
     Diagnosis,
@@ -36,7 +37,6 @@ from wallfinder.diagnosis import (
     JobSummary,
     RankSummary,
     Straggler,
-    Wall,
 )
 from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import Kind, Trace
@@ -241,24 +241,105 @@ def join(
     cols = [c for _, c in ranks]
     r_count = len(cols)
     m = _Matrix.build(cols)
+    matched, unmatched, notes = _match(m, cols)
+    start, dur = m.start[matched], m.dur[matched]
+    offset, has_offset = _clock_offsets(start + dur, r_count)
+    arrive = start - offset  # aligned
+    transfer = np.nanmin(dur, axis=1) if dur.shape[0] else np.empty(0)
+    wait = dur - transfer[:, None]
+    late = _last(arrive)
+    caused, late_count = _caused(late, wait, r_count)
+    took_part = (~np.isnan(start)).sum(axis=0)
+
+    steps = [float(max(d.steps.total, 1)) for d in diags]
+    step_count = float(np.median(steps))
+    step_s = float(np.median([d.steps.median_s for d in diags]))
+    rank_rows = _rank_rows(
+        diags, cols, steps, offset, has_offset, dur, transfer, wait, late_count, took_part
+    )
+    waits = [r.wait_s or 0.0 for r in rank_rows]
+    stragglers = _stragglers(
+        diags, waits, cols, caused / 1e9 / step_count, late_count, took_part, step_s, thresholds
+    )
+    link, peak = _link(spec)
+    n_matched = int(matched.sum())
+    notes += _clock_notes(cols, has_offset)
+    findings = evaluate(
+        JobFacts(
+            stragglers=stragglers,
+            ranks=rank_rows,
+            step_s=step_s,
+            step_count=step_count,
+            message_bytes=m.bytes_hi[matched],
+            transfer=transfer,
+            thresholds=thresholds,
+        )
+    )
+    wait_finding = next((f for f in findings if f.id == "collective-wait"), None)
+    wall, cause, reason = job_verdict(
+        [d.verdict for d in diags], stragglers, wait_finding, thresholds
+    )
+    summary = JobSummary(
+        ranks=r_count,
+        world_size=next((c.world_size for c in cols if c.world_size), None),
+        wall=wall,
+        cause=cause,
+        reason=reason,
+        max_clock_skew_s=(
+            float(np.max(np.abs(offset[has_offset]))) / 1e9
+            if has_offset.any() and r_count > 1
+            else None
+        ),
+        clock_basis=(
+            f"median offset of the end times of {n_matched} matched collectives "
+            "(a collective ends at about the same moment on every rank): an estimate"
+            if n_matched
+            else "no collective matched across ranks: clocks not aligned"
+        ),
+        matched=n_matched,
+        unmatched=unmatched,
+        link=link,
+        link_peak=peak,
+        collectives=_table(m, matched, transfer, wait, peak),
+        stragglers=stragglers,
+        notes=notes,
+    )
+    return Job(
+        summary=summary,
+        ranks=rank_rows,
+        findings=findings,
+        arrive=arrive,
+        dur=dur,
+        joins=_joins(m, matched, start, cols),
+    )
+
+
+def _match(
+    m: _Matrix, cols: Sequence[RankCollectives]
+) -> tuple[npt.NDArray[np.bool_], int, list[str]]:
+    """Which instances are matched (at least two ranks have them, agreeing in name and size),
+    how many of the ranks' instances are not, and the note on those that disagree."""
     present = ~np.isnan(m.start)
     n_present = present.sum(axis=1)
     agree = (m.name_lo == m.name_hi) & (m.bytes_lo == m.bytes_hi)
     matched = (n_present >= 2) & agree
     unmatched = int(sum(len(c) for c in cols) - (n_present * matched).sum())
-    start, dur = m.start[matched], m.dur[matched]
-    end = start + dur
     notes: list[str] = []
     if (~agree & (n_present >= 2)).any():
         notes.append(
             f"{int((~agree & (n_present >= 2)).sum())} collectives differ in name or size "
             "between ranks (different jobs, or a rank that skipped one): left out"
         )
+    return matched, unmatched, notes
 
-    # Clocks: per rank, the median offset of its collective ends from the collective's median.
+
+def _clock_offsets(end: F64, r_count: int) -> tuple[F64, npt.NDArray[np.bool_]]:
+    """Clocks: per rank, the median offset of its collective ends (`end`: matched instances x
+    ranks) from the collective's median, relative to the first rank that has one; and which
+    ranks have one."""
     offset = np.zeros(r_count)
     has_offset = np.zeros(r_count, dtype=bool)
-    if start.shape[0]:
+    if end.shape[0]:
         ref = np.nanmedian(end, axis=1, keepdims=True)
         with np.errstate(all="ignore"):
             import warnings
@@ -270,30 +351,44 @@ def join(
         offset = np.where(has_offset, off, 0.0)
         if has_offset.any():
             offset = offset - offset[int(np.flatnonzero(has_offset)[0])]
-    arrive = start - offset  # aligned
-    transfer = np.nanmin(dur, axis=1) if dur.shape[0] else np.empty(0)
-    wait = dur - transfer[:, None]
-    late = _last(arrive)
-    wait_total = np.nansum(wait, axis=1)
-    caused = (
-        np.bincount(
-            late,
-            weights=wait_total - np.nan_to_num(wait[np.arange(late.size), late]),
-            minlength=r_count,
-        )
-        if late.size
-        else np.zeros(r_count)
-    )
-    late_count = np.bincount(late, minlength=r_count) if late.size else np.zeros(r_count, np.int64)
-    took_part = (~np.isnan(start)).sum(axis=0)
+    return offset, has_offset
 
-    steps = [float(max(d.steps.total, 1)) for d in diags]
-    step_count = float(np.median(steps))
-    step_s = float(np.median([d.steps.median_s for d in diags]))
-    rank_rows = []
+
+def _caused(late: I64, wait: F64, r_count: int) -> tuple[F64, I64]:
+    """Per rank: the others' wait at the instances where it arrived last (ns), and how many
+    such instances there were."""
+    if not late.size:
+        return np.zeros(r_count), np.zeros(r_count, np.int64)
+    wait_total = np.nansum(wait, axis=1)
+    caused = np.bincount(
+        late,
+        weights=wait_total - np.nan_to_num(wait[np.arange(late.size), late]),
+        minlength=r_count,
+    ).astype(np.float64, copy=False)
+    late_count: I64 = np.bincount(late, minlength=r_count)
+    return caused, late_count
+
+
+def _rank_rows(
+    diags: Sequence[Diagnosis],
+    cols: Sequence[RankCollectives],
+    steps: Sequence[float],
+    offset: F64,
+    has_offset: npt.NDArray[np.bool_],
+    dur: F64,
+    transfer: F64,
+    wait: F64,
+    late_count: I64,
+    took_part: I64,
+) -> list[RankSummary]:
+    """The ranks' lines: each with its clock's offset (where it has one), its collectives,
+    and its time per step in those it took part in (matched instances x ranks: `dur`,
+    `wait`; per instance `transfer`): transferring, waiting, and the share it arrived last
+    at (None: it took part in none)."""
+    rows = []
     for i, d in enumerate(diags):
         part = took_part[i] > 0
-        rank_rows.append(
+        rows.append(
             msgspec.structs.replace(
                 rank_summary(d),
                 clock_offset_s=float(offset[i]) / 1e9 if has_offset[i] else None,
@@ -307,75 +402,37 @@ def join(
                 late_share=float(late_count[i] / took_part[i]) if part else None,
             )
         )
-    per_step_caused = caused / 1e9 / step_count
-    waits = [r.wait_s or 0.0 for r in rank_rows]
-    stragglers = _stragglers(
-        diags, waits, cols, per_step_caused, late_count, took_part, step_s, thresholds
-    )
-    link, peak = _link(spec)
-    table = _table(m, matched, transfer, wait, peak)
-    skew = (
-        float(np.max(np.abs(offset[has_offset]))) / 1e9
-        if has_offset.any() and r_count > 1
-        else None
-    )
-    n_matched = int(matched.sum())
+    return rows
+
+
+def _clock_notes(cols: Sequence[RankCollectives], has_offset: npt.NDArray[np.bool_]) -> list[str]:
+    """What the notes say when no collective is there to align clocks by, or none matched on
+    some ranks."""
     if not any(len(c) for c in cols):
-        notes.append("no collectives in these traces: nothing to match across ranks")
-    elif not has_offset.all() and r_count > 1:
+        return ["no collectives in these traces: nothing to match across ranks"]
+    if not has_offset.all() and len(cols) > 1:
         missing = [str(c.rank) for c, ok in zip(cols, has_offset, strict=True) if not ok]
-        notes.append(
+        return [
             f"no collective matched on rank(s) {', '.join(missing)}: their clocks are not aligned"
-        )
-    findings = evaluate(
-        JobFacts(
-            stragglers=stragglers,
-            ranks=rank_rows,
-            step_s=step_s,
-            step_count=step_count,
-            message_bytes=m.bytes_hi[matched],
-            transfer=transfer,
-            thresholds=thresholds,
-        )
-    )
-    wall, cause, reason = _verdict(diags, stragglers, findings, thresholds)
-    summary = JobSummary(
-        ranks=r_count,
-        world_size=next((c.world_size for c in cols if c.world_size), None),
-        wall=wall,
-        cause=cause,
-        reason=reason,
-        max_clock_skew_s=skew,
-        clock_basis=(
-            f"median offset of the end times of {n_matched} matched collectives "
-            "(a collective ends at about the same moment on every rank): an estimate"
-            if n_matched
-            else "no collective matched across ranks: clocks not aligned"
-        ),
-        matched=n_matched,
-        unmatched=unmatched,
-        link=link,
-        link_peak=peak,
-        collectives=table,
-        stragglers=stragglers,
-        notes=notes,
-    )
+        ]
+    return []
+
+
+def _joins(
+    m: _Matrix, matched: npt.NDArray[np.bool_], start: F64, cols: Sequence[RankCollectives]
+) -> npt.NDArray[np.bool_]:
+    """`Job.joins`: per matched instance, whether it joins every rank of the job and only
+    them."""
+    r_count = len(cols)
     world = next((c.world_size for c in cols if c.world_size), None)
     size = m.size[matched]
     p2p = np.isin(m.name[matched], [i for i, n in enumerate(m.name_of) if n == "sendrecv"])
-    joins = (
+    joins: npt.NDArray[np.bool_] = (
         ((size == r_count) | ((size < 0) & (world == r_count)))
         & ~p2p
         & ~np.isnan(start).any(axis=1)
     )
-    return Job(
-        summary=summary,
-        ranks=rank_rows,
-        findings=findings,
-        arrive=arrive,
-        dur=dur,
-        joins=joins,
-    )
+    return joins
 
 
 @dataclass(frozen=True, eq=False)
@@ -700,26 +757,3 @@ def small_messages(f: JobFacts) -> Finding | None:
         "collectives, FSDP wrapping larger units; avoid per-parameter or "
         "per-tensor collectives in the training loop",
     )
-
-
-def _verdict(
-    diags: Sequence[Diagnosis],
-    stragglers: list[Straggler],
-    findings: list[Finding],
-    thresholds: Thresholds,
-) -> tuple[Wall, str, str]:
-    if stragglers:
-        s = stragglers[0]
-        return (
-            "overhead",
-            "straggler",
-            f"the ranks wait for rank {s.rank} ({s.share:.0%} of a step)",
-        )
-    wait = next((f for f in findings if f.id == "collective-wait"), None)
-    if wait is not None and wait.share >= thresholds.job.wait_wall_share:
-        return "overhead", "communication_wait", wait.evidence
-    walls = [d.verdict.wall for d in diags]
-    wall = max(set(walls), key=lambda w: (walls.count(w), w == diags[0].verdict.wall))
-    causes = [d.verdict.cause for d in diags if d.verdict.wall == wall]
-    cause = max(set(causes), key=lambda c: (causes.count(c), c == diags[0].verdict.cause))
-    return wall, cause, f"{walls.count(wall)} of {len(diags)} ranks hit the {wall} wall ({cause})"

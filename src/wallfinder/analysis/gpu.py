@@ -361,7 +361,7 @@ def _attribute_host_waits(
         for i, t in enumerate(threads.tolist()):
             if t >= 0:  # (NONE: the gap's work was launched from no recorded thread)
                 which[thread_mask(rows.pid, rows.tid, t)] = i
-        kinds.append((rows.ts, rows.end, _host_categories(trace, rows.name), which))
+        kinds.append((rows.ts, rows.end, host_categories(trace, rows.name), which))
 
     def covering(i: int, upto: int, only: bool = False) -> Coverage:
         """Thread `i`'s host rows of category `upto` (`only`), or of it and those below."""
@@ -399,7 +399,7 @@ _IGNORED = 9
 """The host category of what spans everything (step markers): no cause."""
 
 
-def _host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:
+def host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:
     """0 data loading, 1 synchronisation, 2 communication wait, 3 other host work, _IGNORED
     (step markers, which span everything)."""
     table = np.full(len(trace.strings), 3, dtype=np.int8)

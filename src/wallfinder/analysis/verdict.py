@@ -1,15 +1,29 @@
-"""The first verdict: which wall, from the breakdown and the class shares.
+"""The walls: which one a step, a critical path and a job hit, all decided here.
 
-The thresholds are `Thresholds`' top level (analysis/thresholds.py); the questions are asked in
-the order of DESIGN.md §1 and every answer carries the number that decided it.
+- a step's (`decide`): from the breakdown and the class shares, by the questions of DESIGN.md
+  §1 asked in order, every answer carrying the number that decided it (the thresholds are
+  `Thresholds`' top level, analysis/thresholds.py);
+- a critical path's (and a what-if's wall after): where most of its time is
+  (`wall_of_parts`, over its categories' walls);
+- a job's (`job_verdict`): the ranks' waits for each other when they are the loss, else the
+  wall most ranks hit (`wall_of_parts` again, over the ranks' walls).
+
+The step's answers questions with thresholds (is the device busy, is the busy time in
+matmuls); the other two weigh parts that are already walls. They share what a matmul is
+(`MATMUL_CLASSES`: the critical path's compute category is the same kernels) and the rule of
+the largest part.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
     Breakdown,
@@ -18,8 +32,14 @@ from wallfinder.diagnosis import (
     Question,
     Roofline,
     Steps,
+    Straggler,
     Verdict,
+    Wall,
 )
+
+MATMUL_CLASSES = frozenset({KernelClass.GEMM, KernelClass.ATTENTION, KernelClass.CONVOLUTION})
+"""The kernel classes of matmul-class work: the compute wall's, unless it streams its operands
+(skinny shapes), and the critical path's compute category."""
 
 _CAUSE_TEXT = {
     "unstable": "unstable step time",
@@ -86,7 +106,7 @@ def decide(
         detail=f"compute covers {busy:.1%} of the step{one_off} (busy at ≥ "
         f"{thresholds.min_busy:.0%})",
     )
-    matmul = sum(c.share for c in classes if c.cls in ("gemm", "attention", "convolution"))
+    matmul = sum(c.share for c in classes if c.cls in MATMUL_CLASSES)
     # Matmuls that stream their operands (skinny shapes, GEMV, decode attention) are
     # bandwidth-bound work, whatever their class.
     streaming = min(roofline.matmul_bandwidth_share, matmul) if roofline else 0.0
@@ -121,9 +141,7 @@ def decide(
             questions=questions,
         )
     if q3.answer == "no":
-        memory_bound = {
-            c.cls: c.share for c in classes if c.cls not in ("gemm", "attention", "convolution")
-        }
+        memory_bound = {c.cls: c.share for c in classes if c.cls not in MATMUL_CLASSES}
         if streaming > 0:
             memory_bound[STREAMING] = streaming
         most = max(memory_bound, key=lambda c: memory_bound[c]) if memory_bound else None
@@ -152,6 +170,51 @@ def decide(
     else:
         cause = "matmul-bound (how near peak: unknown)"
     return Verdict(wall="compute", cause=cause, reason=reason, questions=questions)
+
+
+_K = TypeVar("_K")
+
+
+def _largest(parts: Iterable[tuple[_K, float]]) -> _K:
+    """The key with the most weight, each key's weights summed in order; a tie goes to the key
+    named first."""
+    total: dict[_K, float] = {}
+    for key, weight in parts:
+        total[key] = total.get(key, 0.0) + weight
+    return max(total, key=lambda k: total[k])
+
+
+def wall_of_parts(parts: Iterable[tuple[Wall, float]]) -> Wall:
+    """The wall most of `parts` is in: each part is (its wall, its weight: a share of a
+    critical path's time, a rank); the walls' weights are summed and the largest wins, a tie
+    going to the wall named first."""
+    return _largest(parts)
+
+
+def job_verdict(
+    verdicts: Sequence[Verdict],
+    stragglers: Sequence[Straggler],
+    wait: Finding | None,
+    thresholds: Thresholds,
+) -> tuple[Wall, str, str]:
+    """A job's wall, cause and reason, from its ranks' verdicts (in rank order) and what the
+    cross-rank join found: the ranks wait for a straggler; else they wait for each other in
+    collectives (the collective-wait finding, `wait`) for at least the `job.wait_wall_share`
+    of a step; else the wall most ranks hit (the lowest rank's on a tie), with the cause most
+    of those ranks give (likewise)."""
+    if stragglers:
+        s = stragglers[0]
+        return (
+            "overhead",
+            "straggler",
+            f"the ranks wait for rank {s.rank} ({s.share:.0%} of a step)",
+        )
+    if wait is not None and wait.share >= thresholds.job.wait_wall_share:
+        return "overhead", "communication_wait", wait.evidence
+    wall = wall_of_parts((v.wall, 1.0) for v in verdicts)
+    cause = _largest((v.cause, 1.0) for v in verdicts if v.wall == wall)
+    hit = sum(v.wall == wall for v in verdicts)
+    return wall, cause, f"{hit} of {len(verdicts)} ranks hit the {wall} wall ({cause})"
 
 
 def _steady(breakdown: Breakdown) -> tuple[float, str]:

@@ -1,0 +1,152 @@
+"""The what-if changes: what `--what-if` takes, the rows of the default table, and which
+change covers which (a finding's fix against a table row)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wallfinder.errors import WallfinderError
+
+WHAT_IFS = {
+    "data": "data-loading gaps removed",
+    "host": "host overhead (host work and launch calls) cut by a factor (host:F, default 2)",
+    "sync": "synchronisation points removed (the host no longer waits for the device)",
+    "fuse": "memory-bound chains fused (each at the fusion analysis's fused time)",
+    "matmul": "matmuls at a fraction of their roof (matmul:P, default 0.8)",
+    "overlap": "each collective overlapped with the compute it waited for (it starts with the "
+    "previous bucket's backward kernel instead of after it)",
+}
+"""The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A what-if: the graph's weights it changes. Identity by default."""
+
+    data: bool = False
+    host: float = 1.0
+    """Host gaps (but the DataLoader's and collectives') and launch calls divided by this."""
+    sync: bool = False
+    fuse: bool = False
+    matmul: float | None = None
+    """Matmul-class kernels at this fraction of their roof (None: unchanged)."""
+    overlap: bool = False
+    """A collective that waited for an op on another stream (the bucket's last backward
+    kernel) may start when that op starts, beside it."""
+
+    @property
+    def label(self) -> str:
+        parts = []
+        if self.data:
+            parts.append("data")
+        if self.host != 1.0:
+            parts.append("host" if self.host == float("inf") else f"host:{self.host:g}")
+        if self.sync:
+            parts.append("sync")
+        if self.fuse:
+            parts.append("fuse")
+        if self.matmul is not None:
+            parts.append(f"matmul:{self.matmul:g}")
+        if self.overlap:
+            parts.append("overlap")
+        return ",".join(parts) or "unchanged"
+
+
+def parse_what_if(text: str) -> list[Change]:
+    """The rows a `--what-if` text asks for: each item alone, then (for several) all of them
+    combined. Raises `WallfinderError` for an unknown item or a bad factor."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise WallfinderError("--what-if: name at least one of " + ", ".join(WHAT_IFS))
+    singles = [_parse_item(t) for t in items]
+    if len(singles) == 1:
+        return singles
+    combined = Change()
+    for c in singles:
+        combined = Change(
+            data=combined.data or c.data,
+            host=max(combined.host, c.host),
+            sync=combined.sync or c.sync,
+            fuse=combined.fuse or c.fuse,
+            matmul=c.matmul if c.matmul is not None else combined.matmul,
+            overlap=combined.overlap or c.overlap,
+        )
+    return [*singles, combined]
+
+
+def _parse_item(item: str) -> Change:
+    name, _, arg = item.partition(":")
+    name = name.strip().lower()
+    if name not in WHAT_IFS:
+        raise WallfinderError(f"--what-if: unknown change {name!r} (known: {', '.join(WHAT_IFS)})")
+    value: float | None = None
+    if arg:
+        try:
+            value = float(arg.rstrip("%")) / (100.0 if arg.endswith("%") else 1.0)
+        except ValueError:
+            raise WallfinderError(f"--what-if: {item!r}: {arg!r} is not a number") from None
+    if name == "host":
+        factor = 2.0 if value is None else value
+        if not factor >= 1.0:
+            raise WallfinderError(f"--what-if: {item!r}: the factor must be at least 1")
+        return Change(host=factor)
+    if name == "matmul":
+        pct = 0.8 if value is None else value
+        if not 0.0 < pct <= 1.0:
+            raise WallfinderError(f"--what-if: {item!r}: the fraction of roof is in (0, 1]")
+        return Change(matmul=pct)
+    if value is not None:
+        raise WallfinderError(f"--what-if: {name!r} takes no argument")
+    return Change(
+        data=name == "data", sync=name == "sync", fuse=name == "fuse", overlap=name == "overlap"
+    )
+
+
+UNCHANGED = Change()
+"""The identity what-if: the graph replayed as it is."""
+
+DEFAULT_CHANGES = (
+    Change(data=True),
+    Change(host=2.0),
+    Change(sync=True),
+    Change(fuse=True),
+    Change(matmul=0.8),
+)
+
+OVERLAP = Change(overlap=True)
+"""The what-if of the exposed-communication finding's fix: in the default table when exposed
+communication is the wall's cause (`default_changes`)."""
+
+
+def default_changes(cause: str, device_ops: bool) -> tuple[Change, ...]:
+    """The what-if table's rows when `--what-if` does not name them, for a step whose wall has
+    `cause`: with no device ops (the CPU as the device) there is nothing to sync, fuse,
+    re-time or overlap."""
+    if not device_ops:
+        return DEFAULT_CHANGES[:2]
+    return DEFAULT_CHANGES + ((OVERLAP,) if cause == "comm_exposed" else ())
+
+
+def _kinds(change: Change) -> frozenset[str]:
+    return frozenset(
+        k
+        for k, on in (
+            ("data", change.data),
+            ("host", change.host != 1.0),
+            ("sync", change.sync),
+            ("fuse", change.fuse),
+            ("matmul", change.matmul is not None),
+            ("overlap", change.overlap),
+        )
+        if on
+    )
+
+
+def covers(finding: Change, row: Change) -> bool:
+    """The finding's change is the row's, or a larger one of the same kind (all host work
+    gone against half of it, matmuls at their roof against 80% of it)."""
+    return (
+        _kinds(finding) == _kinds(row)
+        and finding.host >= row.host
+        and (row.matmul is None or (finding.matmul or 0.0) >= row.matmul)
+    )

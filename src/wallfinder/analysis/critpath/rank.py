@@ -1,0 +1,94 @@
+"""A rank's critical path: its graph built, replayed unchanged and walked, the replay's
+check, and the what-if table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from wallfinder.analysis.critpath.change import Change, default_changes
+from wallfinder.analysis.critpath.drawn import drawn_at, drawn_window, in_step
+from wallfinder.analysis.critpath.graph import build_graph
+from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, StepGraph
+from wallfinder.analysis.critpath.path import walk_path, wall_of
+from wallfinder.analysis.critpath.timing import replay
+from wallfinder.analysis.critpath.whatif import WhatIf
+from wallfinder.analysis.scope import Scope
+from wallfinder.diagnosis import CriticalPath, FusionCandidate, Roofline, StepTimeline
+
+
+def critical_path(
+    scope: Scope,
+    fusion: Sequence[FusionCandidate] = (),
+    roofline: Roofline | None = None,
+    changes: Sequence[Change] | None = None,
+    timeline: StepTimeline | None = None,
+    graph: StepGraph | None = None,
+    cause: str = "",
+) -> tuple[CriticalPath | None, WhatIf | None]:
+    """The steady steps' critical path, the replay check and the what-if table (`changes`, or
+    the default changes for a wall of `cause`); None when the graph cannot be built. `graph`:
+    the graph a device model built itself (the CPU's, `cpu_graph`); else it is built from
+    the device's ops."""
+    centre = None
+    if timeline is not None:
+        centre = int(np.searchsorted(scope.start, drawn_at(scope, timeline), "right")) - 1
+    g = graph if graph is not None else build_graph(scope, fusion, roofline, centre)
+    if g is None:
+        return None, None
+    orders: dict[bool, I64 | None] = {}
+    base = replay(g, orders=orders)
+    whatif = WhatIf.of(g, base, orders)
+    window = drawn_window(g, scope, timeline)
+    walk = walk_path(g, base, window or (0, 0))
+    del base  # (from here, its figures in `whatif` alone)
+    shares = walk.shares()
+    drawn = in_step(walk, window)
+    del walk
+    notes = _notes(g, whatif, shares, scope.thresholds.time.replay_error)
+    if changes is None:
+        changes = default_changes(cause, bool(g.dur.size))
+    rows = [whatif.row(c) for c in changes]
+    error = (whatif.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
+    return (
+        CriticalPath(
+            steps=g.steps,
+            measured_step_s=g.measured_s,
+            replayed_step_s=whatif.step_s,
+            replay_error=error,
+            shares=shares,
+            wall=wall_of(shares),
+            host_calls=int(g.gap.size),
+            device_ops=int(g.dur.size),
+            event_waits=int((g.dep >= 0).sum()),
+            sync_edges=int((g.drained_by >= 0).sum()),
+            what_if=rows,
+            notes=notes,
+            timeline=drawn,
+        ),
+        whatif,
+    )
+
+
+def _notes(g: StepGraph, whatif: WhatIf, shares: dict[str, float], max_error: float) -> list[str]:
+    """What the critical path's notes say: how the graph was built, and how far to trust the
+    replay (it stopped early, it misses the measured step, waits no edge explains)."""
+    notes = list(g.notes)
+    if whatif.rounds >= MAX_ROUNDS:
+        notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
+    if whatif.error > max_error:
+        notes.append(
+            f"the unchanged replay misses the measured step by {whatif.error:.0%}: the graph "
+            "lacks dependencies the trace does not record, so the findings keep their bounds "
+            "and the what-ifs are rough"
+        )
+    if shares["wait"] >= 0.05:
+        notes.append(
+            f"{shares['wait']:.0%} of the critical path is device waits no recorded edge "
+            "explains (an event or stream wait on work the trace does not show, a graph's "
+            "internal edges): each kept as a fixed delay after its launch or the op before "
+            "it on its stream, so a fix cannot shorten them, though one that launches the "
+            "work sooner moves them with it"
+        )
+    return notes

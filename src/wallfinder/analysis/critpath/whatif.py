@@ -1,0 +1,151 @@
+"""What-ifs on a rank's graph: its replays on demand, the findings whose gain a replay gives,
+and the what-if table kept consistent with them (one fix, one figure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from wallfinder.analysis.critpath.change import OVERLAP, Change, covers, parse_what_if
+from wallfinder.analysis.critpath.model import I64, NS, StepGraph
+from wallfinder.analysis.critpath.path import path_shares, wall_of
+from wallfinder.analysis.critpath.timing import Timing, one_pass_pays, replay
+from wallfinder.diagnosis import Finding, Wall, WhatIfRow
+from wallfinder.errors import WallfinderError
+
+
+@dataclass(frozen=True, eq=False)
+class WhatIf:
+    """A rank's graph, its unchanged replay, and replays on demand: what the findings ask."""
+
+    graph: StepGraph
+    step_s: float
+    """The unchanged replay's mean step."""
+    rounds: int
+    """The rounds the unchanged replay took."""
+    blocked_s: float
+    """The host's time per step inside synchronising calls (blocking copies included) in the
+    unchanged replay: time it could not queue work, so the most that removing the syncs can
+    save."""
+    _done: dict[Change, tuple[float, dict[str, float]]] = field(default_factory=dict)
+    """Each change's replayed step and path shares, replayed once: the table and the findings
+    ask for several of the same changes."""
+    _orders: dict[bool, I64 | None] = field(default_factory=dict)
+    """The dependency orders the graph's one passes found, by edge set (see `replay`)."""
+
+    @classmethod
+    def of(cls, g: StepGraph, base: Timing, orders: dict[bool, I64 | None]) -> WhatIf:
+        """The what-ifs of `g` from its unchanged replay `base`, of which only figures are
+        kept (its per-node times are as large as the graph)."""
+        blocked = float((base.call_end - base.call_start)[g.sync].sum()) * NS / g.steps
+        return cls(g, base.step_s, base.rounds, blocked, _orders=orders)
+
+    def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
+        done = self._done.get(change)
+        if done is None:
+            # A change moves few edges: where the unchanged graph took more rounds than the
+            # one pass costs, so will the changed one, and the one pass is taken at once.
+            g = self.graph
+            at_once = self.rounds > one_pass_pays(g.gap.size + g.dur.size)
+            t = replay(g, change, 1 if at_once else 0, self._orders)
+            done = self._done[change] = (t.step_s, path_shares(self.graph, t))
+        return done
+
+    @property
+    def error(self) -> float:
+        """How far the unchanged replay is from the measured step (a fraction, unsigned)."""
+        g = self.graph
+        return abs(self.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
+
+    def speedup(self, change: Change) -> tuple[float, Wall]:
+        step_s, shares = self._outcome(change)
+        return self.step_s / max(step_s, 1e-12), wall_of(shares)
+
+    def row(self, change: Change) -> WhatIfRow:
+        step_s, shares = self._outcome(change)
+        return WhatIfRow(
+            change=change.label,
+            step_s=step_s,
+            speedup=self.step_s / max(step_s, 1e-12),
+            wall_after=wall_of(shares),
+        )
+
+
+BOUND_CHANGES = {"exposed-comm": OVERLAP}
+"""The findings that keep their bound (see FINDING_CHANGES) and the what-if of their fix: a
+row of it is no faster than the bound says, which is what the fix can reach in principle
+(the replay above it is the graph's error)."""
+
+FINDING_CHANGES = {
+    "data-loading": Change(data=True),
+    "sync-in-step": Change(sync=True),
+    "launch-bound": Change(host=float("inf")),
+    "host-work": Change(host=float("inf")),
+    "fusable-pointwise": Change(fuse=True),
+    "matmul-below-roof": Change(matmul=1.0),
+}
+"""The findings the graph can replay, and the change each stands for (the change the finding's
+Amdahl bound assumes: its share gone). Exposed communication is not among them: the `overlap`
+what-if moves a collective only as far as the op it waited for, which gained nothing on any
+real trace tried (the collectives there wait for peers the graph does not hold), so the
+finding keeps its bound (what hiding can reach: the compute beside it) rather than a replayed
+1.00x that would read as "nothing to gain", and says what the replay gives."""
+
+
+def with_replay(whatif: WhatIf | None, finding: Finding, max_error: float) -> Finding:
+    """`finding` with its gain replayed on the graph where the graph can (`replay_speedup`,
+    `wall_after`), else marked as a bound (`gain_basis`): also where the unchanged replay
+    misses the measured step by more than `max_error`, since that graph lacks dependencies."""
+    change = FINDING_CHANGES.get(finding.id)
+    if whatif is None or change is None or finding.saves != "time" or whatif.error > max_error:
+        return msgspec.structs.replace(finding, gain_basis="bound")
+    if change.host != 1.0 and whatif.graph.cost_fixed is not None:
+        # On the CPU a host cut also divides the Python between ops and each op's fixed cost,
+        # more than the per-op overhead finding's share: the table's `host:F` rows are that
+        # fix, and the finding keeps its bound rather than a second figure for it.
+        return msgspec.structs.replace(finding, gain_basis="bound")
+    speedup, wall = whatif.speedup(change)
+    # The replay moves what the graph holds; the Amdahl bound caps what removing the share
+    # can give, so a replay above it is the graph's error, not a gain.
+    speedup = min(max(speedup, 1.0), finding.max_speedup)
+    return msgspec.structs.replace(
+        finding, gain_basis="replay", replay_speedup=speedup, wall_after=wall
+    )
+
+
+def consistent_rows(rows: Sequence[WhatIfRow], findings: Sequence[Finding]) -> list[WhatIfRow]:
+    """The what-if rows, each no faster than a replayed finding whose fix is the same or
+    larger says (a finding's replay is capped by its Amdahl bound, the share of the step the
+    breakdown gives its cause), with that finding's wall after: one fix, one figure, in the
+    table and in the findings."""
+    ceilings = [
+        (FINDING_CHANGES[f.id], f.id, f.replay_speedup, f.wall_after)
+        for f in findings
+        if f.id in FINDING_CHANGES and f.replay_speedup is not None
+    ] + [
+        (BOUND_CHANGES[f.id], f.id, f.max_speedup, None) for f in findings if f.id in BOUND_CHANGES
+    ]
+    out = []
+    for r in rows:
+        try:
+            change = parse_what_if(r.change)[-1]
+        except WallfinderError:  # a job's straggler row: not a graph change
+            out.append(r)
+            continue
+        caps = [(s, i, w) for c, i, s, w in ceilings if covers(c, change) and s < r.speedup]
+        if not caps:
+            out.append(r)
+            continue
+        speedup, by, wall = min(caps)
+        out.append(
+            msgspec.structs.replace(
+                r,
+                speedup=speedup,
+                step_s=r.step_s * r.speedup / speedup,
+                capped_by=by,
+                wall_after=wall or r.wall_after,
+            )
+        )
+    return out
