@@ -7,7 +7,7 @@ import pytest
 
 from wallfinder import Diagnosis
 from wallfinder.analysis.classify import KernelClass
-from wallfinder.analysis.critpath import FINDING_CHANGES, covers, parse_what_if
+from wallfinder.analysis.critpath import BOUND_CHANGES, FINDING_CHANGES, covers, parse_what_if
 
 CLASSES = {c.value for c in KernelClass}
 
@@ -53,7 +53,7 @@ def assert_findings_bounded(d: Diagnosis) -> None:
 
 def assert_one_figure_per_fix(d: Diagnosis) -> None:
     """No what-if row gains more than a replayed finding shown for the same fix or a larger
-    one of its kind."""
+    one of its kind, nor than the bound of a finding that keeps its bound for that fix."""
     cp = d.critical_path
     if cp is None:
         return
@@ -65,6 +65,9 @@ def assert_one_figure_per_fix(d: Diagnosis) -> None:
             covering = FINDING_CHANGES.get(f.id)
             if f.replay_speedup is not None and covering is not None and covers(covering, change):
                 assert row.speedup <= f.replay_speedup + 1e-9, (row.change, f.id)
+            bound = BOUND_CHANGES.get(f.id)
+            if bound is not None and covers(bound, change):
+                assert row.speedup <= f.max_speedup + 1e-9, (row.change, f.id)
     for f in d.memory.findings if d.memory is not None else []:
         assert (f.saves, f.wall, f.share, f.max_speedup) == ("memory", None, 0.0, 1.0), f.id
 

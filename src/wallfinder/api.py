@@ -16,11 +16,17 @@ import msgspec
 import numpy as np
 
 from wallfinder.analysis import ModelFlops, Thresholds, diagnose, diagnose_marked
-from wallfinder.analysis.calculator import calculate, cost_of, fusion
-from wallfinder.analysis.check import BoundCheck, Bounds, check
+from wallfinder.analysis.calculator import (
+    DEFAULT_DTYPE,
+    calculate,
+    cost_of,
+    dtype_defaulted,
+    fusion,
+)
+from wallfinder.analysis.check import BoundCheck, Bounds, baseline_warning, check
 from wallfinder.analysis.collectives import rank_collectives
 from wallfinder.analysis.counters import collect_commands, counter_report
-from wallfinder.analysis.diff import diff
+from wallfinder.analysis.diff import diff, run_names
 from wallfinder.analysis.job import RankResult, job_diagnosis
 from wallfinder.analysis.memory import memory_report
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
@@ -50,6 +56,7 @@ from wallfinder.trace import (
     Progress,
     ResultCache,
     Trace,
+    check_workers,
     find_trace_files,
     gunzipped,
     load_ncu,
@@ -61,6 +68,7 @@ from wallfinder.trace import (
 from wallfinder.trace.snapshot import load_snapshot
 
 __all__ = [
+    "DEFAULT_DTYPE",
     "MIN_STEPS_FOR_STABILITY",
     "BoundCheck",
     "Bounds",
@@ -76,14 +84,17 @@ __all__ = [
     "analyze_marked",
     "analyze_memory",
     "analyze_rank",
+    "baseline_warning",
     "calculate",
     "check",
     "cost_of",
     "diff",
+    "dtype_defaulted",
     "fusion",
     "load_diagnosis",
     "ncu_commands",
     "read_toml",
+    "run_names",
     "saved_schema",
 ]
 
@@ -178,6 +189,7 @@ def analyze(
     rank, or a rank of another job is skipped and named in `warnings`.
     Raises `WallfinderError` for input that cannot be analysed.
     """
+    check_workers(workers)  # before a kept diagnosis could answer without them
     options = options or Options()
     files = find_trace_files(path)
     if len(files) == 1 and scheduler is None:

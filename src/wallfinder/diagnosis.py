@@ -147,6 +147,10 @@ class Breakdown(_Base, frozen=True):
     steps: list[StepBreakdown] = []
     graph_replayed: float = 0.0
     """Share of the steady steps' kernel time in kernels replayed from CUDA/HIP graphs."""
+    comm_hidden: float = 0.0
+    """Share of the step in which communication runs beside compute (in `compute`, not a part
+    of its own). Hiding more of `comm_exposed` needs compute it does not yet run beside: at
+    most `compute − comm_hidden` of it can hide (0 in results written before it was kept)."""
 
 
 class CpuActivity(_Base, frozen=True):
@@ -159,6 +163,9 @@ class CpuActivity(_Base, frozen=True):
     untraced: float
     op_time_by_class_s: dict[str, float]
     top_ops: list[OpRow] = []
+    waiting_on_collectives: float = 0.0
+    """The main thread recording nothing while a collective runs on another thread of its
+    process (gloo's work threads): in the breakdown's `comm_exposed`, not in `untraced`."""
 
 
 class OpRow(_Base, frozen=True):
@@ -252,6 +259,10 @@ class Finding(_Base, frozen=True):
     """The step's speed-up with the fix, replayed on the graph (≤ `max_speedup`)."""
     wall_after: Wall | None = None
     """The wall the replayed step's critical path hits after the fix."""
+    reach: float | None = None
+    """The part of the step (≤ `share`) the fix can remove given the other work in the step,
+    and `max_speedup` is Amdahl's over it: hiding communication saves at most the compute it
+    can run beside. Null: all of `share`."""
 
     @classmethod
     def memory(
@@ -877,6 +888,10 @@ class CounterReport(_Base, frozen=True, kw_only=True):
     """`ncu` command lines that would collect what is missing (for a trace: its top kernels
     by time)."""
     notes: list[str] = []
+    mismatch: str | None = None
+    """Why the export is not shown to be the trace's program (another device, or too few
+    launches joined by launch size or order), where it is not: then nothing is joined and
+    the counters change nothing in the diagnosis."""
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CounterReport:
@@ -959,6 +974,9 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     verdict: Verdict
     findings: list[Finding] = []
     kernels: list[KernelRow] = []
+    more_kernels: list[KernelRow] = []
+    """Every kernel after the top `kernels`, by time: with them, the whole table (what
+    `--export` writes); empty in diagnoses saved before it was kept."""
     classes: list[ClassShare] = []
     cpu: CpuActivity | None = None
     mfu: Mfu = Mfu(value=None, basis="not computed")
@@ -1239,12 +1257,15 @@ class MemoryPeak(_Base, frozen=True):
     index: int
     events: int
     time_us: int | None
+    """The allocator's time stamp of the peak's event (µs since the epoch)."""
     baseline: int
     start: int
     end: int
     growth: int
     categories: dict[str, int] = {}
     sites: list[MemorySite] = []
+    time_s: float | None = None
+    """Seconds from the history's first time-stamped event to the peak's (null: no stamps)."""
 
 
 class OomEvent(_Base, frozen=True):
@@ -1294,6 +1315,57 @@ def _fraction(x: float) -> bool:
     return 0.0 <= x <= 1.0
 
 
+def _amdahl(share: float) -> float:
+    """The most removing `share` of the step can speed it up (as the findings bound it)."""
+    return 1.0 / max(1.0 - min(share, 0.999), 1e-3)
+
+
+HIDE_COMMUNICATION = ("exposed-comm", "host-collective-wait")
+"""The findings whose fix hides communication (or the host's wait in it) behind compute."""
+FUSE_CHAINS = "fusable-pointwise"
+"""The finding whose fix fuses the `fusion` candidates."""
+
+
+def _reach_violations(d: Diagnosis) -> list[str]:
+    """No bound exceeds what its fix can reach given the other work in the step, as the
+    Diagnosis itself shows it: a finding's bound is within Amdahl's over its `reach`; hidden
+    communication is at most the compute not yet beside it (`Breakdown.comm_hidden`); a fused
+    chain takes at least its roofline time (the bytes it still moves at the device's
+    bandwidth), and the fusion finding saves at most what its candidates do."""
+    out: list[str] = []
+    b = d.breakdown
+    # The findings' shares are of the recurring step: the step less its one-off start-up.
+    steady = max(1.0 - b.idle_causes.get("startup", 0.0), 1e-9)
+    step_s = b.per_step_ms.get("step", 0.0) / 1e3 * steady
+    bandwidth = d.device.mem_bandwidth
+    for c in d.fusion:
+        if c.bytes_fused_at_least is None or not bandwidth:
+            continue
+        roof = c.bytes_fused_at_least / bandwidth
+        if c.time_s - c.max_saving_s < roof * (1 - 1e-6) - STEP_TOLERANCE_S:
+            out.append(
+                f"fusion {c.kernels[:2]}: fused in {c.time_s - c.max_saving_s} s, under its "
+                f"roofline time {roof} s"
+            )
+    for f in d.findings:
+        if f.saves != "time":
+            continue
+        ceilings = [] if f.reach is None else [(f.reach, "its reach")]
+        if f.id in HIDE_COMMUNICATION:
+            hideable = max(b.compute - b.comm_hidden, 0.0) / steady
+            ceilings.append((hideable, "the compute communication could hide behind"))
+        if f.id == FUSE_CHAINS and step_s > 0:
+            saving = sum(c.max_saving_s for c in d.fusion) / step_s
+            ceilings.append((saving, "what fusing its chains saves"))
+        for part, what in ceilings:
+            if f.max_speedup > _amdahl(part) * (1 + 1e-6):
+                out.append(
+                    f"finding {f.id}: bound {f.max_speedup}x beyond {what} "
+                    f"({part:.4f} of the step: {_amdahl(part)}x)"
+                )
+    return out
+
+
 def _violations(d: Diagnosis) -> list[str]:
     out: list[str] = []
     b = d.breakdown
@@ -1327,7 +1399,10 @@ def _violations(d: Diagnosis) -> list[str]:
     classes = {c.cls for c in d.classes}
     if d.classes and abs(sum(c.share for c in d.classes) - 1.0) > SUM_TOLERANCE:
         out.append("class shares do not sum to 1")
-    for k in d.kernels:
+    every = d.kernels + d.more_kernels
+    if d.more_kernels and abs(sum(k.share for k in every) - 1.0) > SUM_TOLERANCE:
+        out.append("the kernel table's shares do not sum to 1")
+    for k in every:
         if d.classes and k.cls not in classes:
             out.append(f"kernel {k.name!r} has class {k.cls!r}, none of the classes")
         if k.time_s < 0 or not _fraction(k.share):
@@ -1341,11 +1416,14 @@ def _violations(d: Diagnosis) -> list[str]:
             out.append(f"finding {f.id}: share {f.share} is not a fraction")
         if f.saves == "once" and f.max_speedup != 1.0:
             out.append(f"finding {f.id}: a one-off cost claims {f.max_speedup}x per step")
-        amdahl = 1.0 / max(1.0 - min(f.share, 0.999), 1e-3)
+        amdahl = _amdahl(f.share)
         if not (1.0 <= f.max_speedup <= amdahl * (1 + SUM_TOLERANCE)):
             out.append(f"finding {f.id}: bound {f.max_speedup}x outside [1x, {amdahl}x]")
+        if f.reach is not None and not 0.0 <= f.reach <= f.share + SUM_TOLERANCE:
+            out.append(f"finding {f.id}: reach {f.reach} outside [0, its share {f.share}]")
         if f.replay_speedup is not None and not 1.0 <= f.replay_speedup <= f.max_speedup:
             out.append(f"finding {f.id}: replayed {f.replay_speedup}x outside its bound")
+    out += _reach_violations(d)
     cp = d.critical_path
     if cp is not None and abs(sum(cp.shares.values()) - 1.0) > SUM_TOLERANCE:
         out.append(f"critical path shares sum to {sum(cp.shares.values())}, not 1")

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from wallfinder.analysis import Thresholds, timed_steps
 from wallfinder.analysis.critpath import parse_what_if
-from wallfinder.api import Options, analyze, diff
+from wallfinder.api import Options, analyze, diff, run_names
 from wallfinder.capture import (
     DEFAULT_ACTIVE,
     DEFAULT_WAIT,
@@ -250,7 +250,9 @@ class DemoPair:
     @classmethod
     def of(cls, before: DemoResult, after: DemoResult) -> DemoPair:
         """The pair of two runs of one workload, with their diff and the prediction."""
-        return cls(before, after, diff(before.diagnosis, after.diagnosis), predict(before, after))
+        names = run_names(str(before.trace_path), str(after.trace_path))
+        moved = diff(before.diagnosis, after.diagnosis, names=names)
+        return cls(before, after, moved, predict(before, after))
 
     @property
     def faster(self) -> bool:

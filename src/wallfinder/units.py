@@ -6,8 +6,18 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 
-__all__ = ["duration", "is_user_path", "ms", "pct", "short_frame", "short_path", "size"]
+__all__ = [
+    "duration",
+    "is_user_path",
+    "kernel_labels",
+    "ms",
+    "pct",
+    "short_frame",
+    "short_path",
+    "size",
+]
 
 _UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 _ABSOLUTE = re.compile(r"^(?:[A-Za-z]:)?[\\/]")
@@ -84,13 +94,105 @@ _SIGNATURE = re.compile(r"(?<=[^\s])[<(]")
 as in "Memset (Device)")."""
 
 
+def _without_return_type(s: str) -> str:
+    """A kernel's signature without a return type other than void, such as
+    "std::enable_if<...>::type vllm::rms_norm_kernel<...>(...)": the name follows the first
+    space outside template brackets, when what comes before it is a qualified or templated
+    type (not "Memset (Device)", whose space is part of the name)."""
+    angle = paren = 0  # a ">" inside parentheses is a comparison: "<((8)>(0))>"
+    for i, ch in enumerate(s):
+        if ch == "(":
+            if angle == paren == 0:
+                return s  # the parameter list: no return type came before it
+            paren += 1
+        elif ch == ")" and paren:
+            paren -= 1
+        elif paren:
+            continue
+        elif ch == "<":
+            angle += 1
+        elif ch == ">" and angle:
+            angle -= 1
+        elif angle == 0 and ch == " ":
+            return s[i + 1 :] if "<" in s[:i] or "::" in s[:i] else s
+    return s
+
+
 def short_kernel(name: str, width: int | None = 60) -> str:
     """A kernel's name for a sentence or a table: no `void`, anonymous namespaces, template
     arguments or parameter list, at most `width` characters (None: any)."""
     s = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    s = _without_return_type(s)
     cut = _SIGNATURE.search(s)
     s = s[: cut.start()] if cut else s
     return s if width is None or len(s) <= width else s[: width - 1] + "…"
+
+
+_TEMPLATE_WORD = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*|\d+\w*")
+"""A (qualified) identifier or a number in a kernel's template arguments and parameters."""
+
+_LAMBDA_NUMBER = re.compile(r"#\d+")
+
+_PLUMBING_WORDS = frozenset(
+    {
+        *("const", "operator", "lambda", "void", "anonymous", "namespace", "char"),
+        *("gpu_kernel_impl", "gpu_kernel_impl_nocast", "TensorIteratorBase", "Array"),
+        *("TrivialOffsetCalculator", "OffsetCalculator", "LoadWithCast", "StoreWithCast"),
+    }
+)
+"""Words that never say what a kernel computes: C++'s own, and the launch machinery every
+ATen elementwise kernel carries (its iterator, argument arrays, offset calculators, casts)."""
+
+LABEL_WORDS = 3
+"""The most distinguishing words a kernel's label adds to its short name."""
+
+
+def kernel_labels(names: Sequence[str]) -> list[str]:
+    """Labels for kernels listed together: each one's short name (`short_kernel`), and where
+    distinct kernels share it (template instances: `elementwise_kernel<…add<float>…>` and
+    `elementwise_kernel<…copy…<Half>…>`), the words of their template arguments and
+    parameters that not all of them share, in order (`elementwise_kernel<add, float>`);
+    numbered where even those agree. The same name twice gets the same label."""
+    heads = [short_kernel(n, width=None) for n in names]
+    groups: dict[str, list[str]] = {}
+    for head, name in zip(heads, names, strict=True):
+        if name not in groups.setdefault(head, []):
+            groups[head].append(name)
+    label: dict[str, str] = {}
+    for head, members in groups.items():
+        if len(members) == 1:
+            label[members[0]] = head
+            continue
+        words = {m: _template_words(m) for m in members}
+        common = set.intersection(*(set(w) for w in words.values()))
+        for m in members:
+            own = [w for w in words[m] if w not in common]
+            more = "…" if len(own) > LABEL_WORDS else ""
+            label[m] = f"{head}<{', '.join(own[:LABEL_WORDS])}{more}>" if own else head
+        taken: dict[str, int] = {}
+        for m in members:  # the same words (in another order, or cut): numbered
+            taken[label[m]] = taken.get(label[m], 0) + 1
+        seen: dict[str, int] = {}
+        for m in members:
+            if taken[label[m]] > 1:
+                seen[label[m]] = seen.get(label[m], 0) + 1
+                label[m] = f"{label[m]} #{seen[label[m]]}"
+    return [label[n] for n in names]
+
+
+def _template_words(name: str) -> list[str]:
+    """The distinct words after a kernel's short name, each identifier without its
+    namespaces (`at::native::CUDAFunctor_add` -> `CUDAFunctor_add`), plumbing left out."""
+    s = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    cut = _SIGNATURE.search(s)
+    # A lambda's number (`{lambda()#3}`) is its place in the source, not what it computes.
+    tail = _LAMBDA_NUMBER.sub("", s[cut.start() :]) if cut else ""
+    words: list[str] = []
+    for match in _TEMPLATE_WORD.finditer(tail):
+        word = match.group(0).rpartition("::")[2]
+        if word not in _PLUMBING_WORDS and word not in words:
+            words.append(word)
+    return words
 
 
 def is_user_path(path: str) -> bool:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from realtraces import real_trace, real_trace_params
-from tracegen import training_trace
-from wallfinder.api import analyze, analyze_counters
+from tracegen import TraceBuilder, training_trace
+from wallfinder.api import Options, analyze, analyze_counters
 from wallfinder.cli import main
 
 
@@ -68,3 +69,36 @@ def test_a_trace_of_the_real_exports_kernels_is_joined_launch_for_launch(tmp_pat
     assert sum(c.launches for c in report.checks) + report.unmatched_launches == 26
     assert {c.counter_bound for c in report.checks} == {"latency"}
     assert "refuted" in {c.status for c in report.checks}
+
+
+def test_an_unrelated_programs_export_changes_nothing_in_the_diagnosis() -> None:
+    """A 14-launch GCN inference's export beside an 8-rank recommender's rank: three of the
+    trace's top kernels share its kernels' names (vectorized_elementwise_kernel,
+    reduce_kernel, elementwise_kernel), which before re-placed them as latency-bound, refuted
+    their estimates and rewrote the fourth question. Nothing else joins them: said, and the
+    diagnosis is the one without counters."""
+    trace = real_trace("hta/a100_8rank_control_rank0.json.gz")
+    export = real_trace("ncu/ampere_gcn_inference_2020.ncu.csv")
+    d = analyze(trace, Options(counters=export))
+    assert d.counters is not None
+    assert d.counters.mismatch is not None
+    assert "of its 14 profiled launches, 1 join" in d.counters.mismatch
+    assert (d.counters.checks, d.counters.findings) == ([], [])
+    assert msgspec.structs.replace(d, counters=None) == analyze(trace)
+
+
+def test_a_trace_of_the_real_exports_launches_joins_in_launch_order(tmp_path: Path) -> None:
+    """The BERT export (no grids or device columns) beside a trace that runs its 26 launches
+    in order on an A100: shown the same program by launch order, and its counters re-place
+    the kernels they measured."""
+    path = real_trace("ncu/a100_bert_attention_torch.ncu.csv.gz")
+    names = tuple(k.name for k in analyze_counters(path).kernels)
+    trace = tmp_path / "trace.json"
+    builder = TraceBuilder(device_name="NVIDIA A100-SXM4-80GB")
+    trace.write_bytes(training_trace(2, kernels=names, builder=builder).to_bytes())
+    d = analyze(trace, Options(counters=path))
+    assert d.counters is not None
+    assert d.counters.mismatch is None
+    assert d.counters.unmatched_launches == 0
+    assert d.roofline is not None
+    assert d.roofline.by_counters

@@ -421,3 +421,69 @@ def test_real_trace_report_in_a_browser(
     assert page.evaluate(DRAWN_POINTS) == (plotted_ops(d) if d.roofline else 0)
     seen.assert_clean()
     seen.shoot(screenshots, Path(relative).name.removesuffix(".json.gz"))
+
+
+FUSION_GEOMETRY = """() => {
+  const card = document.querySelector('#fusion').getBoundingClientRect();
+  const table = document.querySelector('#fusion table');
+  const box = table.getBoundingClientRect();
+  const heads = [...table.querySelectorAll('thead th')].map(h => h.getBoundingClientRect().width);
+  const first = table.querySelector('tbody td');
+  const line = parseFloat(getComputedStyle(first).lineHeight);
+  const rows = [...table.querySelectorAll('tbody tr')].map(r => r.getBoundingClientRect().height);
+  const names = [...table.querySelectorAll('tbody td:first-child code.name')];
+  return {
+    card: [card.left, card.right], table: [box.left, box.right], heads, line, rows,
+    names: names.length, broken: names.filter(n => n.getClientRects().length > 1).length,
+    page: document.documentElement.scrollWidth, viewport: window.innerWidth,
+  };
+}"""
+"""Where the fusion table lies in its card, its columns' widths, its rows' heights and line
+height, and how many kernel names are drawn over more than one line."""
+
+ICICLE_SLICES = """() => [...document.querySelectorAll('#plot-modules g.slice')].map(g => {
+  const r = g.querySelector('path.surface').getBoundingClientRect();
+  return {id: g.__data__.data.data.id, label: g.textContent, width: r.width};
+})"""
+"""The module icicle's drawn slices: plotly's id, label and width of each."""
+
+
+def test_fusion_table_and_module_icicle_keep_their_shape(
+    open_report: Any, screenshots: Path, tmp_path: Path
+) -> None:
+    # hta/v100_2rank_test_rank0: five fusion chains of up to 189 kernels, beside op names such
+    # as torch::autograd::CppNode<fbgemm_gpu::PermutePooledEmbsFunction<...> > that cannot
+    # break; and one module (DistributedDataParallel.forward) with 4.4% of the device time.
+    # The names had broken letter by letter in a 70 px column, rows ran up to 930 px tall, and
+    # the icicle drew the lone module over the whole box.
+    d = analyze(real_trace("hta/v100_2rank_test_rank0.json.gz"))
+    assert d.fusion
+    assert d.modules is not None
+    seen = open_report(write_report(d, tmp_path))
+    page = seen.page
+    g = page.evaluate(FUSION_GEOMETRY)
+    shot = seen.shoot(screenshots, "fusion-and-modules")
+    print(f"fusion table: {g}")
+    # The table lies within its card, and the page does not scroll sideways.
+    assert g["card"][0] <= g["table"][0], shot
+    assert g["table"][1] <= g["card"][1], shot
+    assert g["page"] <= g["viewport"]
+    # The kernels column is the widest, at least 40% of the table: every kernel name whole on
+    # one line.
+    width = g["table"][1] - g["table"][0]
+    assert g["heads"][0] == max(g["heads"]) >= 0.4 * width
+    assert g["names"] >= 3 * len(d.fusion)
+    assert g["broken"] == 0
+    # No row taller than ten lines of text.
+    assert len(g["rows"]) == len(d.fusion)
+    assert max(g["rows"]) <= 10 * g["line"]
+    # The icicle's root is all the device time: the module's width is its share of it, and
+    # the time in no module lies beside it.
+    slices = {s["label"]: s for s in page.evaluate(ICICLE_SLICES)}
+    root = slices["all device time per step"]["width"]
+    (top,) = [r for r in d.modules.rows if r.parent is None]
+    assert top.share < 0.05
+    assert slices[top.path]["width"] / root == pytest.approx(top.share, abs=0.005)
+    none = slices["in no module"]["width"] / root
+    assert none == pytest.approx(1 - top.share, abs=0.005)
+    seen.assert_clean()

@@ -266,3 +266,26 @@ def test_truncated_json_error_names_the_file(tmp_path: Path) -> None:
     text = valid_text()
     message = message_of(raw_file(tmp_path / "run.json", text[: len(text) // 2]))
     assert message.startswith("run.json: ")
+
+
+@pytest.mark.parametrize("workers", ["-3", "0"])
+def test_workers_below_one_are_refused_in_one_line(
+    tmp_path: Path, workers: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--workers -3` ran as if it were not given; for a folder it broke in the process pool."""
+    trace = raw_file(tmp_path / "t.json", valid_text())
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in range(2):
+        raw_file(folder / f"rank{rank}.json", valid_text())
+    for path in (trace, folder):
+        assert main(["analyze", str(path), "--workers", workers]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert (
+            err == f"wallfinder: error: workers must be a number of processes ≥ 1, not {workers}\n"
+        )
+    with pytest.raises(WallfinderError, match="≥ 1, not -3"):
+        load_trace(trace, workers=-3)
+    with pytest.raises(WallfinderError, match="≥ 1, not 0"):
+        analyze(folder, workers=0)

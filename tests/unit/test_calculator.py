@@ -270,3 +270,36 @@ def test_a_chain_that_cannot_be_costed_is_refused_with_what_is_missing(
 )
 def test_durations_read_as_people_write_them(seconds: float | None, text: str) -> None:
     assert duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--flops", "-1e12", "--bytes", "1e9"), "must be non-negative numbers, not -1e+12 FLOPs"),
+        (("--flops", "1e12", "--bytes", "-5"), "not 1e+12 FLOPs and -5 bytes"),
+        (("--op", "gelu", "--shape", "-32,4096"), "--shape must be positive integers"),
+        (("--mnk", "-1,2,3"), "--mnk must be positive integers"),
+    ],
+)
+def test_a_negative_number_is_read_as_a_value_and_refused_for_what_it_is(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
+) -> None:
+    """argparse before 3.13 took `-1e12` for an option ("expected one argument")."""
+    err = refused(capsys, "--device", "a100", *args)
+    assert message in err
+    assert "expected one argument" not in err
+
+
+def test_a_dtype_not_named_is_said_to_be_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--op gelu` alone is costed in bf16; the output says it assumed so, first."""
+    out = roofline(capsys, "--device", "a100", "--op", "gelu", "--shape", "32,4096")
+    assert out["dtype"] == "bf16"
+    assert out["notes"][0] == "no dtype named: bf16 assumed (the default; --dtype names another)"
+    text = roofline_text(capsys, "--device", "a100", "--op", "gelu", "--shape", "32,4096")
+    assert "note: no dtype named: bf16 assumed" in text
+    named = roofline(
+        capsys, "--device", "a100", "--op", "gelu", "--shape", "32,4096", "--dtype", "bf16"
+    )
+    assert not any("no dtype named" in n for n in named["notes"])
+    fused = roofline(capsys, "--device", "a100", "--fuse", "gelu,add", "--shape", "32,4096")
+    assert fused["notes"][0].startswith("no dtype named: bf16 assumed")

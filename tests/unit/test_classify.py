@@ -165,3 +165,63 @@ def test_aten_broadcast_tensors_is_not_communication() -> None:
     # aten::broadcast_tensors appears in hta/a100-80gb_16rank_rank0.json.gz; it only expands
     # views, so it must not count as a collective (communication time on the host).
     assert classify_op("aten::broadcast_tensors") is not K.COMMUNICATION
+
+
+# FBGEMM (TorchRec's embedding library): its namespace holds "gemm", but these kernels gather
+# embedding rows or shuffle sparse features; none is a matmul. Names verbatim from the real
+# traces hta/a100-80gb_16rank_rank0 and hta/a100_8rank_control_rank0 (parameter lists cut).
+FBGEMM_KERNELS = [
+    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, float>(int, int, int*)", K.COPY),
+    ("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*)", K.COPY),
+    ("void fbgemm_gpu::permute_indices_weights_kernel<true, int, float>(int, int)", K.COPY),
+    (
+        "void split_embedding_codegen_forward_unweighted_kernel<float, float, float, false, "
+        "long, 1ul, 16ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, "
+        "long>)",
+        K.ELEMENTWISE,
+    ),
+    (
+        "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1"
+        "<float, float, float, 1ul, 16>(at::GenericPackedTensorAccessor<float, 2ul, "
+        "at::RestrictPtrTraits, long>)",
+        K.ELEMENTWISE,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"), FBGEMM_KERNELS, ids=[n[5:50] for n, _ in FBGEMM_KERNELS]
+)
+def test_fbgemm_embedding_and_permute_kernels_are_not_gemm(
+    name: str, expected: KernelClass
+) -> None:
+    assert classify_kernel(name) is expected
+
+
+def test_fbgemm_kernels_with_no_class_in_their_name_take_their_ops_class() -> None:
+    # Not gemm by the namespace: left to the launching op (an fbgemm op with no rule: other).
+    kernel = "void fbgemm_gpu::_block_bucketize_sparse_features_cuda_kernel1<int, int>(int)"
+    assert classify_kernel(kernel) is K.OTHER
+
+
+def test_a_cutlass_gemm_built_by_fbgemm_is_still_gemm() -> None:
+    # FBGEMM's own GPU matmuls (fp8 rowwise) are CUTLASS kernels: their names say so.
+    name = (
+        "void cutlass::device_kernel<fbgemm_gpu::f8f8bf16_rowwise_impl::GemmUniversal<"
+        "cute::tuple<int, int, int>>>(fbgemm_gpu::Params)"
+    )
+    assert classify_kernel(name) is K.GEMM
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("fbgemm::permute_2D_sparse_data", K.COPY),
+        ("fbgemm::permute_sparse_features", K.COPY),
+        ("fbgemm::permute_pooled_embs_auto_grad", K.COPY),
+        ("fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function", K.ELEMENTWISE),
+        ("fbgemm::split_embedding_codegen_forward_cpu", K.ELEMENTWISE),
+    ],
+)
+def test_fbgemm_embedding_and_permute_ops_get_their_class(name: str, expected: KernelClass) -> None:
+    assert classify_op(name) is expected

@@ -179,3 +179,25 @@ def test_debug_shows_the_traceback_and_lets_a_view_s_bug_through(
         import os
 
         assert DEBUG_ENV not in os.environ  # the flag does not outlive the call
+
+
+def test_a_bug_in_the_cross_rank_join_leaves_the_lowest_rank_s_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import wallfinder.analysis.job as job_module
+    from wallfinder import analyze
+
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in range(2):
+        b = phased_training_trace(3, builder=TraceBuilder(rank=rank, world_size=2))
+        b.write(job / f"rank{rank}.json")
+    whole = analyze(job, workers=1)
+    assert whole.job is not None
+    monkeypatch.setattr(job_module, "join", broken)
+    d = analyze(job, workers=1)
+    assert list(d.not_computed) == ["collectives"]
+    assert d.job is None
+    assert d.verdict == whole.verdict
+    assert d.rank == 0

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_collectives import rank_trace, write_job
+from test_findings import cpu_step_with_gloo_beside
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
@@ -156,6 +157,31 @@ def test_a_host_bound_step_has_the_host_on_its_path(tmp_path: Path) -> None:
     assert path.wall == "overhead"
     # Halving the host's work halves the step: the kernels are short.
     assert _row(path, "host:2") == pytest.approx(path.measured_step_s / 2, rel=0.05)
+
+
+def test_a_whole_trace_window_replays_the_host_work_after_its_last_kernel(
+    tmp_path: Path,
+) -> None:
+    # No step markers: one window over the trace, which keeps the host's work after the last
+    # kernel (here 10 frees of 30 µs, from 200 to 500 µs). The replay ends there too; it ended
+    # with the last kernel, 41% short on a real AlexNet trace (whose window ends in frees).
+    b = TraceBuilder()
+    for i in range(4):
+        b.cpu_op("aten::add", 50.0 * i, 50.0)
+        b.kernel("vectorized_elementwise_kernel", 50.0 * i + 46.0, 4.0, launch_at=50.0 * i + 40.0)
+    for i in range(10):
+        b.runtime("cudaFree", 200.0 + 30.0 * i, 30.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert d.steps.source.startswith("whole trace")
+    path = _path(d)
+    assert path.measured_step_s == pytest.approx(500 * US, rel=1e-9)
+    assert path.replayed_step_s == pytest.approx(500 * US, rel=1e-9)
+    assert path.replay_error == pytest.approx(0.0, abs=1e-9)
+    # The frees are on the path (runtime calls: their own time is "launch"), the kernels off
+    # it; a host cut shortens the step (it ended with the last kernel, at 200 µs, whatever
+    # the host did).
+    assert path.shares["host"] + path.shares["launch"] == pytest.approx(1.0)
+    assert _row(path, "host:2") < 0.7 * path.measured_step_s
 
 
 def test_a_gpu_bound_step_has_its_kernels_on_the_path(tmp_path: Path) -> None:
@@ -684,3 +710,57 @@ def test_steady_steps_over_the_node_budget_are_replayed_on_consecutive_steps_aro
     assert first <= int(re.findall(r"\d+", d.timeline.step)[-1]) <= last
     took = [410 if i == 1 else 400 for i in range(first, last + 1)]
     assert path.measured_step_s == pytest.approx(sum(took) / steps * US, rel=1e-9)
+
+
+def test_the_default_what_ifs_replay_overlap_when_exposed_communication_is_the_wall(
+    tmp_path: Path,
+) -> None:
+    d = analyze(comm_exposed().write(tmp_path / "t.json"))
+    assert d.verdict.cause == "comm_exposed"
+    rows = _path(d).what_if
+    assert [r.change for r in rows][-1] == "overlap"
+    overlap = rows[-1]
+    # The replay moves the all-reduce beside the last GEMM (100 of its 150 µs); the bound
+    # hides all of it that compute can cover. The finding says both, and why they differ.
+    finding = next(f for f in d.findings if f.id == "exposed-comm")
+    assert 1.0 < overlap.speedup < finding.max_speedup
+    assert (
+        f"the `overlap` what-if replays {overlap.speedup:.2f}x: it starts each collective "
+        "beside the op it waited for and keeps the rest of the order the trace recorded, "
+        "where the bound hides all of the exposed communication that compute could cover"
+        in finding.evidence
+    )
+
+
+def test_the_default_what_ifs_leave_overlap_out_for_another_wall(tmp_path: Path) -> None:
+    d = analyze(training_trace(6, loader_us=1000.0).write(tmp_path / "t.json"))
+    assert d.verdict.cause == "data_loading"
+    assert "overlap" not in [r.change for r in _path(d).what_if]
+
+
+def test_an_overlap_row_is_no_faster_than_the_communication_bound() -> None:
+    row = WhatIfRow(change="overlap", step_s=1.0, speedup=2.0, wall_after="compute")
+    bound = Finding(
+        id="exposed-comm",
+        wall="overhead",
+        title="t",
+        share=0.5,
+        max_speedup=1.25,
+        evidence="e",
+        fix="f",
+        reach=0.2,
+    )
+    [capped] = consistent_rows([row], [bound])
+    assert (capped.speedup, capped.capped_by) == (1.25, "exposed-comm")
+    assert capped.step_s == pytest.approx(1.6)
+
+
+def test_on_the_cpu_a_host_cut_leaves_the_wait_for_collectives_on_other_threads(
+    tmp_path: Path,
+) -> None:
+    # Each 1000 µs step has 700 µs between the main thread's ops, 550 of them while gloo runs
+    # on another thread: a host cut halves the other 150 µs only.
+    d = analyze(cpu_step_with_gloo_beside(4).write(tmp_path / "t.json"), Options(what_if="host:2"))
+    path = _path(d)
+    assert path.measured_step_s - _row(path, "host:2") == pytest.approx(75 * US, rel=1e-3)
+    assert path.shares["communication"] == pytest.approx(0.55, abs=1e-3)

@@ -180,7 +180,9 @@ def test_diff_accepts_a_saved_diagnosis_beside_a_trace(
     x = DiagnosisDiff.from_json(out)
     assert x.schema == "wallfinder.diff/1"
     assert json.loads(out)["verdict"]["before_cause"] == "data_loading"
-    assert x == diff(analyze(before_path), analyze(after_path))
+    # The runs are named as the user gave them: the saved file, the trace.
+    names = ("before-diagnosis.json", "after.json")
+    assert x == diff(analyze(before_path), analyze(after_path), names=names)
 
 
 def test_a_saved_diff_is_not_taken_for_a_diagnosis(tmp_path: Path, fixed: DiagnosisDiff) -> None:
@@ -816,3 +818,49 @@ def test_cli_check_bad_memory_flags_exit_2(
     code, _, err = run_cli(["check", str(after_path), "--max-peak-memory-share", "120%"], capsys)
     assert code == 2
     assert "must be a share from 0 to 1" in err
+
+
+@pytest.mark.parametrize("flag", ["--max-idle", "--min-mfu", "--max-exposed-comm"])
+@pytest.mark.parametrize("value", ["150%", "1.5"])
+def test_check_refuses_a_share_of_the_step_above_the_whole(
+    flag: str, value: str, after_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Idle can never exceed 150% of the step (nor MFU reach it): such a bound says nothing,
+    so it is bad input, not "all 1 bounds hold"."""
+    code, out, err = run_cli(["check", str(after_path), flag, value], capsys)
+    assert (code, out) == (2, "")
+    assert f"argument {flag}: must be a share from 0 to 1: '{value}'" in err
+    assert err.count("\n") == 1
+
+
+def test_check_refuses_a_share_above_the_whole_in_config_and_from_python(
+    after_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "pyproject.toml"
+    file.write_text('[tool.wallfinder.check]\nmax-idle = "150%"\n')
+    code, out, err = run_cli(["check", str(after_path), "--config", str(file)], capsys)
+    assert (code, out) == (2, "")
+    assert "max-idle: must be a share from 0 to 1" in err
+    with pytest.raises(WallfinderError, match=r"max_idle must be a share from 0 to 1: 1\.5"):
+        Bounds(max_idle=1.5)
+    with pytest.raises(WallfinderError, match="max_regression must be ≥ 0"):
+        Bounds(max_regression=-0.1)
+    assert Bounds(max_regression=1.5).given() == ["max_regression"]  # a 2.5x step: allowed
+
+
+def test_check_warns_in_one_line_when_the_baseline_ran_on_another_gpu(
+    before_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = loader_bound()
+    other.device_name = "NVIDIA A100-SXM4-80GB"
+    a100 = other.write(tmp_path / "a100.json")
+    args = ["check", str(before_path), "--baseline", str(a100), "--max-regression", "5%"]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0
+    assert out.startswith("all 1 bounds hold")
+    assert err == (
+        "wallfinder: warning: the baseline ran on NVIDIA A100-SXM4-80GB and this run on "
+        "NVIDIA H100 80GB HBM3: the step times compare different hardware\n"
+    )
+    same = ["check", str(before_path), "--baseline", str(before_path), "--max-regression", "5%"]
+    assert run_cli(same, capsys)[2] == ""

@@ -11,8 +11,9 @@ import msgspec
 import pytest
 from test_report_and_cli import run_cli
 
-from tracegen import phased_training_trace
+from tracegen import phased_training_trace, training_trace
 from wallfinder import Diagnosis, analyze
+from wallfinder.analysis import TOP_ROWS
 from wallfinder.report.export import PARQUET_MISSING, export_tables, tables
 
 US = 1e-6
@@ -152,3 +153,24 @@ def test_an_unwritable_export_folder_is_one_line_and_exit_2(
     assert err.count("\n") == 1
     assert err.startswith("wallfinder: error: ")
     assert "cannot write the tables" in err
+
+
+def test_the_kernel_table_is_every_kernel_not_the_top_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Twenty kernels, more than the report's top rows: the export has all twenty, their
+    shares summing to the whole, in the diagnosis's order (its top rows, then the rest)."""
+    names = tuple(f"kernel_{i:02d}" for i in range(TOP_ROWS + 5))
+    trace = training_trace(3, kernels=names).write(tmp_path / "t.json")
+    folder = tmp_path / "tables"
+    code, out, _ = run_cli(
+        ["analyze", str(trace), "--format", "json", "--export", str(folder)], capsys
+    )
+    assert code == 0
+    d = Diagnosis.from_json(out)
+    d.self_check()
+    assert len(d.kernels) == TOP_ROWS
+    rows = read_csv(folder / "kernels.csv")
+    assert sorted(r["name"] for r in rows) == sorted(names)
+    assert [r["name"] for r in rows] == [k.name for k in d.kernels + d.more_kernels]
+    assert sum(float(r["share"]) for r in rows) == pytest.approx(1.0)

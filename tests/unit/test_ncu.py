@@ -12,6 +12,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -320,10 +321,21 @@ def test_kernel_names_of_ncu_and_the_profiler_normalise_alike() -> None:
     assert base_name("_ZN12_GLOBAL__N_17softmaxEv") == "anon::softmax"
 
 
+SAME_DEVICE = "NVIDIA A100-SXM4-80GB"
+"""The device of `details_page` (compute capability 8.0)."""
+
+
+def same_program(device: str = SAME_DEVICE) -> TraceBuilder:
+    """A trace of the program `details_page` profiled: its three kernels, in its launch order,
+    on its device."""
+    builder = TraceBuilder(device_name=device)
+    return training_trace(4, kernels=(GEMM, ADD, SOFTMAX_TRACE), builder=builder)
+
+
 def matching_trace(tmp_path: Path) -> Diagnosis:
     """A trace of the same program as the export: the same three kernels."""
     path = tmp_path / "trace.json"
-    path.write_bytes(training_trace(4, kernels=(GEMM, ADD, SOFTMAX_TRACE)).to_bytes())
+    path.write_bytes(same_program().to_bytes())
     return analyze(path)
 
 
@@ -356,7 +368,7 @@ def test_analyze_with_counters_adds_them_to_the_diagnosis(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     trace = tmp_path / "trace.json"
-    trace.write_bytes(training_trace(4, kernels=(GEMM, ADD, SOFTMAX_TRACE)).to_bytes())
+    trace.write_bytes(same_program().to_bytes())
     export = write(tmp_path, details_page())
     assert main(["analyze", str(trace), "--counters", str(export), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -665,6 +677,7 @@ def test_a_refuted_bound_flips_the_fourth_question_and_says_which_kernels_moved(
     below = next(f for f in d.findings if f.id == "matmul-below-roof")
     assert "at 30% of roof (latency-bound by counters)" in below.evidence
     assert d.counters is not None
+    assert d.counters.mismatch is None  # joined by grid: the same program
     assert [(c.status, c.estimated_bound, c.counter_bound) for c in d.counters.checks] == [
         ("refuted", "compute", "latency")
     ]
@@ -700,6 +713,7 @@ def test_launches_pair_by_grid_before_name_and_in_launch_order(tmp_path: Path) -
     text = export.read_text().replace('"Grid Size"', '"Something"')
     d = analyze(trace, Options(counters=write(tmp_path, text)))
     assert d.counters is not None
+    assert d.counters.mismatch is None  # the launches follow each other as the kernels do
     assert d.counters.checks[0].matched_by == "name"
     assert d.roofline is not None
     assert d.roofline.latency_bound_share == pytest.approx(0.5)
@@ -783,3 +797,66 @@ def test_counters_with_a_trace_joins_launch_by_launch_as_analyze_does(
     doc = json.loads(capsys.readouterr().out)
     assert [(c["matched_by"], c["launches"]) for c in doc["checks"]] == [("name and grid", 2)]
     assert any("place these kernels by their counters" in n for n in doc["notes"])
+
+
+def test_an_export_of_another_program_joined_by_name_alone_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mm kernel's name is in both, but the profiled launch ran a 64-block grid where
+    every kernel of the trace runs 108: nothing shows the export is this program, so it is
+    said not to match and the diagnosis is the one without counters (the fourth question
+    stays yes; before, the name alone flipped it)."""
+    trace = _mm_trace(tmp_path, [108])
+    export = _mm_export(tmp_path, [(64, 30.0, 20.0)])
+    d = analyze(trace, Options(counters=export))
+    d.self_check()
+    assert d.counters is not None
+    assert d.counters.mismatch is not None
+    assert "the export does not match this trace" in d.counters.mismatch
+    assert "of its 1 profiled launches, 0 join" in d.counters.mismatch
+    assert (d.counters.checks, d.counters.findings) == ([], [])
+    assert d.counters.unmatched_kernels == [MM_KERNEL]
+    assert d.counters.unmatched_launches == 1
+    assert d.counters.collect  # how to collect this program's own counters
+    assert msgspec.structs.replace(d, counters=None) == analyze(trace)
+    assert d.verdict.questions[3].answer == "yes"
+    assert main(["analyze", str(trace), "--counters", str(export)]) == 0
+    text = capsys.readouterr().out
+    assert "the export does not match this trace" in text
+    assert "refuted" not in text
+    assert main(["analyze", str(trace), "--counters", str(export), "--format", "md"]) == 0
+    assert "the export does not match this trace" in capsys.readouterr().out
+
+
+def test_an_export_from_another_device_changes_nothing(tmp_path: Path) -> None:
+    """The same kernels in the same order, but the export ran on compute capability 8.0 and
+    the trace on an H100 (9.0): not the same program's counters, joined or saved."""
+    path = tmp_path / "trace.json"
+    path.write_bytes(same_program("NVIDIA H100 80GB HBM3").to_bytes())
+    export = write(tmp_path, details_page())
+    d = analyze(path, Options(counters=export))
+    assert d.counters is not None
+    assert d.counters.mismatch is not None
+    assert "compute capability 8.0 and the trace's device is 9.0" in d.counters.mismatch
+    assert d.counters.checks == []
+    assert msgspec.structs.replace(d, counters=None) == analyze(path)
+    saved = analyze_counters(export, diagnosis=analyze(path))
+    assert saved.mismatch == d.counters.mismatch
+    assert (saved.checks, saved.findings) == ([], [])
+    # The export's own CC column is read; older releases have none.
+    assert {x.capability for x in load_ncu(export).launches} == {"8.0"}
+    old = load_ncu(write(tmp_path, details_page(old=True), "old.csv"))
+    assert {x.capability for x in old.launches} == {None}
+
+
+def test_the_same_program_on_its_device_still_joins(tmp_path: Path) -> None:
+    """`details_page` beside its own program on its A100: joined by launch order (two of its
+    three launches carry no grid), the estimates confirmed and refuted."""
+    path = tmp_path / "trace.json"
+    path.write_bytes(same_program().to_bytes())
+    d = analyze(path, Options(counters=write(tmp_path, details_page())))
+    assert d.counters is not None
+    assert d.counters.mismatch is None
+    assert {c.status for c in d.counters.checks} == {"confirmed", "refuted", "no estimate"}
+    assert d.roofline is not None
+    assert d.roofline.by_counters  # the refuted softmax is placed by its counters

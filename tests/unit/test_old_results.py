@@ -47,18 +47,22 @@ _COUNTED = ("estimated_bound", "bound_basis", "fits_l2", "pct_of_l2_roof")
 """What hardware counters added to a kernel and an op row (additive)."""
 _REPLAY = ("gain_basis", "replay_speedup", "wall_after")
 """The fields a finding's replayed gain added (additive: /2 files without them still load)."""
+_REACH = ("reach",)
+"""What a finding's reachable part of the step added (additive)."""
 
 
 def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     """A /2 JSON form as /1 wrote it: the findings, breakdown, verdict, blocks and leak sites
     without the fields /2 added (the memory model's blocks and leaks are shared with the
     snapshot's report)."""
-    replay = _REPLAY
+    replay = (*_REPLAY, *_REACH)
     memory_only = ("wall", "share", "max_speedup", "saves", *replay)
     skip = ("trace_format", "counters", "critical_path", "phases", "modules", "not_computed")
+    skip += ("more_kernels",)  # the kernel table past the top rows: kept from /2 on
     out = {k: v for k, v in d.items() if k not in skip}
     out["schema"] = "wallfinder.diagnosis/1"
-    out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k != "graph_replayed"}
+    added = ("graph_replayed", "comm_hidden")
+    out["breakdown"] = {k: v for k, v in d["breakdown"].items() if k not in added}
     out["verdict"] = {k: v for k, v in d["verdict"].items() if k != "thin_evidence"}
     if d.get("roofline"):
         out["roofline"] = _without([d["roofline"]], _ROOFLINE_V2)[0]
@@ -192,7 +196,7 @@ def test_a_v1_memory_report_loads_as_v2() -> None:
     assert [s.category for s in r.leaks] == ["other"]
     again = msgspec.json.decode(r.to_json())
     for f in again["findings"]:
-        for key in ("wall", "share", "max_speedup", "saves", *_REPLAY):
+        for key in ("wall", "share", "max_speedup", "saves", *_REPLAY, *_REACH):
             del f[key]
     assert _memory_as_v1({**again, "schema": "wallfinder.memory/1"}) == json.loads(text)
 
@@ -216,7 +220,7 @@ def _memory_as_v1(d: dict[str, Any]) -> dict[str, Any]:
         "devices": [{**x, "categories": v1(x["categories"])} for x in d["devices"]],
         "peaks": [
             {**p, "categories": v1(p["categories"]), "sites": v1_rows(p["sites"], ())}
-            for p in d["peaks"]
+            for p in _without(d["peaks"], ("time_s",))
         ],
         "sites": v1_rows(d["sites"], ()),
         "largest": v1_rows(d["largest"], ("op", "step", "phase")),

@@ -243,10 +243,12 @@ def test_reports_show_the_phase_bar_and_the_module_table(tmp_path: Path) -> None
     assert "Time per module" in html
     (icicle,) = figures_of(html)["plot-modules"]["data"]
     assert icicle["type"] == "icicle"
-    assert icicle["ids"] == ["Net_0", "Net_0/Block_*", "Net_0/Block_*/Linear_*"]
-    assert icicle["parents"] == ["", "Net_0", "Net_0/Block_*"]
+    # Under the root (all the device time) the time in no module, then the modules.
+    root = icicle["ids"][0]
+    assert icicle["ids"][2:] == ["Net_0", "Net_0/Block_*", "Net_0/Block_*/Linear_*"]
+    assert icicle["parents"] == ["", root, root, "Net_0", "Net_0/Block_*"]
     # Each module's own time beside its children (remainder branches): all in the Linears.
-    assert icicle["values"] == pytest.approx([0.0, 0.0, 0.55])
+    assert icicle["values"] == pytest.approx([0.0, 0.07, 0.0, 0.0, 0.55])
 
 
 def test_real_trace_phases_match_a_hand_count() -> None:

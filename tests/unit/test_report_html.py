@@ -18,7 +18,7 @@ import msgspec
 import pytest
 from markdown_it import MarkdownIt
 
-from tracegen import NASTY_NAME, TraceBuilder, training_trace
+from tracegen import NASTY_NAME, TraceBuilder, phased_training_trace, training_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.cli import main
 from wallfinder.diagnosis import FusionCandidate, OpRoofRow, RankSummary, Spike
@@ -579,3 +579,24 @@ def test_trace_metadata_that_no_figure_needs_is_in_no_output(
         assert main(["analyze", str(trace), "--format", fmt]) == 0
         out = capsys.readouterr().out
         assert secret not in out, fmt
+
+
+def test_module_icicle_root_is_all_the_time_so_a_lone_module_keeps_its_share(
+    tmp_path: Path,
+) -> None:
+    # One module with 550 of the step's 620 µs of device time, as hta/v100_2rank_test_rank0
+    # has one (DistributedDataParallel.forward, 4.4% of its device time): an icicle's root is
+    # its whole box, so the module must not be the root.
+    d = analyze(phased_training_trace(4).write(tmp_path / "t.json"))
+    assert d.modules is not None
+    (icicle,) = figures_of(render_html(d))["plot-modules"]["data"]
+    by_id = dict(zip(icicle["ids"], icicle["parents"], strict=True))
+    roots = [i for i, parent in by_id.items() if parent == ""]
+    assert len(roots) == 1
+    (root,) = roots
+    assert icicle["labels"][icicle["ids"].index(root)] == "all device time per step"
+    assert by_id["Net_0"] == root
+    none = icicle["labels"].index("in no module")
+    assert icicle["parents"][none] == root
+    assert icicle["values"][none] == pytest.approx(d.modules.unattributed_s * 1e3)
+    assert d.modules.unattributed_s * 1e3 == pytest.approx(0.07)

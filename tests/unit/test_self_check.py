@@ -9,7 +9,7 @@ import pytest
 
 from tracegen import training_trace
 from wallfinder import Diagnosis, analyze
-from wallfinder.diagnosis import Finding
+from wallfinder.diagnosis import Finding, FusionCandidate
 
 
 @pytest.fixture
@@ -51,3 +51,69 @@ def test_steps_out_of_order_are_named(good: Diagnosis) -> None:
     steps = msgspec.structs.replace(good.steps, min_s=good.steps.max_s * 2)
     broken = msgspec.structs.replace(good, steps=steps)
     assert any(v.startswith("steps: min") for v in broken.violations())
+
+
+def test_a_communication_bound_beyond_the_compute_it_could_hide_behind_is_named(
+    good: Diagnosis,
+) -> None:
+    # 30% of the step in exposed communication, but only 10% of compute to hide it behind
+    # (5% of it already beside a collective): hiding can take 5% of the step, 1.05x.
+    b = msgspec.structs.replace(
+        good.breakdown, compute=0.1, comm_exposed=0.3, comm_hidden=0.05, idle=0.6
+    )
+    claims = Finding(
+        id="exposed-comm",
+        wall="overhead",
+        title="t",
+        share=0.3,
+        max_speedup=1 / 0.7,
+        evidence="e",
+        fix="f",
+    )
+    reachable = msgspec.structs.replace(claims, max_speedup=1 / 0.95, reach=0.05)
+    broken = msgspec.structs.replace(good, breakdown=b, findings=[claims])
+    assert any(
+        v.startswith("finding exposed-comm: bound") and "could hide behind" in v
+        for v in broken.violations()
+    )
+    kept = msgspec.structs.replace(good, breakdown=b, findings=[reachable])
+    assert not any(v.startswith("finding exposed-comm") for v in kept.violations())
+
+
+def test_a_bound_beyond_its_findings_reach_is_named(good: Diagnosis) -> None:
+    f = Finding(
+        id="x",
+        wall="overhead",
+        title="t",
+        share=0.3,
+        max_speedup=1 / 0.7,
+        evidence="e",
+        fix="f",
+        reach=0.1,
+    )
+    beyond = msgspec.structs.replace(f, id="y", reach=0.4)
+    problems = msgspec.structs.replace(good, findings=[f, beyond]).violations()
+    assert any(v.startswith("finding x: bound") and "its reach" in v for v in problems)
+    assert any(v.startswith("finding y: reach 0.4 outside") for v in problems)
+
+
+def test_a_fused_chain_faster_than_its_roofline_time_is_named(good: Diagnosis) -> None:
+    bandwidth = good.device.mem_bandwidth
+    assert bandwidth
+    # Its fused bytes take 1 ms at the device's bandwidth; the saving leaves it 0.5 ms.
+    chain = FusionCandidate(
+        kernels=["a", "b"],
+        ops=[],
+        occurrences_per_step=1.0,
+        time_s=1.5e-3,
+        bytes_unfused=2 * bandwidth * 1e-3,
+        bytes_fused_at_least=bandwidth * 1e-3,
+        max_saving_s=1e-3,
+        basis="bytes",
+    )
+    problems = msgspec.structs.replace(good, fusion=[chain]).violations()
+    assert any("under its roofline time" in v for v in problems)
+    at_roof = msgspec.structs.replace(chain, max_saving_s=0.5e-3)
+    assert not any(
+        "roofline" in v for v in msgspec.structs.replace(good, fusion=[at_roof]).violations()
+    )

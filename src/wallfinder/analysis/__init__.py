@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
@@ -25,6 +26,7 @@ from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
     CLASSES,
     IDLE_CAUSES,
+    SYNC_RUNTIME,
     DeviceOps,
     WindowBreakdown,
     breakdown,
@@ -91,10 +93,19 @@ from wallfinder.diagnosis import (
     Steps,
     StepTimeline,
     TraceMarks,
+    Verdict,
 )
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, cpu_spec
-from wallfinder.trace import Events, Kind, NcuExport, Trace, release_free_memory, thread_key
+from wallfinder.trace import (
+    Events,
+    Kind,
+    NcuExport,
+    Trace,
+    release_free_memory,
+    thread_codes,
+    thread_key,
+)
 
 __all__ = [
     "JobThresholds",
@@ -178,9 +189,16 @@ def _diagnosed(
     dropped = dropped_steps(spans, durations)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    if not kept.any():
+        raise WallfinderError(
+            f"{trace.source}: no step lasts any time (zero-length events, or device work "
+            "that ends before its step begins)"
+        )
     views = Views()
     placement = (
-        views.compute("counters", lambda: place_counters(trace, dev, counters, thresholds))
+        views.compute(
+            "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
+        )
         if counters is not None and dev is not None
         else None
     )
@@ -194,7 +212,8 @@ def _diagnosed(
         device.spec,
         thresholds,
         model or ModelFlops(),
-        placement,
+        # Counters of another program change nothing (`place_counters` says why).
+        placement if placement is not None and placement.mismatch is None else None,
         views,
     )
     spikes = find_spikes(scope, wb)
@@ -204,10 +223,20 @@ def _diagnosed(
     release_free_memory()
     memory = views.compute("memory", lambda: memory_profile(scope, *parts.capacity))
     release_free_memory()
+    estimate = (parts.device.spec_source or "").startswith("estimate")
+    typical = decide(
+        steps, parts.breakdown, parts.classes, thresholds, parts.roofline, roof_estimate=estimate
+    )
     replayed = views.compute(
         "critical path",
         lambda: critical_path(
-            scope, parts.fusion, parts.roofline, changes, parts.timeline, graph=parts.graph
+            scope,
+            parts.fusion,
+            parts.roofline,
+            changes,
+            parts.timeline,
+            graph=parts.graph,
+            cause=typical.cause,
         ),
     )
     path, whatif = replayed if replayed is not None else (None, None)
@@ -222,9 +251,11 @@ def _diagnosed(
         memory,
         whatif,
         parts.attribution,
+        parts.main_thread,
     )
     diagnosis = _result(
         trace,
+        typical,
         parts.device,
         steps,
         parts.breakdown,
@@ -232,6 +263,7 @@ def _diagnosed(
         thresholds,
         warnings + parts.warnings,
         kernels=parts.kernels,
+        more_kernels=parts.more_kernels,
         cpu=parts.cpu,
         roofline=parts.roofline,
         mfu=parts.mfu,
@@ -291,6 +323,7 @@ class _Parts:
     warnings: list[str]
     capacity: tuple[int | None, str | None] = (None, None)
     kernels: list[KernelRow] = field(default_factory=list)
+    more_kernels: list[KernelRow] = field(default_factory=list)
     fusion: list[FusionCandidate] = field(default_factory=list)
     timeline: StepTimeline | None = None
     cpu: CpuActivity | None = None
@@ -299,6 +332,8 @@ class _Parts:
     graph: StepGraph | None = None
     """The step's dependency graph when the device model builds its own (the CPU's); None:
     built from the device's ops."""
+    main_thread: int | None = None
+    """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
 
 
 class _DeviceModel(Protocol):
@@ -346,7 +381,7 @@ class _Gpu:
         launcher, by_time = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
         costed = cost_device_ops(scope, launcher)
         placed = place(scope, costed)
-        kernels, classes = _kernel_tables(scope, kernel_costs(scope, costed), placed)
+        every_kernel, classes = _kernel_tables(scope, kernel_costs(scope, costed), placed)
         warnings = []
         if spec is None:
             warnings.append(
@@ -380,7 +415,8 @@ class _Gpu:
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
-            kernels=kernels,
+            kernels=every_kernel[:TOP_ROWS],
+            more_kernels=every_kernel[TOP_ROWS:],
             fusion=fusion,
             timeline=timeline,
             attribution=scope.views.compute(
@@ -391,6 +427,7 @@ class _Gpu:
 
 def _result(
     trace: Trace,
+    typical: Verdict,
     device: Device,
     steps: Steps,
     bd: Breakdown,
@@ -399,6 +436,7 @@ def _result(
     warnings: list[str],
     *,
     kernels: list[KernelRow] | None = None,
+    more_kernels: list[KernelRow] | None = None,
     cpu: CpuActivity | None = None,
     roofline: Roofline | None = None,
     mfu: Mfu | None = None,
@@ -409,8 +447,8 @@ def _result(
     critical_path: CriticalPath | None = None,
     attribution: Attribution | None = None,
 ) -> Diagnosis:
-    estimate = (device.spec_source or "").startswith("estimate")
-    typical = decide(steps, bd, classes, thresholds, roofline, roof_estimate=estimate)
+    """The Diagnosis of a rank from its analyses and `typical`, the wall of its typical
+    step (`decide`)."""
     findings = find(facts, typical.wall) if facts is not None else []
     verdict, findings = headline(typical, steps, findings, bd)
     thin = thin_evidence(
@@ -445,6 +483,7 @@ def _result(
         verdict=verdict,
         findings=findings,
         kernels=kernels or [],
+        more_kernels=more_kernels or [],
         classes=classes,
         cpu=cpu,
         roofline=roofline,
@@ -576,6 +615,7 @@ def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
         comm_exposed=share(wb.comm_exposed),
         copy_exposed=share(wb.copy_exposed),
         idle=share(wb.idle),
+        comm_hidden=share(wb.comm_hidden),
         idle_causes={k: share(v) for k, v in wb.idle_causes.items()},
         per_step_ms={
             "step": float(length[kept].sum()) * ms,
@@ -591,19 +631,25 @@ def _breakdown(scope: Scope, wb: WindowBreakdown, basis: Basis) -> Breakdown:
 def _kernel_tables(
     scope: Scope, costs: dict[int, KernelCost], placed: Placement
 ) -> tuple[list[KernelRow], list[ClassShare]]:
-    """Top kernels by GPU time and time per class, over the steady-state steps; kernels whose
-    ops have a cost model get FLOPs, bytes and their place on the roofline."""
+    """Every kernel by GPU time (the diagnosis keeps the top `TOP_ROWS` as its kernels, the
+    rest for the exported table) and time per class, over the steady-state steps; kernels
+    whose ops have a cost model get FLOPs, bytes and their place on the roofline."""
     trace, dev, inside, spec = scope.trace, scope.gpu, scope.inside, scope.spec
     ops = dev.ops
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
     total = float(dur.sum()) or 1.0
     class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
+    # Every class with a kernel in the table has its row, even at 0 s: kernels that short are
+    # recorded as 0 µs (a trace of whole microseconds). With no kernel time at all there are
+    # no shares to split: no class table.
+    class_count = np.bincount(cls, minlength=len(CLASSES))
+    timed = bool(dur.sum() > 0)
     classes = [
         ClassShare(
             cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total
         )
         for i, c in enumerate(CLASSES)
-        if class_time[i] > 0
+        if timed and class_count[i] > 0
     ]
     classes.sort(key=lambda c: -c.time_s)
     uniq, inverse = np.unique(names, return_inverse=True)
@@ -612,7 +658,13 @@ def _kernel_tables(
     first_cls = np.zeros(uniq.size, dtype=np.int8)
     first_cls[inverse] = cls
     rows = []
-    for i in np.argsort(-time)[:TOP_ROWS].tolist():
+    # Only the names the counters re-placed need `_counted`'s scan of every op.
+    moved = (
+        set(np.unique(names[placed.by_counters[inside]]).tolist())
+        if scope.counters is not None
+        else set()
+    )
+    for i in np.argsort(-time).tolist():
         code = int(uniq[i])
         kc = CLASSES[int(first_cls[i])]
         row = KernelRow(
@@ -622,7 +674,8 @@ def _kernel_tables(
             time_s=float(time[i]) * NS,
             share=float(time[i]) / total,
         )
-        rows.append(_counted(kernel_roof(row, kc, costs.get(code), spec), code, scope, placed))
+        row = kernel_roof(row, kc, costs.get(code), spec)
+        rows.append(_counted(row, code, scope, placed) if code in moved else row)
     return rows, classes
 
 
@@ -661,24 +714,29 @@ class _Cpu:
         # The main thread's rows alone are copied (the host's are most of a trace's rows).
         kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
         pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
-        if pid.size == 0:
-            kinds = (Kind.RUNTIME, Kind.OTHER)
-            pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
+        # Without them, the runtime calls; only then the rest (the profiler's own spans,
+        # which would otherwise make their thread the main one and their time the step's).
+        for fallback in ((Kind.RUNTIME,), (Kind.RUNTIME, Kind.OTHER)):
+            if pid.size == 0:
+                kinds = fallback
+                pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
         if pid.size == 0:
             raise WallfinderError(
                 f"{trace.source}: no device kernels and no CPU activity to analyse"
             )
         self.trace = trace
         self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
-        self.mine = trace.on_thread(kinds, _main_thread(trace, thread_key(pid, tid), name, dur))
+        self.main = main = _main_thread(trace, thread_key(pid, tid), name, dur)
+        self.mine = trace.on_thread(kinds, main)
         self.category, self.dispatch = _cpu_categories(trace, self.mine)
-        self.tiny = self.python = np.zeros(0, dtype=np.int64)
+        self.beside = _collectives_beside(trace, main)
+        self.tiny = self.python = self.waited = np.zeros(0, dtype=np.int64)
 
     def windows(self, spans: StepSpans) -> tuple[I64, I64]:
         return spans.cpu_start, spans.cpu_end
 
     def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        mine, category = self.mine, self.category
+        mine, category, beside = self.mine, self.category, self.beside
         cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
         upto = [c.covered(start, end) for c in cov]
         data, comm = upto[0], upto[1] - upto[0]
@@ -686,14 +744,34 @@ class _Cpu:
         # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
         self.tiny = upto[3] - upto[2]
         self.python = upto[4] - upto[3]
-        untraced = (end - start) - upto[4]
+        # The collectives on the main thread's other threads count where it records nothing
+        # of its own (it waits for them there, as far as the trace shows); beside its ops
+        # they are hidden, as a GPU's communication beside compute is.
+        outer = Coverage.union(cov[4], beside)
+        with_beside = [Coverage.union(cov[k], beside).covered(start, end) for k in (1, 2, 4)]
+        waited = self.waited = with_beside[2] - upto[4]
+        hidden = ops - (with_beside[1] - with_beside[0])
+        untraced = (end - start) - upto[4] - waited
+        # Where the thread only waits (a device sync; a blocking queue get, poll or sleep in
+        # Python), it does no work: that time is not host overhead, whatever frame holds it.
+        # Each wait's time under Python frames, and outside every recorded frame.
+        blocked = {}
+        for cause, code in (("synchronization", _CPU_SYNC), ("other", _CPU_WAIT)):
+            rows = category == code
+            w = Coverage.of(mine.ts[rows], mine.end[rows])
+            under_python = _outside(cov[3], w, start, end) - _outside(cov[4], w, start, end)
+            alone = _outside(outer, w, start, end)
+            self.python = self.python - under_python
+            untraced = untraced - alone
+            blocked[cause] = under_python + alone
         zeros = np.zeros(start.size, dtype=np.int64)
         causes = {k: np.zeros(start.size) for k in IDLE_CAUSES}
         causes["data_loading"] = data.astype(np.float64)
         causes["host_overhead"] = (self.tiny + self.python).astype(np.float64)
-        causes["other"] = untraced.astype(np.float64)
-        idle = data + self.tiny + self.python + untraced
-        return WindowBreakdown(start, end, ops, comm, zeros, idle, causes)
+        causes["synchronization"] = blocked["synchronization"].astype(np.float64)
+        causes["other"] = (untraced + blocked["other"]).astype(np.float64)
+        idle = data + self.tiny + self.python + untraced + sum(blocked.values())
+        return WindowBreakdown(start, end, ops, comm + waited, zeros, idle, causes, hidden)
 
     def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
         trace, spec, mine, kept = self.trace, self.spec, self.mine, scope.kept
@@ -705,6 +783,7 @@ class _Cpu:
             bd,
             tiny=float(self.tiny[kept].sum()) / total,
             python=float(self.python[kept].sum()) / total,
+            waited=float(self.waited[kept].sum()) / total,
         )
         runtime = trace.of_kind(Kind.RUNTIME)
         cpu_ops = mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP))
@@ -745,8 +824,10 @@ class _Cpu:
                 "phases", lambda: attribute(scope, host_work(scope, cpu_ops))
             ),
             graph=scope.views.compute(
-                "critical path", lambda: cpu_graph(scope, mine, self.category, self.dispatch)
+                "critical path",
+                lambda: cpu_graph(scope, mine, self.category, self.dispatch, self.beside),
             ),
+            main_thread=self.main,
         )
 
 
@@ -760,14 +841,51 @@ def _main_thread(trace: Trace, keys: I64, names: npt.NDArray[np.int32], dur: I64
     return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
 
 
+def _collectives_beside(trace: Trace, main: int) -> Coverage:
+    """The collectives (ops and ranges the communication patterns name, e.g.
+    `gloo:all_reduce`) on the other threads of the main thread's (`thread_key`) process: the
+    threads a step's collectives run on (gloo's work threads, the autograd engine's), which
+    the main thread waits for before its next step."""
+    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    if codes.size == 0:
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    rows = trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
+    pid, _ = thread_codes(main)
+    rows = rows.take(np.flatnonzero((rows.pid == pid) & (rows.thread != main)))
+    return Coverage.of(rows.ts, rows.end)
+
+
+_CPU_SYNC, _CPU_WAIT = 5, 6
+"""The CPU model's categories of a thread that waits: a device synchronisation, a blocking
+Python call (outside the cumulative categories 0-4, so no work covers their time)."""
+
+_BLOCKING_CALL = re.compile(
+    r"^<built-in (?:method|function) (?:get|acquire|poll|select|sleep|wait|recv|"
+    r"recv_multipart|recv_into|epoll_wait|control)\b"
+)
+"""A Python frame of a call that blocks its thread until something else happens: a queue's
+`get`, a lock's `acquire`, `select`/`poll`/`epoll`/`kqueue.control`, `sleep`, a socket's
+`recv` (an idle worker, an event loop with nothing to do, a client waiting on its server)."""
+
+
+def _outside(c: Coverage, w: Coverage, start: I64, end: I64) -> I64:
+    """Per window, the time `w` covers outside `c`."""
+    return Coverage.union(c, w).covered(start, end) - c.covered(start, end)
+
+
 def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
     """0 data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python/annotations,
-    9 step markers; and the dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
+    5 device synchronisation, 6 a blocking Python call, 9 step markers; and the
+    dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
     table = np.full(len(trace.strings), 4, dtype=np.int8)
     for code in np.unique(events.name).tolist():
         name = trace.strings[code]
         if name.startswith("ProfilerStep#"):
             table[code] = 9
+        elif name in SYNC_RUNTIME:
+            table[code] = _CPU_SYNC
+        elif _BLOCKING_CALL.match(name):
+            table[code] = _CPU_WAIT
         elif is_data_loading(name):
             table[code] = 0
         elif classify_op(name) is KernelClass.COMMUNICATION:
@@ -789,8 +907,10 @@ def _cpu_activity(
     *,
     tiny: float,
     python: float,
+    waited: float,
 ) -> tuple[CpuActivity, list[ClassShare]]:
-    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python."""
+    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python;
+    `waited`: in collectives on other threads, the main thread recording nothing."""
     trace, start, end = scope.trace, scope.window_start, scope.window_end
     ops = mine.take(np.flatnonzero((category >= 1) & (category <= 3)))
     ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
@@ -804,9 +924,14 @@ def _cpu_activity(
     by_class: dict[str, float] = {}
     for c, t in zip(op_cls, time.tolist(), strict=True):
         by_class[c] = by_class.get(c, 0.0) + t
-    classes = sorted(
-        (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
-        key=lambda c: -c.time_s,
+    # With no op time at all there are no shares to split (ops recorded as 0 µs): no table.
+    classes = (
+        sorted(
+            (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
+            key=lambda c: -c.time_s,
+        )
+        if dur.sum() > 0
+        else []
     )
     top = [
         OpRow(
@@ -820,9 +945,10 @@ def _cpu_activity(
     ]
     activity = CpuActivity(
         data_loading=bd.idle_causes["data_loading"],
-        ops=bd.compute + bd.comm_exposed + tiny,
+        ops=bd.compute + bd.comm_exposed - waited + tiny,
         python=python,
         untraced=bd.idle_causes["other"],
+        waiting_on_collectives=waited,
         op_time_by_class_s={c: t * NS / steps for c, t in by_class.items()},
         top_ops=top,
     )

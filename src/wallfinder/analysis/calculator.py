@@ -219,6 +219,18 @@ def _floor(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
     return max(flops / peak, nbytes / bandwidth)
 
 
+DEFAULT_DTYPE = "bf16"
+"""The dtype a calculation takes when none is named: what training runs in on the devices
+people train on today (said in the result's notes, `dtype_defaulted`)."""
+
+
+def dtype_defaulted(c: Calculation) -> Calculation:
+    """`c`, computed in `DEFAULT_DTYPE` because no dtype was named, saying so first in its
+    notes: every peak and byte count in it depends on that choice."""
+    note = f"no dtype named: {c.dtype} assumed (the default; --dtype names another)"
+    return msgspec.structs.replace(c, notes=[note, *c.notes])
+
+
 def calculate(
     spec: DeviceSpec,
     dtype: str,
@@ -231,7 +243,10 @@ def calculate(
     """The roofline of `flops` and `nbytes` on `spec` for `dtype`, as one kernel (with
     `fused_bytes`: the same work moving fewer bytes, and the time that saves)."""
     if not (math.isfinite(flops) and math.isfinite(nbytes)) or flops < 0 or nbytes < 0:
-        raise WallfinderError("FLOPs and bytes must be non-negative numbers")
+        raise WallfinderError(
+            f"FLOPs and bytes must be non-negative numbers, not {flops:g} FLOPs and "
+            f"{nbytes:g} bytes"
+        )
     if flops == 0 and nbytes == 0:
         raise WallfinderError("nothing to compute: FLOPs and bytes are both 0")
     peak = _peak(spec, dtype)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from wallfinder.analysis.diff import device_key
 from wallfinder.diagnosis import DeviceMemoryProfile, Diagnosis
 from wallfinder.errors import WallfinderError
 from wallfinder.units import pct, size
 
-__all__ = ["BoundCheck", "Bounds", "check"]
+__all__ = ["BoundCheck", "Bounds", "baseline_warning", "check"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,18 @@ class Bounds:
     max_peak_memory: int | None = None
     max_peak_memory_share: float | None = None
     no_memory_leak: bool | None = None
+
+    def __post_init__(self) -> None:
+        # A share above 1 always holds (idle ≤ 150%) or never does (MFU ≥ 150%): a gate that
+        # says nothing, so it is refused, as a negative bound is.
+        for name in ("min_mfu", "max_idle", "max_exposed_comm", "max_peak_memory_share"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise WallfinderError(f"{name} must be a share from 0 to 1: {value!r}")
+        for name in ("max_step_ms", "max_regression", "max_peak_memory"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise WallfinderError(f"{name} must be ≥ 0: {value!r}")
 
     def given(self) -> list[str]:
         """The names of the bounds that are set."""
@@ -93,6 +106,17 @@ def check(d: Diagnosis, bounds: Bounds, baseline: Diagnosis | None = None) -> li
         out.append(_line("--max-regression", growth <= bounds.max_regression, what, limit_text))
     out += _memory(d, bounds)
     return out
+
+
+def baseline_warning(d: Diagnosis, baseline: Diagnosis | None) -> str | None:
+    """One line when `baseline` ran on other hardware than `d` (a regression bound then
+    measures the change of device as much as the change of code), else None."""
+    if baseline is None or device_key(baseline) == device_key(d):
+        return None
+    return (
+        f"the baseline ran on {baseline.device.name or 'an unknown device'} and this run on "
+        f"{d.device.name or 'an unknown device'}: the step times compare different hardware"
+    )
 
 
 _NO_PROFILE = "no memory profile ([memory] events: profile with profile_memory=True)"

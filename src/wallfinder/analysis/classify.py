@@ -285,15 +285,26 @@ _OP_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
             "aten::index_select",
             "memcpy",
             "memset",
+            # FBGEMM's permutes of sparse features and pooled embeddings move data (a view's
+            # aten::permute never gets here: it is a metadata op).
+            "::permute_",
         ),
     ),
-    (KernelClass.ELEMENTWISE, ("aten::", "optimizer.step", "_foreach", "fused_")),
+    (
+        KernelClass.ELEMENTWISE,
+        # "embedding": FBGEMM's table lookups (`fbgemm::split_embedding_*`), gathers of rows
+        # bound by memory bandwidth, as aten::embedding is.
+        ("aten::", "optimizer.step", "_foreach", "fused_", "embedding"),
+    ),
 )
 
 
 def _match(text: str, rules: tuple[tuple[KernelClass, tuple[str, ...]], ...]) -> KernelClass:
-    # "convert" (Inductor's convert_element_type, vLLM's _typeConvert) is not a convolution.
-    lowered = text.lower().replace("convert", "")
+    # "convert" (Inductor's convert_element_type, vLLM's _typeConvert) is not a convolution,
+    # and "fbgemm" (TorchRec's embedding library, `fbgemm_gpu::`) is not a GEMM: its kernels
+    # gather embedding rows and permute sparse features; its own matmuls are CUTLASS kernels,
+    # named so.
+    lowered = text.lower().replace("convert", "").replace("fbgemm", "")
     for cls, needles in rules:
         if any(n in lowered for n in needles):
             return cls

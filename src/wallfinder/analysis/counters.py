@@ -29,6 +29,7 @@ from wallfinder.diagnosis import (
     Finding,
     KernelRow,
 )
+from wallfinder.hardware import DeviceSpec, match_device
 from wallfinder.trace import (
     Kind,
     NcuExport,
@@ -226,6 +227,10 @@ class CounterPlacement:
     pct: npt.NDArray[np.float64]
     kernels: list[CounterKernel]
     """Every profiled launch, classified."""
+    mismatch: str | None = None
+    """Why the export is not shown to be the trace's program (`_same_program`), where it is
+    not: then no kernel has a counted bound (`bound` is all 0) and the counters change
+    nothing."""
 
 
 def _counted_pct(k: CounterKernel) -> float:
@@ -237,7 +242,11 @@ def _counted_pct(k: CounterKernel) -> float:
 
 
 def place_counters(
-    trace: Trace, dev: DeviceOps, export: NcuExport, thresholds: Thresholds
+    trace: Trace,
+    dev: DeviceOps,
+    export: NcuExport,
+    thresholds: Thresholds,
+    spec: DeviceSpec | None = None,
 ) -> CounterPlacement:
     """Join the device's kernels to the export's launches and give each joined kernel the
     counters' bound. Per name tier (`_TIERS`), launches whose grid (blocks) agrees with the
@@ -246,7 +255,8 @@ def place_counters(
     pair in launch order, and kernels beyond the profiled launches (ncu profiled a sample:
     `--launch-skip`/`--launch-count`) cycle through them in order. By a part of the name (the
     base or function name), only a key that stands for one of the trace's kernel names
-    joins."""
+    joins. An export not shown to be the same program (`_same_program`: the device `spec`
+    runs or the trace names) gives no kernel a bound, and says why."""
     kernels = [classify(launch, thresholds) for launch in export.launches]
     ops = dev.ops
     n = len(ops)
@@ -296,7 +306,81 @@ def place_counters(
     bound[joined] = per_launch[launch_of[joined]] if len(kernels) else 0
     pct[joined] = counted[launch_of[joined]] if len(kernels) else np.nan
     pct[bound == 0] = np.nan
-    return CounterPlacement(launch_of, tier, bound, pct, kernels)
+    mismatch = _same_program(trace, spec, export, launch_of[rows], tier[rows], thresholds)
+    if mismatch is not None:
+        bound[:] = 0
+        pct[:] = np.nan
+    return CounterPlacement(launch_of, tier, bound, pct, kernels, mismatch)
+
+
+def _capability(text: str | None) -> str | None:
+    """A compute capability as "major.minor" ("8.0"), from the export's `CC` or a spec's
+    `arch`; None for anything else (an AMD target)."""
+    parts = (text or "").strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return f"{int(parts[0])}.{int(parts[1])}"
+
+
+def _trace_capability(trace: Trace | None, spec: DeviceSpec | None) -> str | None:
+    """The compute capability of the trace's device: its `deviceProperties`, else its spec's."""
+    for props in trace.device_properties if trace is not None else []:
+        major, minor = props.get("computeMajor"), props.get("computeMinor")
+        if isinstance(major, int) and isinstance(minor, int) and major > 0:
+            return f"{major}.{minor}"
+    return _capability(spec.arch) if spec is not None else None
+
+
+def _other_device(export: NcuExport, trace: Trace | None, spec: DeviceSpec | None) -> str | None:
+    """Why the export ran on another device than the trace, where the two say so: an AMD
+    device (Nsight Compute profiles NVIDIA GPUs only), or another compute capability."""
+    if spec is not None and spec.vendor == "amd":
+        return f"Nsight Compute profiles NVIDIA GPUs and the trace's device is {spec.name}"
+    theirs = sorted({c for x in export.launches if (c := _capability(x.capability))})
+    mine = _trace_capability(trace, spec)
+    if theirs and mine is not None and mine not in theirs:
+        return f"it ran on compute capability {', '.join(theirs)} and the trace's device is {mine}"
+    return None
+
+
+def _same_program(
+    trace: Trace,
+    spec: DeviceSpec | None,
+    export: NcuExport,
+    launch_of: npt.NDArray[np.int64],
+    tier: npt.NDArray[np.int8],
+    thresholds: Thresholds,
+) -> str | None:
+    """None when the export is shown to be the trace's program, else why not (one line).
+
+    Kernel names alone show nothing: every PyTorch program launches
+    `vectorized_elementwise_kernel` and `reduce_kernel`. Shown means the same device (where
+    both say theirs) and most profiled launches (`CounterThresholds.same_program`, by
+    invocations) joined by evidence a name does not carry: a kernel of the launch's grid and
+    block (a "... and grid" tier), or the launch order (a kernel joined to launch j followed
+    at once, on the device, by one joined to launch j + 1: ncu numbers launches as they
+    run). `launch_of` and `tier` are per kernel, in launch order."""
+    device = _other_device(export, trace, spec)
+    if device is not None:
+        return device
+    n = len(export.launches)
+    joined = np.zeros(n, dtype=bool)
+    shown = np.zeros(n, dtype=bool)
+    hit = launch_of >= 0
+    joined[launch_of[hit]] = True
+    shown[launch_of[hit & (tier % 2 == 0)]] = True  # even tiers pair by grid and block
+    follows = hit[:-1] & (launch_of[1:] == launch_of[:-1] + 1)
+    shown[launch_of[:-1][follows]] = True
+    shown[launch_of[1:][follows]] = True
+    weight = np.array([x.invocations for x in export.launches], dtype=np.float64)
+    total = float(weight.sum())
+    if total > 0 and float(weight[shown].sum()) / total > thresholds.counters.same_program:
+        return None
+    return (
+        f"of its {n} profiled launches, {int(shown.sum())} join the trace's kernels by launch "
+        f"size (grid and block) or launch order, {int(joined.sum())} by kernel name alone "
+        "(which any program may share)"
+    )
 
 
 _SIZES = np.int64(1) << np.int64(42)
@@ -532,7 +616,14 @@ def counter_report(
     unmatched_launches = 0
     findings: list[Finding] = []
     collect: list[str] = []
-    if diagnosis is not None:
+    mismatch = _mismatch(export, diagnosis, placed)
+    if diagnosis is not None and mismatch is not None:
+        # Nothing is joined: no estimate is confirmed or refuted, nothing is re-placed; what
+        # would collect the counters of this trace's own kernels is said instead.
+        unmatched = [row.name for row in diagnosis.kernels]
+        unmatched_launches = len(export.launches)
+        collect = collect_commands(diagnosis, th)
+    elif diagnosis is not None:
         rows = diagnosis.kernels
         matched = (
             _placed_match(rows, *placed) if placed is not None else _match(rows, export.launches)
@@ -551,6 +642,11 @@ def counter_report(
         if finding is not None:
             findings.append(finding)
         if placed is None:
+            notes.append(
+                "joined by kernel name alone (a saved diagnosis keeps no launch sizes or "
+                "order), so not shown to be the same program: give the trace to join launch "
+                "by launch"
+            )
             notes += _verdict_notes(diagnosis, checks)
         elif diagnosis.roofline is not None and diagnosis.roofline.by_counters:
             notes.append(
@@ -571,4 +667,24 @@ def counter_report(
         findings=findings,
         collect=collect,
         notes=notes,
+        mismatch=mismatch,
     )
+
+
+def _mismatch(
+    export: NcuExport,
+    diagnosis: Diagnosis | None,
+    placed: tuple[Trace, DeviceOps, CounterPlacement] | None,
+) -> str | None:
+    """Why the export is not the diagnosed program's, in a line, or None. A saved diagnosis
+    has no launch sizes or order to join by: only its device can show a mismatch."""
+    if diagnosis is None:
+        return None
+    if placed is not None:
+        why = placed[2].mismatch
+    else:
+        name = diagnosis.device.name
+        why = _other_device(export, None, match_device(name) if name else None)
+    if why is None:
+        return None
+    return f"the export does not match this trace: {why}; its counters change nothing"

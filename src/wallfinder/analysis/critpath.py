@@ -226,6 +226,19 @@ DEFAULT_CHANGES = (
     Change(matmul=0.8),
 )
 
+OVERLAP = Change(overlap=True)
+"""The what-if of the exposed-communication finding's fix: in the default table when exposed
+communication is the wall's cause (`default_changes`)."""
+
+
+def default_changes(cause: str, device_ops: bool) -> tuple[Change, ...]:
+    """The what-if table's rows when `--what-if` does not name them, for a step whose wall has
+    `cause`: with no device ops (the CPU as the device) there is nothing to sync, fuse,
+    re-time or overlap."""
+    if not device_ops:
+        return DEFAULT_CHANGES[:2]
+    return DEFAULT_CHANGES + ((OVERLAP,) if cause == "comm_exposed" else ())
+
 
 @dataclass(frozen=True, eq=False)
 class StepGraph:
@@ -289,8 +302,8 @@ class StepGraph:
     """Per op: the share of its time a matmul at 100% of roof would take (NaN: unknown)."""
     steps: int
     tail: int
-    """Host work after the last call, when the last step launched no device work (its window
-    ends with its CPU work); -1 otherwise."""
+    """Host work after the last call, when the last step launched no device work or is a
+    whole-trace window (either window ends with its CPU work); -1 otherwise."""
     measured_s: float
     """The measured mean step over the replayed range."""
     busy_s: float = 0.0
@@ -378,6 +391,9 @@ def build_graph(
     h_ts, h_dur, h_name, h_pid, h_tid = trace.columns_of_kinds(
         kinds, "ts", "dur", "name", "pid", "tid", overlapping=(t0, cpu_hi)
     )
+    # Where the host's own work in the range ends: a whole-trace window keeps it after the
+    # last kernel (`gpu_windows`), so its replay must too.
+    host_end = int((h_ts + h_dur).max(initial=t0))
     # Only the DataLoader's and the collectives' rows are read on (a few of them).
     category = _host_categories(trace, h_name)
     few = np.flatnonzero((category == 0) | (category == 2))
@@ -507,7 +523,12 @@ def build_graph(
     # A last step that launched no device work ends with its CPU work, as its window does.
     last_cpu = int(spans.cpu_start[last])
     launched_last = (call >= 0) & (c_ts[c] >= last_cpu)
-    tail = -1 if launched_last.any() else max(cpu_hi - int(c_end.max()), 0)
+    if spans.whole:
+        # Its window ends with the host's work when that outlasts the device's (frees, a
+        # final sync after the last kernel): as the window, the replay ends with the later.
+        tail = max(min(host_end, cpu_hi) - int(c_end.max()), 0)
+    else:
+        tail = -1 if launched_last.any() else max(cpu_hi - int(c_end.max()), 0)
     notes: tuple[str, ...] = ()
     if cut:
         notes = (
@@ -643,7 +664,11 @@ def _ended_before(o_ts: I64, o_end: I64, stream: I64) -> I64:
 
 
 def cpu_graph(
-    scope: Scope, mine: Events, category: npt.NDArray[np.int8], dispatch: Dispatch
+    scope: Scope,
+    mine: Events,
+    category: npt.NDArray[np.int8],
+    dispatch: Dispatch,
+    beside: Coverage | None = None,
 ) -> StepGraph | None:
     """The steady steps as a dependency graph when the CPU is the device (no device kernels):
     the main thread's top-level ops in order are the host chain's calls, each op's own time
@@ -655,7 +680,8 @@ def cpu_graph(
     `dispatch`: its split of their CPU ops. A host cut (`host:F`) divides the Python between
     the ops and each op's fixed cost per op, not its arithmetic: the fixed cost is measured
     from the dispatch-sized calls (their time over their ops), so an op tree of n ops keeps
-    all but n fixed costs of its time."""
+    all but n fixed costs of its time. `beside`: the collectives on the main thread's other
+    threads; the gaps they cover are host-side collectives too, which no host cut shortens."""
     if scope.count == 0:
         return None
     kept = np.flatnonzero(scope.kept)
@@ -667,6 +693,8 @@ def cpu_graph(
     not_op = mine.kind != Kind.CPU_OP
     data = Coverage.of(mine.ts[category == 0], mine.end[category == 0])
     comm = Coverage.of(mine.ts[(category == 1) & not_op], mine.end[(category == 1) & not_op])
+    if beside is not None:
+        comm = Coverage.union(comm, beside)
     length = np.maximum(end - ts, 1)
     in_data = data.covered(ts, ts + length) >= length
     pick = dispatch.top & (op_cat >= 1) & (op_cat <= 3) & (ts >= lo) & (ts < hi) & ~in_data
@@ -1488,6 +1516,11 @@ class WhatIf:
         )
 
 
+BOUND_CHANGES = {"exposed-comm": OVERLAP}
+"""The findings that keep their bound (see FINDING_CHANGES) and the what-if of their fix: a
+row of it is no faster than the bound says, which is what the fix can reach in principle
+(the replay above it is the graph's error)."""
+
 FINDING_CHANGES = {
     "data-loading": Change(data=True),
     "sync-in-step": Change(sync=True),
@@ -1500,7 +1533,8 @@ FINDING_CHANGES = {
 Amdahl bound assumes: its share gone). Exposed communication is not among them: the `overlap`
 what-if moves a collective only as far as the op it waited for, which gained nothing on any
 real trace tried (the collectives there wait for peers the graph does not hold), so the
-finding keeps its bound rather than a replayed 1.00x that would read as "nothing to gain"."""
+finding keeps its bound (what hiding can reach: the compute beside it) rather than a replayed
+1.00x that would read as "nothing to gain", and says what the replay gives."""
 
 
 def with_replay(whatif: WhatIf | None, finding: Finding, max_error: float) -> Finding:
@@ -1558,6 +1592,8 @@ def consistent_rows(rows: Sequence[WhatIfRow], findings: Sequence[Finding]) -> l
         (FINDING_CHANGES[f.id], f.id, f.replay_speedup, f.wall_after)
         for f in findings
         if f.id in FINDING_CHANGES and f.replay_speedup is not None
+    ] + [
+        (BOUND_CHANGES[f.id], f.id, f.max_speedup, None) for f in findings if f.id in BOUND_CHANGES
     ]
     out = []
     for r in rows:
@@ -1590,10 +1626,12 @@ def critical_path(
     changes: Sequence[Change] | None = None,
     timeline: StepTimeline | None = None,
     graph: StepGraph | None = None,
+    cause: str = "",
 ) -> tuple[CriticalPath | None, WhatIf | None]:
-    """The steady steps' critical path, the replay check and the what-if table (the default
-    changes, or `changes`); None when the graph cannot be built. `graph`: the graph a device
-    model built itself (the CPU's, `cpu_graph`); else it is built from the device's ops."""
+    """The steady steps' critical path, the replay check and the what-if table (`changes`, or
+    the default changes for a wall of `cause`); None when the graph cannot be built. `graph`:
+    the graph a device model built itself (the CPU's, `cpu_graph`); else it is built from
+    the device's ops."""
     centre = None
     if timeline is not None:
         centre = int(np.searchsorted(scope.start, _drawn_at(scope, timeline), "right")) - 1
@@ -1627,8 +1665,7 @@ def critical_path(
             "work sooner moves them with it"
         )
     if changes is None:
-        # With no device ops (the CPU as the device) there is nothing to sync, fuse or re-time.
-        changes = DEFAULT_CHANGES if g.dur.size else DEFAULT_CHANGES[:2]
+        changes = default_changes(cause, bool(g.dur.size))
     rows = [whatif.row(c) for c in changes]
     error = (whatif.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
     return (

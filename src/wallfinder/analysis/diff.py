@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import PurePath
 from typing import Literal
 
 from wallfinder.diagnosis import (
@@ -23,7 +24,7 @@ from wallfinder.diagnosis import (
 )
 from wallfinder.units import pct
 
-__all__ = ["TOP_MOVED", "diff"]
+__all__ = ["TOP_MOVED", "diff", "run_names"]
 
 TOP_MOVED = 10
 """Matched ops and kernels kept in `moved`, largest change first."""
@@ -36,11 +37,14 @@ _Rows = dict[tuple[str, str | None], float]
 """(name, shapes or None) -> seconds per steady-state step."""
 
 
-def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
+def diff(
+    before: Diagnosis, after: Diagnosis, *, names: tuple[str, str] | None = None
+) -> DiagnosisDiff:
     """Compare two diagnoses: step time (with a noise judgement), the breakdown side by side,
     the verdict, findings resolved / new / remaining, the ops and kernels whose time per step
     moved most, MFU, and memory when both runs profiled it. What cannot be compared is said in
-    `notes`, never hidden."""
+    `notes`, never hidden. `names`: what to call the runs (`run_names` of the paths they were
+    read from); else each diagnosis's source, its trace's file name."""
     notes: list[str] = []
     same_basis = before.breakdown.basis == after.breakdown.basis
     if not same_basis:
@@ -49,7 +53,7 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
             f"{after.breakdown.basis} after): the breakdowns measure different things (CPU "
             "time vs GPU time) and kernels cannot be matched; only step time is comparable"
         )
-    elif _device_key(before) != _device_key(after):
+    elif device_key(before) != device_key(after):
         notes.append(
             f"different devices ({before.device.name or 'unknown'} before, "
             f"{after.device.name or 'unknown'} after): the changes mix what was changed in the "
@@ -67,8 +71,8 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
         notes.append("no op or kernel name appears in both runs: nothing to match")
     memory = _memory(before, after, notes)
     return DiagnosisDiff(
-        before_source=before.source,
-        after_source=after.source,
+        before_source=names[0] if names else before.source,
+        after_source=names[1] if names else after.source,
         before_device=before.device.name,
         after_device=after.device.name,
         basis_before=before.breakdown.basis,
@@ -100,6 +104,18 @@ def diff(before: Diagnosis, after: Diagnosis) -> DiagnosisDiff:
     )
 
 
+def run_names(before: str, after: str) -> tuple[str, str]:
+    """What to call two runs given by their paths: the fewest last parts of each that tell
+    them apart. Files named alike (`demo/trace_rank0.json`, `demo-fixed/trace_rank0.json`)
+    are named with their folders; files named apart, by their names alone."""
+    a, b = PurePath(before).parts, PurePath(after).parts
+    k = 1
+    # One file twice: its name (never the whole path, which names the machine).
+    while a != b and k < max(len(a), len(b)) and a[-k:] == b[-k:]:
+        k += 1
+    return str(PurePath(*a[-k:])), str(PurePath(*b[-k:]))
+
+
 _FORMAT_NAMES = {"kineto": "a torch.profiler trace", "nsys": "an Nsight Systems capture"}
 
 
@@ -115,7 +131,9 @@ def _formats_note(before: str, after: str) -> str:
     )
 
 
-def _device_key(d: Diagnosis) -> tuple[str, str | None]:
+def device_key(d: Diagnosis) -> tuple[str, str | None]:
+    """What two runs must share to have run on the same hardware: the kind and the spec
+    matched (else the device's name)."""
     return d.device.kind, d.device.matched_spec or d.device.name
 
 
@@ -269,11 +287,15 @@ def _moved(
     if not same_basis:
         return [], []
     kinds: list[tuple[_Kind, _Rows, _Rows]] = []
+    roof = before.roofline is not None and after.roofline is not None
     if before.cpu is not None and after.cpu is not None:
-        kinds.append(("cpu_op", _cpu_ops(before), _cpu_ops(after)))
+        # On the CPU the costed ops are CPU ops too: an op the roofline lists by shapes is
+        # matched there, shape by shape, and not again by name alone (the same time twice).
+        costed = {name for name, _ in (*_roof_ops(before), *_roof_ops(after))} if roof else set()
+        kinds.append(("cpu_op", _cpu_ops(before, costed), _cpu_ops(after, costed)))
     else:
         kinds.append(("kernel", _kernels(before), _kernels(after)))
-    if before.roofline is not None and after.roofline is not None:
+    if roof:
         kinds.append(("op", _roof_ops(before), _roof_ops(after)))
     moved: list[NameChange] = []
     matches: list[MatchCount] = []
@@ -314,8 +336,10 @@ def _kernels(d: Diagnosis) -> _Rows:
     return _per_step(d, ((k.name, None, k.time_s) for k in d.kernels))
 
 
-def _cpu_ops(d: Diagnosis) -> _Rows:
-    return _per_step(d, ((o.name, None, o.time_s) for o in (d.cpu.top_ops if d.cpu else [])))
+def _cpu_ops(d: Diagnosis, costed: set[str]) -> _Rows:
+    """The CPU ops by name, leaving out `costed` (listed by shapes as ops)."""
+    ops = [o for o in (d.cpu.top_ops if d.cpu else []) if o.name not in costed]
+    return _per_step(d, ((o.name, None, o.time_s) for o in ops))
 
 
 def _roof_ops(d: Diagnosis) -> _Rows:

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_op
-from wallfinder.analysis.critpath import Change, WhatIf, with_replay
+from wallfinder.analysis.critpath import OVERLAP, Change, WhatIf, with_replay
 from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, DispatchSummary
 from wallfinder.analysis.gpu import CLASSES, COMM, COPY, QUEUED_SLACK_NS, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
@@ -37,7 +37,7 @@ from wallfinder.diagnosis import (
     Steps,
     Wall,
 )
-from wallfinder.trace import Events, Kind, Trace, thread_key
+from wallfinder.trace import Events, Kind, Trace, thread_codes, thread_key
 from wallfinder.units import ms, short_frame, short_kernel
 
 _SOFTMAX = CLASSES.index(KernelClass.SOFTMAX)
@@ -70,6 +70,8 @@ class Facts:
     whatif: WhatIf | None = None  # the step's dependency graph, to replay a fix on
     attribution: Attribution | None = None
     """Each unit of work's phase and module (`phases.attribute`)."""
+    main_thread: int | None = None
+    """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
 
     @property
     def trace(self) -> Trace:
@@ -133,6 +135,20 @@ class Facts:
         assert self.dev is not None
         return Coverage.of(self.dev.ops.ts, self.dev.ops.end)
 
+    @property
+    def hideable(self) -> float:
+        """The share of the step that communication could still hide behind: the compute no
+        collective runs beside yet. Hidden, a collective runs beside compute, and only beside
+        compute it does not already run beside: the step cannot become shorter than its
+        communication or its compute."""
+        b = self.breakdown
+        return self.share(max(b.compute - b.comm_hidden, 0.0))
+
+    @cached_property
+    def comm_codes(self) -> npt.NDArray[np.int32]:
+        """The codes of the names the communication patterns call collectives."""
+        return self.trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+
     @cached_property
     def user_frames(self) -> Events:
         """Python frames of the user's code (traces recorded with stacks), found once for
@@ -155,6 +171,7 @@ def _finding(
     fix: str,
     *,
     speedup: float,
+    reach: float | None = None,
 ) -> Finding | None:
     if share < f.thresholds.time.min_share:
         return None
@@ -166,6 +183,7 @@ def _finding(
         max_speedup=speedup,
         evidence=evidence,
         fix=fix,
+        reach=reach,
     )
 
 
@@ -209,6 +227,10 @@ def data_loading(f: Facts) -> Finding | None:
 
 @rule(Facts)
 def synchronization(f: Facts) -> Finding | None:
+    if f.dev is None:
+        # No device work recorded: a sync's wait is the device's own work, which removing
+        # the sync would not remove (the GPU cannot be said to idle after it).
+        return None
     share = f.share(f.breakdown.idle_causes.get("synchronization", 0.0))
     names = _host_calls(f, _SYNC_NAMES)
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in names[:4]) or "synchronising calls"
@@ -514,21 +536,17 @@ def host_collective_wait(f: Facts) -> Finding | None:
     share = f.share(f.breakdown.idle_causes.get("communication_wait", 0.0))
     if share < f.thresholds.time.min_share:
         return None  # before looking for the collectives' names
-    codes = f.trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
-    ops = f.trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
-    ops = ops.take(np.flatnonzero(in_windows(ops.ts, f.window_start, f.window_end)))
-    # The collectives called, not the ops inside them (c10d::allreduce_ holds
-    # record_param_comms and nccl:all_reduce): the outermost per thread.
-    top = np.zeros(len(ops), dtype=bool)
-    for thread in np.unique(ops.thread).tolist():
-        rows = np.flatnonzero(ops.thread == thread)
-        top[rows] = outermost(ops.take(rows))
-    called, counts = np.unique(ops.name[top], return_counts=True)
-    listed = ", ".join(
-        f"{f.trace.strings[int(called[i])]} ×{f.per_step(int(counts[i])):.0f}/step"
-        for i in np.argsort(-counts, kind="stable")[:3].tolist()
+    listed = _listed_calls(f, _collectives_called(f))
+    names = tuple(f.trace.strings[int(c)] for c in f.comm_codes.tolist())
+    # Not blocked, the host would queue the work after the collective while it runs: the
+    # device's compute is all the wait can hide behind.
+    reach = min(share, f.hideable)
+    limit = (
+        f"; the device's compute no collective runs beside, all the work that could run "
+        f"while the host waits, is {reach:.0%} of the step ({_ms(reach * f.step_s)}): the bound"
+        if reach < share - 0.005
+        else ""
     )
-    names = tuple(f.trace.strings[int(c)] for c in codes.tolist())
     return _finding(
         f,
         "host-collective-wait",
@@ -537,18 +555,72 @@ def host_collective_wait(f: Facts) -> Finding | None:
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) the GPU is idle while the thread "
         f"that launches its work is inside a collective{': ' + listed if listed else ''}"
-        + call_sites(f, names, (Kind.CPU_OP, Kind.ANNOTATION)),
+        + call_sites(f, names, (Kind.CPU_OP, Kind.ANNOTATION))
+        + limit,
         "do not block the host on collectives in the step: async_op=True and wait() only "
         "where the result is needed, let DDP/FSDP overlap gradient reduction with the backward "
         "pass, reduce metrics and barrier() every N steps; if the wait is for a slower rank, "
         "analyse the job's rank traces together (a folder) to find it",
-        speedup=amdahl(share),
+        speedup=amdahl(reach),
+        reach=reach,
+    )
+
+
+def _collectives_called(f: Facts) -> Events:
+    """The host's collectives in the steady steps (ops and ranges the communication patterns
+    name): the ones called, not the ops inside them (c10d::allreduce_ holds
+    record_param_comms and nccl:all_reduce), the outermost per thread."""
+    ops = f.trace.named((Kind.CPU_OP, Kind.ANNOTATION), f.comm_codes)
+    ops = ops.take(np.flatnonzero(in_windows(ops.ts, f.window_start, f.window_end)))
+    top = np.zeros(len(ops), dtype=bool)
+    for thread in np.unique(ops.thread).tolist():
+        rows = np.flatnonzero(ops.thread == thread)
+        top[rows] = outermost(ops.take(rows))
+    return ops.take(np.flatnonzero(top))
+
+
+def _listed_calls(f: Facts, ops: Events) -> str:
+    """The three most called names of `ops`, each with its calls per step."""
+    called, counts = np.unique(ops.name, return_counts=True)
+    return ", ".join(
+        f"{f.trace.strings[int(called[i])]} ×{f.per_step(int(counts[i])):.0f}/step"
+        for i in np.argsort(-counts, kind="stable")[:3].tolist()
     )
 
 
 @rule(Facts)
 def exposed_communication(f: Facts) -> Finding | None:
-    share = f.share(f.breakdown.comm_exposed)
+    b = f.breakdown
+    share = f.share(b.comm_exposed)
+    if share < f.thresholds.time.min_share:
+        return None
+    reach = min(share, f.hideable)
+    overlap = (
+        "overlap communication with the backward pass: DDP bucket_cap_mb (smaller first "
+        "buckets), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
+        "backward_prefetch/forward_prefetch; check the slowest rank (stragglers)"
+    )
+    cheaper = (
+        "make the collectives cheaper: fewer bytes (a bf16/fp16 compression or PowerSGD "
+        "comm hook), fewer and larger calls, a faster backend or interconnect, and no slower "
+        "rank to wait for"
+    )
+    fix, limit = overlap, ""
+    rest = _ms((share - reach) * f.step_s)
+    if reach < 0.005:
+        limit = (
+            "; hiding it behind compute can save nothing (the bound): the step has no compute "
+            f"that a collective does not already run beside, so all {rest} must come off "
+            "the collectives themselves"
+        )
+        fix = f"{cheaper} (the step has no compute to hide them behind)"
+    elif reach < share - 0.005:
+        limit = (
+            f"; hiding it behind compute can save at most {_ms(reach * f.step_s)} per step "
+            f"({reach:.0%}, the bound): all the compute not already beside a collective; the "
+            f"other {rest} must come off the collectives themselves"
+        )
+        fix = f"{overlap}; beyond what overlap can hide, {cheaper}"
     return _finding(
         f,
         "exposed-comm",
@@ -556,11 +628,55 @@ def exposed_communication(f: Facts) -> Finding | None:
         "Collectives are not hidden behind compute",
         share,
         f"{share:.0%} of each step ({_ms(share * f.step_s)}) communication runs with no compute "
-        f"beside it{_gradient_sync_tail(f)}",
-        "overlap communication with the backward pass: DDP bucket_cap_mb (smaller first "
-        "buckets), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
-        "backward_prefetch/forward_prefetch; check the slowest rank (stragglers)",
-        speedup=amdahl(share),
+        f"beside it{_collectives_beside(f)}{_gradient_sync_tail(f)}{limit}"
+        + _overlap_replay(f, reach),
+        fix,
+        speedup=amdahl(reach),
+        reach=reach,
+    )
+
+
+def _collectives_beside(f: Facts) -> str:
+    """A CPU-only trace's collectives on threads other than the step's, in words: where its
+    exposed communication comes from ("" on a device, or with none)."""
+    if f.main_thread is None:
+        return ""
+    ops = _collectives_called(f)
+    pid, _ = thread_codes(f.main_thread)
+    ops = ops.take(np.flatnonzero((ops.pid == pid) & (ops.thread != f.main_thread)))
+    threads = np.unique(ops.thread).size
+    if threads == 0:
+        return ""
+    return (
+        f" ({_listed_calls(f, ops)} on {threads} thread{'s' if threads > 1 else ''} other "
+        "than the step's, which records no work of its own meanwhile: it waits for them, or "
+        "runs code the trace does not show)"
+    )
+
+
+def _overlap_replay(f: Facts, reach: float) -> str:
+    """What the `overlap` what-if replays, and why it gains less than the bound where it does
+    ("" without a graph of device ops to replay)."""
+    w = f.whatif
+    if w is None or w.graph.dur.size == 0:
+        return ""
+    speedup, _ = w.speedup(OVERLAP)
+    said = f"; the `overlap` what-if replays {speedup:.2f}x"
+    if speedup >= amdahl(reach) * 0.99:
+        return said
+    g = w.graph
+    comm = g.cls == COMM
+    held = int((comm & ((g.extra > 0) | (g.stream_gap > 0))).sum())
+    waits = (
+        f" ({held} of the {int(comm.sum())} collectives in the replayed steps wait on work no "
+        "recorded edge explains: a peer, an unrecorded event)"
+        if held
+        else ""
+    )
+    return (
+        f"{said}: it starts each collective beside the op it waited for and keeps the rest of "
+        f"the order the trace recorded{waits}, where the bound hides all of the exposed "
+        "communication that compute could cover"
     )
 
 

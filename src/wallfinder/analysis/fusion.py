@@ -7,7 +7,8 @@ sequence (the same code, every layer and every step) are grouped; the costliest 
 
 The saving is an upper bound, stated as such: fused, the run still moves at least the traffic
 of its largest kernel, so at most (all bytes − the largest kernel's bytes) is saved, at the run's
-achieved bandwidth. Without shapes, kernel times stand in for bytes.
+achieved bandwidth, and never below the roofline time of those bytes at the device's
+bandwidth. Without shapes, kernel times stand in for bytes.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def fusion_candidates(scope: Scope, costed: Costed) -> list[FusionCandidate]:
     within one steady-state step."""
     trace, dev, inside, steps = scope.trace, scope.gpu, scope.inside, scope.count
     window_start = scope.window_start
+    bandwidth = scope.spec.mem_bandwidth if scope.spec is not None else None
     ops = dev.ops
     rows = np.flatnonzero(inside & (ops.kind == Kind.KERNEL))
     if rows.size < 2:
@@ -84,7 +86,7 @@ def fusion_candidates(scope: Scope, costed: Costed) -> list[FusionCandidate]:
         instances = [members[first[r] : first[r] + length[r]] for r in runs.tolist()]
         names = tuple(ops.name[instances[0]].tolist())
         same = [i for i in instances if tuple(ops.name[i].tolist()) == names]
-        found.append(_candidate(trace, dev, costed, names, same, steps))
+        found.append(_candidate(trace, dev, costed, names, same, steps, bandwidth))
     del keys
     found.sort(key=lambda c: -c.max_saving_s)
     return [c for c in found[:TOP_RUNS] if c.max_saving_s > 0]
@@ -97,7 +99,10 @@ def _candidate(
     names: tuple[int, ...],
     instances: list[npt.NDArray[np.intp]],
     steps: int,
+    bandwidth: float | None,
 ) -> FusionCandidate:
+    """`bandwidth`: the device's memory bandwidth (B/s; None: unknown), the fused run's
+    roof."""
     all_rows = np.concatenate(instances)
     time = float(dev.ops.dur[all_rows].sum())
     per_kernel = np.array([dev.ops.dur[g].astype(np.float64) for g in instances])
@@ -119,6 +124,12 @@ def _candidate(
         name = trace.strings[int(cpu.name[launcher])] if launcher >= 0 else None
         if name and name not in ops_launching:
             ops_launching.append(name)
+    saving = time * saved_fraction
+    if fused is not None and bandwidth:
+        # Fused, the run takes at least its roofline time: the bytes it still moves at the
+        # device's bandwidth (where the cost model's bytes ran faster than that, the achieved
+        # bandwidth would promise a fused kernel beyond the roof).
+        saving = min(saving, max(time - fused / bandwidth * 1e9, 0.0))
     n = max(steps, 1)
     return FusionCandidate(
         kernels=[trace.strings[c] for c in names],
@@ -127,6 +138,6 @@ def _candidate(
         time_s=time * NS / n,
         bytes_unfused=None if unfused is None else unfused / n,
         bytes_fused_at_least=None if fused is None else fused / n,
-        max_saving_s=time * NS * saved_fraction / n,
+        max_saving_s=saving * NS / n,
         basis=basis,
     )

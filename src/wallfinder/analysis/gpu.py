@@ -212,6 +212,8 @@ class WindowBreakdown:
     copy_exposed: I64
     idle: I64
     idle_causes: dict[str, npt.NDArray[np.float64]]
+    comm_hidden: I64
+    """Communication beside compute (inside `compute`): what hiding more of it cannot use."""
 
 
 def breakdown(trace: Trace, dev: DeviceOps, start: I64, end: I64) -> WindowBreakdown:
@@ -229,7 +231,9 @@ def breakdown(trace: Trace, dev: DeviceOps, start: I64, end: I64) -> WindowBreak
     a = everything.covered(start, end)
     idle = (end - start) - a
     causes = _idle_causes(trace, dev, everything, start, end)
-    return WindowBreakdown(start, end, c, cc - c, a - cc, idle, causes)
+    # |comm ∩ compute| = |comm| − |comm − compute|.
+    hidden = comm.covered(start, end) - (cc - c)
+    return WindowBreakdown(start, end, c, cc - c, a - cc, idle, causes, hidden)
 
 
 def _idle_causes(

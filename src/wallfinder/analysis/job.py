@@ -14,6 +14,7 @@ import msgspec
 from wallfinder.analysis.collectives import RankCollectives, join
 from wallfinder.analysis.critpath import consistent_rows, job_path, job_replay
 from wallfinder.analysis.thresholds import Thresholds
+from wallfinder.analysis.views import Views
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec
@@ -46,7 +47,13 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
             "(analyse each of the others as a file of its own)"
         )
         return msgspec.structs.replace(main, warnings=[*main.warnings, alone, *skipped])
-    job = join(kept, _spec_of(main), thresholds)
+    # The cross-rank views are optional: a bug in one leaves the lowest rank's verdict.
+    views = Views(dict(main.not_computed))
+    job = views.compute("collectives", lambda: join(kept, _spec_of(main), thresholds))
+    if job is None:
+        return msgspec.structs.replace(
+            main, warnings=[*main.warnings, *skipped], not_computed=views.failed
+        )
     findings = sorted([*job.findings, *main.findings], key=lambda f: -f.max_speedup)
     notes = [*job.summary.notes, *_missing(kept)]
     summary = (
@@ -55,12 +62,15 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
         else msgspec.structs.replace(job.summary, notes=notes)
     )
     straggler = summary.stragglers[0].rank if summary.stragglers else None
-    path = job_path(
-        [(d.rank, d.critical_path) for d, _ in kept],
-        job.ranks,
-        straggler,
-        job_replay(job.arrive[job.joins], job.dur[job.joins]),
-        float(median([max(d.steps.total, 1) for d, _ in kept])),
+    path = views.compute(
+        "critical path",
+        lambda: job_path(
+            [(d.rank, d.critical_path) for d, _ in kept],
+            job.ranks,
+            straggler,
+            job_replay(job.arrive[job.joins], job.dur[job.joins]),
+            float(median([max(d.steps.total, 1) for d, _ in kept])),
+        ),
     )
     if path is not None and path.rank_shares:
         findings = [_straggler_replayed(f, path) for f in findings]
@@ -74,6 +84,7 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
         warnings=[*main.warnings, *skipped],
         job=summary,
         critical_path=path,
+        not_computed=views.failed,
     )
 
 

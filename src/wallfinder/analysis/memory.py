@@ -367,12 +367,16 @@ def _replay(
         )
         for i in np.flatnonzero(h.action == OOM).tolist()
     ]
+    stamps = [t for t in h.time_us if t is not None]
+    at = h.time_us[peak_index]
     peak = MemoryPeak(
         device=device,
         bytes=baseline + int(curve[peak_index]),
         index=peak_index,
         events=len(h.frames),
-        time_us=h.time_us[peak_index],
+        time_us=at,
+        # The stamps count from the epoch: from the history's start is what a person reads.
+        time_s=(at - min(stamps)) * 1e-6 if at is not None else None,
         baseline=baseline,
         start=baseline,
         end=baseline + current,
@@ -495,21 +499,31 @@ def activations(f: SnapshotFacts) -> Finding | None:
     )
 
 
+OPTIMIZER_SITES = 2
+"""Call sites of optimizer state the finding's evidence names (the largest)."""
+
+
 @rule(SnapshotFacts)
 def optimizer(f: SnapshotFacts) -> Finding | None:
     r, th = f.report, f.limits
-    views = [(r.categories, sum(d.allocated for d in r.devices))]
-    views += [(p.categories, p.bytes) for p in r.peaks]
-    cats, total = max(views, key=lambda v: v[0].get("optimizer_state", 0))
+    views = [(r.categories, sum(d.allocated for d in r.devices), r.sites)]
+    views += [(p.categories, p.bytes, p.sites) for p in r.peaks]
+    cats, total, sites = max(views, key=lambda v: v[0].get("optimizer_state", 0))
     opt = cats.get("optimizer_state", 0)
     if total <= 0 or opt < th.optimizer_bytes or opt / total < th.optimizer_share:
         return None
     params = cats.get("parameters", 0)
     ratio = f" ({opt / params:.1f}x the parameters)" if params else ""
+    # What matched is a torch/optim/ frame on the stack: torch's optimizers, or the user's
+    # own (a torch.optim.Optimizer's step runs inside torch's Optimizer.step wrapper); the
+    # call sites say whose.
+    mine = [s.site for s in sites if s.category == "optimizer_state"][:OPTIMIZER_SITES]
+    where = f", most at {' and '.join(mine)}" if mine else ""
     return Finding.memory(
         id="memory-optimizer-state",
         title=f"Optimizer state is {opt / total:.0%} of allocated memory",
-        evidence=f"{size(opt)} from torch/optim/ frames{ratio}, of {size(total)} (heuristic)",
+        evidence=f"{size(opt)} allocated inside an optimizer's step (torch.optim's "
+        f"Optimizer.step on the stack){where}{ratio}, of {size(total)} (heuristic)",
         fix="shard the optimizer state across ranks (FSDP, ZeRO via DeepSpeed or "
         "ZeroRedundancyOptimizer), or use an 8-bit optimizer (bitsandbytes)",
         saving_bytes=opt,

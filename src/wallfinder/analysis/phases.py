@@ -42,6 +42,7 @@ from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import ModuleRow, Modules, ModuleSpread, Phases, StepPhases
 from wallfinder.trace import NONE, Events, Kind, Trace, step_key, thread_key
+from wallfinder.trace.names import module_name
 from wallfinder.units import is_user_path
 
 NS = 1e-9
@@ -686,7 +687,7 @@ def _modules(
     steps = max(scope.count, 1)
     backward = phase == BACKWARD
     sites = r.module_source == CALL_SITES
-    paths = _tree(trace, mods, _site if sites else None)
+    paths = _tree(trace, mods, _site if sites else module_name)
     # Call sites that differ in their line are different code, not instances of one block.
     row_of_path = {p: p for p in _prefixes(paths)} if sites else _collapsed(paths)
     row_names = sorted(set(row_of_path.values()), key=lambda p: (len(p), p))

@@ -31,6 +31,8 @@ MAX_WARMUP_SHARE = 0.5
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 
+EMPTY_STEP = "lasts no time (its window is empty)"
+
 MIN_ITERATIONS = 3
 """Optimizer steps needed to take them as the iterations of a trace without step markers."""
 
@@ -94,6 +96,8 @@ def cpu_steps(trace: Trace) -> StepSpans:
         return StepSpans(labels, marked.ts[rows], marked.end[rows], source)
     codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+    # A step range that lasts no time holds no step (a zero or negative duration).
+    annotations = annotations.take(np.flatnonzero(annotations.end > annotations.ts))
     if len(annotations):
         rows = _outermost(annotations)
         labels = [
@@ -319,7 +323,9 @@ def _waiting(waits: tuple[I64, I64], ts: int, end: int) -> bool:
 
 def dropped_steps(spans: StepSpans, durations: npt.NDArray[np.float64]) -> list[tuple[int, str]]:
     """The steps set aside: the start-up span of a trace without steps, else the leading
-    warm-up steps."""
-    if spans.startup is not None:
-        return [(0, spans.startup)]
-    return warmup_steps(durations)
+    warm-up steps; and any step whose window is empty (the device's windows tile the
+    timeline, so a step whose work all ended before the last step's window did has none)."""
+    dropped = [(0, spans.startup)] if spans.startup is not None else warmup_steps(durations)
+    aside = {i for i, _ in dropped}
+    empty = [(i, EMPTY_STEP) for i in np.flatnonzero(durations <= 0).tolist() if i not in aside]
+    return sorted(dropped + empty)

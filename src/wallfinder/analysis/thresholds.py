@@ -145,6 +145,11 @@ class CounterThresholds:
     fraction."""
     top: int = 5
     """How many kernels, by time, get an `ncu` command to collect their counters."""
+    same_program: float = 0.5
+    """An export is shown to be the trace's program when more than this share of its profiled
+    launches join the trace's kernels by their launch size (grid and block) or in launch
+    order, on the same device; otherwise its counters change nothing (a kernel name alone is
+    shared by every PyTorch program)."""
 
 
 @dataclass(frozen=True)

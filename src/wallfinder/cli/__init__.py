@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from wallfinder import __version__
 from wallfinder.errors import DEBUG_ENV, WallfinderError, debugging, describe, stage_of
@@ -44,9 +45,21 @@ def command(name: str) -> ModuleType:
     return import_module(f"wallfinder.cli.commands.{name}")
 
 
+_NEGATIVE_NUMBER = re.compile(r"-\.?\d")
+"""A command-line word that begins like a negative number (`-3`, `-1e12`, `-.5`,
+`-32,2048`): a value, not an option, as Python 3.13's argparse reads it."""
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors (a bad flag, a missing value) get one line and exit code 2, like every
     other error; `--help` shows the usage."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A negative number is a value, not an option: argparse before 3.13 knows only `-1`
+        # and `-1.5`, so `--flops -1e12` said "expected one argument" instead of reaching the
+        # check that refuses a negative count. No option of ours starts with a digit.
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"wallfinder: error: {message} (see {self.prog} --help)\n")

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from wallfinder.diagnosis import BytesChange, DiagnosisDiff, MemoryChange, PartChange, StepChange
 from wallfinder.report import _format as fmt
-from wallfinder.units import size
+from wallfinder.units import kernel_labels, size
 
 __all__ = [
     "memory_lines",
@@ -34,6 +34,8 @@ _KIND = {"op": "op", "kernel": "kernel", "cpu_op": "CPU op"}
 _STATUS_ORDER = ("resolved", "new", "remaining")
 NAME_CHARS = 90
 """The longest name the HTML page shows in a cell (the whole name is its tooltip)."""
+NAME_COLUMN = 71
+"""The terminal's "moved most" name cell: an op's name (40) and shapes (30), or a kernel's."""
 TOP_CATEGORIES = 3
 """Memory categories named in the text and Markdown forms (those that moved most)."""
 
@@ -163,6 +165,17 @@ def _bytes_line(b: BytesChange) -> str:
     return f"{size(b.before)} → {size(b.after)} ({_signed_size(b.change_bytes)}{share})"
 
 
+def moved_names(x: DiagnosisDiff) -> list[str]:
+    """The name each row of `moved` shows: an op's whole; a kernel's short name, with the
+    words that tell it from another kernel listed under the same short name (template
+    instances, `elementwise_kernel<CUDAFunctor_add, float>`)."""
+    kernels = iter(kernel_labels([m.name for m in x.moved if m.kind == "kernel"]))
+    return [
+        (next(kernels).removeprefix("at::native::") if m.kind == "kernel" else "") or m.name
+        for m in x.moved
+    ]
+
+
 def _shown_parts(x: DiagnosisDiff) -> list[PartChange]:
     """The breakdown rows, leaving out idle causes that are zero on both sides."""
     return [p for p in x.breakdown if not p.part.startswith("idle:") or p.before or p.after]
@@ -242,10 +255,12 @@ def _moved_table(x: DiagnosisDiff) -> Table:
     t = Table(title="Moved most (ms per step)", title_justify="left")
     for col in ("kind", "name", "before", "after", "change"):
         t.add_column(col, justify="right" if col in ("before", "after", "change") else "left")
-    for m in x.moved:
-        name = fmt.ellipsize(fmt.short_kernel(m.name) if m.kind == "kernel" else m.name, 40)
+    for m, label in zip(x.moved, moved_names(x), strict=True):
+        # A kernel has no shapes: its label takes their room too, so that the words telling
+        # template instances apart stay in view.
+        name = fmt.ellipsize(label, 40 if m.kind != "kernel" else NAME_COLUMN)
         if m.shapes:
-            name += " " + fmt.ellipsize(m.shapes, 30)
+            name += " " + fmt.ellipsize(m.shapes, NAME_COLUMN - 41)
         t.add_row(
             _KIND[m.kind],
             Text(name),
@@ -404,8 +419,7 @@ def _finding_rows(x: DiagnosisDiff) -> list[dict[str, Any]]:
 
 def _moved_rows(x: DiagnosisDiff) -> list[dict[str, Any]]:
     rows = []
-    for m in x.moved:
-        name = (fmt.short_kernel(m.name) if m.kind == "kernel" else "") or m.name
+    for m, name in zip(x.moved, moved_names(x), strict=True):
         rows.append(
             {
                 "kind": _KIND[m.kind],

@@ -131,7 +131,7 @@ def _kernels(d: Diagnosis) -> Table:
                 k.pct_of_roof,
                 k.bound_basis,
             )
-            for k in d.kernels
+            for k in d.kernels + d.more_kernels  # the whole table, not the top rows
         ],
     )
 

@@ -712,12 +712,19 @@ def _main_bound(bound_s: dict[str, float]) -> str:
     return max(bound_s, key=lambda k: bound_s[k]) if bound_s else "unknown"
 
 
+_ROOT_ID, _NO_MODULE_ID = "\u0000all", "\u0000none"
+"""The icicle's own nodes (no module path holds a NUL): all the time, and its part in no
+module."""
+
+
 def _modules_figure(d: Diagnosis) -> dict[str, Any]:
-    """The module tree as an icicle (click a module to zoom into it): each module's width is
-    its time per step, its children's within it; hover for forward, backward, share and where
-    the time sits on the roofline."""
+    """The module tree as an icicle (click a module to zoom into it): its root is all the
+    step's device (or CPU) time, the time in no module beside the modules, so that each
+    module's width is its share; its children's within it; hover for forward, backward,
+    share and where the time sits on the roofline."""
     assert d.modules is not None
     rows = d.modules.rows
+    where = "device" if d.phases is None or d.phases.basis == "gpu" else "CPU"
     # Each module's own time (beside its listed children's): "remainder" branches add the
     # children's back, so no rounding can make children overflow their parent.
     own = [(r.forward_s + r.backward_s) * 1e3 for r in rows]
@@ -751,20 +758,42 @@ def _modules_figure(d: Diagnosis) -> dict[str, Any]:
             + (f"<br>{bound}" if bound else "")
             + spread
         )
+    # A lone top module would fill the box whatever its share (an icicle's root is the whole):
+    # the root is all the time, and the time in no module is a part of it beside the modules.
+    none_ms = d.modules.unattributed_s * 1e3
+    all_ms = sum(v for v in own) + none_ms
     return {
         "data": [
             {
                 "type": "icicle",
-                "ids": [_plot_text(r.path) for r in rows],
-                "labels": [_plot_text(r.name) for r in rows],
-                "parents": [_plot_text(r.parent) if r.parent else "" for r in rows],
-                "values": own,
+                "ids": [_ROOT_ID, _NO_MODULE_ID, *(_plot_text(r.path) for r in rows)],
+                "labels": [
+                    f"all {where} time per step",
+                    "in no module",
+                    *(_plot_text(r.name) for r in rows),
+                ],
+                "parents": [
+                    "",
+                    _ROOT_ID,
+                    *(_plot_text(r.parent) if r.parent else _ROOT_ID for r in rows),
+                ],
+                "values": [0.0, none_ms, *own],
                 "branchvalues": "remainder",
-                "customdata": hover,
+                "customdata": [
+                    f"all {where} time: {fmt.ms(all_ms * 1e-3)} ms per step",
+                    f"in no module: {fmt.ms(none_ms * 1e-3)} ms per step "
+                    f"({fmt.pct(none_ms / all_ms if all_ms > 0 else 0.0)} of the {where} time)",
+                    *hover,
+                ],
                 "hovertemplate": "%{customdata}<extra></extra>",
                 "tiling": {"orientation": "v"},
-                "marker": {"colors": [_BOUND_COLOR[_main_bound(r.bound_s)] for r in rows]},
-                "root": {"color": "#f6f8fa"},
+                "marker": {
+                    "colors": [
+                        "#f6f8fa",
+                        "#eaeef2",
+                        *(_BOUND_COLOR[_main_bound(r.bound_s)] for r in rows),
+                    ]
+                },
             }
         ],
         "layout": _layout(height=420, margin={"l": 8, "r": 8, "t": 8, "b": 8}),

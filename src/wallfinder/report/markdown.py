@@ -96,6 +96,8 @@ def text(value: str) -> str:
 
 def _counters(d: Diagnosis) -> list[str]:
     c = d.counters
+    if c is not None and c.mismatch is not None:
+        return ["", f"**Hardware counters** ({code(c.source)}): {text(c.mismatch)}"]
     if c is None or not c.checks:
         return []
     out = [

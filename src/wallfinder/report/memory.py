@@ -7,16 +7,21 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from wallfinder.diagnosis import MemoryReport, MemorySite
+from wallfinder.diagnosis import MemoryPeak, MemoryReport, MemorySite
 from wallfinder.report._format import memory_saving
 from wallfinder.report.terminal import print_parts
-from wallfinder.units import size
+from wallfinder.units import duration, size
 
 __all__ = ["render_memory_markdown", "render_memory_text"]
 
 
 def _categories(cats: dict[str, int]) -> str:
     return ", ".join(f"{name} {size(n)}" for name, n in cats.items() if n) or "none"
+
+
+def _when(p: MemoryPeak) -> str:
+    """When the peak came, from the recorded history's start ("" without time stamps)."""
+    return "" if p.time_s is None else f", {duration(p.time_s)} into the recorded history"
 
 
 def _site_table(title: str, sites: list[MemorySite]) -> Table:
@@ -41,7 +46,7 @@ def _parts(r: MemoryReport) -> list[RenderableType]:
         for d in r.devices
     ]
     for p in r.peaks:
-        when = f", t={p.time_us} us" if p.time_us is not None else ""
+        when = _when(p)
         parts.append(
             Text(
                 f"peak on device {p.device}: {size(p.bytes)} at event {p.index} of {p.events}"
@@ -104,8 +109,9 @@ def render_memory_markdown(r: MemoryReport) -> str:
         out.append("")
     for p in r.peaks:
         out.append(
-            f"**Peak on device {p.device}:** {size(p.bytes)} at event {p.index} of {p.events} "
-            f"(growth over the history {size(p.growth)}); {_categories(p.categories)}"
+            f"**Peak on device {p.device}:** {size(p.bytes)} at event {p.index} of {p.events}"
+            f"{_when(p)} (growth over the history {size(p.growth)}); "
+            f"{_categories(p.categories)}"
         )
         out.append("")
     sites = r.peaks[0].sites if r.peaks else r.sites

@@ -56,6 +56,7 @@ from wallfinder.trace.model import (
     MemoryEvents,
     Trace,
     step_key,
+    thread_codes,
     thread_key,
     thread_mask,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "Tensor",
     "Trace",
     "base_name",
+    "check_workers",
     "find_trace_files",
     "gunzipped",
     "load_ncu",
@@ -90,6 +92,7 @@ __all__ = [
     "release_free_memory",
     "result_cache",
     "step_key",
+    "thread_codes",
     "thread_key",
     "thread_mask",
 ]
@@ -143,6 +146,12 @@ PARALLEL_FROM_BYTES = 64 << 20
 and their forked pages double the process tree's memory)."""
 
 
+def check_workers(workers: int | None) -> None:
+    """Refuse a number of worker processes below one (None: the default), in one line."""
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise WallfinderError(f"workers must be a number of processes ≥ 1, not {workers}")
+
+
 def load_trace(
     path: str | Path,
     progress: Progress | None = None,
@@ -159,6 +168,7 @@ def load_trace(
     while the file is unchanged (`trace._cache`).
     Raises `WallfinderError` with a one-line reason for anything that is not a readable trace.
     """
+    check_workers(workers)
     p = Path(path)
     if p.is_dir():
         raise WallfinderError(f"{p}: is a folder, expected one trace file")

@@ -298,6 +298,9 @@ class NcuLaunch:
     flops_basis: str | None = None
     """"sass" (CUDA-core thread instructions, FMA as two), "flop_count", or None."""
     device: str | None = None
+    capability: str | None = None
+    """The device's compute capability as the export's `CC` column writes it ("8.0"); None
+    in releases without the column."""
     nvtx: str | None = None
     metrics: frozenset[str] = frozenset()
     """The metric names this launch carried a value for."""
@@ -589,6 +592,7 @@ def _launch(
                 values[(column, "")] = size
     figures, flops, basis = _figures_from(values)
     device = row[col["Device"]] if "Device" in col and row[col["Device"]] else None
+    capability = row[col["CC"]].strip() if "CC" in col and row[col["CC"]].strip() else None
     nvtx = " ".join(
         row[i].strip().strip('"')
         for i, h in enumerate(header)
@@ -603,6 +607,7 @@ def _launch(
         flops=flops,
         flops_basis=basis,
         device=device,
+        capability=capability,
         nvtx=nvtx or None,
         metrics=frozenset(n for n, _ in values),
     )

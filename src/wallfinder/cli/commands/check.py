@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from wallfinder.api import Bounds, check, load_diagnosis, read_toml
+from wallfinder.api import Bounds, baseline_warning, check, load_diagnosis, read_toml
 from wallfinder.cli.commands.analyze import add_device_options, add_trace_options
 from wallfinder.cli.commands.diff import options_from
 from wallfinder.errors import WallfinderError
@@ -28,6 +29,8 @@ CONFIG_KEYS = {
     "no-memory-leak": "no_memory_leak",
 }
 """The keys of `[tool.wallfinder.check]` (the flags' names) and the attributes they set."""
+_SHARES = ("min-mfu", "max-idle", "max-exposed-comm", "max-peak-memory-share")
+"""The bounds that are shares of a whole (0 to 1); `max-regression` may exceed 1 (2x)."""
 
 _INPUT = "a trace file, a folder of rank traces, or a saved diagnosis (analyze --format json)"
 
@@ -40,10 +43,10 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "nearest pyproject.toml (keys as the flags, without the dashes in front); flags win",
     )
     bounds.add_argument("--max-step-ms", type=_milliseconds, metavar="MS", help="median step time")
-    bounds.add_argument("--min-mfu", type=fraction, metavar="F", help="model FLOPs utilisation")
-    bounds.add_argument("--max-idle", type=fraction, metavar="F", help="idle share of the step")
+    bounds.add_argument("--min-mfu", type=_share, metavar="F", help="model FLOPs utilisation")
+    bounds.add_argument("--max-idle", type=_share, metavar="F", help="idle share of the step")
     bounds.add_argument(
-        "--max-exposed-comm", type=fraction, metavar="F", help="exposed communication share"
+        "--max-exposed-comm", type=_share, metavar="F", help="exposed communication share"
     )
     bounds.add_argument(
         "--baseline", type=Path, metavar="FILE", help=f"the run to compare with: {_INPUT}"
@@ -198,8 +201,9 @@ def _config_value(file: Path, key: str, value: object) -> tuple[str, object]:
             return "max_step_ms", float(value)
         if key == "max-peak-memory":
             return "max_peak_memory", parse_size(value)
-        if key == "max-peak-memory-share":
-            return "max_peak_memory_share", parse_share(value)
+        if key in _SHARES:
+            # A share of the step, of peak or of capacity: 150% cannot be reached or broken.
+            return CONFIG_KEYS[key], parse_share(value)
         if key == "no-memory-leak":
             if not isinstance(value, bool):
                 raise ValueError(f"must be true or false: {value!r}")
@@ -232,6 +236,9 @@ def run(args: argparse.Namespace) -> int:
     baseline = None
     if isinstance(baseline_path, Path):
         baseline = load_diagnosis(baseline_path, options)
+    warning = baseline_warning(diagnosis, baseline)
+    if warning is not None:
+        print(f"wallfinder: warning: {warning}", file=sys.stderr)
     results = check(diagnosis, bounds, baseline)
     broken = [r for r in results if not r.held]
     for r in broken:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wallfinder.api import Calculation, calculate, cost_of, fusion
+from wallfinder.api import (
+    DEFAULT_DTYPE,
+    Calculation,
+    calculate,
+    cost_of,
+    dtype_defaulted,
+    fusion,
+)
 from wallfinder.cli.commands.analyze import add_device_options
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec, get_spec, load_spec_file
@@ -22,7 +29,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     add_device_options(parser)
-    parser.add_argument("--dtype", default="bf16", help="fp64, fp32, tf32, bf16, fp16, fp8, int8")
+    parser.add_argument(
+        "--dtype",
+        help=f"fp64, fp32, tf32, bf16, fp16, fp8, int8 (default: {DEFAULT_DTYPE}, said so)",
+    )
     parser.add_argument(
         "--op",
         help="an op: matmul, gelu, silu, add, layer_norm, rms_norm, softmax, dropout, "
@@ -68,8 +78,12 @@ def _mnk(sizes: tuple[int, ...] | None) -> tuple[int, int, int] | None:
 
 
 def compute(args: argparse.Namespace) -> Calculation:
+    result = _compute(args, args.dtype or DEFAULT_DTYPE)
+    return result if args.dtype is not None else dtype_defaulted(result)
+
+
+def _compute(args: argparse.Namespace, dtype: str) -> Calculation:
     spec = _spec(args)
-    dtype = args.dtype
     mnk = _mnk(args.mnk)
     if args.fuse:
         ops = [op.strip() for op in args.fuse.split(",")]
