@@ -45,6 +45,13 @@ def real_trace_params(pattern: str = "*.json.gz") -> list[object]:
     return [pytest.param(f, id=str(f.relative_to(TRACES))) for f in files]
 
 
+def real_files(*patterns: str) -> list[Path]:
+    """Every real file matching any of `patterns`, sorted (none when the folder is absent)."""
+    if not TRACES.is_dir():
+        return []
+    return sorted({f for pattern in patterns for f in TRACES.rglob(pattern) if f.is_file()})
+
+
 def real_trace(relative: str) -> Path:
     """The real trace at `relative` in the folder; the test is skipped when it is absent."""
     path = TRACES / relative

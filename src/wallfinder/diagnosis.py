@@ -505,7 +505,8 @@ class Straggler(_Base, frozen=True):
     late_share: float
     """Fraction of matched collectives at which it arrived last."""
     wait_caused_s: float
-    """Per step: the others' wait in the collectives it arrived last at (summed over them)."""
+    """Per step: the wait it causes each other rank in the collectives it arrived last at
+    (their wait summed, over the number of other ranks)."""
     share: float
     """`wait_caused_s` as a fraction of the job's median step time."""
     doing: str
