@@ -47,6 +47,7 @@ __all__ = [
     "short_kernel",
     "si",
     "size",
+    "step_count",
     "tensor_core_fix",
     "title_line",
     "unplaced",
@@ -161,6 +162,11 @@ def si(value: float | None, unit: str, digits: str = ".1f") -> str:
         if abs(value) >= factor:
             return f"{value / factor:{digits}} {prefix}{unit}"
     return f"{value:{digits}} {unit}"
+
+
+def step_count(d: Diagnosis) -> int:
+    """The steps a per-step figure divides by: the diagnosis's, at least one."""
+    return max(d.steps.count, 1)
 
 
 def short_kernel(kernel: str) -> str:
