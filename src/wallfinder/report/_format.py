@@ -172,7 +172,7 @@ def step_count(d: Diagnosis) -> int:
 def short_kernel(kernel: str) -> str:
     """A kernel name for a report's tables: `units.short_kernel` at any width, without the
     `at::native::` every ATen kernel carries (the JSON has the name whole)."""
-    return units_short_kernel(kernel, width=None).removeprefix("at::native::")
+    return units_short_kernel(kernel, width=None, aten=False)
 
 
 def tensor_core_fix(d: Diagnosis) -> str:
