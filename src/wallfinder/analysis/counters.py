@@ -497,7 +497,9 @@ def _check(
             by_time[k.bound] = by_time.get(k.bound, 0.0) + spent
     bound = max(by_time.items(), key=lambda kv: kv[1])[0] if by_time else None
     units = [k.unit for k in ks if k.bound == bound and k.unit]
-    unit = max(set(units), key=units.count) if units else None
+    # The most common unit; a tie goes to the first launch's (not to a set's order, which
+    # changes with the process's string hashing: the report would change from run to run).
+    unit = max(dict.fromkeys(units), key=units.count) if units else None
     counted_flops = _mean([k.flops for k in ks])
     counted_bytes = _mean([k.dram_bytes for k in ks])
     count = max(1, row.count)
