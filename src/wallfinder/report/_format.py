@@ -507,6 +507,32 @@ MODULE_COLUMNS = ("module", "fwd ms", "bwd ms", "share", "bound", "min/med/max m
 """The module table's column headings (`module_cells` gives each row's)."""
 
 
+def roofline_summary(r: Roofline) -> str:
+    """The roofline's sentence on busy time, unpunctuated: how much is compute- and
+    bandwidth-bound, unplaced, and costed."""
+    return (
+        f"busy time {pct(r.compute_bound_share)} compute-bound, "
+        f"{pct(r.bandwidth_bound_share)} bandwidth-bound, {unplaced(r)}; "
+        f"{pct(r.costed_share)} of it has a cost model"
+    )
+
+
+def roof_lines(r: Roofline, *, matmul: bool) -> list[str]:
+    """How close to their roof the compute- and bandwidth-bound kernels (and the matmul
+    kernels, with `matmul`) run, time-weighted: a line each where known, unpunctuated."""
+    roofs = [
+        ("compute-bound kernels", r.pct_of_roof_compute),
+        ("bandwidth-bound kernels", r.pct_of_roof_bandwidth),
+    ]
+    if matmul:
+        roofs.append(("matmul kernels", r.pct_of_roof_matmul))
+    return [
+        f"{label} run at {pct(value)} of their roof (time-weighted)"
+        for label, value in roofs
+        if value is not None
+    ]
+
+
 def roofline_notes(r: Roofline) -> list[str]:
     """What the roofline section says beyond its shares: the kernels hardware counters
     re-placed, the latency-bound share, and the L2 roof."""

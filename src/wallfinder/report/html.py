@@ -28,7 +28,9 @@ from wallfinder.diagnosis import (
     CounterReport,
     Diagnosis,
     JobSummary,
+    KernelRow,
     OpRoofRow,
+    OpRow,
     StepTimeline,
 )
 from wallfinder.report import _format as fmt
@@ -312,30 +314,22 @@ def _op_row(d: Diagnosis, o: OpRoofRow) -> dict[str, Any]:
     }
 
 
+def _name_row(d: Diagnosis, r: OpRow | KernelRow) -> dict[str, Any]:
+    """What an op's row and a kernel's row of the top-names table both show."""
+    return {
+        "name": r.name,
+        "cls": r.cls,
+        "count": r.count,
+        "share": r.share,
+        "ms": r.time_s * 1e3 / fmt.step_count(d),
+    }
+
+
 def _name_rows(d: Diagnosis) -> list[dict[str, Any]]:
     if d.cpu is not None:
-        return [
-            {
-                "name": r.name,
-                "cls": r.cls,
-                "count": r.count,
-                "share": r.share,
-                "ms": r.time_s * 1e3 / fmt.step_count(d),
-            }
-            for r in d.cpu.top_ops
-        ]
+        return [_name_row(d, r) for r in d.cpu.top_ops]
     return [
-        {
-            "name": k.name,
-            "cls": k.cls,
-            "count": k.count,
-            "share": k.share,
-            "ms": k.time_s * 1e3 / fmt.step_count(d),
-            "ai": k.ai,
-            "bound": k.bound,
-            "pct": k.pct_of_roof,
-        }
-        for k in d.kernels
+        {**_name_row(d, k), "ai": k.ai, "bound": k.bound, "pct": k.pct_of_roof} for k in d.kernels
     ]
 
 
@@ -426,18 +420,5 @@ def _roofline_lines(d: Diagnosis) -> list[str]:
     r = d.roofline
     if r is None:
         return []
-    lines = [
-        f"Busy time {fmt.pct(r.compute_bound_share)} compute-bound, "
-        f"{fmt.pct(r.bandwidth_bound_share)} bandwidth-bound, "
-        f"{fmt.unplaced(r)}; "
-        f"{fmt.pct(r.costed_share)} of it has a cost model."
-    ]
-    for label, value in (
-        ("Compute-bound kernels", r.pct_of_roof_compute),
-        ("Bandwidth-bound kernels", r.pct_of_roof_bandwidth),
-        ("Matmul kernels", r.pct_of_roof_matmul),
-    ):
-        if value is not None:
-            lines.append(f"{label} run at {fmt.pct(value)} of their roof (time-weighted).")
-    lines += [line[0].upper() + line[1:] + "." for line in fmt.roofline_notes(r)]
-    return lines
+    lines = [fmt.roofline_summary(r), *fmt.roof_lines(r, matmul=True), *fmt.roofline_notes(r)]
+    return [line[0].upper() + line[1:] + "." for line in lines]
