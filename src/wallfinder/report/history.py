@@ -221,15 +221,7 @@ def _figures(t: Trend) -> dict[str, Any]:
     ]
     xaxis = {"type": "category", "title": {"text": "run"}}
     figures: dict[str, Any] = {
-        "plot-step": {
-            "data": [step],
-            "layout": layout(
-                height=300,
-                showlegend=False,
-                xaxis=xaxis,
-                yaxis={"title": {"text": "ms"}, "rangemode": "tozero"},
-            ),
-        },
+        "plot-step": _one_line(step, xaxis, "ms"),
         "plot-shares": {
             "data": shares,
             "layout": layout(
@@ -247,13 +239,18 @@ def _figures(t: Trend) -> dict[str, Any]:
             "line": {"color": "#8250df"},
             "hovertemplate": "%{x} %{customdata}<br>peak allocated %{y:.2f} GiB<extra></extra>",
         }
-        figures["plot-memory"] = {
-            "data": [peak],
-            "layout": layout(
-                height=300,
-                showlegend=False,
-                xaxis=xaxis,
-                yaxis={"title": {"text": "GiB"}, "rangemode": "tozero"},
-            ),
-        }
+        figures["plot-memory"] = _one_line(peak, xaxis, "GiB")
     return figures
+
+
+def _one_line(line: dict[str, Any], xaxis: dict[str, Any], unit: str) -> dict[str, Any]:
+    """A chart of one line over the runs, its y axis in `unit` from zero."""
+    return {
+        "data": [line],
+        "layout": layout(
+            height=300,
+            showlegend=False,
+            xaxis=xaxis,
+            yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+        ),
+    }
