@@ -1,6 +1,8 @@
-"""How byte counts, percentages, milliseconds and source locations are written, in every
-layer: one way each, so that a finding's evidence, a check's line and a report's table say the
-same thing the same way."""
+"""How byte counts, percentages, milliseconds, source locations and kernel names are written,
+in every layer: one way each, so that a finding's evidence, a check's line and a report's table
+say the same thing the same way. Kernel names are here twice over, each once: as shown
+(`short_kernel`, `kernel_labels`) and as the keys that join a trace's kernels to an Nsight
+Compute export's launches (`normalised_name`, `base_name`, `function_name`)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,16 @@ import sys
 from collections.abc import Sequence
 
 __all__ = [
+    "base_name",
     "duration",
+    "function_name",
     "is_user_path",
     "kernel_labels",
     "ms",
+    "normalised_name",
     "pct",
     "short_frame",
+    "short_kernel",
     "short_path",
     "size",
 ]
@@ -118,13 +124,23 @@ def _without_return_type(s: str) -> str:
     return s
 
 
-def short_kernel(name: str, width: int | None = 60) -> str:
+def _plain(name: str) -> str:
+    """A kernel's signature as shown: no leading `void`, no anonymous namespaces."""
+    return (
+        name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    )
+
+
+def short_kernel(name: str, width: int | None = 60, *, aten: bool = True) -> str:
     """A kernel's name for a sentence or a table: no `void`, anonymous namespaces, template
-    arguments or parameter list, at most `width` characters (None: any)."""
-    s = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
-    s = _without_return_type(s)
+    arguments or parameter list, at most `width` characters (None: any). `aten=False` also
+    drops the `at::native::` every ATen kernel carries (the reports' tables: the JSON has the
+    name whole)."""
+    s = _without_return_type(_plain(name))
     cut = _SIGNATURE.search(s)
     s = s[: cut.start()] if cut else s
+    if not aten:
+        s = s.removeprefix("at::native::")
     return s if width is None or len(s) <= width else s[: width - 1] + "…"
 
 
@@ -183,7 +199,7 @@ def kernel_labels(names: Sequence[str]) -> list[str]:
 def _template_words(name: str) -> list[str]:
     """The distinct words after a kernel's short name, each identifier without its
     namespaces (`at::native::CUDAFunctor_add` -> `CUDAFunctor_add`), plumbing left out."""
-    s = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    s = _plain(name)
     cut = _SIGNATURE.search(s)
     # A lambda's number (`{lambda()#3}`) is its place in the source, not what it computes.
     tail = _LAMBDA_NUMBER.sub("", s[cut.start() :]) if cut else ""
@@ -193,6 +209,83 @@ def _template_words(name: str) -> list[str]:
         if word not in _PLUMBING_WORDS and word not in words:
             words.append(word)
     return words
+
+
+# Kernel names as join keys -------------------------------------------------------------------
+# Not for display (`short_kernel` is): the keys by which a kernel of a trace and a launch of an
+# Nsight Compute export are matched, so each keeps every part that tells two kernels apart in
+# both spellings (namespaces, anonymous ones as "anon"), and reads ncu's mangled names.
+
+_CASTS = re.compile(r"\((?:unsigned |signed )?(?:int|bool|long|char|short|long long)\)")
+_LAMBDAS = re.compile(r"\[lambda\([^\]]*\) \(instance \d+\)\]|\{lambda\([^}]*\)#\d+\}")
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)|<unnamed>|\{anonymous\}")
+
+
+def _mangled_base(name: str) -> str | None:
+    """The qualified function name of an Itanium-mangled kernel name (`_Z13my_kernelPf`,
+    `_ZN2at6native18elementwise_kernelILi128E...`), as ncu prints with `--print-kernel-base
+    mangled`; None when `name` is not one this reads."""
+    if not name.startswith("_Z"):
+        return None
+    i = 2
+    nested = name.startswith("_ZN")
+    if nested:
+        i = 3
+    parts: list[str] = []
+    while i < len(name) and name[i].isdigit():
+        j = i
+        while j < len(name) and name[j].isdigit():
+            j += 1
+        n = int(name[i:j])
+        ident = name[j : j + n]
+        parts.append("anon" if ident.startswith("_GLOBAL__N") else ident)
+        i = j + n
+        if not nested:
+            break
+    return "::".join(parts) or None
+
+
+def normalised_name(name: str) -> str:
+    """A kernel name with what differs between demanglers taken out: a leading `void`, casts
+    on template values (`(int)4`), the spelling of lambdas and anonymous namespaces, spaces.
+    (A mangled name keeps its mangled form: it matches by `base_name`.)"""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    s = _ANONYMOUS.sub("anon", s)
+    s = _LAMBDAS.sub("lambda", s)
+    s = _CASTS.sub("", s)
+    return re.sub(r"\s+", "", s)
+
+
+def base_name(name: str) -> str:
+    """A kernel's function name: no return type, template arguments or parameters
+    (`at::native::elementwise_kernel`), as `ncu --kernel-name-base function` matches it."""
+    mangled = _mangled_base(name.strip())
+    if mangled is not None:
+        return mangled
+    s = _ANONYMOUS.sub("anon", name.strip())
+    if s.startswith("void "):
+        s = s[5:]
+    out: list[str] = []
+    depth = 0
+    for ch in s:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(0, depth - 1)
+        elif ch == "(" and depth == 0:
+            break
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).strip()
+
+
+def function_name(name: str) -> str:
+    """A kernel's function name without its namespaces (`elementwise_kernel`), as ncu prints it
+    with `--print-kernel-base function` and matches it with `--kernel-name`; the loosest join
+    key (the name's first 60 characters when it has no function name)."""
+    return base_name(name).rsplit("::", 1)[-1] or name[:60]
 
 
 def is_user_path(path: str) -> bool:

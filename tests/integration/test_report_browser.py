@@ -27,7 +27,8 @@ from realtraces import real_trace
 from tracegen import DATALOADER, TraceBuilder, training_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.diagnosis import OpRoofRow
-from wallfinder.report.html import GL_POINTS, render_html
+from wallfinder.report._figures import GL_POINTS
+from wallfinder.report.html import render_html
 
 CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 LOAD_TIMEOUT_MS = 20_000

@@ -860,3 +860,32 @@ def test_the_same_program_on_its_device_still_joins(tmp_path: Path) -> None:
     assert {c.status for c in d.counters.checks} == {"confirmed", "refuted", "no estimate"}
     assert d.roofline is not None
     assert d.roofline.by_counters  # the refuted softmax is placed by its counters
+
+
+def test_a_tie_between_units_goes_to_the_first_launch_not_to_string_hashing() -> None:
+    # Tied units were chosen in a set's order, which changes with each process's string
+    # hashing (PYTHONHASHSEED): the same export and trace gave another report on each run.
+    from wallfinder.analysis.counters import _check
+    from wallfinder.diagnosis import CounterKernel, KernelRow
+
+    figures = dict.fromkeys(
+        (
+            *("grid", "block", "sm_pct", "memory_pct", "dram_pct", "l1_pct", "l2_pct"),
+            *("dram_bytes", "l2_bytes", "flops", "flops_basis", "tensor_pct", "ai"),
+            *("tensor_instructions", "flops_per_s", "dram_bytes_per_s", "occupancy"),
+        )
+    )
+    launches = [
+        CounterKernel(
+            id=i,
+            name="k",
+            duration_s=1e-6,
+            bound="latency",
+            unit=f"unit {i:02d}",
+            reason="",
+            **figures,
+        )
+        for i in range(30)
+    ]
+    row = KernelRow(name="k", cls="elementwise", count=30, time_s=3e-5, share=1.0)
+    assert _check(row, "name", launches, TH.counters).counter_unit == "unit 00"

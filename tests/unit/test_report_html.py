@@ -23,7 +23,8 @@ from wallfinder import Diagnosis, analyze
 from wallfinder.cli import main
 from wallfinder.diagnosis import FusionCandidate, OpRoofRow, RankSummary, Spike
 from wallfinder.report import FORMATS, render
-from wallfinder.report.html import GL_POINTS, render_html
+from wallfinder.report._figures import GL_POINTS
+from wallfinder.report.html import render_html
 from wallfinder.report.markdown import code, render_markdown
 
 SCRIPT_NAME = "k</script><script>window.pwned=1</script>"

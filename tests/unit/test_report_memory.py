@@ -26,7 +26,8 @@ from wallfinder.diagnosis import (
     StepMemory,
 )
 from wallfinder.report import _format as fmt
-from wallfinder.report.html import MEMORY_COLOR, render_html
+from wallfinder.report._figures import MEMORY_COLOR
+from wallfinder.report.html import render_html
 from wallfinder.report.markdown import render_markdown
 from wallfinder.report.terminal import render_text
 

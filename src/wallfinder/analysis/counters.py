@@ -35,22 +35,15 @@ from wallfinder.trace import (
     NcuExport,
     NcuLaunch,
     Trace,
-    base_name,
     ncu_command,
-    normalised_name,
 )
-from wallfinder.units import duration, pct
+from wallfinder.units import base_name, duration, function_name, normalised_name, pct
 
 __all__ = ["CounterPlacement", "classify", "collect_commands", "counter_report", "place_counters"]
 
 _ESTIMATE_TO_COUNTER = {"compute": "compute", "bandwidth": "memory"}
 _NEEDED = ("sm_pct", "memory_pct", "duration_s")
 """Figures without which a launch's bound cannot be decided: the export lacks its counters."""
-
-
-def short_name(kernel: str) -> str:
-    """A kernel's function name without its namespaces, for a line of text."""
-    return base_name(kernel).rsplit("::", 1)[-1] or kernel[:60]
 
 
 def _int(x: float | None) -> int | None:
@@ -184,7 +177,7 @@ def collect_commands(d: Diagnosis | None, thresholds: Thresholds) -> list[str]:
     steps = max(1, d.steps.count)
     out = []
     for row in [r for r in d.kernels if r.cls != "communication"][: thresholds.counters.top]:
-        name = short_name(row.name)
+        name = function_name(row.name)
         per_step = max(1, round(row.count / steps))
         out.append(ncu_command(re.escape(name), launch_skip=per_step, launch_count=1))
     return out
@@ -193,7 +186,7 @@ def collect_commands(d: Diagnosis | None, thresholds: Thresholds) -> list[str]:
 _TIERS: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("name", normalised_name),
     ("base name", base_name),
-    ("function name", short_name),
+    ("function name", function_name),
 )
 """How a trace's kernel and a profiled launch are matched by name, strictest first: the whole
 normalised name, the qualified function name (`base_name`), the function name alone (what ncu
@@ -504,7 +497,9 @@ def _check(
             by_time[k.bound] = by_time.get(k.bound, 0.0) + spent
     bound = max(by_time.items(), key=lambda kv: kv[1])[0] if by_time else None
     units = [k.unit for k in ks if k.bound == bound and k.unit]
-    unit = max(set(units), key=units.count) if units else None
+    # The most common unit; a tie goes to the first launch's (not to a set's order, which
+    # changes with the process's string hashing: the report would change from run to run).
+    unit = max(dict.fromkeys(units), key=units.count) if units else None
     counted_flops = _mean([k.flops for k in ks])
     counted_bytes = _mean([k.dram_bytes for k in ks])
     count = max(1, row.count)
@@ -556,7 +551,7 @@ def _refuted_finding(checks: list[CounterCheck], th: CounterThresholds) -> Findi
     if not wrong or total <= 0 or share / total < th.refuted_share:
         return None
     names = "; ".join(
-        f"{short_name(c.kernel)} (estimate {c.estimated_bound}, counters {c.counter_bound})"
+        f"{function_name(c.kernel)} (estimate {c.estimated_bound}, counters {c.counter_bound})"
         for c in sorted(wrong, key=lambda c: -c.share)[:3]
     )
     return Finding(
@@ -587,7 +582,7 @@ def _verdict_notes(d: Diagnosis, checks: list[CounterCheck]) -> list[str]:
     if not moved:
         return []
     share = sum(c.share for c in moved)
-    names = ", ".join(f"{short_name(c.kernel)} ({c.counter_bound})" for c in moved[:3])
+    names = ", ".join(f"{function_name(c.kernel)} ({c.counter_bound})" for c in moved[:3])
     return [
         f"the verdict's fourth question counts {len(moved)} matmul kernel(s) as compute-bound "
         f"({pct(share)} of kernel time) that the counters call otherwise: {names}; their % of "

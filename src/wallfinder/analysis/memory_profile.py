@@ -418,23 +418,8 @@ def _device(
     label = device_label(*key)
     step, phase = ctx.step[rows], ctx.phase[rows]
     alloc = mem.bytes > 0
-    # Category of each allocation, then of each event (a free takes its block's category).
     freed = free_of >= 0
-    j = np.maximum(free_of, 0)
-    same = freed & (step[j] == step) & (phase[j] == phase) & (step >= 0)
-    block_cat = np.where(same, _CAT["temporaries"], _KEPT[phase])
-    # Forward blocks that outlive their step: freed in a later one, or never while later
-    # steps ran.
-    later = np.where(freed, step[j] > step, step < step.max(initial=0))
-    block_cat[(phase == FORWARD) & (step >= 0) & later] = _CAT["retained"]
-    if not spans.whole and spans.cpu_start.size:
-        # Allocated before the first step and never freed: the model's state made, moved or
-        # loaded before the loop (parameters), as far as the trace can tell.
-        block_cat[alloc & ~freed & (mem.ts < spans.cpu_start[0])] = _CAT["parameters"]
-    event_cat = np.full(n, _CAT["before_trace"], dtype=np.int64)
-    event_cat[alloc] = block_cat[alloc]
-    matched_free = free_of[alloc & freed]
-    event_cat[matched_free] = block_cat[alloc & freed]
+    block_cat, event_cat = _categories(mem, free_of, step, phase, spans)
     baseline = max(int(mem.total_allocated[0] - mem.bytes[0]), 0)
     running = np.zeros((len(PROFILE_CATEGORIES), n), dtype=np.int64)
     for c in range(len(PROFILE_CATEGORIES)):
@@ -546,6 +531,32 @@ def _reconcile(running: I64, total: I64) -> None:
         take = np.minimum(running[c], surplus)
         running[c] -= take
         surplus -= take
+
+
+def _categories(
+    mem: MemoryEvents, free_of: I64, step: I64, phase: I64, spans: StepSpans
+) -> tuple[I64, I64]:
+    """The category of each allocation (its block's), then of each event: a free takes its
+    block's category, a free of a block from before the trace is `before_trace`."""
+    n = len(mem)
+    alloc = mem.bytes > 0
+    freed = free_of >= 0
+    j = np.maximum(free_of, 0)
+    same = freed & (step[j] == step) & (phase[j] == phase) & (step >= 0)
+    block_cat = np.where(same, _CAT["temporaries"], _KEPT[phase])
+    # Forward blocks that outlive their step: freed in a later one, or never while later
+    # steps ran.
+    later = np.where(freed, step[j] > step, step < step.max(initial=0))
+    block_cat[(phase == FORWARD) & (step >= 0) & later] = _CAT["retained"]
+    if not spans.whole and spans.cpu_start.size:
+        # Allocated before the first step and never freed: the model's state made, moved or
+        # loaded before the loop (parameters), as far as the trace can tell.
+        block_cat[alloc & ~freed & (mem.ts < spans.cpu_start[0])] = _CAT["parameters"]
+    event_cat = np.full(n, _CAT["before_trace"], dtype=np.int64)
+    event_cat[alloc] = block_cat[alloc]
+    matched_free = free_of[alloc & freed]
+    event_cat[matched_free] = block_cat[alloc & freed]
+    return block_cat, event_cat
 
 
 def _step_label(spans: StepSpans, step: int) -> str | None:

@@ -30,24 +30,24 @@ def _matrices(args: OpArgs, i: int) -> tuple[Tensor, Tensor] | None:
     return a, b
 
 
-def mm(args: OpArgs) -> Cost | None:
-    """`mm(a[M,K], b[K,N])`."""
+def _mm(args: OpArgs, out_dtype: str | None) -> Cost | None:
+    """`a[M,K] @ b[K,N]`, written in `out_dtype` (None: a's dtype)."""
     ab = _matrices(args, 0)
     if ab is None:
         return None
     a, b = ab
     (m, k), n = a.shape, b.shape[1]
-    return _product(1, m, n, k, a.nbytes + b.nbytes, a.dtype, a.dtype)
+    return _product(1, m, n, k, a.nbytes + b.nbytes, out_dtype or a.dtype, a.dtype)
+
+
+def mm(args: OpArgs) -> Cost | None:
+    """`mm(a[M,K], b[K,N])`."""
+    return _mm(args, None)
 
 
 def int_mm(args: OpArgs) -> Cost | None:
     """`_int_mm(a[M,K] int8, b[K,N] int8) -> int32`."""
-    ab = _matrices(args, 0)
-    if ab is None:
-        return None
-    a, b = ab
-    (m, k), n = a.shape, b.shape[1]
-    return _product(1, m, n, k, a.nbytes + b.nbytes, "int32", a.dtype)
+    return _mm(args, "int32")
 
 
 def addmm(args: OpArgs) -> Cost | None:

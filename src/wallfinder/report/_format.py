@@ -47,6 +47,7 @@ __all__ = [
     "short_kernel",
     "si",
     "size",
+    "step_count",
     "tensor_core_fix",
     "title_line",
     "unplaced",
@@ -163,10 +164,15 @@ def si(value: float | None, unit: str, digits: str = ".1f") -> str:
     return f"{value:{digits}} {unit}"
 
 
+def step_count(d: Diagnosis) -> int:
+    """The steps a per-step figure divides by: the diagnosis's, at least one."""
+    return max(d.steps.count, 1)
+
+
 def short_kernel(kernel: str) -> str:
     """A kernel name for a report's tables: `units.short_kernel` at any width, without the
     `at::native::` every ATen kernel carries (the JSON has the name whole)."""
-    return units_short_kernel(kernel, width=None).removeprefix("at::native::")
+    return units_short_kernel(kernel, width=None, aten=False)
 
 
 def tensor_core_fix(d: Diagnosis) -> str:
@@ -499,6 +505,32 @@ def module_cells(r: ModuleRow) -> list[str]:
 _BOUND_SHORT = {"bandwidth": "mem", "compute": "comp", "unknown": "?"}
 MODULE_COLUMNS = ("module", "fwd ms", "bwd ms", "share", "bound", "min/med/max ms", "slowest of")
 """The module table's column headings (`module_cells` gives each row's)."""
+
+
+def roofline_summary(r: Roofline) -> str:
+    """The roofline's sentence on busy time, unpunctuated: how much is compute- and
+    bandwidth-bound, unplaced, and costed."""
+    return (
+        f"busy time {pct(r.compute_bound_share)} compute-bound, "
+        f"{pct(r.bandwidth_bound_share)} bandwidth-bound, {unplaced(r)}; "
+        f"{pct(r.costed_share)} of it has a cost model"
+    )
+
+
+def roof_lines(r: Roofline, *, matmul: bool) -> list[str]:
+    """How close to their roof the compute- and bandwidth-bound kernels (and the matmul
+    kernels, with `matmul`) run, time-weighted: a line each where known, unpunctuated."""
+    roofs = [
+        ("compute-bound kernels", r.pct_of_roof_compute),
+        ("bandwidth-bound kernels", r.pct_of_roof_bandwidth),
+    ]
+    if matmul:
+        roofs.append(("matmul kernels", r.pct_of_roof_matmul))
+    return [
+        f"{label} run at {pct(value)} of their roof (time-weighted)"
+        for label, value in roofs
+        if value is not None
+    ]
 
 
 def roofline_notes(r: Roofline) -> list[str]:

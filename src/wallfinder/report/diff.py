@@ -336,7 +336,8 @@ def render_diff_markdown(x: DiagnosisDiff) -> str:
 
 def render_diff_html(x: DiagnosisDiff) -> str:
     """The diff as one self-contained HTML page."""
-    from wallfinder.report.html import WALL_COLOR, render_page
+    from wallfinder.report._figures import WALL_COLOR
+    from wallfinder.report.html import render_page
 
     return render_page(
         "diff.html",
@@ -469,11 +470,11 @@ def _memory_view(m: MemoryChange | None) -> dict[str, Any] | None:
 def _figures(x: DiagnosisDiff) -> dict[str, Any]:
     """Grouped bars: each breakdown part and idle cause in ms per step, before and after
     (horizontal, so that the parts' names read whole)."""
-    from wallfinder.report.html import _layout, _plot_text
+    from wallfinder.report._figures import layout, plot_text
 
     parts = _shown_parts(x)
     labels = [
-        _plot_text(("↳ " if p.part.startswith("idle:") else "") + part_label(p.part).strip())
+        plot_text(("↳ " if p.part.startswith("idle:") else "") + part_label(p.part).strip())
         for p in parts
     ]
     bars = [
@@ -493,7 +494,7 @@ def _figures(x: DiagnosisDiff) -> dict[str, Any]:
     return {
         "plot-breakdown": {
             "data": bars,
-            "layout": _layout(
+            "layout": layout(
                 height=120 + 44 * len(parts),
                 barmode="group",
                 legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},

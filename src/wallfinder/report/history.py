@@ -12,7 +12,8 @@ from rich.text import Text
 
 from wallfinder.history import NameCount, RunRecord, Trend
 from wallfinder.report import _format as fmt
-from wallfinder.report.html import WALL_COLOR, _layout, _plot_text, render_page
+from wallfinder.report._figures import WALL_COLOR, layout, plot_text
+from wallfinder.report.html import render_page
 from wallfinder.report.terminal import print_parts
 from wallfinder.units import size
 
@@ -188,9 +189,9 @@ def _figures(t: Trend) -> dict[str, Any]:
     runs = [r.run for r in t.runs]
     x = [f"#{r.id}" for r in runs]
     hover = [
-        _plot_text(f"{_when(r.recorded_at)} · {(r.commit or 'no commit')[:COMMIT_CHARS]}")
+        plot_text(f"{_when(r.recorded_at)} · {(r.commit or 'no commit')[:COMMIT_CHARS]}")
         + "<br>"
-        + _plot_text(_wall(r))
+        + plot_text(_wall(r))
         for r in runs
     ]
     common = {"x": x, "customdata": hover, "type": "scatter", "mode": "lines+markers"}
@@ -220,18 +221,10 @@ def _figures(t: Trend) -> dict[str, Any]:
     ]
     xaxis = {"type": "category", "title": {"text": "run"}}
     figures: dict[str, Any] = {
-        "plot-step": {
-            "data": [step],
-            "layout": _layout(
-                height=300,
-                showlegend=False,
-                xaxis=xaxis,
-                yaxis={"title": {"text": "ms"}, "rangemode": "tozero"},
-            ),
-        },
+        "plot-step": _one_line(step, xaxis, "ms"),
         "plot-shares": {
             "data": shares,
-            "layout": _layout(
+            "layout": layout(
                 height=300,
                 xaxis=xaxis,
                 yaxis={"title": {"text": "% of the step / of peak"}, "range": [0, 100]},
@@ -246,13 +239,18 @@ def _figures(t: Trend) -> dict[str, Any]:
             "line": {"color": "#8250df"},
             "hovertemplate": "%{x} %{customdata}<br>peak allocated %{y:.2f} GiB<extra></extra>",
         }
-        figures["plot-memory"] = {
-            "data": [peak],
-            "layout": _layout(
-                height=300,
-                showlegend=False,
-                xaxis=xaxis,
-                yaxis={"title": {"text": "GiB"}, "rangemode": "tozero"},
-            ),
-        }
+        figures["plot-memory"] = _one_line(peak, xaxis, "GiB")
     return figures
+
+
+def _one_line(line: dict[str, Any], xaxis: dict[str, Any], unit: str) -> dict[str, Any]:
+    """A chart of one line over the runs, its y axis in `unit` from zero."""
+    return {
+        "data": [line],
+        "layout": layout(
+            height=300,
+            showlegend=False,
+            xaxis=xaxis,
+            yaxis={"title": {"text": unit}, "rangemode": "tozero"},
+        ),
+    }

@@ -48,12 +48,13 @@ from wallfinder.report._format import (
     pct,
     phase_parts,
     ranks_have_memory,
+    roof_lines,
     roofline_notes,
+    roofline_summary,
     short_kernel,
     si,
     size,
     tensor_core_fix,
-    unplaced,
     what_if_cells,
 )
 from wallfinder.report._table import Col, Row, fit_table
@@ -553,17 +554,9 @@ def _roofline(d: Diagnosis) -> RenderableType:
     text = Text()
     text.append("Roofline ", style="bold")
     text.append(f"({r.device or 'unknown device: no roofs'}) ")
-    text.append(
-        f"busy time {pct(r.compute_bound_share)} compute-bound, "
-        f"{pct(r.bandwidth_bound_share)} bandwidth-bound, {unplaced(r)}; "
-        f"{pct(r.costed_share)} of it has a cost model"
-    )
-    for label, value in (
-        ("compute-bound kernels", r.pct_of_roof_compute),
-        ("bandwidth-bound kernels", r.pct_of_roof_bandwidth),
-    ):
-        if value is not None:
-            text.append(f"\n  {label} run at {pct(value)} of their roof (time-weighted)")
+    text.append(roofline_summary(r))
+    for line in roof_lines(r, matmul=False):
+        text.append(f"\n  {line}")
     if r.fp32_matmul_without_tensor_cores_share > 0:
         text.append(
             f"\n  {pct(r.fp32_matmul_without_tensor_cores_share)} of busy time "

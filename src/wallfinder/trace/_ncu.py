@@ -36,6 +36,10 @@ from wallfinder.errors import WallfinderError
 from wallfinder.trace._cache import exported_report
 from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
 
+# The join keys of kernel names live with the other kernel names, in units; trace names them too.
+from wallfinder.units import base_name as base_name
+from wallfinder.units import normalised_name as normalised_name
+
 REPORT_SUFFIX = ".ncu-rep"
 EXPORT_HINT = "ncu --import FILE.ncu-rep --csv --page raw > FILE.csv"
 
@@ -660,70 +664,3 @@ def load_ncu(path: str | Path) -> NcuExport:
         page="+".join(sorted({e.page for e in exports})),
         metrics=frozenset().union(*(e.metrics for e in exports)),
     )
-
-
-# --- Kernel names: the spellings of ncu and of the PyTorch profiler made comparable --------
-
-_CASTS = re.compile(r"\((?:unsigned |signed )?(?:int|bool|long|char|short|long long)\)")
-_LAMBDAS = re.compile(r"\[lambda\([^\]]*\) \(instance \d+\)\]|\{lambda\([^}]*\)#\d+\}")
-_ANONYMOUS = re.compile(r"\(anonymous namespace\)|<unnamed>|\{anonymous\}")
-
-
-def _mangled_base(name: str) -> str | None:
-    """The qualified function name of an Itanium-mangled kernel name (`_Z13my_kernelPf`,
-    `_ZN2at6native18elementwise_kernelILi128E...`), as ncu prints with `--print-kernel-base
-    mangled`; None when `name` is not one this reads."""
-    if not name.startswith("_Z"):
-        return None
-    i = 2
-    nested = name.startswith("_ZN")
-    if nested:
-        i = 3
-    parts: list[str] = []
-    while i < len(name) and name[i].isdigit():
-        j = i
-        while j < len(name) and name[j].isdigit():
-            j += 1
-        n = int(name[i:j])
-        ident = name[j : j + n]
-        parts.append("anon" if ident.startswith("_GLOBAL__N") else ident)
-        i = j + n
-        if not nested:
-            break
-    return "::".join(parts) or None
-
-
-def normalised_name(name: str) -> str:
-    """A kernel name with what differs between demanglers taken out: a leading `void`, casts
-    on template values (`(int)4`), the spelling of lambdas and anonymous namespaces, spaces.
-    (A mangled name keeps its mangled form: it matches by `base_name`.)"""
-    s = name.strip()
-    if s.startswith("void "):
-        s = s[5:]
-    s = _ANONYMOUS.sub("anon", s)
-    s = _LAMBDAS.sub("lambda", s)
-    s = _CASTS.sub("", s)
-    return re.sub(r"\s+", "", s)
-
-
-def base_name(name: str) -> str:
-    """A kernel's function name: no return type, template arguments or parameters
-    (`at::native::elementwise_kernel`), as `ncu --kernel-name-base function` matches it."""
-    mangled = _mangled_base(name.strip())
-    if mangled is not None:
-        return mangled
-    s = _ANONYMOUS.sub("anon", name.strip())
-    if s.startswith("void "):
-        s = s[5:]
-    out: list[str] = []
-    depth = 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif ch == "(" and depth == 0:
-            break
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out).strip()
