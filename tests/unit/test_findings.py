@@ -324,6 +324,28 @@ def test_idle_time_waiting_on_a_dependency_gets_its_own_finding(tmp_path: Path) 
     )
 
 
+def test_the_work_that_ends_dependency_waits_is_named_for_all_the_wait_the_share_counts(
+    tmp_path: Path,
+) -> None:
+    # Each 1000 µs step: a GEMM on the GPU 20-100 µs, then an elementwise kernel whose launch
+    # call ran 40-70 µs (it began 60 µs before the GPU went idle, so its work was queued) and
+    # which starts only at 600 µs. The breakdown counts all of 100-600 µs as dependency wait;
+    # the evidence names that kernel for all of it (0.50 ms/step), not for the part past its
+    # launch call's return (0.48 ms/step: a second count of the same wait that disagreed).
+    b = TraceBuilder()
+    elementwise = "vectorized_elementwise_kernel"
+    for s in range(4):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.kernel(GEMM, t0 + 20.0, 80.0, launch_at=t0 + 5.0)
+        b.kernel(elementwise, t0 + 600.0, 300.0, launch_at=t0 + 40.0, launch_dur=30.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    wait = next(f for f in d.findings if f.id == "dependency-wait")
+    per_step = d.breakdown.idle_causes["dependency_wait"] * d.breakdown.per_step_ms["step"]
+    assert per_step == pytest.approx(0.50, abs=0.005)
+    assert f"the waits end at {elementwise} {per_step:.2f} ms/step" in wait.evidence
+
+
 def test_kernel_names_read_short_in_sentences() -> None:
     assert short_kernel("void at::native::reduce_kernel<512, 1>(at::native::ReduceOp<float>)") == (
         "at::native::reduce_kernel"

@@ -19,10 +19,7 @@ from wallfinder.analysis.findings import (
     ms_text,
     where_calls,
 )
-from wallfinder.analysis.gpu import QUEUED_SLACK_NS
-from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.rules import rule
-from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind
 from wallfinder.units import short_kernel
@@ -87,6 +84,8 @@ def _waited_rows(f: Facts) -> npt.NDArray[np.bool_]:
 @rule(Facts, id="dependency-wait", work=_waited_rows)
 def dependency_wait(f: Facts) -> Finding | None:
     share = f.share(f.breakdown.idle_causes.get("dependency_wait", 0.0))
+    if share < f.thresholds.time.min_share:
+        return None  # before the idle pieces that name the work
     return make_finding(
         f,
         "dependency-wait",
@@ -115,43 +114,28 @@ def _waiting_work(f: Facts) -> str:
         return ""
     ops = f.dev.ops
     names, inverse = np.unique(ops.name[nxt], return_inverse=True)
-    idle = np.bincount(inverse, weights=waited.astype(np.float64))
-    lead = ops.ts[nxt] - f.dev.launch_end[nxt]
+    idle = np.bincount(inverse, weights=waited)
     said = []
     for i in np.argsort(-idle)[:2].tolist():
         mine = inverse == i
+        # An op that ends a gap split at a step's start ends two pieces: its lead counts once.
+        ended = np.unique(nxt[mine])
+        lead = ops.ts[ended] - f.dev.launch_end[ended]
         graph = " (replayed from a graph)" if f.dev.graph[nxt[mine]].all() else ""
         said.append(
             f"{short_kernel(f.trace.strings[int(names[i])])}{graph} "
             f"{ms_text(idle[i] * 1e-9 / max(f.steps.count, 1))}/step, launched a median "
-            f"{ms_text(float(np.median(lead[mine])) * 1e-9)} before it started"
+            f"{ms_text(float(np.median(lead)) * 1e-9)} before it started"
         )
     return "; the waits end at " + ", ".join(said)
 
 
-def _waited_work(f: Facts) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64]]:
-    """The device ops (rows) that ended the steady steps' dependency waits — gaps in the
-    device's busy time whose next op had been launched before the gap began — and the idle
-    time each ended (ns)."""
-    dev = f.dev
-    assert dev is not None
-    ops = dev.ops
-    if ops.ts.size == 0:
-        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int64)
-    busy = f.busy
-    lo, hi = int(f.scope.window_start.min()), int(f.scope.window_end.max())
-    gap_start, gap_end = busy.gaps(lo, hi)
-    nxt = np.searchsorted(ops.ts, gap_end, side="left")
-    keep = in_windows(gap_start, f.scope.window_start, f.scope.window_end) & (nxt < ops.ts.size)
-    gap_start, gap_end, nxt = gap_start[keep], gap_end[keep], nxt[keep]
-    # As the idle causes count it: all of a gap whose work was queued before it began, and
-    # the part of a gap past its work's launch path (the call, then QUEUED_SLACK_NS).
-    launched = dev.launch_end[nxt]
-    known = launched != NO_LAUNCH
-    queued = known & (launched < gap_start - QUEUED_SLACK_NS)
-    waited = np.where(
-        queued, gap_end - gap_start, np.clip(gap_end - (launched + QUEUED_SLACK_NS), 0, None)
-    )
-    waited = np.where(known, waited, 0)
-    keep = waited > 0
-    return nxt[keep], waited[keep].astype(np.int64)
+def _waited_work(f: Facts) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """The device ops (rows) that ended the steady steps' dependency waits and the idle time
+    each ended (ns): the idle pieces' `dependency_wait`, as the breakdown counts it."""
+    if f.dev is None or f.scope.start.size == 0:
+        return np.zeros(0, dtype=np.intp), np.zeros(0)
+    pieces = f.idle
+    waited = pieces.causes["dependency_wait"]
+    keep = f.scope.kept[pieces.window] & (waited > 0) & (pieces.op >= 0)
+    return pieces.op[keep], waited[keep]
