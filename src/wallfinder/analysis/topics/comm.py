@@ -13,12 +13,14 @@ from wallfinder.analysis.findings import (
     call_sites,
     make_finding,
     ms_text,
+    name_codes,
 )
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.phases import PHASES
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.rules import rule
+from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
 from wallfinder.units import short_kernel
@@ -228,4 +230,86 @@ def _gradient_sync_tail(f: Facts) -> str:
     return (
         f"; {ms_text(seconds)} per step of it ({listed}) between the last backward kernel and "
         "the optimizer step: the gradient sync is not overlapped with the backward"
+    )
+
+
+DDP_FORWARD = "DistributedDataParallel.forward"
+"""The range DDP records around each forward: one per micro-step."""
+
+
+def _micro_step_syncs(f: Facts) -> tuple[npt.NDArray[np.bool_], float]:
+    """The all-reduce kernels launched in a micro-step that no optimizer step ends (a mask over
+    the device ops) — gradient accumulation syncing gradients it will add to again — and the
+    micro-steps per optimizer step in the steady steps (0 without DDP's forwards or an
+    optimizer step)."""
+    dev = f.dev
+    if dev is None:
+        return NO_ROWS, 0.0
+    host = (Kind.ANNOTATION, Kind.CPU_OP)
+    spans, kept = f.scope.spans, f.scope.kept
+    lo, hi = spans.cpu_start[kept], spans.cpu_end[kept]
+    forwards = f.trace.named(host, name_codes(f.trace, (DDP_FORWARD,)))
+    starts = np.unique(forwards.ts[in_windows(forwards.ts, lo, hi)])
+    optimizer = f.trace.named(
+        host, f.trace.names_matching(lambda s: s.startswith("Optimizer.step#"))
+    )
+    stepped = np.sort(optimizer.ts[in_windows(optimizer.ts, lo, hi)])
+    if starts.size < 2 or stepped.size == 0:
+        return np.zeros(len(dev.ops), dtype=bool), 0.0
+    # Micro-step i runs from its forward to the next one; it accumulates when that forward is
+    # in the same step and no optimizer step starts between the two.
+    a, b = starts[:-1], starts[1:]
+    step = np.searchsorted(lo, starts, side="right") - 1
+    between = np.searchsorted(stepped, b) - np.searchsorted(stepped, a)
+    accumulating = (step[:-1] == step[1:]) & (between == 0)
+    a, b = a[accumulating], b[accumulating]
+    ops = dev.ops
+    reduces = f.trace.names_matching(lambda s: "allreduce" in s.lower().replace("_", ""))
+    at = np.where(dev.launch_ts != NO_LAUNCH, dev.launch_ts, ops.ts)
+    k = np.searchsorted(a, at, side="right") - 1
+    inside = (k >= 0) & (at < b[np.maximum(k, 0)]) if a.size else np.zeros(len(ops), dtype=bool)
+    rows: npt.NDArray[np.bool_] = inside & (dev.cls == COMM) & np.isin(ops.name, reduces)
+    return rows, starts.size / stepped.size
+
+
+def _synced_micro_steps(f: Facts) -> npt.NDArray[np.bool_]:
+    return _micro_step_syncs(f)[0]
+
+
+@rule(Facts, id="grad-sync-per-micro-step", work=_synced_micro_steps)
+def grad_sync_per_micro_step(f: Facts) -> Finding | None:
+    """Gradient accumulation under DDP without `no_sync()`: the gradients are all-reduced in
+    every micro-step, where one all-reduce per optimizer step would do. The bound is the time
+    those extra all-reduces leave no compute beside (the what-if has no change that drops a
+    collective, so the bound stands)."""
+    if f.dev is None or f.step_s <= 0:
+        return None
+    rows, micro = _micro_step_syncs(f)
+    if not rows.any():
+        return None
+    ops = f.dev.ops
+    compute = (ops.kind == Kind.KERNEL) & (f.dev.cls != COMM)
+    beside = Coverage.of(ops.ts[compute], ops.end[compute])
+    mine = Coverage.of(ops.ts[rows], ops.end[rows])
+    steps = max(f.steps.count, 1)
+    exposed = float((mine.ends - mine.starts - beside.covered(mine.starts, mine.ends)).sum())
+    seconds = exposed * 1e-9 / steps
+    share = seconds / f.step_s
+    busy = float(ops.dur[rows].sum()) * 1e-9 / steps
+    return make_finding(
+        f,
+        "grad-sync-per-micro-step",
+        "overhead",
+        "Gradients are all-reduced at every micro-step of gradient accumulation",
+        share,
+        f"{micro:.0f} micro-steps per optimizer step ({DDP_FORWARD} ranges), and the "
+        f"gradients are all-reduced in each: {f.per_step(int(rows.sum())):.0f} all-reduce "
+        f"kernel(s) per step ({ms_text(busy)}) in the micro-steps before the last, "
+        f"{ms_text(seconds)} of it with no compute beside it (the bound: what syncing only in "
+        "the last micro-step removes)",
+        "accumulate without syncing: run every micro-step but the last under "
+        "`with model.no_sync():` (DDP and FSDP), or let the training library do it "
+        "(Accelerate's accelerator.accumulate(model), Lightning's accumulate_grad_batches): "
+        "the gradients are then all-reduced once per optimizer step",
+        speedup=amdahl(share),
     )

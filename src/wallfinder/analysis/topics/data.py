@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from wallfinder.analysis.classify import (
-    DATALOADER_WORKERS,
-    is_data_loading,
-)
+from wallfinder.analysis.classify import DATALOADER_WORKERS, is_data_loading
 from wallfinder.analysis.critpath import Change
 from wallfinder.analysis.findings import (
     Facts,

@@ -7,14 +7,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.critpath import Change
-from wallfinder.analysis.findings import (
-    NO_ROWS,
-    Facts,
-    amdahl,
-    make_finding,
-    ms_text,
-    named_rows,
-)
+from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text, named_rows
 from wallfinder.analysis.gpu import CLASSES
 from wallfinder.analysis.rules import rule
 from wallfinder.diagnosis import Finding

@@ -10,13 +10,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.classify import MATMUL_CLASSES
 from wallfinder.analysis.critpath import Change
-from wallfinder.analysis.findings import (
-    NO_ROWS,
-    Facts,
-    amdahl,
-    make_finding,
-    ms_text,
-)
+from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import CLASSES, COMM
 from wallfinder.analysis.rules import rule
 from wallfinder.diagnosis import Finding

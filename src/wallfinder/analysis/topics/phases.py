@@ -5,17 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wallfinder.analysis.classify import (
-    EVENT_SYNCS,
-    SYNC_CALLS,
-)
-from wallfinder.analysis.findings import (
-    Facts,
-    amdahl,
-    calls_in_steps,
-    make_finding,
-    ms_text,
-)
+from wallfinder.analysis.classify import EVENT_SYNCS, SYNC_CALLS
+from wallfinder.analysis.findings import Facts, amdahl, calls_in_steps, make_finding, ms_text
 from wallfinder.analysis.phases import PHASES
 from wallfinder.analysis.rules import rule
 from wallfinder.diagnosis import Finding

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wallfinder.analysis.findings import (
-    Facts,
-    amdahl,
-    make_finding,
-    ms_text,
-)
+from wallfinder.analysis.findings import Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.rules import rule
 from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import Finding
