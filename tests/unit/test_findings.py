@@ -53,6 +53,23 @@ def test_sync_in_the_loop_is_found_with_its_calls(tmp_path: Path) -> None:
     assert top.share == pytest.approx(d.breakdown.idle_causes["synchronization"])
 
 
+def test_sync_in_the_loop_names_every_call_the_idle_attribution_counts(tmp_path: Path) -> None:
+    # The host blocks in a synchronous cudaMemcpy (a blocking copy, no .item()): the idle it
+    # causes is synchronisation, and the finding names the call behind it (one table of
+    # synchronising calls for both).
+    b = TraceBuilder()
+    for s in range(4):
+        t0 = s * 300.0
+        b.step(s + 1, t0, 300.0)
+        b.kernel(GEMM, t0 + 10.0, 100.0, launch_at=t0 + 2.0)
+        b.sync(t0 + 9.0, 102.0, name="cudaMemcpy")
+        b.kernel(GEMM, t0 + 270.0, 25.0, launch_at=t0 + 262.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    top = d.findings[0]
+    assert top.id == "sync-in-step"
+    assert "cudaMemcpy ×1/step" in top.evidence
+
+
 def test_tiny_kernels_make_the_step_launch_bound(tmp_path: Path) -> None:
     # 40 kernels of 3 µs, each launched by a 12 µs op: the GPU mostly waits for the host.
     b = TraceBuilder()
