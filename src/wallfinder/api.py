@@ -259,10 +259,10 @@ def analyze_marked(
     traces = load_traces(
         files[0], progress, workers=workers, step_range=options.step_range, cache=options.cache
     )
-    if len(traces) != 1 or traces[0].format != "kineto":
+    if len(traces) != 1 or not traces[0].reader.trace_events:
         raise WallfinderError(
             f"{path}: an annotated trace is made from a PyTorch profiler (Kineto) trace, "
-            "whose timeline Perfetto opens; not from an Nsight Systems capture"
+            f"whose timeline Perfetto opens; not from {traces[0].reader.title}"
         )
     trace = traces[0]
     return diagnose_marked(

@@ -94,10 +94,35 @@ _SIGNATURE = re.compile(r"(?<=[^\s])[<(]")
 as in "Memset (Device)")."""
 
 
+def _without_return_type(s: str) -> str:
+    """A kernel's signature without a return type other than void, such as
+    "std::enable_if<...>::type vllm::rms_norm_kernel<...>(...)": the name follows the first
+    space outside template brackets, when what comes before it is a qualified or templated
+    type (not "Memset (Device)", whose space is part of the name)."""
+    angle = paren = 0  # a ">" inside parentheses is a comparison: "<((8)>(0))>"
+    for i, ch in enumerate(s):
+        if ch == "(":
+            if angle == paren == 0:
+                return s  # the parameter list: no return type came before it
+            paren += 1
+        elif ch == ")" and paren:
+            paren -= 1
+        elif paren:
+            continue
+        elif ch == "<":
+            angle += 1
+        elif ch == ">" and angle:
+            angle -= 1
+        elif angle == 0 and ch == " ":
+            return s[i + 1 :] if "<" in s[:i] or "::" in s[:i] else s
+    return s
+
+
 def short_kernel(name: str, width: int | None = 60) -> str:
     """A kernel's name for a sentence or a table: no `void`, anonymous namespaces, template
     arguments or parameter list, at most `width` characters (None: any)."""
     s = name.removeprefix("void ").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    s = _without_return_type(s)
     cut = _SIGNATURE.search(s)
     s = s[: cut.start()] if cut else s
     return s if width is None or len(s) <= width else s[: width - 1] + "…"

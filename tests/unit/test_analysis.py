@@ -306,6 +306,80 @@ def test_two_steps_are_never_dropped_as_warmup(tmp_path: Path) -> None:
     assert load(b, tmp_path).steps.dropped == []
 
 
+def test_a_step_range_of_zero_length_is_not_a_step(tmp_path: Path) -> None:
+    # Found by the structure fuzzer: a zero-length ProfilerStep was the trace's one step,
+    # 0 s long, and broke the invariants (parts summing to 0, a step of 0 s).
+    b = TraceBuilder()
+    b.step(1, 0.0, 0.0)
+    b.cpu_op("aten::mm", 0.0, 10.0)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    assert d.steps.source == "whole trace (no ProfilerStep)"
+    assert d.steps.median_s == pytest.approx(10e-6, rel=1e-12)
+
+
+def test_a_step_whose_window_is_empty_is_set_aside(tmp_path: Path) -> None:
+    # Step 2's kernel (on another stream) ends before step 1's long kernel: the windows tile
+    # the timeline, so step 2's is empty; it is set aside, not kept as a 0 s step.
+    b = TraceBuilder()
+    b.step(1, 0.0, 100.0)
+    b.kernel(GEMM, 10.0, 490.0, launch_at=5.0)
+    b.step(2, 100.0, 100.0)
+    b.kernel(GEMM, 120.0, 30.0, launch_at=105.0, stream=8)
+    b.step(3, 200.0, 100.0)
+    b.kernel(GEMM, 500.0, 900.0, launch_at=205.0)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    assert [(s.step, s.duration_s) for s in d.steps.dropped] == [("step 2", 0.0)]
+    assert "lasts no time" in d.steps.dropped[0].reason
+    assert (d.steps.total, d.steps.count) == (3, 2)
+
+
+def test_a_trace_where_nothing_lasts_any_time_is_refused(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(1, 0.0, 0.0)
+    b.cpu_op("aten::mm", 0.0, 0.0)
+    with pytest.raises(WallfinderError, match="no step lasts any time"):
+        load(b, tmp_path)
+
+
+def test_a_kernel_recorded_as_0_us_has_its_class_row(tmp_path: Path) -> None:
+    # Found by the structure fuzzer: a 0 µs elementwise kernel was in the kernel table with a
+    # class the class table left out (it listed only classes with time).
+    b = TraceBuilder()
+    b.step(1, 0.0, 100.0)
+    b.kernel(GEMM, 10.0, 60.0, launch_at=1.0)
+    b.kernel(ELEMENTWISE, 30.0, 0.0, launch_at=2.0, stream=8)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    shares = {c.cls: (c.time_s, c.share) for c in d.classes}
+    assert shares["elementwise"] == (0.0, 0.0)
+    assert shares["gemm"][1] == pytest.approx(1.0)
+
+
+def test_a_trace_whose_kernels_all_took_0_us_has_no_class_shares(tmp_path: Path) -> None:
+    # Found by the structure fuzzer once 0 µs classes had rows: with no kernel time at all,
+    # the one class's share was 0, not 1. There is nothing to split: no class table.
+    b = TraceBuilder()
+    b.cpu_op("aten::mm", 0.0, 90.0)
+    b.kernel(ELEMENTWISE, 30.0, 0.0, launch_at=2.0)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    assert d.classes == []
+    assert [k.time_s for k in d.kernels] == [0.0]
+
+
+def test_a_cpu_trace_whose_ops_all_took_0_us_has_no_class_shares(tmp_path: Path) -> None:
+    # Found by the structure fuzzer: a CPU-only trace whose one top-level op in the step was
+    # recorded as 0 µs got a class row of share 0 (the shares summed to 0, not 1).
+    b = TraceBuilder()
+    b.annotation("outer", 0.0, 100.0)
+    b.cpu_op("aten::mm", 10.0, 0.0)
+    d = load(b, tmp_path)
+    assert_diagnosis_invariants(d)
+    assert d.classes == []
+
+
 # (g) invariants ---------------------------------------------------------------------------------
 
 

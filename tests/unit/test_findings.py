@@ -372,6 +372,13 @@ def test_kernel_names_read_short_in_sentences() -> None:
         "softmax_warp_forward"
     )
     assert short_kernel("Memset (Device)") == "Memset (Device)"
+    assert short_kernel("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD (Device -> Device)"
+    # A return type other than void is no part of the name (it read "std::enable_if").
+    enable_if = (
+        "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+        "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long)"
+    )
+    assert short_kernel(enable_if) == "vllm::fused_add_rms_norm_kernel"
     assert short_kernel("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*)") == (
         "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"
     )

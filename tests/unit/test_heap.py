@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import wallfinder.trace as trace_package
+import wallfinder.trace.readers.kineto as trace_package
 from tracegen import decoded_columns, training_trace
 from wallfinder.trace import Events, _columns, _heap, _reader, load_trace
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import wallfinder.trace as trace_module
 import wallfinder.trace._reader as reader_module
+import wallfinder.trace.readers.kineto as trace_module
 from tracegen import DATALOADER, NASTY_NAME, TraceBuilder, assert_same_trace, training_trace
 from wallfinder.analysis import diagnose
 from wallfinder.trace import (

@@ -386,3 +386,25 @@ def test_memory_thresholds_come_from_the_options(tmp_path: Path) -> None:
     assert d.memory is not None
     assert d.memory.devices[0].steady_reserved_changes_per_step == 2.0
     assert "memory-churn" not in {f.id for f in d.memory.findings}
+
+
+def test_totals_that_disagree_with_the_events_still_split_the_peak(tmp_path: Path) -> None:
+    # Found by the structure fuzzer: events missing from a trace leave the allocator's total
+    # and the replayed blocks apart. Categories are a split of the allocator's peak: what it
+    # counts but no event shows is `other`; what events show but it does not count is taken
+    # from the least certain categories; an impossible negative total is not a usable event.
+    b = training_trace(3)
+    b.memory(10.0, 0x1000, 1 * MiB, 0, 8 * MiB)  # a block the allocator's total does not count
+    b.memory(500.0, 0x2000, 1 * MiB, 5 * MiB, 8 * MiB)  # 4 MiB counted that no event shows
+    b.memory(600.0, 0x3000, 1 * MiB, -1, 8 * MiB)
+    d = analyze(b.write(tmp_path / "t.json"))
+    d.self_check()
+    assert d.memory is not None
+    (device,) = d.memory.devices
+    assert device.events == 2
+    assert device.peak_allocated == 5 * MiB
+    assert sum(device.categories.values()) == 5 * MiB
+    assert device.categories["other"] >= 3 * MiB
+    assert any("categories are partial" in note for note in d.memory.notes)
+    for point in device.timeline:
+        assert sum(point.categories.values()) == point.allocated

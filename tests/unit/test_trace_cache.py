@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import wallfinder.trace as trace_module
+import wallfinder.trace.readers.kineto as trace_module
 from realtraces import real_trace
 from tracegen import decoded_columns, training_trace
 from wallfinder import Options, analyze

@@ -3,50 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Final
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op
-from wallfinder.analysis.counters import counter_report, place_counters
+from wallfinder.analysis.counters import CounterPlacement, counter_report, place_counters
+from wallfinder.analysis.cpu import CpuDevice
 from wallfinder.analysis.critpath import (
+    Change,
     StepGraph,
+    WhatIf,
     consistent_rows,
-    cpu_graph,
     critical_path,
     parse_what_if,
 )
-from wallfinder.analysis.dispatch import Dispatch, DispatchSummary, dispatch_sized
+from wallfinder.analysis.device import TOP_ROWS, Basis, DeviceModel, DeviceParts
 from wallfinder.analysis.findings import Facts, find, rank
 from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
     CLASSES,
-    IDLE_CAUSES,
     DeviceOps,
     WindowBreakdown,
     breakdown,
     device_ops,
     graph_replayed,
-    is_data_loading,
 )
-from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
-from wallfinder.analysis.phases import Attribution, attribute, device_work, host_work
+from wallfinder.analysis.phases import Attribution, attribute, device_work
+from wallfinder.analysis.pipeline import Stage, Upstream, View
+from wallfinder.analysis.pipeline import run as run_stages
 from wallfinder.analysis.roofline import (
     COUNTED_BOUND,
+    Costed,
     KernelCost,
     Placement,
     cost_device_ops,
-    cpu_roofline,
     kernel_costs,
     kernel_roof,
     launching_ops,
     mfu,
-    outermost,
     place,
     roofline,
 )
@@ -66,6 +65,7 @@ from wallfinder.analysis.thresholds import (
     JobThresholds,
     MemoryThresholds,
     SnapshotThresholds,
+    StepThresholds,
     Thresholds,
     TimeThresholds,
 )
@@ -84,7 +84,6 @@ from wallfinder.diagnosis import (
     KernelRow,
     MemoryProfile,
     Mfu,
-    OpRow,
     Roofline,
     Spike,
     StepBreakdown,
@@ -94,15 +93,12 @@ from wallfinder.diagnosis import (
     Verdict,
 )
 from wallfinder.errors import WallfinderError
-from wallfinder.hardware import DeviceSpec, cpu_spec
+from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import (
-    Events,
     Kind,
     NcuExport,
     Trace,
     release_free_memory,
-    thread_codes,
-    thread_key,
 )
 
 __all__ = [
@@ -110,6 +106,7 @@ __all__ = [
     "MemoryThresholds",
     "ModelFlops",
     "SnapshotThresholds",
+    "StepThresholds",
     "Thresholds",
     "TimeThresholds",
     "diagnose",
@@ -118,9 +115,7 @@ __all__ = [
 ]
 
 NS = 1e-9
-TOP_ROWS = 15
 I64 = npt.NDArray[np.int64]
-Basis = Literal["gpu", "cpu"]
 
 
 def diagnose(
@@ -172,22 +167,90 @@ def _diagnosed(
 ) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
-    spans = cpu_steps(trace)
+    spans = cpu_steps(trace, thresholds.steps)
     warnings = _step_warnings(trace, spans)
     dev = device_ops(trace, thresholds.time)
     # Each stage's temporaries go back to the C heap, which keeps their pages: they are given
     # back between the stages, or each stage's peak would stack on the last one's (on a large
     # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
-    device: _DeviceModel = _Gpu(trace, dev, spec) if dev is not None else _Cpu(trace, spec)
+    device: DeviceModel = _Gpu(trace, dev, spec) if dev is not None else CpuDevice(trace, spec)
+    scope, up, placement = _scope(trace, spans, dev, device, thresholds, model, counters, changes)
+    run_stages(STAGES, scope, up)
+    parts, steps, memory = up[PARTS], up[STEPS], up[MEMORY]
+    path, whatif = up[CRITICAL_PATH] or (None, None)
+    fusion, attribution = up[FUSION] or [], up[PHASES]
+    facts = Facts(
+        scope,
+        steps,
+        parts.breakdown,
+        parts.roofline,
+        fusion,
+        parts.dispatch,
+        memory,
+        whatif,
+        attribution,
+        parts.main_thread,
+    )
+    diagnosis = _result(
+        trace,
+        up[TYPICAL],
+        parts.device,
+        steps,
+        parts.breakdown,
+        parts.classes,
+        thresholds,
+        warnings + parts.warnings,
+        kernels=parts.kernels,
+        more_kernels=parts.more_kernels,
+        cpu=parts.cpu,
+        roofline=parts.roofline,
+        mfu=parts.mfu,
+        fusion=fusion,
+        timeline=up[TIMELINE],
+        facts=facts,
+        memory=memory,
+        critical_path=path,
+        attribution=attribution,
+    )
+    if counters is not None:
+        joined = (trace, dev, placement) if dev is not None and placement is not None else None
+        # (Contained here, not as a stage: it reads the finished diagnosis.)
+        report = scope.views.compute(
+            "counters", lambda: counter_report(counters, thresholds, diagnosis, joined)
+        )
+        diagnosis = msgspec.structs.replace(
+            diagnosis, counters=report, not_computed=dict(scope.views.failed)
+        )
+    return diagnosis, facts
+
+
+def _scope(
+    trace: Trace,
+    spans: StepSpans,
+    dev: DeviceOps | None,
+    device: DeviceModel,
+    thresholds: Thresholds,
+    model: ModelFlops | None,
+    counters: NcuExport | None,
+    changes: list[Change] | None,
+) -> tuple[Scope, _Upstream, CounterPlacement | None]:
+    """The rank's scope (its step windows on the device's clock, the steady-state ones), what
+    the stages start from, and where the counters placed the device's kernels."""
     start, end = device.windows(spans)
     wb = device.breakdown(start, end)
     release_free_memory()
     durations = (end - start).astype(np.float64) * NS
-    dropped = dropped_steps(spans, durations)
+    dropped = dropped_steps(spans, durations, thresholds.steps)
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
+    if not kept.any():
+        raise WallfinderError(
+            f"{trace.source}: no step lasts any time (zero-length events, or device work "
+            "that ends before its step begins)"
+        )
     views = Views()
+    # (Contained here, not as a stage: the scope is made with what it places.)
     placement = (
         views.compute(
             "counters", lambda: place_counters(trace, dev, counters, thresholds, device.spec)
@@ -209,73 +272,103 @@ def _diagnosed(
         placement if placement is not None and placement.mismatch is None else None,
         views,
     )
-    spikes = find_spikes(scope, wb)
-    steps = _step_stats(spans.source, spans.labels, durations, kept, dropped, thresholds, spikes)
-    bd = _breakdown(scope, wb, device.basis)
-    parts = device.parts(scope, bd)
-    release_free_memory()
-    memory = views.compute("memory", lambda: memory_profile(scope, *parts.capacity))
-    release_free_memory()
+    return scope, _Upstream(device, wb, durations, dropped, changes), placement
+
+
+@dataclass
+class _Upstream(Upstream):
+    """What the stages start from besides the scope, and the parts they made."""
+
+    device: DeviceModel
+    windows: WindowBreakdown
+    """Every step's time on the device, in compute, exposed communication and copies, idle."""
+    durations: npt.NDArray[np.float64]
+    """Every step's duration (s)."""
+    dropped: list[tuple[int, str]]
+    """The steps set aside (warm-up, start-up), with why."""
+    changes: list[Change] | None
+    """The what-if's changes to replay (None: the default table)."""
+
+
+def _steps(scope: Scope, up: _Upstream) -> Steps:
+    spans, thresholds = scope.spans, scope.thresholds
+    spikes = up[SPIKES]
+    return _step_stats(
+        spans.source, spans.labels, up.durations, scope.kept, up.dropped, thresholds, spikes
+    )
+
+
+def _typical(scope: Scope, up: _Upstream) -> Verdict:
+    """The wall of the typical step (`decide`)."""
+    parts = up[PARTS]
     estimate = (parts.device.spec_source or "").startswith("estimate")
-    typical = decide(
-        steps, parts.breakdown, parts.classes, thresholds, parts.roofline, roof_estimate=estimate
-    )
-    replayed = views.compute(
-        "critical path",
-        lambda: critical_path(
-            scope,
-            parts.fusion,
-            parts.roofline,
-            changes,
-            parts.timeline,
-            graph=parts.graph,
-            cause=typical.cause,
-        ),
-    )
-    path, whatif = replayed if replayed is not None else (None, None)
-    release_free_memory()
-    facts = Facts(
-        scope,
-        steps,
-        parts.breakdown,
-        parts.roofline,
-        parts.fusion,
-        parts.dispatch,
-        memory,
-        whatif,
-        parts.attribution,
-        parts.main_thread,
-    )
-    diagnosis = _result(
-        trace,
-        typical,
-        parts.device,
-        steps,
+    return decide(
+        up[STEPS],
         parts.breakdown,
         parts.classes,
-        thresholds,
-        warnings + parts.warnings,
-        kernels=parts.kernels,
-        more_kernels=parts.more_kernels,
-        cpu=parts.cpu,
-        roofline=parts.roofline,
-        mfu=parts.mfu,
-        fusion=parts.fusion,
-        timeline=parts.timeline,
-        facts=facts,
-        memory=memory,
-        critical_path=path,
-        attribution=parts.attribution,
+        scope.thresholds,
+        parts.roofline,
+        roof_estimate=estimate,
     )
-    if counters is not None:
-        joined = (trace, dev, placement) if dev is not None and placement is not None else None
-        report = views.compute(
-            "counters", lambda: counter_report(counters, thresholds, diagnosis, joined)
-        )
-        diagnosis = msgspec.structs.replace(
-            diagnosis, counters=report, not_computed=dict(views.failed)
-        )
-    return diagnosis, facts
+
+
+def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, WhatIf | None]:
+    fusion = up[FUSION]
+    return critical_path(
+        scope,
+        fusion or [],
+        up[PARTS].roofline,
+        up.changes,
+        up[TIMELINE],
+        graph=up[GRAPH],
+        cause=up[TYPICAL].cause,
+    )
+
+
+SPIKES: Stage[_Upstream, list[Spike]] = Stage(
+    "spikes", lambda scope, up: find_spikes(scope, up.windows)
+)
+STEPS: Stage[_Upstream, Steps] = Stage("steps", _steps)
+BREAKDOWN: Stage[_Upstream, Breakdown] = Stage(
+    "breakdown", lambda scope, up: _breakdown(scope, up.windows, up.device.basis)
+)
+PARTS: Stage[_Upstream, DeviceParts] = Stage(
+    "device", lambda scope, up: up.device.parts(scope, up[BREAKDOWN]), frees=True
+)
+FUSION: View[_Upstream, list[FusionCandidate]] = View(
+    "fusion", lambda scope, up: up.device.fusion(scope), frees=True
+)
+TIMELINE: View[_Upstream, StepTimeline | None] = View(
+    "timeline", lambda scope, up: up.device.timeline(scope), frees=True
+)
+PHASES: View[_Upstream, Attribution] = View("phases", lambda scope, up: up.device.phases(scope))
+# (The CPU's own graph: a failure building it costs the critical path, under its name.)
+GRAPH: View[_Upstream, StepGraph | None] = View(
+    "critical path", lambda scope, up: up.device.graph(scope)
+)
+MEMORY: View[_Upstream, MemoryProfile | None] = View(
+    "memory", lambda scope, up: memory_profile(scope, *up[PARTS].capacity), frees=True
+)
+TYPICAL: Stage[_Upstream, Verdict] = Stage("verdict", _typical)
+CRITICAL_PATH: View[_Upstream, tuple[CriticalPath | None, WhatIf | None]] = View(
+    "critical path", _critical_path, frees=True
+)
+
+STAGES: tuple[Stage[_Upstream, Any] | View[_Upstream, Any], ...] = (
+    SPIKES,
+    STEPS,
+    BREAKDOWN,
+    PARTS,
+    FUSION,
+    TIMELINE,
+    PHASES,
+    GRAPH,
+    MEMORY,
+    TYPICAL,
+    CRITICAL_PATH,
+)
+"""A rank's analyses after its scope, in the order they run (`pipeline.run`): the device's
+own (`DeviceModel`), then the common views and the verdict of the typical step."""
 
 
 def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
@@ -285,7 +378,7 @@ def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
             f"{trace.cut_step.replace('ProfilerStep#', 'step ')} is not analysed: the program "
             "stopped during it"
         )
-    if spans.whole and trace.format == "kineto":  # other readers say how to mark steps
+    if spans.whole and trace.reader.profiler_steps:  # other readers say how to mark steps
         warnings.append(
             "no ProfilerStep markers: the whole trace is analysed as one window "
             "(use torch.profiler's schedule and p.step() to get per-step figures)"
@@ -304,60 +397,11 @@ def _step_warnings(trace: Trace, spans: StepSpans) -> list[str]:
     return warnings
 
 
-@dataclass(frozen=True)
-class _Parts:
-    """What a device's own analyses give the common pipeline."""
-
-    device: Device
-    breakdown: Breakdown
-    classes: list[ClassShare]
-    roofline: Roofline | None
-    mfu: Mfu
-    warnings: list[str]
-    capacity: tuple[int | None, str | None] = (None, None)
-    kernels: list[KernelRow] = field(default_factory=list)
-    more_kernels: list[KernelRow] = field(default_factory=list)
-    fusion: list[FusionCandidate] = field(default_factory=list)
-    timeline: StepTimeline | None = None
-    cpu: CpuActivity | None = None
-    dispatch: DispatchSummary | None = None
-    attribution: Attribution | None = None
-    graph: StepGraph | None = None
-    """The step's dependency graph when the device model builds its own (the CPU's); None:
-    built from the device's ops."""
-    main_thread: int | None = None
-    """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
-
-
-class _DeviceModel(Protocol):
-    """The device the steps ran on: an accelerator (its kernels, copies and launches) or,
-    when the trace has none, the CPU (its main thread's ops)."""
-
-    @property
-    def spec(self) -> DeviceSpec | None:
-        """The device's peaks (None: unknown)."""
-        ...
-
-    @property
-    def basis(self) -> Basis:
-        """What the breakdown's time is: a GPU's or the CPU's main thread's."""
-        ...
-
-    def windows(self, spans: StepSpans) -> tuple[I64, I64]:
-        """Every step's window on the device's clock."""
-        ...
-
-    def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        """Every step's time in compute, exposed communication and copies, and idle."""
-        ...
-
-    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
-        """The device's tables, roofline and MFU over the steady-state steps."""
-        ...
-
-
 class _Gpu:
     basis: Final = "gpu"
+    costed: Costed
+    """Each device op's share of its op's cost (set by `parts`, for the views after it)."""
+    placed: Placement
 
     def __init__(self, trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> None:
         self.trace, self.dev, self.spec = trace, dev, spec
@@ -368,7 +412,7 @@ class _Gpu:
     def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
         return breakdown(self.trace, self.dev, start, end)
 
-    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
+    def parts(self, scope: Scope, bd: Breakdown) -> DeviceParts:
         trace, dev, spec = self.trace, self.dev, self.spec
         bd = msgspec.structs.replace(bd, graph_replayed=graph_replayed(dev, scope.inside))
         launcher, by_time = launching_ops(trace.of_kind(Kind.CPU_OP), dev)
@@ -394,28 +438,30 @@ class _Gpu:
                 "the kernels' External ids do not name the ops that launched them: each kernel "
                 "is joined to the innermost CPU op around its launch call instead"
             )
-        rf = roofline(scope, costed, placed)
-        fusion = scope.views.compute("fusion", lambda: fusion_candidates(scope, costed)) or []
-        # (Freed pages back between the large analyses, as between the pipeline's stages.)
-        release_free_memory()
-        timeline = scope.views.compute("timeline", lambda: step_timeline(scope))
-        release_free_memory()
-        return _Parts(
+        self.costed, self.placed = costed, placed
+        return DeviceParts(
             device=_device(trace, dev, spec),
             breakdown=bd,
             classes=classes,
-            roofline=rf,
+            roofline=roofline(scope, costed, placed),
             mfu=mfu(scope, costed),
             warnings=warnings,
             capacity=_capacity(trace, dev.device, spec),
             kernels=every_kernel[:TOP_ROWS],
             more_kernels=every_kernel[TOP_ROWS:],
-            fusion=fusion,
-            timeline=timeline,
-            attribution=scope.views.compute(
-                "phases", lambda: attribute(scope, device_work(scope, placed))
-            ),
         )
+
+    def fusion(self, scope: Scope) -> list[FusionCandidate]:
+        return fusion_candidates(scope, self.costed)
+
+    def timeline(self, scope: Scope) -> StepTimeline | None:
+        return step_timeline(scope)
+
+    def phases(self, scope: Scope) -> Attribution:
+        return attribute(scope, device_work(scope, self.placed))
+
+    def graph(self, scope: Scope) -> StepGraph | None:
+        return None
 
 
 def _result(
@@ -541,12 +587,13 @@ def timed_steps(
     dropped as for a trace."""
     if not durations:
         raise WallfinderError("no step was timed: nothing marked a step")
+    thresholds = thresholds or Thresholds()
     d = np.asarray(durations, dtype=np.float64)
-    dropped = warmup_steps(d)
+    dropped = warmup_steps(d, thresholds.steps)
     kept = np.ones(d.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     labels = [f"step {i}" for i in range(d.size)]
-    return _step_stats(source, labels, d, kept, dropped, thresholds or Thresholds(), [])
+    return _step_stats(source, labels, d, kept, dropped, thresholds, [])
 
 
 def _step_stats(
@@ -634,12 +681,17 @@ def _kernel_tables(
     names, cls, dur = ops.name[inside], dev.cls[inside], ops.dur[inside].astype(np.float64)
     total = float(dur.sum()) or 1.0
     class_time = np.bincount(cls, weights=dur, minlength=len(CLASSES))
+    # Every class with a kernel in the table has its row, even at 0 s: kernels that short are
+    # recorded as 0 µs (a trace of whole microseconds). With no kernel time at all there are
+    # no shares to split: no class table.
+    class_count = np.bincount(cls, minlength=len(CLASSES))
+    timed = bool(dur.sum() > 0)
     classes = [
         ClassShare(
             cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total
         )
         for i, c in enumerate(CLASSES)
-        if class_time[i] > 0
+        if timed and class_count[i] > 0
     ]
     classes.sort(key=lambda c: -c.time_s)
     uniq, inverse = np.unique(names, return_inverse=True)
@@ -693,208 +745,3 @@ def _counted(row: KernelRow, code: int, scope: Scope, placed: Placement) -> Kern
         bound_basis="counters",
         estimated_bound=row.bound,
     )
-
-
-class _Cpu:
-    """No device kernels: the CPU is the device, its main thread's time the step's."""
-
-    basis: Final = "cpu"
-
-    def __init__(self, trace: Trace, spec: DeviceSpec | None) -> None:
-        # The main thread's rows alone are copied (the host's are most of a trace's rows).
-        kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
-        pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
-        if pid.size == 0:
-            kinds = (Kind.RUNTIME, Kind.OTHER)
-            pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
-        if pid.size == 0:
-            raise WallfinderError(
-                f"{trace.source}: no device kernels and no CPU activity to analyse"
-            )
-        self.trace = trace
-        self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
-        self.main = main = _main_thread(trace, thread_key(pid, tid), name, dur)
-        self.mine = trace.on_thread(kinds, main)
-        self.category, self.dispatch = _cpu_categories(trace, self.mine)
-        self.beside = _collectives_beside(trace, main)
-        self.tiny = self.python = self.waited = np.zeros(0, dtype=np.int64)
-
-    def windows(self, spans: StepSpans) -> tuple[I64, I64]:
-        return spans.cpu_start, spans.cpu_end
-
-    def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        mine, category, beside = self.mine, self.category, self.beside
-        cov = [Coverage.of(mine.ts[category <= k], mine.end[category <= k]) for k in range(5)]
-        upto = [c.covered(start, end) for c in cov]
-        data, comm = upto[0], upto[1] - upto[0]
-        ops = upto[2] - upto[1]
-        # Dispatch-sized ops are host overhead, as the gaps they leave on a GPU would be.
-        self.tiny = upto[3] - upto[2]
-        self.python = upto[4] - upto[3]
-        # The collectives on the main thread's other threads count where it records nothing
-        # of its own (it waits for them there, as far as the trace shows); beside its ops
-        # they are hidden, as a GPU's communication beside compute is.
-        with_beside = [Coverage.union(cov[k], beside).covered(start, end) for k in (1, 2, 4)]
-        waited = self.waited = with_beside[2] - upto[4]
-        hidden = ops - (with_beside[1] - with_beside[0])
-        untraced = (end - start) - upto[4] - waited
-        zeros = np.zeros(start.size, dtype=np.int64)
-        causes = {k: np.zeros(start.size) for k in IDLE_CAUSES}
-        causes["data_loading"] = data.astype(np.float64)
-        causes["host_overhead"] = (self.tiny + self.python).astype(np.float64)
-        causes["other"] = untraced.astype(np.float64)
-        idle = data + self.tiny + self.python + untraced
-        return WindowBreakdown(start, end, ops, comm + waited, zeros, idle, causes, hidden)
-
-    def parts(self, scope: Scope, bd: Breakdown) -> _Parts:
-        trace, spec, mine, kept = self.trace, self.spec, self.mine, scope.kept
-        total = float((scope.end - scope.start)[kept].sum()) or 1.0
-        cpu, classes = _cpu_activity(
-            scope,
-            mine,
-            self.category,
-            bd,
-            tiny=float(self.tiny[kept].sum()) / total,
-            python=float(self.python[kept].sum()) / total,
-            waited=float(self.waited[kept].sum()) / total,
-        )
-        runtime = trace.of_kind(Kind.RUNTIME)
-        cpu_ops = mine.take(np.flatnonzero(mine.kind == Kind.CPU_OP))
-        roof: Roofline | None = None
-        mfu_ = Mfu(value=None, basis="unknown: the accelerator's work is not in the trace")
-        if len(runtime):
-            names = {trace.strings[c] for c in np.unique(runtime.name)}
-            warning = (
-                "the trace records accelerator runtime calls but no device kernels "
-                f"(e.g. {sorted(names)[0]!r}): showing the CPU-side breakdown"
-            )
-        else:
-            warning = "no device activity in the trace: the CPU is analysed as the device"
-            # A pure CPU run: the ops' CPU time is their compute time. With accelerator
-            # runtime calls (MTIA, a device whose kernels were not traced) it is only
-            # dispatch time.
-            roof, mfu_ = cpu_roofline(scope, cpu_ops)
-        estimate = "; roofs are a nominal estimate (give --spec FILE for this CPU)"
-        device = Device(
-            name="CPU",
-            kind="cpu",
-            matched_spec=spec.name,
-            spec_source=spec.source,
-            peak_flops=dict(spec.peak_flops),
-            mem_bandwidth=spec.mem_bandwidth,
-            note="CPU-only trace: CPU-side breakdown" + (estimate if spec.estimate else ""),
-        )
-        return _Parts(
-            device=device,
-            breakdown=bd,
-            classes=classes,
-            roofline=roof,
-            mfu=mfu_,
-            warnings=[warning],
-            cpu=cpu,
-            dispatch=self.dispatch.summary(cpu_ops, scope.window_start, scope.window_end),
-            attribution=scope.views.compute(
-                "phases", lambda: attribute(scope, host_work(scope, cpu_ops))
-            ),
-            graph=scope.views.compute(
-                "critical path",
-                lambda: cpu_graph(scope, mine, self.category, self.dispatch, self.beside),
-            ),
-            main_thread=self.main,
-        )
-
-
-def _main_thread(trace: Trace, keys: I64, names: npt.NDArray[np.int32], dur: I64) -> int:
-    """The thread (`thread_key`) of the most step markers among host rows of these threads,
-    names and durations; without markers, of the most time."""
-    step_rows = np.isin(names, trace.names_matching(lambda s: s.startswith("ProfilerStep#")))
-    pool = keys[step_rows] if step_rows.any() else keys
-    weights = None if step_rows.any() else dur.astype(np.float64)
-    uniq, inverse = np.unique(pool, return_inverse=True)
-    return int(uniq[np.argmax(np.bincount(inverse, weights=weights))])
-
-
-def _collectives_beside(trace: Trace, main: int) -> Coverage:
-    """The collectives (ops and ranges the communication patterns name, e.g.
-    `gloo:all_reduce`) on the other threads of the main thread's (`thread_key`) process: the
-    threads a step's collectives run on (gloo's work threads, the autograd engine's), which
-    the main thread waits for before its next step."""
-    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
-    if codes.size == 0:
-        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
-    rows = trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
-    pid, _ = thread_codes(main)
-    rows = rows.take(np.flatnonzero((rows.pid == pid) & (rows.thread != main)))
-    return Coverage.of(rows.ts, rows.end)
-
-
-def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
-    """0 data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python/annotations,
-    9 step markers; and the dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
-    table = np.full(len(trace.strings), 4, dtype=np.int8)
-    for code in np.unique(events.name).tolist():
-        name = trace.strings[code]
-        if name.startswith("ProfilerStep#"):
-            table[code] = 9
-        elif is_data_loading(name):
-            table[code] = 0
-        elif classify_op(name) is KernelClass.COMMUNICATION:
-            table[code] = 1
-    cat = table[events.name]
-    is_op = np.flatnonzero(events.kind == Kind.CPU_OP)
-    dispatch = dispatch_sized(events.take(is_op))
-    op_cat = cat[is_op]
-    op_cat[op_cat == 4] = np.where(dispatch.sized[op_cat == 4], 3, 2)
-    cat[is_op] = op_cat
-    return cat, dispatch
-
-
-def _cpu_activity(
-    scope: Scope,
-    mine: Events,
-    category: npt.NDArray[np.int8],
-    bd: Breakdown,
-    *,
-    tiny: float,
-    python: float,
-    waited: float,
-) -> tuple[CpuActivity, list[ClassShare]]:
-    """`tiny` and `python`: the shares of the step in dispatch-sized ops and in Python;
-    `waited`: in collectives on other threads, the main thread recording nothing."""
-    trace, start, end = scope.trace, scope.window_start, scope.window_end
-    ops = mine.take(np.flatnonzero((category >= 1) & (category <= 3)))
-    ops = ops.take(np.flatnonzero(outermost(ops) & in_windows(ops.ts, start, end)))
-    steps = max(start.size, 1)
-    dur = ops.dur.astype(np.float64)
-    total = float(dur.sum()) or 1.0
-    uniq, inverse = np.unique(ops.name, return_inverse=True)
-    time = np.bincount(inverse, weights=dur) if uniq.size else np.zeros(0)
-    count = np.bincount(inverse) if uniq.size else np.zeros(0, dtype=np.int64)
-    op_cls = [classify_op(trace.strings[int(c)]).value for c in uniq.tolist()]
-    by_class: dict[str, float] = {}
-    for c, t in zip(op_cls, time.tolist(), strict=True):
-        by_class[c] = by_class.get(c, 0.0) + t
-    classes = sorted(
-        (ClassShare(cls=c, time_s=t * NS, share=t / total) for c, t in by_class.items()),
-        key=lambda c: -c.time_s,
-    )
-    top = [
-        OpRow(
-            name=trace.strings[int(uniq[i])],
-            cls=op_cls[i],
-            count=int(count[i]),
-            time_s=float(time[i]) * NS,
-            share=float(time[i]) / total,
-        )
-        for i in np.argsort(-time)[:TOP_ROWS].tolist()
-    ]
-    activity = CpuActivity(
-        data_loading=bd.idle_causes["data_loading"],
-        ops=bd.compute + bd.comm_exposed - waited + tiny,
-        python=python,
-        untraced=bd.idle_causes["other"],
-        waiting_on_collectives=waited,
-        op_time_by_class_s={c: t * NS / steps for c, t in by_class.items()},
-        top_ops=top,
-    )
-    return activity, classes

@@ -22,6 +22,7 @@ from wallfinder.diagnosis import (
     StepChange,
     VerdictChange,
 )
+from wallfinder.trace import reader_named
 from wallfinder.units import pct
 
 __all__ = ["TOP_MOVED", "diff", "run_names"]
@@ -116,12 +117,15 @@ def run_names(before: str, after: str) -> tuple[str, str]:
     return str(PurePath(*a[-k:])), str(PurePath(*b[-k:]))
 
 
-_FORMAT_NAMES = {"kineto": "a torch.profiler trace", "nsys": "an Nsight Systems capture"}
+def _format_title(name: str) -> str:
+    """What a trace of the format `name` is, in words (its reader's title), else the name."""
+    reader = reader_named(name)
+    return reader.title if reader is not None else name
 
 
 def _formats_note(before: str, after: str) -> str:
     """Which figures an Nsight Systems capture and a torch.profiler trace share."""
-    names = (_FORMAT_NAMES.get(before, before), _FORMAT_NAMES.get(after, after))
+    names = (_format_title(before), _format_title(after))
     return (
         f"{names[0]} before, {names[1]} after: comparable are the step time (when both mark "
         "the same steps), the GPU breakdown (compute, exposed communication and copies, idle), "

@@ -94,7 +94,8 @@ def memory_profile(
     world_size = trace.world_size
     limits = thresholds.memory
     mem = trace.memory
-    usable = (mem.bytes != NONE) & (mem.total_allocated != NONE) & (mem.bytes != 0)
+    # An allocator's total is never negative: an event that says so is not usable.
+    usable = (mem.bytes != NONE) & (mem.total_allocated >= 0) & (mem.bytes != 0)
     if not usable.any():
         return None
     mem = mem.take(np.flatnonzero(usable))
@@ -443,9 +444,10 @@ def _device(
 
     p = int(np.argmax(mem.total_allocated))
     peak = int(mem.total_allocated[p])
+    residual = peak - int(running[:, p].sum())
+    _reconcile(running, mem.total_allocated)
     at_peak = {c: int(running[i, p]) for i, c in enumerate(PROFILE_CATEGORIES)}
     notes: list[str] = []
-    residual = peak - sum(at_peak.values())
     if abs(residual) > 0.01 * max(peak, 1):
         notes.append(
             f"{label}: the allocator's total at the peak and the replayed events differ by "
@@ -512,6 +514,38 @@ def _device(
     act_live = live[activations[live]]
     fp32 = _fp32_bytes(ctx, rows[act_live], mem.bytes[act_live])
     return MemoryFacts(profile, fp32, growth, steady, world_size, thresholds), notes
+
+
+_SURPLUS_ORDER = [
+    _CAT[c]
+    for c in (
+        "before_trace",
+        "other",
+        "temporaries",
+        "retained",
+        "activations",
+        "gradients",
+        "optimizer_state",
+        "parameters",
+    )
+]
+"""Where the replay's bytes that the allocator does not count are taken from: the least
+certain categories first."""
+
+
+def _reconcile(running: I64, total: I64) -> None:
+    """Make the categories at each event (`running`, in place) split the allocator's total
+    after it, as `categories` promise. They differ only when events are missing from the
+    trace: bytes the allocator counts but no event shows are `other` (unknown); bytes the
+    events show but the allocator does not count (frees missing) are taken from the least
+    certain categories first. The profile's notes say the categories are partial then."""
+    gap = total - running.sum(axis=0)
+    running[_CAT["other"]] += np.maximum(gap, 0)
+    surplus = np.maximum(-gap, 0)
+    for c in _SURPLUS_ORDER:
+        take = np.minimum(running[c], surplus)
+        running[c] -= take
+        surplus -= take
 
 
 def _step_label(spans: StepSpans, step: int) -> str | None:

@@ -16,23 +16,20 @@ from wallfinder.analysis.scope import Scope
 from wallfinder.diagnosis import Spike
 from wallfinder.trace import Kind, Trace
 
-SPIKE_FACTOR = 1.25
-"""A step is a spike when it takes this many times the median steady-state step."""
-
 MAX_SPIKES = 5
 TOP_KERNELS = 3
 NS = 1e-9
 
 
 def find_spikes(scope: Scope, wb: WindowBreakdown) -> list[Spike]:
-    """The slowest steady-state steps over `SPIKE_FACTOR` times the median, each named by the
+    """The slowest steady-state steps over `spike_factor` times the median, each named by the
     part of the breakdown (`wb`, every step's) that grew most in it."""
     trace, dev, labels, kept = scope.trace, scope.dev, scope.labels, scope.kept
     length = (wb.end - wb.start).astype(np.float64)
     if kept.sum() < 3:
         return []
     median = float(np.median(length[kept]))
-    slow = np.flatnonzero(kept & (length > SPIKE_FACTOR * median))
+    slow = np.flatnonzero(kept & (length > scope.thresholds.steps.spike_factor * median))
     if slow.size == 0:
         return []
     parts = {

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.thresholds import StepThresholds
 from wallfinder.trace import Events, Kind, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -22,32 +23,15 @@ NO_LAUNCH = np.iinfo(np.int64).min
 """Launch time of a device op with no launch record. Not NONE (-1): a sentinel that a real
 time could equal is never safe."""
 
-WARMUP_FACTOR = 1.5
-"""A leading step is warm-up when it takes this many times the median of the later steps."""
-
-MAX_WARMUP_SHARE = 0.5
-"""At most this share of the steps is ever dropped as warm-up."""
 
 _STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 _OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 
-MIN_ITERATIONS = 3
-"""Optimizer steps needed to take them as the iterations of a trace without step markers."""
+EMPTY_STEP = "lasts no time (its window is empty)"
 
 WHOLE_TRACE = "whole trace (no ProfilerStep)"
 OPTIMIZER_ITERATIONS = "optimizer steps (no ProfilerStep)"
 ANNOTATION_ITERATIONS = "repeated annotations (no ProfilerStep)"
-
-
-STARTUP_FACTOR = 10.0
-"""A first call is start-up when it takes this many times the median of the same op's later
-calls (CUDA context creation, lazy initialisation, cuDNN/cuBLAS handles, autotuning)..."""
-
-STARTUP_MIN_NS = 50_000_000
-"""...and at least this long..."""
-
-STARTUP_MIN_SHARE = 0.10
-"""...and this share of the trace, starting in its first half."""
 
 
 @dataclass(frozen=True)
@@ -80,9 +64,9 @@ def _outermost(annotations: Events) -> npt.NDArray[np.intp]:
     return rows[keep]
 
 
-def cpu_steps(trace: Trace) -> StepSpans:
+def cpu_steps(trace: Trace, thresholds: StepThresholds | None = None) -> StepSpans:
     """Steps from `ProfilerStep#N` annotations; with none, the iterations between the first
-    optimizer's steps (`Optimizer.step#...`, at least MIN_ITERATIONS of them); with neither,
+    optimizer's steps (`Optimizer.step#...`, at least `min_iterations` of them); with neither,
     one window over the whole trace. A step the program stopped inside (`trace.cut_step`) is
     not a step. A trace whose steps are marked by another range (`trace.step_range`: an NVTX
     range, a `record_function`) takes that range's instances."""
@@ -94,13 +78,18 @@ def cpu_steps(trace: Trace) -> StepSpans:
         return StepSpans(labels, marked.ts[rows], marked.end[rows], source)
     codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+    # A step range that lasts no time holds no step (a zero or negative duration).
+    annotations = annotations.take(np.flatnonzero(annotations.end > annotations.ts))
     if len(annotations):
         rows = _outermost(annotations)
         labels = [
             trace.strings[c].replace("ProfilerStep#", "step ") for c in annotations.name[rows]
         ]
         return StepSpans(labels, annotations.ts[rows], annotations.end[rows], "ProfilerStep")
-    iterations = _optimizer_iterations(trace) or _annotation_iterations(trace)
+    th = thresholds or StepThresholds()
+    iterations = _optimizer_iterations(trace, th.min_iterations) or _annotation_iterations(
+        trace, th.min_iterations
+    )
     if iterations is not None:
         return iterations
     start, end = (
@@ -117,7 +106,7 @@ def cpu_steps(trace: Trace) -> StepSpans:
         or (0, 0)
     )
     cut, why = start, ""
-    while (found := _startup(trace, cut, end)) is not None:  # set-up often comes in stages
+    while (found := _startup(trace, cut, end, th)) is not None:  # set-up often comes in stages
         cut, why = found[0], (f"{why}; then " if why else "") + found[1]
     if cut > start:
         return StepSpans(
@@ -133,10 +122,12 @@ def cpu_steps(trace: Trace) -> StepSpans:
     return StepSpans(["whole trace"], np.array([start]), np.array([end]), WHOLE_TRACE)
 
 
-def _startup(trace: Trace, start: int, end: int) -> tuple[int, str] | None:
+def _startup(
+    trace: Trace, start: int, end: int, thresholds: StepThresholds
+) -> tuple[int, str] | None:
     """Where the start-up of a trace without steps ends, and why: the end of the first calls
-    that took far longer than the same op's later calls (STARTUP_FACTOR, STARTUP_MIN_NS,
-    STARTUP_MIN_SHARE), begun in the first half of the trace. None when there is none, or
+    that took far longer than the same op's later calls (`startup_factor`, `startup_min_ns`,
+    `startup_min_share`), begun in the first half of the trace. None when there is none, or
     when nothing would be left after it."""
     # Three columns of the host's rows, not a copy of them all (most of a trace's rows).
     ts, dur, names = trace.columns_of_kinds((Kind.CPU_OP, Kind.RUNTIME), "ts", "dur", "name")
@@ -152,14 +143,14 @@ def _startup(trace: Trace, start: int, end: int) -> tuple[int, str] | None:
     counts = np.diff(np.r_[first, names.size])
     long_first = (
         (counts >= 2)
-        & (dur[first] >= STARTUP_MIN_NS)
-        & (dur[first] >= STARTUP_MIN_SHARE * span)
+        & (dur[first] >= thresholds.startup_min_ns)
+        & (dur[first] >= thresholds.startup_min_share * span)
         & (ts[first] < start + span // 2)
     )
     cut, why = start, ""
     for i, n in zip(first[long_first].tolist(), counts[long_first].tolist(), strict=True):
         later = float(np.median(dur[i + 1 : i + n]))
-        if dur[i] < STARTUP_FACTOR * max(later, 1.0):
+        if dur[i] < thresholds.startup_factor * max(later, 1.0):
             continue
         if _waiting(waits, int(ts[i]), int(ts[i] + dur[i])):
             continue  # the host waited for the GPU: a synchronisation, not set-up
@@ -174,20 +165,20 @@ def _startup(trace: Trace, start: int, end: int) -> tuple[int, str] | None:
     return cut, why
 
 
-def _optimizer_iterations(trace: Trace) -> StepSpans | None:
+def _optimizer_iterations(trace: Trace, min_iterations: int) -> StepSpans | None:
     """The training iterations of a trace without step markers: each ends where an optimizer
     step ends and begins where the previous one ended (the first, at the trace's first op, so
     it carries the start-up and is set aside as warm-up when it stands out). Only the first
     optimizer's steps count, so that a loop with two optimizers (a GAN) is not cut twice per
-    iteration; None with fewer than MIN_ITERATIONS."""
+    iteration; None with fewer than `min_iterations`."""
     codes = trace.names_matching(lambda s: _OPTIMIZER_STEP.match(s) is not None)
     steps = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
-    if len(steps) < MIN_ITERATIONS:
+    if len(steps) < min_iterations:
         return None
     first = steps.name[int(np.argmin(steps.ts))]
     steps = steps.take(np.flatnonzero(steps.name == first))
     rows = _outermost(steps)
-    if rows.size < MIN_ITERATIONS:
+    if rows.size < min_iterations:
         return None
     ends = steps.end[rows]
     begin = _host_start(trace, int(steps.ts[rows[0]]))
@@ -196,21 +187,21 @@ def _optimizer_iterations(trace: Trace) -> StepSpans | None:
     return StepSpans(labels, starts, ends.astype(np.int64), OPTIMIZER_ITERATIONS)
 
 
-def _annotation_iterations(trace: Trace) -> StepSpans | None:
+def _annotation_iterations(trace: Trace, min_iterations: int) -> StepSpans | None:
     """The iterations of a trace with neither step markers nor optimizer steps, where its
     top-level user annotations (`record_function` ranges) on one thread repeat one sequence at
-    least MIN_ITERATIONS times. Each iteration runs from one start of the sequence to the next,
+    least `min_iterations` times. Each iteration runs from one start of the sequence to the next,
     so that the unannotated work after a repetition (its backward pass, the optimizer) is its
     iteration's; the first from the trace's first op (carrying the start-up), the last to the
     end of the job's last op, launch or kernel. None when no sequence repeats."""
     annotations = trace.of_kind(Kind.ANNOTATION)
-    if len(annotations) < MIN_ITERATIONS:
+    if len(annotations) < min_iterations:
         return None
     best: tuple[int, I64, I64, str] | None = None  # (first start, starts, ends, name)
     for thread in np.unique(annotations.thread).tolist():
         mine = annotations.take(np.flatnonzero(annotations.thread == thread))
         top = mine.take(_outermost(mine))
-        found = _repeating(top)
+        found = _repeating(top, min_iterations)
         if found is not None and (best is None or found[0] < best[0]):
             best = (found[0], found[1], found[2], trace.strings[found[3]])
     if best is None:
@@ -232,16 +223,16 @@ def _host_start(trace: Trace, at: int) -> int:
     return min(found[0], at) if found is not None else at
 
 
-def _repeating(top: Events) -> tuple[int, I64, I64, int] | None:
+def _repeating(top: Events, min_iterations: int) -> tuple[int, I64, I64, int] | None:
     """In one thread's top-level annotations (time order), the earliest name whose
-    occurrences start repetitions of one same sequence, at least MIN_ITERATIONS of them:
+    occurrences start repetitions of one same sequence, at least `min_iterations` of them:
     (its first start, the repetitions' starts, their ends, the name's code); a repetition
     ends where the last of its annotations ends."""
     names = top.name
     found: tuple[int, I64, I64, int] | None = None
     for code in np.unique(names).tolist():
         at = np.flatnonzero(names == code)
-        if at.size < MIN_ITERATIONS or (found is not None and top.ts[at[0]] >= found[0]):
+        if at.size < min_iterations or (found is not None and top.ts[at[0]] >= found[0]):
             continue
         period = int(at[1] - at[0])
         if not (np.diff(at) == period).all() or at[-1] + period > names.size:
@@ -274,16 +265,19 @@ def gpu_windows(spans: StepSpans, gpu: Events, launch_ts: I64) -> tuple[I64, I64
     return start.astype(np.int64), end.astype(np.int64)
 
 
-def warmup_steps(durations: npt.NDArray[np.float64]) -> list[tuple[int, str]]:
+def warmup_steps(
+    durations: npt.NDArray[np.float64], thresholds: StepThresholds | None = None
+) -> list[tuple[int, str]]:
     """Leading steps to drop as warm-up, with the reason for each."""
+    th = thresholds or StepThresholds()
     n = durations.size
     dropped: list[tuple[int, str]] = []
     if n < 3:
         return dropped
-    while len(dropped) < int(n * MAX_WARMUP_SHARE):
+    while len(dropped) < int(n * th.max_warmup_share):
         i = len(dropped)
         rest = np.median(durations[i + 1 :])
-        if rest <= 0 or durations[i] <= WARMUP_FACTOR * rest:
+        if rest <= 0 or durations[i] <= th.warmup_factor * rest:
             break
         dropped.append(
             (
@@ -317,9 +311,17 @@ def _waiting(waits: tuple[I64, I64], ts: int, end: int) -> bool:
     return 2 * int(inside.sum()) > end - ts
 
 
-def dropped_steps(spans: StepSpans, durations: npt.NDArray[np.float64]) -> list[tuple[int, str]]:
+def dropped_steps(
+    spans: StepSpans,
+    durations: npt.NDArray[np.float64],
+    thresholds: StepThresholds | None = None,
+) -> list[tuple[int, str]]:
     """The steps set aside: the start-up span of a trace without steps, else the leading
-    warm-up steps."""
-    if spans.startup is not None:
-        return [(0, spans.startup)]
-    return warmup_steps(durations)
+    warm-up steps; and any step whose window is empty (the device's windows tile the
+    timeline, so a step whose work all ended before the last step's window did has none)."""
+    dropped = (
+        [(0, spans.startup)] if spans.startup is not None else warmup_steps(durations, thresholds)
+    )
+    aside = {i for i, _ in dropped}
+    empty = [(i, EMPTY_STEP) for i in np.flatnonzero(durations <= 0).tolist() if i not in aside]
+    return sorted(dropped + empty)

@@ -2,7 +2,9 @@
 finding.
 
 `Thresholds` holds the verdict's thresholds at its top level and one frozen group per family
-of findings: `time` (findings that cost step time, a rank's and a job's), `memory` (a trace's
+of findings: `steps` (which steps are warm-up, start-up or spikes, and how a trace without
+step markers is cut into iterations), `time` (findings that cost step time, a rank's and a
+job's), `memory` (a trace's
 `[memory]` events), `snapshot` (an allocator snapshot, `wallfinder memory`) and `job` (a job's
 collectives). It reaches every rule through the facts the rule is given, so one
 `Options(thresholds=...)` moves the verdict and the findings alike; no module keeps a copy of
@@ -21,12 +23,37 @@ __all__ = [
     "JobThresholds",
     "MemoryThresholds",
     "SnapshotThresholds",
+    "StepThresholds",
     "Thresholds",
     "TimeThresholds",
 ]
 
 MiB = 1 << 20
 GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class StepThresholds:
+    """Which steps are the steady state: warm-up, start-up and spikes; and how a trace without
+    step markers is cut into iterations."""
+
+    warmup_factor: float = 1.5
+    """A leading step is warm-up when it takes this many times the median of the later steps."""
+    max_warmup_share: float = 0.5
+    """At most this share of the steps is ever dropped as warm-up."""
+    min_iterations: int = 3
+    """Optimizer steps (or repetitions of one sequence of annotations) needed to take them as
+    the iterations of a trace without step markers."""
+    startup_factor: float = 10.0
+    """A first call is start-up when it takes this many times the median of the same op's
+    later calls (CUDA context creation, lazy initialisation, cuDNN/cuBLAS handles,
+    autotuning)..."""
+    startup_min_ns: int = 50_000_000
+    """...and at least this long..."""
+    startup_min_share: float = 0.10
+    """...and this share of the trace, starting in its first half."""
+    spike_factor: float = 1.25
+    """A steady-state step is a spike when it takes this many times the median one."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +195,7 @@ class Thresholds:
     near_peak: float = 0.60
     """The matmuls are near peak when their time-weighted % of roof is at least this; each
     compute-bound matmul op below it is in the matmul-below-roof finding."""
+    steps: StepThresholds = field(default_factory=StepThresholds)
     time: TimeThresholds = field(default_factory=TimeThresholds)
     memory: MemoryThresholds = field(default_factory=MemoryThresholds)
     snapshot: SnapshotThresholds = field(default_factory=SnapshotThresholds)

@@ -1,9 +1,23 @@
-"""Renderers: each turns a `Diagnosis` into one output format and computes nothing new."""
+"""Renderers: each turns a `Diagnosis` (or another result) into one output format and
+computes nothing new. The formats are a registry (`report.formats`, one module per format);
+these functions are the public way in, one per kind of result."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from wallfinder.report.formats import (
+    CALCULATION,
+    COUNTERS,
+    DIAGNOSIS,
+    DIFF,
+    MEMORY,
+    STEPS,
+    RenderOptions,
+    formats_of,
+    rendered,
+)
 
 if TYPE_CHECKING:
     from wallfinder.diagnosis import (
@@ -32,31 +46,17 @@ __all__ = [
     "write_marks",
 ]
 
-FORMATS = ("text", "json", "md", "html")
-DIFF_FORMATS = ("text", "json", "md", "html")
-MEMORY_FORMATS = ("text", "json", "md")
-COUNTER_FORMATS = ("text", "json", "md", "html")
+FORMATS = formats_of(DIAGNOSIS)
+DIFF_FORMATS = formats_of(DIFF)
+MEMORY_FORMATS = formats_of(MEMORY)
+COUNTER_FORMATS = formats_of(COUNTERS)
 
 
 def render(diagnosis: Diagnosis, fmt: str, *, width: int | None = None) -> str:
     """The diagnosis in format `fmt`: "text" (the terminal report), "json" (the contract),
     "md" (a Markdown summary for a pull-request comment) or "html" (one self-contained page).
-    Each renderer is imported only when its format is asked for."""
-    if fmt == "json":
-        return diagnosis.to_json() + "\n"
-    if fmt == "md":
-        from wallfinder.report.markdown import render_markdown
-
-        return render_markdown(diagnosis)
-    if fmt == "html":
-        from wallfinder.report.html import render_html
-
-        return render_html(diagnosis)
-    if fmt != "text":
-        raise ValueError(f"unknown report format {fmt!r}: one of {', '.join(FORMATS)}")
-    from wallfinder.report.terminal import render_text
-
-    return render_text(diagnosis, width=width)
+    Each renderer is imported only when its format is asked for (`report.formats`)."""
+    return rendered(DIAGNOSIS, diagnosis, fmt, RenderOptions(width))
 
 
 def export_tables(diagnosis: Diagnosis, folder: Path) -> Exported:
@@ -78,74 +78,29 @@ def write_marks(marks: TraceMarks, path: Path) -> None:
 
 
 def render_steps(steps: Steps, fmt: str, *, width: int | None = None) -> str:
-    """Step times alone (what the step timer measures) in format `fmt`."""
-    if fmt == "json":
-        return steps.to_json() + "\n"
-    from wallfinder.report.terminal import render_steps as text
-
-    return text(steps, width=width)
+    """Step times alone (what the step timer measures) in format `fmt`: "json", else the
+    terminal text."""
+    return rendered(STEPS, steps, fmt, RenderOptions(width))
 
 
 def render_calculation(calculation: Calculation, fmt: str) -> str:
     """The roofline calculator's result (`wallfinder roofline`) in format `fmt`: "json", else
     the terminal text."""
-    if fmt == "json":
-        return calculation.to_json() + "\n"
-    from wallfinder.report.terminal import render_calculation as text
-
-    return text(calculation)
+    return rendered(CALCULATION, calculation, fmt, RenderOptions())
 
 
 def render_diff(diff: DiagnosisDiff, fmt: str, *, width: int | None = None) -> str:
     """A diff of two diagnoses in format `fmt`: "text", "json", "md" or "html" (one
     self-contained page)."""
-    if fmt == "json":
-        return diff.to_json() + "\n"
-    if fmt == "html":
-        from wallfinder.report.diff import render_diff_html
-
-        return render_diff_html(diff)
-    if fmt == "md":
-        from wallfinder.report.diff import render_diff_markdown
-
-        return render_diff_markdown(diff)
-    if fmt != "text":
-        raise ValueError(f"unknown diff format {fmt!r}: one of {', '.join(DIFF_FORMATS)}")
-    from wallfinder.report.diff import render_diff_text
-
-    return render_diff_text(diff, width=width)
+    return rendered(DIFF, diff, fmt, RenderOptions(width))
 
 
 def render_memory(report: MemoryReport, fmt: str, *, width: int | None = None) -> str:
     """A memory report (`wallfinder memory`) in format `fmt`: "text", "json" or "md"."""
-    if fmt == "json":
-        return report.to_json() + "\n"
-    if fmt == "md":
-        from wallfinder.report.memory import render_memory_markdown
-
-        return render_memory_markdown(report)
-    if fmt != "text":
-        raise ValueError(f"unknown memory format {fmt!r}: one of {', '.join(MEMORY_FORMATS)}")
-    from wallfinder.report.memory import render_memory_text
-
-    return render_memory_text(report, width=width)
+    return rendered(MEMORY, report, fmt, RenderOptions(width))
 
 
 def render_counters(report: CounterReport, fmt: str, *, width: int | None = None) -> str:
     """A counters report (`wallfinder counters`) in format `fmt`: "text", "json", "md" or
     "html" (one self-contained page, the measured points on a roofline)."""
-    if fmt == "json":
-        return report.to_json() + "\n"
-    if fmt == "md":
-        from wallfinder.report.markdown import render_counters_markdown
-
-        return render_counters_markdown(report)
-    if fmt == "html":
-        from wallfinder.report.html import render_counters_html
-
-        return render_counters_html(report)
-    if fmt != "text":
-        raise ValueError(f"unknown counters format {fmt!r}: one of {', '.join(COUNTER_FORMATS)}")
-    from wallfinder.report.counters import render_counters_text
-
-    return render_counters_text(report, width=width)
+    return rendered(COUNTERS, report, fmt, RenderOptions(width))

@@ -148,6 +148,7 @@ def cause_label(wall: str, cause: str) -> str:
 CPU_IDLE_LABEL = {
     "data_loading": "data loading (DataLoader)",
     "host_overhead": "framework overhead (tiny ops, Python)",
+    "synchronization": "waiting on the device (synchronising calls)",
     "other": "untraced (no op recorded)",
 }
 

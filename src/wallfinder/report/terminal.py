@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
-from rich.console import Console, Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow, Steps
@@ -54,15 +56,22 @@ from wallfinder.report._format import (
     unplaced,
     what_if_cells,
 )
+from wallfinder.report._table import Col, Row, fit_table
 
-NAME_WIDTH = 52
-"""Kernel and op names are cut to this many characters so the figures beside them fit in 100
-columns; the JSON output has them whole."""
+DEFAULT_WIDTH = 100
+"""The columns a text report is laid out at when no width is given (the CLI gives $COLUMNS, or
+the terminal's)."""
 
 _WALL_STYLE = {"compute": "bold green", "bandwidth": "bold yellow", "overhead": "bold red"}
 
 
 def renderables(d: Diagnosis) -> Iterator[RenderableType]:
+    """The report's parts in order; a part with nothing to show is left out (a table without
+    rows is never drawn)."""
+    return (part for part in _parts(d) if part is not None)
+
+
+def _parts(d: Diagnosis) -> Iterator[RenderableType | None]:
     yield _header(d)
     yield _verdict(d)
     if d.findings:
@@ -75,7 +84,7 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
         yield _modules(d)
     yield from _memory(d)
     if d.cpu is not None:
-        yield _cpu_ops(d)
+        yield from _cpu_ops(d)
     elif d.kernels:
         yield _classes(d)
         yield _kernels(d)
@@ -100,16 +109,30 @@ def renderables(d: Diagnosis) -> Iterator[RenderableType]:
         yield Text("\n".join(f"note: {w}" for w in d.warnings), style="dim")
 
 
-def _header(d: Diagnosis) -> Text:
+def _header(d: Diagnosis) -> ByWidth:
+    return ByWidth(lambda width: _header_text(d, width))
+
+
+def _header_text(d: Diagnosis, width: int) -> Text:
+    """What was analysed, in pieces joined by " · ": a piece that does not fit on the line
+    starts the next one (a line break inside "(device 2)" would read as two facts)."""
     device = device_label(d)
     if d.device.kind == "gpu" and d.device.index is not None:
         device += f" (device {d.device.index})"
-    rank = ""
+    pieces = [d.source, device]
     if d.rank is not None:
-        rank = f" · rank {d.rank}" + (f" of {d.world_size}" if d.world_size else "")
+        pieces.append(f"rank {d.rank}" + (f" of {d.world_size}" if d.world_size else ""))
+    pieces.append(f"{d.steps.total} steps ({d.steps.source})")
     text = Text()
     text.append("wallfinder", style="bold")
-    text.append(f" · {d.source} · {device}{rank} · {d.steps.total} steps ({d.steps.source})")
+    line = len("wallfinder")
+    for piece in pieces:
+        if line + 3 + cell_len(piece) <= width:
+            text.append(f" · {piece}")
+            line += 3 + cell_len(piece)
+        else:
+            text.append(f"\n  {piece}")
+            line = 2 + cell_len(piece)
     if d.device.note:
         text.append(f"\n{d.device.note}", style="dim")
     return text
@@ -128,7 +151,7 @@ def _verdict(d: Diagnosis) -> Panel:
         body.append(f"\n{i}. {q.question} ")
         body.append(mark, style="bold" if q.answer == "no" else "")
         body.append(f" — {q.detail}", style="dim")
-    return Panel(body, title="verdict", title_align="left")
+    return Panel(Hanging(body), title="verdict", title_align="left")
 
 
 def _findings(d: Diagnosis) -> Text:
@@ -158,11 +181,54 @@ def _append_finding(text: Text, title: str, bound: str, evidence: str, fix: str)
     text.append(fix)
 
 
-def _steps(d: Diagnosis) -> Text:
-    text = step_text(d.steps)
-    text.append("\n")
-    text.append_text(_bar(d))
-    return text
+def _steps(d: Diagnosis) -> Group:
+    return Group(step_text(d.steps), ByWidth(lambda width: _bar(d, width)))
+
+
+@dataclass(frozen=True)
+class ByWidth:
+    """A part drawn for the width it is printed at (a bar as long as the line allows)."""
+
+    draw: Callable[[int], RenderableType]
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield hung(self.draw(options.max_width))
+
+
+_HANG = re.compile(r" *(?:[•-] |\d+\. |note: )?")
+"""What a wrapped line hangs under: its indent, and a bullet, number or "note:" after it."""
+
+
+@dataclass(frozen=True)
+class Hanging:
+    """Text whose lines, where they wrap, go on under their first line's indent and bullet
+    ("  evidence: ..." continues two columns in), not at the margin where they would read as
+    a new item."""
+
+    text: Text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        for line in self.text.split("\n", allow_blank=True):
+            indent = _HANG.match(line.plain)
+            n = indent.end() if indent else 0
+            if n == 0 or n > width // 3 or cell_len(line.plain) <= width:
+                yield line
+                continue
+            for k, piece in enumerate(line[n:].wrap(console, width - n)):
+                piece.rstrip()
+                out = line[:n] if k == 0 else Text(" " * n)
+                out.append_text(piece)
+                yield out
+
+
+def hung(part: RenderableType) -> RenderableType:
+    """`part` with its text hanging under its indents (inside groups and panels too)."""
+    if isinstance(part, Text):
+        return Hanging(part)
+    if isinstance(part, Group):
+        return Group(*(hung(p) for p in part.renderables))
+    return part
 
 
 def step_text(s: Steps) -> Text:
@@ -194,8 +260,14 @@ _BAR_PARTS = (
 )
 
 
-def _bar(d: Diagnosis) -> Text:
-    """The step as one bar: compute, exposed communication, exposed copies, idle."""
+def _bar_width(width: int) -> int:
+    """The bar's length on a line of `width`: BAR_WIDTH, less on a narrow terminal."""
+    return max(min(BAR_WIDTH, width - 4), 10)
+
+
+def _bar(d: Diagnosis, width: int) -> Text:
+    """The step as one bar: compute, exposed communication, exposed copies, idle; its legend
+    beside it, or under it where the line is too short for both."""
     b = d.breakdown
     shares = {
         "compute": b.compute,
@@ -203,19 +275,19 @@ def _bar(d: Diagnosis) -> Text:
         "copy_exposed": b.copy_exposed,
         "idle": b.idle,
     }
-    cells = {k: round(v * BAR_WIDTH) for k, v in shares.items()}
+    bar = _bar_width(width)
+    cells = {k: round(v * bar) for k, v in shares.items()}
     text = Text("  ")
     for key, char, style in _BAR_PARTS:
         text.append(char * cells[key], style=style)
-    text.append("  ")
-    text.append(
-        "  ".join(
-            f"{char} {key.replace('_exposed', '').replace('_', ' ')} {pct(shares[key])}"
-            for key, char, _ in _BAR_PARTS
-            if shares[key] > 0
-        ),
-        style="dim",
+    legend = "  ".join(
+        f"{char} {key.replace('_exposed', '').replace('_', ' ')} {pct(shares[key])}"
+        for key, char, _ in _BAR_PARTS
+        if shares[key] > 0
     )
+    beside = len(text) + 2 + len(legend) <= width
+    text.append("  " if beside else "\n  ")
+    text.append(legend, style="dim")
     return text
 
 
@@ -230,7 +302,11 @@ _PHASE_STYLE = {
 }
 
 
-def _phases(d: Diagnosis) -> Text:
+def _phases(d: Diagnosis) -> ByWidth:
+    return ByWidth(lambda width: _phase_text(d, width))
+
+
+def _phase_text(d: Diagnosis, width: int) -> Text:
     """The step by phase as one bar (exposed time), with each phase's device time."""
     assert d.phases is not None
     p = d.phases
@@ -238,7 +314,7 @@ def _phases(d: Diagnosis) -> Text:
     text = Text("Step by phase (steady state, exposed time; the bar is the step)\n  ")
     for key, share, _ in phase_parts(d):
         char, style = _PHASE_STYLE[key]
-        text.append(char * round(share * BAR_WIDTH), style=style)
+        text.append(char * round(share * _bar_width(width)), style=style)
     for key, share, busy in phase_parts(d):
         char, style = _PHASE_STYLE[key]
         text.append(f"\n  {char} ", style=style)
@@ -257,66 +333,60 @@ def _busy_word(d: Diagnosis) -> str:
     return "device" if d.phases is None or d.phases.basis == "gpu" else "CPU (main thread's ops)"
 
 
-def _modules(d: Diagnosis) -> Table:
+def _modules(d: Diagnosis) -> RenderableType | None:
     assert d.modules is not None
     m = d.modules
-    table = Table(
-        title=f"Time per module ({_busy_word(d)} time per step; {m.note})",
-        title_justify="left",
-        show_edge=False,
-    )
-    # The spread and the slowest block share a column (two lines) to fit 100 columns.
-    headings = [*MODULE_COLUMNS[:-2], "blocks: min/med/max ms, slowest"]
-    for i, heading in enumerate(headings):
-        last = i == len(headings) - 1
-        table.add_column(
-            heading,
-            justify="left" if i == 0 or last else "right",
-            overflow="ellipsis",
-            no_wrap=True,
-            max_width=24 if i == 0 else None,
-            min_width=None if i == 0 or last else max(len(heading), 7),
-        )
-    for r in m.rows[:MODULE_TOP]:
-        *cells, spread, slowest = module_cells(r)
-        table.add_row(*[Text(c) for c in cells], Text(f"{spread}\n{slowest}" if spread else ""))
+    # A repeated block's spread and slowest instance go under its row when the columns do not
+    # fit (most rows have none).
+    name, *figures, spread, slowest = MODULE_COLUMNS
+    columns = [
+        Col(name, justify="left", name=True, min_width=12),
+        *(Col(h) for h in figures),
+        Col(spread, spare=1),
+        Col(slowest, justify="left", spare=1),
+    ]
+    caption = ""
     if len(m.rows) > MODULE_TOP or m.unattributed_s > 0:
-        table.caption = (
+        caption = (
             f"{len(m.rows) - MODULE_TOP} more rows in the JSON and HTML reports; "
             if len(m.rows) > MODULE_TOP
             else ""
         ) + f"{ms(m.unattributed_s)} ms/step of {_busy_word(d)} time is in no module"
-        table.caption_justify = "left"
-    return table
+    return fit_table(
+        f"Time per module ({_busy_word(d)} time per step; {m.note})",
+        columns,
+        [Row(module_cells(r)) for r in m.rows[:MODULE_TOP]],
+        caption=caption,
+    )
 
 
-def _breakdown(d: Diagnosis) -> Table:
+def _breakdown(d: Diagnosis) -> RenderableType | None:
     b = d.breakdown
     step_ms = b.per_step_ms["step"]
     cpu = b.basis == "cpu"
-    table = Table(
-        title=("CPU" if cpu else "GPU") + " time per step (steady state)",
-        title_justify="left",
-        show_edge=False,
+    rows = [
+        Row([part_label(d, part), pct(share), f"{share * step_ms:.2f}"])
+        for part, share in breakdown_parts(d)
+    ]
+    rows += [
+        Row([f"  └ {idle_label(d, cause)}", pct(share), f"{share * step_ms:.2f}"], style="dim")
+        for cause, share in idle_causes(d)
+        if cause in CPU_IDLE_LABEL or not cpu
+    ]
+    rows.append(Row(["step (mean)", "100.0%", f"{step_ms:.2f}"], style="bold"))
+    return fit_table(
+        ("CPU" if cpu else "GPU") + " time per step (steady state)",
+        [
+            Col("part", justify="left", name=True, min_width=24, lines=2),
+            Col("share"),
+            Col("ms/step"),
+        ],
+        rows,
+        caption=graph_line(d),
     )
-    table.add_column("part")
-    table.add_column("share", justify="right")
-    table.add_column("ms/step", justify="right")
-    for part, share in breakdown_parts(d):
-        table.add_row(part_label(d, part), pct(share), f"{share * step_ms:.2f}")
-    for cause, share in idle_causes(d):
-        if cause in CPU_IDLE_LABEL or not cpu:
-            table.add_row(
-                f"  └ {idle_label(d, cause)}", pct(share), f"{share * step_ms:.2f}", style="dim"
-            )
-    table.add_row("step (mean)", "100.0%", f"{step_ms:.2f}", style="bold")
-    if graph_line(d):
-        table.caption = graph_line(d)
-        table.caption_justify = "left"
-    return table
 
 
-def _memory(d: Diagnosis) -> Iterator[RenderableType]:
+def _memory(d: Diagnosis) -> Iterator[RenderableType | None]:
     """The analysed device's memory peak, what is live then (by category and call site),
     growth and leaks, the allocator's reserving, the memory findings; other devices in a line."""
     m = d.main_memory
@@ -329,31 +399,39 @@ def _memory(d: Diagnosis) -> Iterator[RenderableType]:
     if capacity:
         text.append(f"\n  capacity {capacity}")
     text.append(f"\n  at the peak: {memory_when(m)}")
-    cats = memory_categories(m)
-    if not cats:
-        yield text
-    else:
-        table = Table(title="Live at the peak by category", title_justify="left", show_edge=False)
-        table.add_column("category")
-        table.add_column("bytes", justify="right", no_wrap=True)
-        table.add_column("share", justify="right", no_wrap=True)
-        for _, label, nbytes, share in cats:
-            table.add_row(label, size(nbytes), pct(share))
-        yield Group(text, table)
-    if m.sites:
-        sites = Table(title="Live at the peak by call site", title_justify="left", show_edge=False)
-        sites.add_column("call site", overflow="fold", max_width=NAME_WIDTH)
-        sites.add_column("category", no_wrap=True)
-        sites.add_column("bytes", justify="right", no_wrap=True)
-        sites.add_column("blocks", justify="right", no_wrap=True)
-        for s in m.sites[:MEMORY_TOP_SITES]:
-            sites.add_row(
-                Text(s.site),
-                MEMORY_CATEGORY_LABEL.get(s.category, s.category),
-                size(s.bytes),
-                str(s.count),
+    table = fit_table(
+        "Live at the peak by category",
+        [
+            Col("category", justify="left", name=True, min_width=20, lines=2),
+            Col("bytes"),
+            Col("share"),
+        ],
+        [
+            Row([label, size(nbytes), pct(share)])
+            for _, label, nbytes, share in memory_categories(m)
+        ],
+    )
+    yield text if table is None else Group(text, table)
+    yield fit_table(
+        "Live at the peak by call site",
+        [
+            Col("call site", justify="left", name=True, min_width=24),
+            Col("category", justify="left", spare=1),
+            Col("bytes"),
+            Col("blocks"),
+        ],
+        [
+            Row(
+                [
+                    s.site,
+                    MEMORY_CATEGORY_LABEL.get(s.category, s.category),
+                    size(s.bytes),
+                    str(s.count),
+                ]
             )
-        yield sites
+            for s in m.sites[:MEMORY_TOP_SITES]
+        ],
+    )
     growth = Text("\n".join(memory_growth_lines(m)))
     leak = memory_leak_line(m)
     if leak:
@@ -378,47 +456,51 @@ def _memory(d: Diagnosis) -> Iterator[RenderableType]:
         yield Text("\n".join(rest), style="dim")
 
 
-def _classes(d: Diagnosis) -> Table:
+def _classes(d: Diagnosis) -> RenderableType | None:
     return _class_table("GPU time by kernel class", "share of GPU time", d)
 
 
-def _kernels(d: Diagnosis) -> Table:
-    return _name_table("Top kernels by GPU time", "kernel", d.kernels, d)
+def _kernels(d: Diagnosis) -> RenderableType | None:
+    return _name_table("Top kernels by GPU time", "kernel", d.kernels, d, short_kernel)
 
 
-def _cpu_ops(d: Diagnosis) -> Group:
+def _cpu_ops(d: Diagnosis) -> Iterator[RenderableType | None]:
     assert d.cpu is not None
-    return Group(
-        _class_table("CPU op time by class", "share of op time", d),
-        _name_table("Top CPU ops (top-level)", "op", d.cpu.top_ops, d),
+    yield _class_table("CPU op time by class", "share of op time", d)
+    yield _name_table("Top CPU ops (top-level)", "op", d.cpu.top_ops, d)
+
+
+def _class_table(title: str, share_label: str, d: Diagnosis) -> RenderableType | None:
+    steps = max(d.steps.count, 1)
+    return fit_table(
+        title,
+        [Col("class", justify="left"), Col(share_label), Col("ms/step")],
+        [Row([c.cls, pct(c.share), f"{c.time_s * 1e3 / steps:.2f}"]) for c in d.classes],
     )
 
 
-def _class_table(title: str, share_label: str, d: Diagnosis) -> Table:
-    table = Table(title=title, title_justify="left", show_edge=False)
-    table.add_column("class")
-    table.add_column(share_label, justify="right")
-    table.add_column("ms/step", justify="right")
+def _name_table(
+    title: str,
+    what: str,
+    rows: Sequence[KernelRow | OpRow],
+    d: Diagnosis,
+    shorten: Callable[[str], str] | None = None,
+) -> RenderableType | None:
     steps = max(d.steps.count, 1)
-    for c in d.classes:
-        table.add_row(c.cls, pct(c.share), f"{c.time_s * 1e3 / steps:.2f}")
-    return table
-
-
-def _name_table(title: str, what: str, rows: Sequence[KernelRow | OpRow], d: Diagnosis) -> Table:
-    table = Table(title=title, title_justify="left", show_edge=False)
-    table.add_column(what, overflow="ellipsis", no_wrap=True, max_width=NAME_WIDTH)
-    table.add_column("class", no_wrap=True, min_width=13)
-    table.add_column("calls", justify="right", no_wrap=True, min_width=6)
-    table.add_column("share", justify="right", no_wrap=True, min_width=6)
-    table.add_column("ms/step", justify="right", no_wrap=True, min_width=8)
-    steps = max(d.steps.count, 1)
-    for r in rows:
-        # Names come from the trace: Text() keeps rich from reading them as markup.
-        table.add_row(
-            Text(r.name), r.cls, str(r.count), pct(r.share), f"{r.time_s * 1e3 / steps:.2f}"
-        )
-    return table
+    return fit_table(
+        title,
+        [
+            Col(what, justify="left", name=True, min_width=24, shorten=shorten),
+            Col("class", justify="left"),
+            Col("calls"),
+            Col("share"),
+            Col("ms/step"),
+        ],
+        [
+            Row([r.name, r.cls, str(r.count), pct(r.share), f"{r.time_s * 1e3 / steps:.2f}"])
+            for r in rows
+        ],
+    )
 
 
 def render_calculation(c: Calculation) -> str:
@@ -465,7 +547,7 @@ def render_calculation(c: Calculation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _roofline(d: Diagnosis) -> Group:
+def _roofline(d: Diagnosis) -> RenderableType:
     r = d.roofline
     assert r is not None
     text = Text()
@@ -491,64 +573,86 @@ def _roofline(d: Diagnosis) -> Group:
         )
     for line in roofline_notes(r):
         text.append(f"\n  {line}")
-    table = Table(title="Top ops on the roofline", title_justify="left", show_edge=False)
-    table.add_column("op and input shapes", overflow="ellipsis", no_wrap=True, max_width=34)
-    table.add_column("dtype", no_wrap=True, min_width=5)
-    table.add_column("ms/step", justify="right", no_wrap=True, min_width=7)
-    table.add_column("AI", justify="right", no_wrap=True, min_width=6)
-    table.add_column("achieved", justify="right", no_wrap=True, min_width=12)
-    table.add_column("bound", no_wrap=True, min_width=9)
-    table.add_column("of roof", justify="right", no_wrap=True, min_width=7)
     steps = max(d.steps.count, 1)
+    rows = []
     for o in r.ops:
         # The rate of the roof the op is under: FLOP/s when compute-bound, bytes/s otherwise.
         compute = o.bound == "compute" or (o.bound is None and o.flops > 0)
-        table.add_row(
-            Text(f"{o.name} {o.shapes.replace(' ', '')}"),
-            o.dtype,
-            f"{o.time_s * 1e3 / steps:.2f}",
-            "?" if o.ai is None else f"{o.ai:.3g}",
-            si(o.achieved_flops, "FLOP/s") if compute else si(o.achieved_bandwidth, "B/s"),
-            o.bound or "?",
-            "?" if o.pct_of_roof is None else pct(o.pct_of_roof),
+        rows.append(
+            Row(
+                [
+                    o.name,
+                    # Some traces record shapes pretty-printed, over many lines.
+                    "".join(o.shapes.split()),
+                    o.dtype,
+                    f"{o.time_s * 1e3 / steps:.2f}",
+                    "?" if o.ai is None else f"{o.ai:.3g}",
+                    si(o.achieved_flops, "FLOP/s") if compute else si(o.achieved_bandwidth, "B/s"),
+                    o.bound or "?",
+                    "?" if o.pct_of_roof is None else pct(o.pct_of_roof),
+                ]
+            )
         )
-    return Group(text, table)
-
-
-def _fusion(d: Diagnosis) -> Table:
-    table = Table(
-        title="Fusion candidates (repeated runs of memory-bound kernels; saving is an upper bound)",
-        title_justify="left",
-        show_edge=False,
+    table = fit_table(
+        "Top ops on the roofline",
+        [
+            Col("op", justify="left", name=True, min_width=20),
+            # Shapes, then the dtype and bound, go under their op's row on a narrow terminal.
+            Col("input shapes", justify="left", name=True, min_width=20, spare=2),
+            Col("dtype", justify="left", spare=1),
+            Col("ms/step"),
+            Col("AI"),
+            Col("achieved"),
+            Col("bound", justify="left", spare=1),
+            Col("of roof"),
+        ],
+        rows,
     )
-    table.add_column("kernels", overflow="ellipsis", no_wrap=True, max_width=34)
-    table.add_column("ops", overflow="ellipsis", no_wrap=True, max_width=18)
-    table.add_column("runs/step", justify="right", no_wrap=True, min_width=9)
-    table.add_column("ms/step", justify="right", no_wrap=True, min_width=7)
-    table.add_column("saves ≤ ms", justify="right", no_wrap=True, min_width=10)
-    for c in d.fusion:
-        table.add_row(
-            Text(" → ".join(short_kernel(k) for k in c.kernels)),
-            Text(", ".join(c.ops) or "?"),
-            f"{c.occurrences_per_step:.0f}",
-            f"{c.time_s * 1e3:.2f}",
-            f"{c.max_saving_s * 1e3:.2f}",
-        )
-    return table
+    return text if table is None else Group(text, table)
+
+
+def _fusion(d: Diagnosis) -> RenderableType | None:
+    return fit_table(
+        "Fusion candidates (repeated runs of memory-bound kernels; saving is an upper bound)",
+        [
+            Col("kernels", justify="left", name=True, min_width=24),
+            Col("ops", justify="left", name=True, min_width=18, spare=1),
+            Col("runs/step"),
+            Col("ms/step"),
+            Col("saves ≤ ms"),
+        ],
+        [
+            Row(
+                [
+                    " → ".join(short_kernel(k) for k in c.kernels),
+                    ", ".join(c.ops) or "?",
+                    f"{c.occurrences_per_step:.0f}",
+                    f"{c.time_s * 1e3:.2f}",
+                    f"{c.max_saving_s * 1e3:.2f}",
+                ]
+            )
+            for c in d.fusion
+        ],
+    )
 
 
 def _what_if(d: Diagnosis) -> Group:
-    """The what-if table, then the critical path in a paragraph of the page's width (a table
-    caption would wrap at the narrow table's)."""
-    title = Text("What if (the step's dependency graph replayed with each fix; estimates)")
-    table = Table(show_edge=False)
-    table.add_column("fix", no_wrap=True)
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("speed-up", justify="right", no_wrap=True)
-    table.add_column("wall after", no_wrap=True)
-    for row in what_if_cells(d):
-        table.add_row(*row)
-    return Group(title, table, Text(critical_path_line(d)))
+    """The what-if table, then the critical path in a paragraph of the page's width."""
+    parts: list[RenderableType] = []
+    table = fit_table(
+        "What if (the step's dependency graph replayed with each fix; estimates)",
+        [
+            Col("fix", justify="left"),
+            Col("step"),
+            Col("speed-up"),
+            Col("wall after", justify="left"),
+        ],
+        [Row(row) for row in what_if_cells(d)],
+    )
+    if table is not None:
+        parts.append(table)
+    parts.append(Text(critical_path_line(d)))
+    return Group(*parts)
 
 
 def _mfu(d: Diagnosis) -> Text:
@@ -565,26 +669,29 @@ def _mfu(d: Diagnosis) -> Text:
     return text
 
 
-def _ranks(d: Diagnosis) -> Table:
-    table = Table(title="Ranks", title_justify="left", show_edge=False)
+def _ranks(d: Diagnosis) -> RenderableType | None:
     job = d.job is not None
-    columns = ["rank", "file", "steps", "median ms", "compute"]
-    columns += ["comm exp.", "wait ms", "last", "clock ms"] if job else ["idle", "wall"]
+    columns = [
+        Col("rank", justify="left"),
+        Col("file", justify="left", name=True, min_width=12),
+        Col("steps"),
+        Col("median ms"),
+        Col("compute"),
+    ]
+    if job:
+        columns += [Col("comm exp."), Col("wait ms"), Col("last"), Col("clock ms", spare=1)]
+    else:
+        columns += [Col("idle"), Col("wall", justify="left")]
     memory = ranks_have_memory(d)
     if memory:
-        columns.append("peak mem")
-    longest = max((len(r.source) for r in d.ranks), default=4)
-    for col in [*columns, "cause"]:
-        if col == "file":
-            table.add_column(col, no_wrap=True, min_width=min(longest, 40))
-        elif col == "peak mem":
-            table.add_column(col, no_wrap=True, justify="right")
-        else:
-            table.add_column(col, overflow="fold")
+        columns.append(Col("peak mem"))
+    # The cause is a phrase: under each rank's row unless the page has room for it.
+    columns.append(Col("cause", justify="left", spare=2))
+    rows = []
     for r in d.ranks:
-        cells: list[str | Text] = [
+        cells = [
             "?" if r.rank is None else str(r.rank),
-            Text(r.source),
+            r.source,
             str(r.steps),
             ms(r.median_step_s),
             pct(r.compute),
@@ -601,30 +708,32 @@ def _ranks(d: Diagnosis) -> Table:
         if memory:
             cells.append(size(r.peak_allocated))
         cells.append(cause_label(r.wall, r.cause))
-        table.add_row(*cells)
-    return table
+        rows.append(Row(cells))
+    return fit_table("Ranks", columns, rows)
 
 
-def _job(d: Diagnosis) -> Iterator[RenderableType]:
+_COLLECTIVE_COLUMN = {
+    "group": Col("group", justify="left", name=True, min_width=10, spare=2),
+    "collective": Col("collective", justify="left", name=True, min_width=12),
+    "bus bw": Col("bus bw", spare=1),
+    "of link": Col("of link", spare=1),
+}
+"""How the collectives' columns give way on a narrow terminal (the rest are figures)."""
+
+
+def _job(d: Diagnosis) -> Iterator[RenderableType | None]:
     yield Text("\n".join(job_lines(d)))
-    rows = collective_cells(d)
-    if rows:
-        j = d.job
-        link = (
-            ""
-            if j is None or j.link is None
-            else f" (link: {j.link}, {si(j.link_peak, 'B/s')} each way)"
-        )
-        table = Table(
-            title=f"Collectives (per kind and size, whole trace){link}",
-            title_justify="left",
-            show_edge=False,
-        )
-        for col in COLLECTIVE_COLUMNS:
-            table.add_column(col)
-        for row in rows:
-            table.add_row(*row)
-        yield table
+    j = d.job
+    link = (
+        ""
+        if j is None or j.link is None
+        else f" (link: {j.link}, {si(j.link_peak, 'B/s')} each way)"
+    )
+    yield fit_table(
+        f"Collectives (per kind and size, whole trace){link}",
+        [_COLLECTIVE_COLUMN.get(c, Col(c)) for c in COLLECTIVE_COLUMNS],
+        [Row(row) for row in collective_cells(d)],
+    )
 
 
 def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) -> str:
@@ -643,16 +752,19 @@ def print_parts(parts: Iterable[RenderableType], *, width: int | None, color: bo
     buffer = io.StringIO()
     console = Console(
         file=buffer,
-        width=width or 100,
+        width=width or DEFAULT_WIDTH,
         force_terminal=color,
         no_color=not color,
         highlight=False,
         soft_wrap=False,
     )
     for part in parts:
-        console.print(part)
+        # Never cropped: a part too wide for the page shows as too wide (and fails the tests)
+        # instead of losing its last columns without a word.
+        console.print(hung(part), crop=False)
         console.print()
-    return buffer.getvalue()
+    # rich pads wrapped text and tables with spaces to the width: none is kept at line ends.
+    return "\n".join(line.rstrip() for line in buffer.getvalue().split("\n"))
 
 
 def to_html(d: Diagnosis) -> str:

@@ -38,6 +38,12 @@ FROM_BYTES = 32 << 20
 """Traces with more JSON text than this are cached (smaller ones parse in well under a
 second); `load_trace(..., cache=True)` with a smaller file does not write."""
 
+
+def keeps(size: int) -> bool:
+    """Whether the parse of a trace of `size` bytes of text is kept in the cache."""
+    return size > FROM_BYTES
+
+
 LIMIT_BYTES = 4 << 30
 """The parsed traces kept at most: past this, the entries used longest ago are removed."""
 

@@ -50,8 +50,8 @@ import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._cache import exported_report
-from wallfinder.trace._reader import REPORT_SUFFIXES
 from wallfinder.trace.model import NONE, Events, Kind, Trace, step_key
+from wallfinder.trace.readers.nsys import REPORT_SUFFIXES
 
 I64 = npt.NDArray[np.int64]
 

@@ -160,20 +160,6 @@ def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
-SQLITE_MAGIC = b"SQLite format 3\x00"
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
-
-
-def is_nsys_input(path: Path) -> bool:
-    """Whether `path` is an Nsight Systems report (by its suffix) or a SQLite file (by its
-    first bytes, whatever its name)."""
-    if path.suffix.lower() in REPORT_SUFFIXES:
-        return True
-    try:
-        with path.open("rb") as f:
-            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
-        return False
 
 
 def gunzipped(f: BinaryIO) -> BinaryIO:

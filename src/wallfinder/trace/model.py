@@ -26,6 +26,7 @@ from wallfinder.errors import WallfinderError
 
 if TYPE_CHECKING:
     from wallfinder.trace.args import ArgsTable, CollectiveArgs, OpArgs
+    from wallfinder.trace.readers import Reader
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -240,12 +241,24 @@ class Trace:
     cut_step: str | None = None
     """The `ProfilerStep#N` the program stopped inside, when wallfinder's capture says so."""
     format: str = "kineto"
-    """What wrote the trace: "kineto" (torch.profiler) or "nsys" (an Nsight Systems export)."""
+    """What wrote the trace: the name of its reader (`trace.readers`), "kineto"
+    (torch.profiler) or "nsys" (an Nsight Systems export)."""
     step_range: str | None = None
     """The name of the annotation (an NVTX range, a `record_function`) that marks each step,
     when one does in place of `ProfilerStep#N`: chosen by the reader or by the user
     (`use_step_range`). Instances match by `step_key`, so "train_step 3" and "train_step 4"
     are one range."""
+
+    @property
+    def reader(self) -> Reader:
+        """The reader of the trace's format: what its format is and records
+        (`Reader.profiler_steps`, `Reader.trace_events`)."""
+        from wallfinder.trace.readers import reader_named  # (the readers import this module)
+
+        reader = reader_named(self.format)
+        if reader is None:
+            raise ValueError(f"no reader of the format {self.format!r}")
+        return reader
 
     def use_step_range(self, name: str) -> None:
         """Take the annotations named `name` (or `name` with another number) as the steps.

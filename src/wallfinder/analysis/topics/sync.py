@@ -32,6 +32,10 @@ def _sync_calls(f: Facts) -> Events:
 
 @rule(Facts, id="sync-in-step", replay=Change(sync=True), work=_sync_calls)
 def synchronization(f: Facts) -> Finding | None:
+    if f.dev is None:
+        # No device work recorded: a sync's wait is the device's own work, which removing
+        # the sync would not remove (the GPU cannot be said to idle after it).
+        return None
     share = f.share(f.breakdown.idle_causes.get("synchronization", 0.0))
     names = host_calls(f, SYNC_CALLS)
     listed = ", ".join(f"{n} ×{c:.0f}/step" for n, c, _ in names[:4]) or "synchronising calls"

@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
         # A job of several ranks: the counters are said beside it, joined by name.
         report = analyze_counters(args.counters, options_from(args), diagnosis=diagnosis)
         diagnosis = msgspec.structs.replace(diagnosis, counters=report)
-    write_report(render(diagnosis, args.format), args.output)
+    write_report(render(diagnosis, args.format, width=report_width(args.output)), args.output)
     if args.export is not None:
         exported = export_tables(diagnosis, args.export)
         # One line on stderr: the report itself may be on stdout.
@@ -261,6 +261,21 @@ def run(args: argparse.Namespace) -> int:
         )
     record_if_asked(args, diagnosis)
     return 0
+
+
+def report_width(output: Path | None) -> int | None:
+    """The width to lay a text report out at: $COLUMNS when set (as in every terminal
+    program), else the terminal's when the report goes to one, else None: the report's
+    default (100 columns)."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if output is None and sys.stdout.isatty():
+        try:
+            return os.get_terminal_size(sys.stdout.fileno()).columns
+        except (OSError, ValueError):
+            pass
+    return None
 
 
 def write_report(text: str, output: Path | None) -> None:

@@ -13,6 +13,7 @@ from wallfinder.cli.commands.analyze import (
     add_device_options,
     add_trace_options,
     options_from,
+    report_width,
     write_report,
 )
 from wallfinder.errors import WallfinderError
@@ -59,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
         report = diagnosis.counters or analyze_counters(args.export, options, diagnosis=diagnosis)
     else:
         report = analyze_counters(args.export, options)
-    write_report(render_counters(report, args.format), args.output)
+    write_report(render_counters(report, args.format, width=report_width(args.output)), args.output)
     return 0

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 
 from wallfinder.api import Options, diff, load_diagnosis, run_names
-from wallfinder.cli.commands.analyze import add_device_options, add_trace_options, write_report
+from wallfinder.cli.commands.analyze import (
+    add_device_options,
+    add_trace_options,
+    report_width,
+    write_report,
+)
 from wallfinder.report import DIFF_FORMATS, render_diff
 
 _INPUT = "a trace file, a folder of rank traces, or a saved diagnosis (analyze --format json)"
@@ -36,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
     options = options_from(args)
     before, after = load_diagnosis(args.before, options), load_diagnosis(args.after, options)
     result = diff(before, after, names=run_names(str(args.before), str(args.after)))
-    write_report(render_diff(result, args.format), args.output)
+    write_report(render_diff(result, args.format, width=report_width(args.output)), args.output)
     return 0

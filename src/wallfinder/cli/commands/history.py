@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from wallfinder.cli.commands.analyze import add_db_option, positive_int, write_report
+from wallfinder.cli.commands.analyze import (
+    add_db_option,
+    positive_int,
+    report_width,
+    write_report,
+)
 from wallfinder.errors import WallfinderError
 from wallfinder.history import History
 from wallfinder.report.history import HISTORY_FORMATS, render_history, render_names
@@ -25,12 +30,14 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    width = report_width(args.output)
     with History(args.db) as history:
         if args.name is None:
             if args.format == "html":
                 raise WallfinderError("the list of names is text, md or json: give a NAME for html")
-            text = render_names(history.names(), args.format)
+            text = render_names(history.names(), args.format, width=width)
         else:
-            text = render_history(history.trend(args.name, last=args.last), args.format)
+            trend = history.trend(args.name, last=args.last)
+            text = render_history(trend, args.format, width=width)
     write_report(text, args.output)
     return 0

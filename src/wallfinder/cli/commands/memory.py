@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from wallfinder.api import analyze_memory
-from wallfinder.cli.commands.analyze import write_report
+from wallfinder.cli.commands.analyze import report_width, write_report
 from wallfinder.report import MEMORY_FORMATS, render_memory
 
 
@@ -22,5 +22,6 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    write_report(render_memory(analyze_memory(args.snapshot), args.format), args.output)
+    report = analyze_memory(args.snapshot)
+    write_report(render_memory(report, args.format, width=report_width(args.output)), args.output)
     return 0

@@ -23,6 +23,7 @@ from wallfinder.cli.commands.analyze import (
     options_from,
     positive_int,
     record_if_asked,
+    report_width,
     write_report,
 )
 from wallfinder.errors import WallfinderError
@@ -147,18 +148,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, settings: RunSettings, outcome: RunOutcome) -> int:
-    memory = _explain_snapshot(outcome, args.format)
+    width = report_width(args.output)
+    memory = _explain_snapshot(outcome, args.format, width)
     if settings.timer_only:
         steps = run_steps(outcome)
         if steps is None:
             return _nothing(outcome.exit_code, "no step was timed", memory, args.output)
-        write_report(_followed(render_steps(steps, args.format), memory), args.output)
+        write_report(_followed(render_steps(steps, args.format, width=width), memory), args.output)
         return outcome.exit_code
     diagnosis = diagnose_run(outcome, options_from(args))
     if diagnosis is None:
         what = f"no trace was written to {outcome.trace_dir}"
         return _nothing(outcome.exit_code, what, memory, args.output)
-    write_report(_followed(render(diagnosis, args.format), memory), args.output)
+    write_report(_followed(render(diagnosis, args.format, width=width), memory), args.output)
     record_if_asked(args, diagnosis)
     where = ", ".join(str(t) for t in outcome.traces[:4])
     more = f" and {len(outcome.traces) - 4} more" if len(outcome.traces) > 4 else ""
@@ -166,7 +168,7 @@ def _report(args: argparse.Namespace, settings: RunSettings, outcome: RunOutcome
     return outcome.exit_code
 
 
-def _explain_snapshot(outcome: RunOutcome, fmt: str) -> str:
+def _explain_snapshot(outcome: RunOutcome, fmt: str, width: int | None) -> str:
     """What `wallfinder memory` says of the snapshot taken when the program ran out of memory
     (the lowest rank's), to follow the report; "" when there is none, or when the report's
     format (JSON, HTML) is one document that nothing can follow."""
@@ -177,7 +179,7 @@ def _explain_snapshot(outcome: RunOutcome, fmt: str) -> str:
     except WallfinderError as exc:  # the program's own failure stays the news
         print(f"wallfinder: cannot explain the memory snapshot: {exc}", file=sys.stderr)
         return ""
-    return render_memory(report, fmt)
+    return render_memory(report, fmt, width=width)
 
 
 def _followed(report: str, memory: str) -> str:
