@@ -7,7 +7,8 @@ import pytest
 
 from wallfinder import Diagnosis
 from wallfinder.analysis.classify import KernelClass
-from wallfinder.analysis.critpath import BOUND_CHANGES, FINDING_CHANGES, covers, parse_what_if
+from wallfinder.analysis.critpath import covers, parse_what_if
+from wallfinder.analysis.rules import declared
 
 CLASSES = {c.value for c in KernelClass}
 
@@ -62,10 +63,11 @@ def assert_one_figure_per_fix(d: Diagnosis) -> None:
             continue
         change = parse_what_if(row.change)[-1]
         for f in d.findings:
-            covering = FINDING_CHANGES.get(f.id)
+            rule = declared(f.id)
+            covering = rule.replay if rule is not None else None
             if f.replay_speedup is not None and covering is not None and covers(covering, change):
                 assert row.speedup <= f.replay_speedup + 1e-9, (row.change, f.id)
-            bound = BOUND_CHANGES.get(f.id)
+            bound = rule.bounds if rule is not None else None
             if bound is not None and covers(bound, change):
                 assert row.speedup <= f.max_speedup + 1e-9, (row.change, f.id)
     for f in d.memory.findings if d.memory is not None else []:

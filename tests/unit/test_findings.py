@@ -10,6 +10,7 @@ from test_roofline import A100, MM_DIMS, op_with_kernel
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, Thresholds, analyze
 from wallfinder.analysis import MemoryThresholds, TimeThresholds
+from wallfinder.api import analyze_marked
 from wallfinder.units import short_kernel
 
 GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
@@ -50,6 +51,23 @@ def test_sync_in_the_loop_is_found_with_its_calls(tmp_path: Path) -> None:
     assert "cudaStreamSynchronize ×1/step" in top.evidence
     assert ".item()" in top.fix
     assert top.share == pytest.approx(d.breakdown.idle_causes["synchronization"])
+
+
+def test_sync_in_the_loop_names_every_call_the_idle_attribution_counts(tmp_path: Path) -> None:
+    # The host blocks in a synchronous cudaMemcpy (a blocking copy, no .item()): the idle it
+    # causes is synchronisation, and the finding names the call behind it (one table of
+    # synchronising calls for both).
+    b = TraceBuilder()
+    for s in range(4):
+        t0 = s * 300.0
+        b.step(s + 1, t0, 300.0)
+        b.kernel(GEMM, t0 + 10.0, 100.0, launch_at=t0 + 2.0)
+        b.sync(t0 + 9.0, 102.0, name="cudaMemcpy")
+        b.kernel(GEMM, t0 + 270.0, 25.0, launch_at=t0 + 262.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    top = d.findings[0]
+    assert top.id == "sync-in-step"
+    assert "cudaMemcpy ×1/step" in top.evidence
 
 
 def test_tiny_kernels_make_the_step_launch_bound(tmp_path: Path) -> None:
@@ -322,6 +340,28 @@ def test_idle_time_waiting_on_a_dependency_gets_its_own_finding(tmp_path: Path) 
         f"the waits end at {short_kernel(GEMM)} 0.30 ms/step, launched a median 0.70 ms "
         "before it started" in d.findings[0].evidence
     )
+
+
+def test_the_work_that_ends_dependency_waits_is_named_for_all_the_wait_the_share_counts(
+    tmp_path: Path,
+) -> None:
+    # Each 1000 µs step: a GEMM on the GPU 20-100 µs, then an elementwise kernel whose launch
+    # call ran 40-70 µs (it began 60 µs before the GPU went idle, so its work was queued) and
+    # which starts only at 600 µs. The breakdown counts all of 100-600 µs as dependency wait;
+    # the evidence names that kernel for all of it (0.50 ms/step), not for the part past its
+    # launch call's return (0.48 ms/step: a second count of the same wait that disagreed).
+    b = TraceBuilder()
+    elementwise = "vectorized_elementwise_kernel"
+    for s in range(4):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.kernel(GEMM, t0 + 20.0, 80.0, launch_at=t0 + 5.0)
+        b.kernel(elementwise, t0 + 600.0, 300.0, launch_at=t0 + 40.0, launch_dur=30.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    wait = next(f for f in d.findings if f.id == "dependency-wait")
+    per_step = d.breakdown.idle_causes["dependency_wait"] * d.breakdown.per_step_ms["step"]
+    assert per_step == pytest.approx(0.50, abs=0.005)
+    assert f"the waits end at {elementwise} {per_step:.2f} ms/step" in wait.evidence
 
 
 def test_kernel_names_read_short_in_sentences() -> None:
@@ -914,3 +954,52 @@ def test_a_cpu_step_with_nothing_to_hide_gloo_behind_says_so(tmp_path: Path) -> 
     assert top.max_speedup == 1.0
     assert "hiding it behind compute can save nothing" in top.evidence
     assert top.fix.startswith("make the collectives cheaper")
+
+
+DDP_FORWARD = "DistributedDataParallel.forward"
+
+
+def ddp_accumulation(*, no_sync: bool, steps: int = 4) -> TraceBuilder:
+    """DDP with gradient accumulation: each 2000 µs step runs two micro-steps (a forward
+    range `DistributedDataParallel.forward` with a 100 µs GEMM, a 200 µs backward GEMM) and
+    one optimizer step (1300-1400 µs). The gradients' 150 µs all-reduce runs after each
+    micro-step's backward (410-560 and 1110-1260 µs) with nothing beside it; with `no_sync`,
+    only after the last one (the first micro-step ran under `model.no_sync()`)."""
+    b = TraceBuilder(rank=0, world_size=2)
+    for s in range(steps):
+        t0 = s * 2000.0
+        b.step(s + 1, t0, 2000.0)
+        for micro, at in enumerate((t0, t0 + 700.0)):
+            b.annotation(DDP_FORWARD, at, 150.0)
+            b.kernel(GEMM, at + 20.0, 100.0, launch_at=at + 10.0)
+            b.kernel(GEMM, at + 200.0, 200.0, launch_at=at + 190.0)
+            if micro == 1 or not no_sync:
+                b.nccl(at + 410.0, 150.0, launch_at=at + 405.0)
+        b.annotation("Optimizer.step#SGD.step", t0 + 1300.0, 100.0)
+        b.kernel("vectorized_elementwise_kernel", t0 + 1310.0, 50.0, launch_at=t0 + 1305.0)
+    return b
+
+
+def test_gradients_all_reduced_at_every_micro_step_are_found(tmp_path: Path) -> None:
+    d, marks = analyze_marked(ddp_accumulation(no_sync=False).write(tmp_path / "t.json"))
+    found = next(f for f in d.findings if f.id == "grad-sync-per-micro-step")
+    # The first micro-step's all-reduce, 150 µs of each step with no compute beside it, is
+    # what no_sync() removes (the steps' mean is 1840 µs: the windows tile the GPU's
+    # timeline, and the first ends with its last kernel, at 1360 µs).
+    assert d.breakdown.per_step_ms["step"] == pytest.approx(1.84)
+    assert found.share == pytest.approx(0.150 / 1.84)
+    assert found.max_speedup == pytest.approx(1.84 / (1.84 - 0.150))
+    assert "2 micro-steps per optimizer step" in found.evidence
+    assert "no_sync()" in found.fix
+    assert found.gain_basis == "bound"  # the what-if has no change that drops a collective
+    # Its evidence on the timeline: the all-reduce of each step's first micro-step.
+    mine = [m for m in marks.marks if m.track == "finding: grad-sync-per-micro-step"]
+    starts = [m.ts_us - marks.marks[0].ts_us for m in mine]
+    assert starts == pytest.approx([s * 2000.0 + 410.0 for s in range(4)])
+
+
+def test_gradient_accumulation_under_no_sync_is_not_flagged(tmp_path: Path) -> None:
+    d = analyze(ddp_accumulation(no_sync=True).write(tmp_path / "t.json"))
+    assert all(f.id != "grad-sync-per-micro-step" for f in d.findings)
+    # The one all-reduce per optimizer step is still exposed communication.
+    assert any(f.id == "exposed-comm" for f in d.findings)

@@ -21,7 +21,7 @@ from wallfinder.analysis.critpath import (
     parse_what_if,
 )
 from wallfinder.analysis.device import TOP_ROWS, Basis, DeviceModel, DeviceParts
-from wallfinder.analysis.findings import Facts, find
+from wallfinder.analysis.findings import Facts, find, rank
 from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
     CLASSES,
@@ -488,7 +488,9 @@ def _result(
 ) -> Diagnosis:
     """The Diagnosis of a rank from its analyses and `typical`, the wall of its typical
     step (`decide`)."""
-    findings = find(facts, typical.wall) if facts is not None else []
+    # The rules run once; the headline's wall, where it differs, only re-ranks their findings.
+    found = find(facts) if facts is not None else []
+    findings = rank(found, typical.wall)
     verdict, findings = headline(typical, steps, findings, bd)
     thin = thin_evidence(
         steps,
@@ -505,8 +507,8 @@ def _result(
         else None,
     )
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
-    if verdict.wall != typical.wall and facts is not None:
-        findings = find(facts, verdict.wall)  # the new wall's findings first
+    if verdict.wall != typical.wall:
+        findings = rank(found, verdict.wall)  # the new wall's findings first
     if critical_path is not None and bd.basis == "gpu":
         # (On the CPU a host cut also divides the Python between ops, which the per-op
         # overhead finding does not claim: not the same fix.)

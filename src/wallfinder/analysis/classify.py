@@ -299,6 +299,57 @@ _OP_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
 )
 
 
+SYNC_OPS = (
+    "aten::item",
+    "aten::_local_scalar_dense",
+    "aten::is_nonzero",
+    "aten::equal",
+    "aten::nonzero",
+)
+"""Ops that read a device value on the host, so wait for the device to compute it (`.item()`,
+`if tensor:`, data-dependent shapes)."""
+SYNC_RUNTIME = (
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "hipStreamSynchronize",
+    "hipDeviceSynchronize",
+    "hipEventSynchronize",
+    "cuStreamSynchronize",
+    "cuCtxSynchronize",
+    "cuEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cuMemcpyDtoH_v2",
+    "hipMemcpy",
+    "hipMemcpyWithStream",
+    "hipMemcpyDtoH",
+)
+"""Runtime (and driver) calls that return only after device work is done: synchronisations
+and blocking copies."""
+SYNC_CALLS = SYNC_OPS + SYNC_RUNTIME
+"""The one table of synchronising calls: the host blocked until the device catches up (the
+idle cause `synchronization`, the sync-in-step finding, the what-if's sync edges, the stalls
+a forward waits on). In this order where counts tie in a finding's list."""
+
+EVENT_SYNCS = frozenset({"cudaEventSynchronize", "hipEventSynchronize", "cuEventSynchronize"})
+"""The synchronising calls that wait for one recorded event, not for a value or a stream: the
+ones frameworks make themselves (collectives' and timers' events), which a forward's stalls
+leave out (on a real DDP trace, eight per step in the forward cost 27 µs in all)."""
+
+DATALOADER_WORKERS = "_MultiProcessingDataLoaderIter"
+"""In the name of the range torch.profiler records around a DataLoader's `__next__` when
+the DataLoader has worker processes (`_SingleProcessDataLoaderIter` without)."""
+
+
+def is_data_loading(name: str) -> bool:
+    """A range or op of the host waiting for the DataLoader's next batch: the one definition
+    of DataLoader markers (`enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`,
+    its multiprocessing twin, and the DataLoaders' own names for it)."""
+    lowered = name.lower()
+    return "dataloader" in lowered and ("__next__" in lowered or lowered.startswith("enumerate("))
+
+
 def _match(text: str, rules: tuple[tuple[KernelClass, tuple[str, ...]], ...]) -> KernelClass:
     # "convert" (Inductor's convert_element_type, vLLM's _typeConvert) is not a convolution,
     # and "fbgemm" (TorchRec's embedding library, `fbgemm_gpu::`) is not a GEMM: its kernels

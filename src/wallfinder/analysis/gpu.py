@@ -9,7 +9,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
+from wallfinder.analysis.classify import SYNC_CALLS, KernelClass, classify_kernel, classify_op
+
+# Defined in classify, with the other name tables; critpath and the pipeline read them here.
+from wallfinder.analysis.classify import SYNC_RUNTIME as SYNC_RUNTIME
+from wallfinder.analysis.classify import is_data_loading as is_data_loading
 from wallfinder.analysis.intervals import Coverage, split_at
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.thresholds import TimeThresholds
@@ -52,38 +56,11 @@ GRAPH_LAUNCHES = frozenset(
 )
 """Runtime calls that replay a captured graph: every kernel they start correlates to them."""
 
-SYNC_RUNTIME = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cudaMemcpy2D",
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "cuMemcpyDtoH_v2",
-        "hipStreamSynchronize",
-        "hipDeviceSynchronize",
-        "hipEventSynchronize",
-        "hipMemcpy",
-        "hipMemcpyWithStream",
-        "hipMemcpyDtoH",
-    }
-)
-SYNC_OPS = frozenset(
-    {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::nonzero"}
-)
 DRAIN_SLACK_NS = 20_000
 """A sync call that ended at most this long before the GPU went idle is taken to have drained
 the launch queue: the host was blocked, so it had nothing queued when the GPU finished. The
 idle it caused is at most the time the host was blocked in it (the GPU work the host would
 otherwise have run ahead of); the rest of the wait is what the host did next."""
-
-
-def is_data_loading(name: str) -> bool:
-    lowered = name.lower()
-    return "dataloader" in lowered and ("__next__" in lowered or lowered.startswith("enumerate("))
 
 
 @dataclass(frozen=True)
@@ -259,6 +236,8 @@ class IdlePieces:
     """Where the host wait in the piece ends (== `start` when the host was not waited for)."""
     thread: I64
     """The thread that launched the work ending the gap (NONE when unknown)."""
+    op: npt.NDArray[np.intp]
+    """The device op (row of `DeviceOps.ops`) whose start ends the gap (-1: none)."""
 
 
 def idle_pieces(
@@ -281,6 +260,7 @@ def idle_pieces(
             {cause: np.zeros(0) for cause in IDLE_CAUSES},
             empty,
             empty,
+            np.empty(0, np.intp),
         )
     # The op that ends each gap, and when and where it was launched.
     op_starts = dev.ops.ts
@@ -333,7 +313,8 @@ def idle_pieces(
             np.flatnonzero(host),
             out,
         )
-    return IdlePieces(piece_start, piece_end, window, out, host_end, thread[owner])
+    op = np.where(has_next, nxt, -1).astype(np.intp)
+    return IdlePieces(piece_start, piece_end, window, out, host_end, thread[owner], op[owner])
 
 
 def _attribute_host_waits(
@@ -410,7 +391,7 @@ def host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[n
             table[code] = _IGNORED
         elif is_data_loading(name):
             table[code] = 0
-        elif name in SYNC_RUNTIME or name in SYNC_OPS:
+        elif name in SYNC_CALLS:
             table[code] = 1
         elif classify_op(name) is KernelClass.COMMUNICATION:
             table[code] = 2

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from wallfinder.analysis.findings import Facts, finding_work
-from wallfinder.analysis.gpu import idle_pieces
-from wallfinder.analysis.intervals import Coverage
+from wallfinder.analysis.findings import Facts
+from wallfinder.analysis.rules import declared
 from wallfinder.diagnosis import Diagnosis, TraceMark, TraceMarks
+from wallfinder.trace import Events, Kind
 from wallfinder.units import duration, ms
 
 _Clock = Callable[[int], float]
@@ -56,7 +56,7 @@ def trace_marks(facts: Facts, diagnosis: Diagnosis) -> TraceMarks:
         )
     marks += _gaps(facts, us)
     for finding in diagnosis.findings:
-        work = finding_work(facts, finding.id)
+        work = evidence(facts, finding.id)
         longest = np.argsort(-work.dur, kind="stable")[:MAX_PER_FINDING]
         detail = f"{finding.title} (up to {finding.max_speedup:.2f}x)"
         marks += [
@@ -75,13 +75,25 @@ def trace_marks(facts: Facts, diagnosis: Diagnosis) -> TraceMarks:
     return TraceMarks(pid=max(used, default=0) + 1, marks=marks)
 
 
+def evidence(facts: Facts, finding: str) -> Events:
+    """The work a finding (by id) is about, as its rule declares it (`rule(work=...)`): device
+    ops of the steady-state steps (its kernels or copies), or host calls (its syncs,
+    allocations); empty when the finding names no particular work (unstable steps)."""
+    r = declared(finding)
+    work = r.work(facts) if r is not None and r.work is not None else None
+    if isinstance(work, Events):
+        return work
+    if work is None or facts.dev is None:
+        return facts.trace.of_kind(Kind.KERNEL).take(slice(0, 0))
+    return facts.dev.ops.take(np.flatnonzero(work))
+
+
 def _gaps(facts: Facts, us: _Clock) -> list[TraceMark]:
     """The longest idle gaps of the steady steps, each named by its main cause."""
     scope, dev = facts.scope, facts.dev
     if dev is None or scope.start.size == 0:
         return []
-    ops = dev.ops
-    pieces = idle_pieces(facts.trace, dev, Coverage.of(ops.ts, ops.end), scope.start, scope.end)
+    pieces = facts.idle
     length = pieces.end - pieces.start
     steady = np.flatnonzero(scope.kept[pieces.window] & (length > 0))
     longest = np.sort(steady[np.argsort(-length[steady], kind="stable")[:MAX_GAPS]])

@@ -881,7 +881,7 @@ def leak(f: MemoryFacts) -> Finding | None:
     )
 
 
-@rule(Facts)
+@rule(Facts, id="memory-peak")
 def memory_peak(f: Facts) -> Finding | None:
     """Device memory at its peak near capacity: not a time cost, a limit (batch size, OOM).
     A rank's finding, ranked with the time findings."""

@@ -34,8 +34,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op
-from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps, is_data_loading
+from wallfinder.analysis.classify import KernelClass, classify_op, is_data_loading
+from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.roofline import Placement, Spans, enclosing, outermost
 from wallfinder.analysis.scope import Scope

@@ -2,7 +2,7 @@
 
 Every finding — a rank's time findings, the memory findings of a trace's memory events or of
 an allocator snapshot, a job's findings — is made by a rule, `rule(facts) -> Finding | None`,
-registered here with `@rule(Scope)`. The scope is the type of the facts the rule reads: one
+registered here with `@rule(Scope, ...)`. The scope is the type of the facts the rule reads: one
 context per scope, built once, each carrying the `Thresholds`:
 
 - `Facts` (analysis/findings.py): one rank's `Scope` (analysis/scope.py: its trace, device
@@ -11,15 +11,18 @@ context per scope, built once, each carrying the `Thresholds`:
 - `SnapshotFacts` (analysis/memory.py): an allocator snapshot's report;
 - `JobFacts` (analysis/collectives.py): a job's ranks and their matched collectives.
 
-A rule lives in the module of its topic, whatever its scope. Adding a finding is one function
-in one file::
+A rule lives in the module of its topic, whatever its scope, and declares there everything
+about itself: the ids of the findings it makes, how the what-if replays its fix (`replay`, a
+`critpath.Change`: its gain is then the replayed step, else its Amdahl bound), and which work
+is its evidence on the timeline (`work`: the host calls, or a mask over the device ops, that
+`analyze --annotate` marks). Adding a finding is one function in one file::
 
-    @rule(Facts)
+    @rule(Facts, id="my-finding", replay=Change(sync=True), work=my_calls)
     def my_finding(f: Facts) -> Finding | None: ...
 
-Rules run in the order they were registered: their modules' import order, then their order in
-the module. That order breaks ties where findings are ranked, and it is the order of the
-memory findings, which are not ranked.
+Rules run in the order they were registered: their modules' order in `TOPICS`, then their
+order in the module. That order breaks ties where findings are ranked, and it is the order of
+the memory findings, which are not ranked.
 """
 
 from __future__ import annotations
@@ -28,23 +31,45 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from wallfinder.analysis.views import Views
 from wallfinder.diagnosis import Finding
+from wallfinder.trace import Events
 
-__all__ = ["RULES", "TOPICS", "Rule", "evaluate", "rule", "rules_for"]
+if TYPE_CHECKING:
+    # Only its type: the topic modules make the changes, and critpath reads them back here.
+    from wallfinder.analysis.critpath import Change
+
+__all__ = ["RULES", "TOPICS", "Rule", "declared", "evaluate", "rule", "rules_for"]
 
 S = TypeVar("S")
 Check = Callable[[S], Finding | None]
+Work = Callable[[S], Events | npt.NDArray[np.bool_]]
+"""A finding's evidence on the timeline: its host calls (`Events`), or a mask over the
+device's ops (`DeviceOps.ops`; empty where the trace has none)."""
 
 
 @dataclass(frozen=True)
 class Rule(Generic[S]):
-    """A registered rule: the facts it reads and the function that makes its finding."""
+    """A registered rule: the facts it reads, the function that makes its finding, and what
+    it declares about that finding."""
 
     scope: type[S]
     check: Check[S]
+    ids: tuple[str, ...] = ()
+    """The ids of the findings it makes (one, or one per face: launch-bound or host-work)."""
+    replay: Change | None = None
+    """The what-if change its fix stands for (the change its Amdahl bound assumes: its share
+    gone), which replays its gain on the step's dependency graph; None: the bound stands."""
+    bounds: Change | None = None
+    """A what-if of its fix that it does not replay (it keeps its bound, what the fix can
+    reach in principle), and whose what-if row is no faster than that bound."""
+    work: Work[S] | None = None
+    """Its evidence on the timeline; None: it names no particular work."""
 
     @property
     def name(self) -> str:
@@ -55,30 +80,59 @@ RULES: list[Rule[Any]] = []
 """Every registered rule, in registration order."""
 
 TOPICS = (
-    "wallfinder.analysis.findings",
+    "wallfinder.analysis.topics.data",
+    "wallfinder.analysis.topics.sync",
+    "wallfinder.analysis.topics.host",
+    "wallfinder.analysis.topics.comm",
+    "wallfinder.analysis.topics.copies",
+    "wallfinder.analysis.topics.matmul",
+    "wallfinder.analysis.topics.fusion",
+    "wallfinder.analysis.topics.steps",
+    "wallfinder.analysis.topics.phases",
     "wallfinder.analysis.memory_profile",
     "wallfinder.analysis.memory",
     "wallfinder.analysis.collectives",
 )
-"""The modules that hold rules. A rule registers when its module is imported; `rules_for`
-imports them all first, so that a scope's rules are complete whichever module asks."""
+"""The modules that hold rules, in the order their rules run. A rule registers when its
+module is imported; `rules_for` imports them all first, so that a scope's rules are complete
+whichever module asks."""
 
 
-def rule(scope: type[S]) -> Callable[[Check[S]], Check[S]]:
-    """Register the decorated function as a rule over facts of type `scope`."""
+def rule(
+    scope: type[S],
+    *,
+    id: str | tuple[str, ...] = (),
+    replay: Change | None = None,
+    bounds: Change | None = None,
+    work: Work[S] | None = None,
+) -> Callable[[Check[S]], Check[S]]:
+    """Register the decorated function as a rule over facts of type `scope`, making the
+    findings `id`, replayed by `replay` (or bounded by the what-if `bounds`), with `work` as
+    their evidence on the timeline."""
 
     def register(check: Check[S]) -> Check[S]:
-        RULES.append(Rule(scope, check))
+        ids = (id,) if isinstance(id, str) else id
+        RULES.append(Rule(scope, check, ids, replay, bounds, work))
         return check
 
     return register
 
 
-def rules_for(scope: type[S]) -> list[Rule[S]]:
-    """The rules over facts of type `scope`, in registration order."""
+def _imported() -> None:
     for module in TOPICS:
         importlib.import_module(module)
+
+
+def rules_for(scope: type[S]) -> list[Rule[S]]:
+    """The rules over facts of type `scope`, in registration order."""
+    _imported()
     return [r for r in RULES if r.scope is scope]
+
+
+def declared(finding: str) -> Rule[Any] | None:
+    """The rule that makes the findings of id `finding` (None: no rule declares it)."""
+    _imported()
+    return next((r for r in RULES if finding in r.ids), None)
 
 
 def evaluate(facts: S, views: Views | None = None) -> list[Finding]:

@@ -31,17 +31,13 @@ from wallfinder.analysis.critpath.path import path_shares
 from wallfinder.analysis.critpath.rank import critical_path
 from wallfinder.analysis.critpath.timing import Timing, replay
 from wallfinder.analysis.critpath.whatif import (
-    BOUND_CHANGES,
-    FINDING_CHANGES,
     WhatIf,
     consistent_rows,
     with_replay,
 )
 
 __all__ = [
-    "BOUND_CHANGES",
     "CATEGORIES",
-    "FINDING_CHANGES",
     "MAX_ROUNDS",
     "OVERLAP",
     "WHAT_IFS",

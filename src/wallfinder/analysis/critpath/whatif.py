@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from wallfinder.analysis.critpath.change import OVERLAP, Change, covers, parse_what_if
+from wallfinder.analysis.critpath.change import Change, covers, parse_what_if
 from wallfinder.analysis.critpath.model import I64, NS, StepGraph
 from wallfinder.analysis.critpath.path import path_shares, wall_of
 from wallfinder.analysis.critpath.timing import Timing, one_pass_pays, replay
+from wallfinder.analysis.rules import declared
 from wallfinder.diagnosis import Finding, Wall, WhatIfRow
 from wallfinder.errors import WallfinderError
 
@@ -73,32 +74,13 @@ class WhatIf:
         )
 
 
-BOUND_CHANGES = {"exposed-comm": OVERLAP}
-"""The findings that keep their bound (see FINDING_CHANGES) and the what-if of their fix: a
-row of it is no faster than the bound says, which is what the fix can reach in principle
-(the replay above it is the graph's error)."""
-
-FINDING_CHANGES = {
-    "data-loading": Change(data=True),
-    "sync-in-step": Change(sync=True),
-    "launch-bound": Change(host=float("inf")),
-    "host-work": Change(host=float("inf")),
-    "fusable-pointwise": Change(fuse=True),
-    "matmul-below-roof": Change(matmul=1.0),
-}
-"""The findings the graph can replay, and the change each stands for (the change the finding's
-Amdahl bound assumes: its share gone). Exposed communication is not among them: the `overlap`
-what-if moves a collective only as far as the op it waited for, which gained nothing on any
-real trace tried (the collectives there wait for peers the graph does not hold), so the
-finding keeps its bound (what hiding can reach: the compute beside it) rather than a replayed
-1.00x that would read as "nothing to gain", and says what the replay gives."""
-
-
 def with_replay(whatif: WhatIf | None, finding: Finding, max_error: float) -> Finding:
     """`finding` with its gain replayed on the graph where the graph can (`replay_speedup`,
     `wall_after`), else marked as a bound (`gain_basis`): also where the unchanged replay
-    misses the measured step by more than `max_error`, since that graph lacks dependencies."""
-    change = FINDING_CHANGES.get(finding.id)
+    misses the measured step by more than `max_error`, since that graph lacks dependencies.
+    The change is the one the finding's rule declares (`rules.rule(replay=...)`)."""
+    declaration = declared(finding.id)
+    change = declaration.replay if declaration is not None else None
     if whatif is None or change is None or finding.saves != "time" or whatif.error > max_error:
         return msgspec.structs.replace(finding, gain_basis="bound")
     if change.host != 1.0 and whatif.graph.cost_fixed is not None:
@@ -120,13 +102,14 @@ def consistent_rows(rows: Sequence[WhatIfRow], findings: Sequence[Finding]) -> l
     larger says (a finding's replay is capped by its Amdahl bound, the share of the step the
     breakdown gives its cause), with that finding's wall after: one fix, one figure, in the
     table and in the findings."""
-    ceilings = [
-        (FINDING_CHANGES[f.id], f.id, f.replay_speedup, f.wall_after)
-        for f in findings
-        if f.id in FINDING_CHANGES and f.replay_speedup is not None
-    ] + [
-        (BOUND_CHANGES[f.id], f.id, f.max_speedup, None) for f in findings if f.id in BOUND_CHANGES
-    ]
+    ceilings: list[tuple[Change, str, float, Wall | None]] = []
+    for f in findings:
+        # What each finding's rule declares: the change it replays, or the what-if it bounds.
+        d = declared(f.id)
+        if d is not None and d.replay is not None and f.replay_speedup is not None:
+            ceilings.append((d.replay, f.id, f.replay_speedup, f.wall_after))
+        if d is not None and d.bounds is not None:
+            ceilings.append((d.bounds, f.id, f.max_speedup, None))
     out = []
     for r in rows:
         try:
