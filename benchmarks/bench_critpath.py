@@ -94,6 +94,7 @@ def synthetic(ranks: int, size_mb: float, tmp: Path) -> None:
     # share one clock, so the join's clock alignment is left out here.)
     import numpy as np
 
+    from wallfinder.analysis import Thresholds
     from wallfinder.analysis.collectives import _Matrix, rank_collectives
     from wallfinder.analysis.critpath import job_replay
 
@@ -107,7 +108,7 @@ def synthetic(ranks: int, size_mb: float, tmp: Path) -> None:
     slow = 17 % len(cols)
     start[:, slow] += 2e6
     dur[:, np.arange(len(cols)) != slow] += 2e6
-    joined = job_replay(start, dur)
+    joined = job_replay(start, dur, Thresholds().slack.edge_ns)
     assert joined is not None
     late = int(joined.on_path_ns.argmax())
     at_median = joined.without(late)

@@ -29,7 +29,6 @@ from wallfinder.analysis.counters import collect_commands, counter_report
 from wallfinder.analysis.diff import diff, run_names
 from wallfinder.analysis.job import RankResult, job_diagnosis
 from wallfinder.analysis.memory import memory_report
-from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import (
     DIAGNOSIS_SCHEMAS,
     SCHEMA,
@@ -97,6 +96,11 @@ __all__ = [
     "run_names",
     "saved_schema",
 ]
+
+
+MIN_STEPS_FOR_STABILITY = Thresholds().min_steps
+"""With fewer steady-state steps, whether steps are stable is unknown (`Thresholds.min_steps`,
+by default)."""
 
 
 @dataclass(frozen=True)

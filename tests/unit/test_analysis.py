@@ -35,7 +35,7 @@ def windows(b: TraceBuilder, tmp_path: Path) -> WindowBreakdown:
     dev = device_ops(trace)
     assert dev is not None
     start, end = gpu_windows(spans, dev.ops, dev.launch_ts)
-    return breakdown(trace, dev, start, end)
+    return breakdown(trace, dev, start, end, Thresholds().slack)
 
 
 def causes_ns(wb: WindowBreakdown, step: int = 0) -> dict[str, int]:

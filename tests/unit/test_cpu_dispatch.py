@@ -11,7 +11,8 @@ import pytest
 from tracegen import TraceBuilder
 from wallfinder import Diagnosis, analyze
 from wallfinder.analysis.classify import KernelClass, classify_op
-from wallfinder.analysis.dispatch import DISPATCH_SELF_NS, dispatch_sized
+from wallfinder.analysis.dispatch import dispatch_sized
+from wallfinder.analysis.thresholds import TimeThresholds
 from wallfinder.trace import Kind, load_trace
 
 NODE = "autograd::engine::evaluate_function: "
@@ -105,9 +106,11 @@ def test_dispatch_sized_calls_are_marked_with_all_their_ops(tmp_path: Path) -> N
     b.cpu_op("aten::empty", 1.0, 1.0)
     b.cpu_op("aten::mm", 10.0, 50.0)  # own time 49 µs
     b.cpu_op("aten::resize_", 11.0, 1.0)
-    b.cpu_op("aten::add", 70.0, DISPATCH_SELF_NS / 1e3)  # exactly at the threshold: arithmetic
+    b.cpu_op(
+        "aten::add", 70.0, TimeThresholds().dispatch_self_ns / 1e3
+    )  # exactly at the threshold: arithmetic
     ops = load_trace(b.write(tmp_path / "t.json")).of_kind(Kind.CPU_OP)
-    d = dispatch_sized(ops)
+    d = dispatch_sized(ops, TimeThresholds().dispatch_self_ns)
     assert d.sized.tolist() == [True, True, False, False, False]
     assert d.top.tolist() == [True, False, True, False, True]
     assert d.tree_ops.tolist() == [2, 0, 2, 0, 1]
@@ -120,7 +123,7 @@ def test_dispatch_sized_survives_ops_that_are_not_well_nested(tmp_path: Path) ->
     b.cpu_op("aten::c", 6.0, 0.0)  # zero length
     b.cpu_op("aten::d", 6.0, 2.0)
     ops = load_trace(b.write(tmp_path / "t.json")).of_kind(Kind.CPU_OP)
-    d = dispatch_sized(ops)
+    d = dispatch_sized(ops, TimeThresholds().dispatch_self_ns)
     assert d.sized.shape == (4,)
     assert d.top.sum() == 1
     assert np.all(d.tree_ops >= 0)

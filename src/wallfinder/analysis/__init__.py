@@ -64,6 +64,7 @@ from wallfinder.analysis.steps import (
 from wallfinder.analysis.thresholds import (
     JobThresholds,
     MemoryThresholds,
+    SlackThresholds,
     SnapshotThresholds,
     StepThresholds,
     Thresholds,
@@ -105,6 +106,7 @@ __all__ = [
     "JobThresholds",
     "MemoryThresholds",
     "ModelFlops",
+    "SlackThresholds",
     "SnapshotThresholds",
     "StepThresholds",
     "Thresholds",
@@ -174,7 +176,11 @@ def _diagnosed(
     # back between the stages, or each stage's peak would stack on the last one's (on a large
     # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
-    device: DeviceModel = _Gpu(trace, dev, spec) if dev is not None else CpuDevice(trace, spec)
+    device: DeviceModel = (
+        _Gpu(trace, dev, spec, thresholds)
+        if dev is not None
+        else CpuDevice(trace, spec, thresholds)
+    )
     scope, up, placement = _scope(trace, spans, dev, device, thresholds, model, counters, changes)
     run_stages(STAGES, scope, up)
     parts, steps, memory = up[PARTS], up[STEPS], up[MEMORY]
@@ -403,14 +409,16 @@ class _Gpu:
     """Each device op's share of its op's cost (set by `parts`, for the views after it)."""
     placed: Placement
 
-    def __init__(self, trace: Trace, dev: DeviceOps, spec: DeviceSpec | None) -> None:
-        self.trace, self.dev, self.spec = trace, dev, spec
+    def __init__(
+        self, trace: Trace, dev: DeviceOps, spec: DeviceSpec | None, thresholds: Thresholds
+    ) -> None:
+        self.trace, self.dev, self.spec, self.thresholds = trace, dev, spec, thresholds
 
     def windows(self, spans: StepSpans) -> tuple[I64, I64]:
         return gpu_windows(spans, self.dev.ops, self.dev.launch_ts)
 
     def breakdown(self, start: I64, end: I64) -> WindowBreakdown:
-        return breakdown(self.trace, self.dev, start, end)
+        return breakdown(self.trace, self.dev, start, end, self.thresholds.slack)
 
     def parts(self, scope: Scope, bd: Breakdown) -> DeviceParts:
         trace, dev, spec = self.trace, self.dev, self.spec
@@ -498,6 +506,7 @@ def _result(
         launches_known=not any(w.startswith("no launch records") for w in warnings),
         roofline=roofline,
         wall=verdict.wall,
+        thresholds=thresholds,
         gpu=gpu_note(
             bool(trace.device_properties),
             len(trace.of_kind(Kind.RUNTIME)),
@@ -716,7 +725,7 @@ def _kernel_tables(
             time_s=float(time[i]) * NS,
             share=float(time[i]) / total,
         )
-        row = kernel_roof(row, kc, costs.get(code), spec)
+        row = kernel_roof(row, kc, costs.get(code), spec, scope.thresholds.skinny_tile)
         rows.append(_counted(row, code, scope, placed) if code in moved else row)
     return rows, classes
 

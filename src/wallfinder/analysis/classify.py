@@ -393,10 +393,6 @@ STREAMING_MATMUL_HINTS = (
 stream their operands, so their bound is memory bandwidth even with no shapes recorded."""
 
 
-SKINNY_TILE = 16
-"""A GEMM kernel whose tile is at most this wide in M or N was chosen for a skinny problem
-(the libraries' heuristics pick such tiles for a handful of rows: decode, small batches)."""
-
 _TILES = (
     re.compile(r"_MT(\d+)x(\d+)x\d+"),  # hipBLASLt / Tensile macro tile
     re.compile(r"tilesize(\d+)x(\d+)x\d+"),  # cuBLAS xmma
@@ -415,14 +411,15 @@ def kernel_tile(name: str) -> tuple[int, int] | None:
     return None
 
 
-def streams_operands(name: str, cls: KernelClass) -> bool:
+def streams_operands(name: str, cls: KernelClass, skinny_tile: int) -> bool:
     """A matmul-class kernel whose name says it is built for skinny shapes: a GEMV, split-KV
-    or decode-attention kernel, or a GEMM whose tile is at most SKINNY_TILE wide."""
+    or decode-attention kernel, or a GEMM whose tile is at most `skinny_tile` wide
+    (`Thresholds.skinny_tile`)."""
     lowered = name.lower()
     if any(h in lowered for h in STREAMING_MATMUL_HINTS):
         return True
     tile = kernel_tile(name) if cls is KernelClass.GEMM else None
-    return tile is not None and min(tile) <= SKINNY_TILE
+    return tile is not None and min(tile) <= skinny_tile
 
 
 def classify_op(name: str) -> KernelClass:

@@ -19,6 +19,7 @@ from wallfinder.analysis.phases import Attribution, attribute, host_work
 from wallfinder.analysis.roofline import cpu_roofline, outermost
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import StepSpans
+from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
@@ -43,7 +44,7 @@ class CpuDevice:
 
     basis: Final = "cpu"
 
-    def __init__(self, trace: Trace, spec: DeviceSpec | None) -> None:
+    def __init__(self, trace: Trace, spec: DeviceSpec | None, thresholds: Thresholds) -> None:
         # The main thread's rows alone are copied (the host's are most of a trace's rows).
         kinds: tuple[Kind, ...] = (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON)
         pid, tid, name, dur = trace.columns_of_kinds(kinds, "pid", "tid", "name", "dur")
@@ -61,7 +62,9 @@ class CpuDevice:
         self.spec = spec if spec is not None and spec.vendor == "cpu" else cpu_spec()
         self.main = main = _main_thread(trace, thread_key(pid, tid), name, dur)
         self.mine = trace.on_thread(kinds, main)
-        self.category, self.dispatch = _cpu_categories(trace, self.mine)
+        self.category, self.dispatch = _cpu_categories(
+            trace, self.mine, thresholds.time.dispatch_self_ns
+        )
         self.beside = _collectives_beside(trace, main)
         self.tiny = self.python = self.waited = np.zeros(0, dtype=np.int64)
 
@@ -215,7 +218,9 @@ def _outside(c: Coverage, w: Coverage, start: I64, end: I64) -> I64:
     return Coverage.union(c, w).covered(start, end) - c.covered(start, end)
 
 
-def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8], Dispatch]:
+def _cpu_categories(
+    trace: Trace, events: Events, dispatch_self_ns: int
+) -> tuple[npt.NDArray[np.int8], Dispatch]:
     """0 data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python/annotations,
     5 device synchronisation, 6 a blocking Python call, 9 step markers; and the
     dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
@@ -234,7 +239,7 @@ def _cpu_categories(trace: Trace, events: Events) -> tuple[npt.NDArray[np.int8],
             table[code] = 1
     cat = table[events.name]
     is_op = np.flatnonzero(events.kind == Kind.CPU_OP)
-    dispatch = dispatch_sized(events.take(is_op))
+    dispatch = dispatch_sized(events.take(is_op), dispatch_self_ns)
     op_cat = cat[is_op]
     op_cat[op_cat == 4] = np.where(dispatch.sized[op_cat == 4], 3, 2)
     cat[is_op] = op_cat

@@ -7,10 +7,11 @@ loop of thousands of tiny ops reads as a busy CPU doing arithmetic and gets the 
 compute verdict, whose fixes do not help it.
 
 A top-level call (an op called from Python, with every op it calls) is dispatch-sized when no
-op in it runs for `DISPATCH_SELF_NS` of its own time (time not spent in the ops it calls):
-arithmetic happens in an op's own time, so a call whose ops all return within a few µs is a
-chain of fixed costs. Own time, not the call's length: a large matmul wrapped in `linear`, or
-an autograd node that calls a dozen small helpers around one large op, still does arithmetic.
+op in it runs for `TimeThresholds.dispatch_self_ns` of its own time (time not spent in the ops
+it calls): arithmetic happens in an op's own time, so a call whose ops all return within a few
+µs is a chain of fixed costs. Own time, not the call's length: a large matmul wrapped in
+`linear`, or an autograd node that calls a dozen small helpers around one large op, still
+does arithmetic.
 """
 
 from __future__ import annotations
@@ -22,12 +23,6 @@ import numpy.typing as npt
 
 from wallfinder.analysis.intervals import in_windows
 from wallfinder.trace import Events
-
-DISPATCH_SELF_NS = 10_000
-"""No op of a dispatch-sized call runs this long on its own. An eager op's fixed cost on the
-CPU is a few µs (more while the profiler records shapes); an op whose own time stays under
-10 µs spends about half of it or more in that fixed cost. The CPU counterpart of the
-launch-sized kernels of a GPU trace."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +57,9 @@ class Dispatch:
         )
 
 
-def dispatch_sized(ops: Events) -> Dispatch:
-    """Find the dispatch-sized calls among `ops`: the CPU ops of one thread."""
+def dispatch_sized(ops: Events, self_ns: int) -> Dispatch:
+    """Find the dispatch-sized calls among `ops`: the CPU ops of one thread, none of whose ops
+    runs `self_ns` (`TimeThresholds.dispatch_self_ns`) on its own."""
     n = len(ops)
     if n == 0:
         empty = np.zeros(0, dtype=bool)
@@ -79,7 +75,7 @@ def dispatch_sized(ops: Events) -> Dispatch:
     own = dur - _children_time(ts, end)
     most_own = np.zeros(n, dtype=np.int64)
     np.maximum.at(most_own, root, own)
-    sized = most_own[root] < DISPATCH_SELF_NS
+    sized = most_own[root] < self_ns
     tree_ops = np.where(top, np.bincount(root, minlength=n), 0)
     back = np.empty(n, dtype=np.int64)
     back[order] = np.arange(n)

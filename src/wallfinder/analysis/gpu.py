@@ -16,7 +16,7 @@ from wallfinder.analysis.classify import SYNC_RUNTIME as SYNC_RUNTIME
 from wallfinder.analysis.classify import is_data_loading as is_data_loading
 from wallfinder.analysis.intervals import Coverage, split_at
 from wallfinder.analysis.steps import NO_LAUNCH
-from wallfinder.analysis.thresholds import TimeThresholds
+from wallfinder.analysis.thresholds import SlackThresholds, TimeThresholds
 from wallfinder.trace import NONE, Events, Kind, Trace, thread_mask
 
 I64 = npt.NDArray[np.int64]
@@ -44,23 +44,10 @@ queued well before the GPU went idle (it waited on another stream, an event or a
 launch loading the kernel's code), which the steady state does not pay; and time nothing in
 the trace explains."""
 
-QUEUED_SLACK_NS = 50_000
-"""Work launched more than this long before a gap began was already queued: the gap is a
-dependency wait, not launch latency. Likewise, work that starts more than this long after its
-launch call returned was not held up by the launch path: the GPU was busy elsewhere or
-waiting (on another stream, an event, a peer, or work the trace did not record), and the
-time past this is a dependency wait too."""
-
 GRAPH_LAUNCHES = frozenset(
     {"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"}
 )
 """Runtime calls that replay a captured graph: every kernel they start correlates to them."""
-
-DRAIN_SLACK_NS = 20_000
-"""A sync call that ended at most this long before the GPU went idle is taken to have drained
-the launch queue: the host was blocked, so it had nothing queued when the GPU finished. The
-idle it caused is at most the time the host was blocked in it (the GPU work the host would
-otherwise have run ahead of); the rest of the wait is what the host did next."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +180,9 @@ class WindowBreakdown:
     """Communication beside compute (inside `compute`): what hiding more of it cannot use."""
 
 
-def breakdown(trace: Trace, dev: DeviceOps, start: I64, end: I64) -> WindowBreakdown:
+def breakdown(
+    trace: Trace, dev: DeviceOps, start: I64, end: I64, slack: SlackThresholds
+) -> WindowBreakdown:
     ops = dev.ops
     is_kernel = ops.kind == Kind.KERNEL
     compute = Coverage.of(
@@ -207,16 +196,16 @@ def breakdown(trace: Trace, dev: DeviceOps, start: I64, end: I64) -> WindowBreak
     cc = with_comm.covered(start, end)
     a = everything.covered(start, end)
     idle = (end - start) - a
-    causes = _idle_causes(trace, dev, everything, start, end)
+    causes = _idle_causes(trace, dev, everything, start, end, slack)
     # |comm ∩ compute| = |comm| − |comm − compute|.
     hidden = comm.covered(start, end) - (cc - c)
     return WindowBreakdown(start, end, c, cc - c, a - cc, idle, causes, hidden)
 
 
 def _idle_causes(
-    trace: Trace, dev: DeviceOps, busy: Coverage, start: I64, end: I64
+    trace: Trace, dev: DeviceOps, busy: Coverage, start: I64, end: I64, slack: SlackThresholds
 ) -> dict[str, npt.NDArray[np.float64]]:
-    pieces = idle_pieces(trace, dev, busy, start, end)
+    pieces = idle_pieces(trace, dev, busy, start, end, slack)
     return {
         cause: np.bincount(pieces.window, weights=ns, minlength=start.size).astype(np.float64)
         for cause, ns in pieces.causes.items()
@@ -246,6 +235,7 @@ def idle_pieces(
     busy: Coverage,
     start: I64,
     end: I64,
+    slack: SlackThresholds,
     only: int | None = None,
 ) -> IdlePieces:
     """The idle pieces of the windows [start, end) and their causes; with `only`, those of
@@ -290,11 +280,11 @@ def idle_pieces(
     # A one-off launch queues nothing until its call returns: the GPU waits for the code to
     # load even when the call began before the gap.
     first = one_off[owner]
-    queued = known & (np.where(first, launched[owner], lt) < g0 - QUEUED_SLACK_NS)
+    queued = known & (np.where(first, launched[owner], lt) < g0 - slack.queued_ns)
     host_end = np.where(known, np.clip(lt, piece_start, piece_end), piece_start)
-    # The launch path: the call itself, then at most QUEUED_SLACK_NS until the work starts.
+    # The launch path: the call itself, then at most `queued_ns` until the work starts.
     # Past that the work sat launched while the GPU waited on something else.
-    path_end = np.clip(launched[owner] + QUEUED_SLACK_NS, host_end, piece_end)
+    path_end = np.clip(launched[owner] + slack.queued_ns, host_end, piece_end)
     late = known & ~queued
     out["launch_latency"] += np.where(late & ~first, path_end - host_end, 0)
     out["startup"] += np.where(late & first, path_end - host_end, 0)
@@ -312,6 +302,7 @@ def idle_pieces(
             thread[owner][host],
             np.flatnonzero(host),
             out,
+            slack.drain_ns,
         )
     op = np.where(has_next, nxt, -1).astype(np.intp)
     return IdlePieces(piece_start, piece_end, window, out, host_end, thread[owner], op[owner])
@@ -325,9 +316,10 @@ def _attribute_host_waits(
     thread: I64,
     piece: npt.NDArray[np.intp],
     out: dict[str, npt.NDArray[np.float64]],
+    drain_ns: int,
 ) -> None:
     """Split each host wait [a, b) (of idle piece `piece`) by what the launching thread was
-    doing."""
+    doing (`drain_ns`: `SlackThresholds.drain_ns`)."""
     threads = np.unique(thread)
     # Per kind of host row, each sorted by start and read in place: its ends, its category
     # and its launching thread (the index in `threads`; -1 for the other threads). A
@@ -358,7 +350,7 @@ def _attribute_host_waits(
         # A sync that drained the queue cost the GPU at most the time the host was blocked in
         # it: without the sync, the host's next work would have overlapped that much queued
         # GPU work. The wait past that is what the host did after the sync, split as any other.
-        blocked = covering(i, 1, only=True).lead(g0[mine], DRAIN_SLACK_NS)
+        blocked = covering(i, 1, only=True).lead(g0[mine], drain_ns)
         cut = np.clip(g0[mine] + blocked, pa, pb)
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
         # would have run dry during a long wait for the next batch anyway.

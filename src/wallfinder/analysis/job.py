@@ -68,7 +68,11 @@ def job_diagnosis(results: Sequence[RankResult], thresholds: Thresholds | None =
             [(d.rank, d.critical_path) for d, _ in kept],
             job.ranks,
             straggler,
-            job_replay(job.arrive[job.joins], job.dur[job.joins]),
+            job_replay(
+                job.arrive[job.joins],
+                job.dur[job.joins],
+                (thresholds or Thresholds()).slack.edge_ns,
+            ),
             float(median([max(d.steps.total, 1) for d, _ in kept])),
         ),
     )

@@ -52,21 +52,21 @@ _MATMUL = np.array([c in MATMUL_CLASSES for c in CLASSES])
 _BOUND_CODE = {None: 0, "compute": 1, "bandwidth": 2}
 
 
-def class_bound(cls: KernelClass, name: str) -> str | None:
+def class_bound(cls: KernelClass, name: str, skinny_tile: int) -> str | None:
     """The bound of a kernel with no cost: its name's (skinny matmul kernels stream their
-    operands), else its class's."""
-    if cls in MATMUL_CLASSES and streams_operands(name, cls):
+    operands, `Thresholds.skinny_tile`), else its class's."""
+    if cls in MATMUL_CLASSES and streams_operands(name, cls, skinny_tile):
         return "bandwidth"
     return _CLASS_BOUND.get(cls)
 
 
-def _class_bounds(trace: Trace, dev: DeviceOps) -> npt.NDArray[np.int8]:
+def _class_bounds(trace: Trace, dev: DeviceOps, skinny_tile: int) -> npt.NDArray[np.int8]:
     """Per device op: the code (0 unknown, 1 compute, 2 bandwidth) of its `class_bound`,
     decided once per distinct name."""
     codes, first, inverse = np.unique(dev.ops.name, return_index=True, return_inverse=True)
     per_name = np.array(
         [
-            _BOUND_CODE[class_bound(CLASSES[int(dev.cls[i])], trace.strings[int(c)])]
+            _BOUND_CODE[class_bound(CLASSES[int(dev.cls[i])], trace.strings[int(c)], skinny_tile)]
             for c, i in zip(codes.tolist(), first.tolist(), strict=True)
         ],
         dtype=np.int8,
@@ -406,7 +406,7 @@ def place(scope: Scope, costed: Costed) -> Placement:
                 fp32_rows |= in_group
     # Kernels with no cost: the bound of their class, or their name's.
     unknown = is_kernel & (kernel_bound == 0)
-    kernel_bound[unknown] = _class_bounds(scope.trace, dev)[unknown]
+    kernel_bound[unknown] = _class_bounds(scope.trace, dev, scope.thresholds.skinny_tile)[unknown]
     costed_ops = np.isfinite(pct)
     by_counters = np.zeros(len(ops), dtype=bool)
     latency = np.zeros(len(ops), dtype=bool)
@@ -727,11 +727,13 @@ def kernel_roof(
     cls: KernelClass,
     cost: KernelCost | None,
     spec: DeviceSpec | None,
+    skinny_tile: int,
 ) -> KernelRow:
     """`row` with its roofline fields: from its ops' cost when known (FLOPs, bytes and time of
-    its costed instances), else only the bound of its class."""
+    its costed instances), else only the bound of its class (`skinny_tile`:
+    `Thresholds.skinny_tile`)."""
     if cost is None or cost[2] <= 0:
-        bound = class_bound(cls, row.name)
+        bound = class_bound(cls, row.name, skinny_tile)
         return msgspec.structs.replace(row, bound=bound, bound_basis="class" if bound else None)
     flops, nbytes, time_ns, dtype = cost
     roof = _roof_row(row.name, "", dtype, 1, time_ns * NS, flops, nbytes, spec)
@@ -740,7 +742,7 @@ def kernel_roof(
         flops=flops,
         bytes=nbytes,
         ai=roof.ai,
-        bound=roof.bound or class_bound(cls, row.name),
+        bound=roof.bound or class_bound(cls, row.name, skinny_tile),
         pct_of_roof=roof.pct_of_roof,
         bound_basis="cost model" if roof.bound else "class",
     )

@@ -3,8 +3,9 @@ finding.
 
 `Thresholds` holds the verdict's thresholds at its top level and one frozen group per family
 of findings: `steps` (which steps are warm-up, start-up or spikes, and how a trace without
-step markers is cut into iterations), `time` (findings that cost step time, a rank's and a
-job's), `memory` (a trace's
+step markers is cut into iterations), `slack` (how near two events must be for one to be read
+as waiting on the other: the idle causes, the critical path's edges), `time` (findings that
+cost step time, a rank's and a job's), `memory` (a trace's
 `[memory]` events), `snapshot` (an allocator snapshot, `wallfinder memory`) and `job` (a job's
 collectives). It reaches every rule through the facts the rule is given, so one
 `Options(thresholds=...)` moves the verdict and the findings alike; no module keeps a copy of
@@ -22,6 +23,7 @@ __all__ = [
     "CounterThresholds",
     "JobThresholds",
     "MemoryThresholds",
+    "SlackThresholds",
     "SnapshotThresholds",
     "StepThresholds",
     "Thresholds",
@@ -54,6 +56,34 @@ class StepThresholds:
     """...and this share of the trace, starting in its first half."""
     spike_factor: float = 1.25
     """A steady-state step is a spike when it takes this many times the median one."""
+
+
+@dataclass(frozen=True)
+class SlackThresholds:
+    """How near two events on the timeline must be for one to be read as waiting on the other:
+    the device's idle causes (the breakdown, the timeline, the findings) and the critical
+    path's edges."""
+
+    queued_ns: int = 50_000
+    """Work launched more than this long before a gap began was already queued: the gap is a
+    dependency wait, not launch latency. Likewise, work that starts more than this long after
+    its launch call returned was not held up by the launch path: the GPU was busy elsewhere or
+    waiting (on another stream, an event, a peer, or work the trace did not record), and the
+    time past this is a dependency wait too. A launch call longer than this whose op started
+    this long after it returned blocked on a full launch queue."""
+    drain_ns: int = 20_000
+    """A sync call that ended at most this long before the GPU went idle is taken to have
+    drained the launch queue: the host was blocked, so it had nothing queued when the GPU
+    finished. The idle it caused is at most the time the host was blocked in it (the GPU work
+    the host would otherwise have run ahead of); the rest of the wait is what the host did
+    next."""
+    edge_ns: int = 5_000
+    """An op that started this long after its launch and stream allowed, within this long of
+    another stream's op ending, waited for that op; a rank whose collective work ends this
+    long after the next rank's is the job's lone binding rank."""
+    tie_ns: int = 5_000
+    """The critical path's walk takes an op's stream predecessor over its launch when the
+    launch was binding by at most this much (a tie: both chains are as long)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +120,11 @@ class TimeThresholds:
     """Host time the GPU waited for, per kernel launched, beyond this is the host's own work
     between launches (the launch path costs tens of microseconds per eager op): the fix is to
     move or overlap that work, not to cut launches."""
+    dispatch_self_ns: int = 10_000
+    """No op of a dispatch-sized CPU call (its op tree) runs this long on its own. An eager
+    op's fixed cost on the CPU is a few µs (more while the profiler records shapes); an op
+    whose own time stays under 10 µs spends about half of it or more in that fixed cost. The
+    CPU counterpart of the launch-sized kernels of a GPU trace."""
     first_launch_factor: float = 10.0
     """A kernel's first launch whose call takes at least `slow_launch_ns` and this many times
     the median call of its launch API loads the kernel's code (a code object, a lazily
@@ -186,6 +221,10 @@ class Thresholds:
 
     max_cv: float = 0.10
     """Steps are stable when their coefficient of variation is at most this."""
+    min_steps: int = 3
+    """With fewer steady-state steps, a coefficient of variation says nothing: whether steps
+    are stable is unknown (the verdict's first answer, its evidence, the unstable-steps
+    finding)."""
     min_busy: float = 0.75
     """The device is busy when compute kernels cover at least this share of the step; below
     it, the overhead wall (idle, exposed communication and copies) decides."""
@@ -195,7 +234,15 @@ class Thresholds:
     near_peak: float = 0.60
     """The matmuls are near peak when their time-weighted % of roof is at least this; each
     compute-bound matmul op below it is in the matmul-below-roof finding."""
+    min_costed_share: float = 0.5
+    """Below this share of busy time with a cost model, how near peak the work runs is a
+    guess: a compute or bandwidth verdict rests on thin evidence."""
+    skinny_tile: int = 16
+    """A GEMM kernel whose tile is at most this wide in M or N was chosen for a skinny problem
+    (the libraries' heuristics pick such tiles for a handful of rows: decode, small batches):
+    with no cost, it is bandwidth-bound."""
     steps: StepThresholds = field(default_factory=StepThresholds)
+    slack: SlackThresholds = field(default_factory=SlackThresholds)
     time: TimeThresholds = field(default_factory=TimeThresholds)
     memory: MemoryThresholds = field(default_factory=MemoryThresholds)
     snapshot: SnapshotThresholds = field(default_factory=SnapshotThresholds)

@@ -61,9 +61,6 @@ _CAUSE_TEXT = {
 STREAMING = "matmuls streaming operands"
 """The bandwidth cause of matmul-class kernels that are bandwidth-bound (skinny shapes)."""
 
-MIN_STEPS_FOR_STABILITY = 3
-"""With fewer steady-state steps, a coefficient of variation says nothing."""
-
 
 def decide(
     steps: Steps,
@@ -79,21 +76,18 @@ def decide(
     `roof_estimate` says the device's peaks are a nominal estimate (a CPU with no spec file),
     which the fourth answer says."""
     thresholds = thresholds or Thresholds()
+    min_steps = thresholds.min_steps
     device = "GPU" if breakdown.basis == "gpu" else "CPU"
     q1 = Question(
         question="Is step time stable?",
         answer="unknown"
-        if steps.count < MIN_STEPS_FOR_STABILITY
+        if steps.count < min_steps
         else "yes"
         if steps.cv <= thresholds.max_cv
         else "no",
         value=steps.cv,
         detail=f"CV {steps.cv:.1%} over {steps.count} steps (stable at ≤ {thresholds.max_cv:.0%})"
-        + (
-            f"; too few steps to judge (at least {MIN_STEPS_FOR_STABILITY})"
-            if steps.count < MIN_STEPS_FOR_STABILITY
-            else ""
-        ),
+        + (f"; too few steps to judge (at least {min_steps})" if steps.count < min_steps else ""),
     )
     # The steady state's wall: the one-off start-up inside the steps (first launches loading
     # code) is set aside, and every share is of the step without it.
@@ -380,25 +374,23 @@ def headline(
     return msgspec.structs.replace(typical, reason=typical.reason + note), findings
 
 
-MIN_COSTED_SHARE = 0.5
-"""Below this share of busy time with a cost model, how near peak the work runs is a guess."""
-
-
 def thin_evidence(
     steps: Steps,
     device_known: bool,
     launches_known: bool,
     roofline: Roofline | None,
     wall: str,
+    thresholds: Thresholds,
     *,
     gpu: str | None = None,
 ) -> list[str]:
-    """What makes a verdict rest on thin evidence, in words (empty: nothing does). `gpu`:
-    what a CPU-side analysis of a machine with a GPU must say about it (`gpu_note`)."""
+    """What makes a verdict rest on thin evidence, in words (empty: nothing does), by
+    `thresholds` (`min_steps`, `min_costed_share`). `gpu`: what a CPU-side analysis of a
+    machine with a GPU must say about it (`gpu_note`)."""
     out = []
     if gpu:
         out.append(gpu)
-    if steps.count < MIN_STEPS_FOR_STABILITY:
+    if steps.count < thresholds.min_steps:
         out.append(
             f"{steps.count} steady-state step{'s' if steps.count != 1 else ''}: whether that "
             "is typical of the job cannot be told (profile more steps)"
@@ -407,7 +399,11 @@ def thin_evidence(
         out.append("no launch records: idle time cannot be split into its causes")
     if not device_known:
         out.append("unknown device: no peaks, so nothing is measured against a roof")
-    if wall != "overhead" and roofline is not None and roofline.costed_share < MIN_COSTED_SHARE:
+    if (
+        wall != "overhead"
+        and roofline is not None
+        and roofline.costed_share < thresholds.min_costed_share
+    ):
         out.append(
             f"only {roofline.costed_share:.0%} of busy time has a cost model (shapes "
             "recorded with record_shapes=True and a known op)"

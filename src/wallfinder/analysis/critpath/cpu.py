@@ -97,6 +97,7 @@ def cpu_graph(
         steps=steps,
         tail=max(hi - int(c_end.max()), 0),
         measured_s=float(hi - lo) * NS / steps,
+        tie_ns=scope.thresholds.slack.tie_ns,
         cost_fixed=cost_fixed,
         call_cat=call_cat,
         notes=(_note(per_op if sized.any() else None),),

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.critpath.model import EDGE_SLACK_NS, I64, NEVER
-from wallfinder.analysis.gpu import QUEUED_SLACK_NS
+from wallfinder.analysis.critpath.model import I64, NEVER
+from wallfinder.analysis.thresholds import SlackThresholds
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,19 +39,21 @@ def event_waits(
     stream: I64,
     stream_first: npt.NDArray[np.bool_],
     t0: int,
+    slack: SlackThresholds,
 ) -> Waits:
     """The edges into each op (sorted by (stream, start); `call`: its launch call, an index
     into the calls starting at `c_ts`) that its timing shows."""
+    edge_ns = slack.edge_ns
     # Event waits: an op that started later than its launch and stream allowed, just as an op
     # on another stream ended.
     c = np.maximum(call, 0)
     launch_ready = np.where(call >= 0, c_ts[c] + lat, o_ts)
     prev = np.where(stream_first, NEVER + t0, np.concatenate([[NEVER + t0], o_end[:-1]]))
     allowed = np.maximum(launch_ready, prev)
-    waited = o_ts - allowed > EDGE_SLACK_NS
+    waited = o_ts - allowed > edge_ns
     by_end = np.argsort(o_end, kind="stable")
     ends_sorted = o_end[by_end]
-    cand = np.searchsorted(ends_sorted, o_ts + EDGE_SLACK_NS // 10, "right") - 1
+    cand = np.searchsorted(ends_sorted, o_ts + edge_ns // 10, "right") - 1
     dep = np.full(o_ts.size, -1, np.int64)
     for back in range(2):  # the latest ending op, or the one before it when that is ours
         other = by_end[np.maximum(cand - back, 0)]
@@ -60,8 +62,8 @@ def event_waits(
             & (dep < 0)
             & (cand - back >= 0)
             & (stream[other] != stream)
-            & (o_end[other] >= o_ts - EDGE_SLACK_NS)
-            & (o_end[other] <= o_ts + EDGE_SLACK_NS)
+            & (o_end[other] >= o_ts - edge_ns)
+            & (o_end[other] <= o_ts + edge_ns)
         )
         dep[ok] = other[ok]
     del by_end, ends_sorted, cand
@@ -76,7 +78,7 @@ def event_waits(
         & (dep < 0)
         & (c_ts[after] <= o_ts)
         & (c_ts[after] > c_ts[c])
-        & (o_ts - c_ts[after] <= QUEUED_SLACK_NS),
+        & (o_ts - c_ts[after] <= slack.queued_ns),
         after,
         -1,
     )
@@ -106,10 +108,12 @@ def drains(
     call: I64,
     o_end: I64,
     t0: int,
+    edge_ns: int,
 ) -> tuple[I64, I64]:
     """Per op, the sync call (or call blocked on a full queue) that waited for it: the first
     at or after its launch that returned after it ended (-1: none); and per call, its cost
-    (`StepGraph.cost`: a sync's is what it took after the device drained)."""
+    (`StepGraph.cost`: a sync's is what it took after the device drained). `edge_ns`:
+    `SlackThresholds.edge_ns`."""
     sync_idx = np.flatnonzero(sync | blocked)
     sync_idx = sync_idx[np.argsort(c_ts[sync_idx], kind="stable")]
     drained_by = np.full(o_end.size, -1, np.int64)
@@ -117,7 +121,7 @@ def drains(
     if sync_idx.size:
         after_launch = np.searchsorted(c_ts[sync_idx], c_ts[np.maximum(call, 0)])
         s_end = c_end[sync_idx]
-        after_end = np.searchsorted(np.maximum.accumulate(s_end), o_end - EDGE_SLACK_NS)
+        after_end = np.searchsorted(np.maximum.accumulate(s_end), o_end - edge_ns)
         p = np.maximum(after_launch, after_end)
         ok = (call >= 0) & (p < sync_idx.size)
         drained_by[ok] = sync_idx[np.minimum(p, sync_idx.size - 1)][ok]
@@ -130,24 +134,31 @@ def drains(
 
 
 def queue_full(
-    c_ts: I64, c_end: I64, sync: npt.NDArray[np.bool_], call: I64, o_ts: I64, o_end: I64
+    c_ts: I64,
+    c_end: I64,
+    sync: npt.NDArray[np.bool_],
+    call: I64,
+    o_ts: I64,
+    o_end: I64,
+    slack: SlackThresholds,
 ) -> npt.NDArray[np.bool_]:
-    """Launch calls that blocked on a full launch queue: long (over QUEUED_SLACK_NS), their own
-    op started over QUEUED_SLACK_NS after they returned (the queue was deep), and they returned
-    just after a device op ended (the slot it freed)."""
+    """Launch calls that blocked on a full launch queue: long (over `slack.queued_ns`), their
+    own op started over `slack.queued_ns` after they returned (the queue was deep), and they
+    returned just after a device op ended (the slot it freed)."""
     out = np.zeros(c_ts.size, dtype=bool)
     mine = call >= 0
     if not mine.any():
         return out
     first_start = np.full(c_ts.size, -NEVER, np.int64)
     np.minimum.at(first_start, call[mine], o_ts[mine])
-    deep = (c_end - c_ts > QUEUED_SLACK_NS) & (first_start - c_end > QUEUED_SLACK_NS) & ~sync
+    queued_ns = slack.queued_ns
+    deep = (c_end - c_ts > queued_ns) & (first_start - c_end > queued_ns) & ~sync
     rows = np.flatnonzero(deep)
     if rows.size == 0:
         return out
     ends = np.sort(o_end)
     i = np.searchsorted(ends, c_end[rows], "right") - 1
-    freed = (i >= 0) & (c_end[rows] - ends[np.maximum(i, 0)] <= 2 * EDGE_SLACK_NS)
+    freed = (i >= 0) & (c_end[rows] - ends[np.maximum(i, 0)] <= 2 * slack.edge_ns)
     out[rows[freed]] = True
     return out
 

@@ -12,7 +12,6 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.critpath.edges import drains, event_waits, queue_full
 from wallfinder.analysis.critpath.model import (
-    EDGE_SLACK_NS,
     F64,
     I64,
     MATMUL,
@@ -23,7 +22,6 @@ from wallfinder.analysis.critpath.model import (
 from wallfinder.analysis.gpu import (
     CLASSES,
     COMM,
-    QUEUED_SLACK_NS,
     SYNC_RUNTIME,
     DeviceOps,
     host_categories,
@@ -31,6 +29,7 @@ from wallfinder.analysis.gpu import (
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
+from wallfinder.analysis.thresholds import SlackThresholds
 from wallfinder.diagnosis import FusionCandidate, Roofline
 from wallfinder.trace import Events, Kind, Trace, thread_key
 
@@ -75,10 +74,13 @@ def build_graph(
     # graph's peak would hold them all (a few times the graph on traces of tens of MB).
     keep, stream, call = _device_ops(dev, runtime.correlation[h.rows], launched, r)
     o_ts, o_end = ops.ts[keep], ops.end[keep]
-    sync, blocked, lat, fixed = _launches(trace, runtime.name[h.rows], h, call, o_ts, o_end, r.t0)
+    slack = scope.thresholds.slack
+    sync, blocked, lat, fixed = _launches(
+        trace, runtime.name[h.rows], h, call, o_ts, o_end, r.t0, slack
+    )
     stream_first = np.concatenate([[True], stream[1:] != stream[:-1]])[: stream.size]
-    w = event_waits(h.ts, call, lat, o_ts, o_end, stream, stream_first, r.t0)
-    drained_by, cost = drains(h.ts, h.end, h.inc, sync, blocked, call, o_end, r.t0)
+    w = event_waits(h.ts, call, lat, o_ts, o_end, stream, stream_first, r.t0, slack)
+    drained_by, cost = drains(h.ts, h.end, h.inc, sync, blocked, call, o_end, r.t0, slack.edge_ns)
     cls = dev.cls[keep]
     fused = _fused(ops.name[keep], ops.dur[keep].astype(np.float64), cls, fusion, trace)
     return StepGraph(
@@ -114,6 +116,7 @@ def build_graph(
         steps=r.steps,
         tail=_tail(scope, r, h, call),
         measured_s=float(r.t_end - r.w0) * NS / r.steps,
+        tie_ns=slack.tie_ns,
         busy_s=_busy(o_ts, o_end, r.w0, r.t_end) * NS / r.steps,
         busy_other_s=_busy(o_ts[cls != COMM], o_end[cls != COMM], r.w0, r.t_end) * NS / r.steps,
         notes=r.notes(scope),
@@ -294,6 +297,7 @@ def _launches(
     o_ts: I64,
     o_end: I64,
     t0: int,
+    slack: SlackThresholds,
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], I64, I64]:
     """Which calls synchronise (by name, or a copy that blocked) and which blocked on a full
     launch queue; per op, its launch path's latency and (for an op with no launch call) its
@@ -304,13 +308,13 @@ def _launches(
     copy_call = np.isin(names, trace.names_matching(lambda x: "emcpy" in x))
     own_end = np.full(h.rows.size, NEVER + t0, np.int64)
     np.maximum.at(own_end, call[call >= 0], o_end[call >= 0])
-    sync |= copy_call & (own_end > NEVER + t0) & (h.end >= own_end - EDGE_SLACK_NS)
+    sync |= copy_call & (own_end > NEVER + t0) & (h.end >= own_end - slack.edge_ns)
     del copy_call, own_end
-    blocked = queue_full(h.ts, h.end, sync, call, o_ts, o_end)
+    blocked = queue_full(h.ts, h.end, sync, call, o_ts, o_end, slack)
     # The launch path: at most the call itself (not a blocking one: that is a wait) and then
-    # QUEUED_SLACK_NS; an op that started later waited for something else.
+    # `queued_ns`; an op that started later waited for something else.
     c = np.maximum(call, 0)
-    path = np.where(sync[c] | blocked[c], 0, h.end[c] - h.ts[c]) + QUEUED_SLACK_NS
+    path = np.where(sync[c] | blocked[c], 0, h.end[c] - h.ts[c]) + slack.queued_ns
     lat = np.where(call >= 0, np.clip(o_ts - h.ts[c], 0, path), 0)
     fixed = np.where(call >= 0, NEVER, o_ts - t0)
     return sync, blocked, lat, fixed

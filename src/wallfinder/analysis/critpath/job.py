@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import msgspec
 import numpy as np
 
-from wallfinder.analysis.critpath.model import EDGE_SLACK_NS, F64, NS
+from wallfinder.analysis.critpath.model import F64, NS
 from wallfinder.diagnosis import CriticalPath, RankSummary, WhatIfRow
 
 
@@ -28,7 +28,7 @@ class JobReplay:
     """Collective-to-collective intervals replayed."""
     on_path_ns: F64
     """Per rank (column): the path's time in its work where it arrived last, more than
-    EDGE_SLACK_NS after the next rank (the others waited for it)."""
+    `edge_ns` after the next rank (the others waited for it)."""
     together_ns: float
     """The path's time in work where the last ranks arrived together (no one rank waited for)."""
     transfer_ns: float
@@ -46,10 +46,11 @@ class JobReplay:
         return float((work.max(axis=1) + self.transfer).sum())
 
 
-def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
+def job_replay(arrive: F64, dur: F64, edge_ns: int) -> JobReplay | None:
     """The job's cross-rank replay from its matched collectives: `arrive` and `dur` are
-    instances x ranks, ns on aligned clocks (NaN: the rank has no such instance). None when
-    fewer than two collectives are taken part in by every rank."""
+    instances x ranks, ns on aligned clocks (NaN: the rank has no such instance); `edge_ns`:
+    `SlackThresholds.edge_ns`. None when fewer than two collectives are taken part in by every
+    rank."""
     full = ~np.isnan(arrive).any(axis=1) & ~np.isnan(dur).any(axis=1)
     a, d = arrive[full], dur[full]
     if a.shape[0] < 2 or a.shape[1] < 2:
@@ -63,7 +64,7 @@ def job_replay(arrive: F64, dur: F64) -> JobReplay | None:
     work = a[1:] - end[:-1]
     binding = work.max(axis=1)
     last = np.argmax(work, axis=1)
-    alone = (binding - np.sort(work, axis=1)[:, -2] > EDGE_SLACK_NS) & (binding > 0)
+    alone = (binding - np.sort(work, axis=1)[:, -2] > edge_ns) & (binding > 0)
     return JobReplay(
         measured_ns=float(np.median(end[-1]) - np.median(end[0])),
         replayed_ns=float((binding + transfer).sum()),

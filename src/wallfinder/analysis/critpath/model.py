@@ -46,9 +46,6 @@ NEVER = -(1 << 52)
 MAX_ROUNDS = 5000
 """Fixed-point rounds at most: each round settles at least one more sync or event wait along
 the longest chain, so this is only reached by a step with thousands of them."""
-EDGE_SLACK_NS = 5_000
-"""An op that started this long after its launch and stream allowed, within this long of
-another stream's op ending, waited for that op."""
 
 MATMUL = frozenset(CLASSES.index(c) for c in MATMUL_CLASSES)
 """The class indices (into `CLASSES`) of matmul-class kernels: the compute wall's work."""
@@ -126,6 +123,8 @@ class StepGraph:
     whole-trace window (either window ends with its CPU work); -1 otherwise."""
     measured_s: float
     """The measured mean step over the replayed range."""
+    tie_ns: int
+    """The walk's tie (`SlackThresholds.tie_ns`, from the thresholds it was built with)."""
     busy_s: float = 0.0
     """The device's busy time per step (the union of its ops over all streams, in the range):
     no fix that leaves the device's work as it is can make the step shorter, since the device

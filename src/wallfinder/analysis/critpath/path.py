@@ -7,15 +7,11 @@ from array import array
 
 import numpy as np
 
-from wallfinder.analysis.critpath.model import CATEGORIES, EDGE_SLACK_NS, I64, MATMUL, StepGraph
+from wallfinder.analysis.critpath.model import CATEGORIES, I64, MATMUL, StepGraph
 from wallfinder.analysis.critpath.timing import Timing
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.verdict import wall_of_parts
 from wallfinder.diagnosis import Wall
-
-TIE_NS = EDGE_SLACK_NS
-"""The critical path's walk takes an op's stream predecessor over its launch when the launch
-was binding by at most this much (a tie: both chains are as long)."""
 
 CATEGORY_WALLS: dict[str, Wall] = {
     "data": "overhead",
@@ -187,6 +183,7 @@ class _Walker:
         self.prev = np.where(g.stream_first, -1, np.arange(g.dur.size) - 1).data
         self.has_call = (g.call >= 0).data
         self.drain_op = _drain_ops(g, t).data
+        self.tie = g.tie_ns
 
     def device(self, k: int, cur: int) -> tuple[int, int]:
         """Back from op `k` (the path at `cur`) along the device, to the host call whose
@@ -208,7 +205,7 @@ class _Walker:
             LAUNCH,
             WAIT,
         )
-        comm, matmul, tie = COMM, MATMUL, TIE_NS
+        comm, matmul, tie = COMM, MATMUL, self.tie
         op_start, op_end, dep_end, released = (
             self.op_start,
             self.op_end,
@@ -242,7 +239,7 @@ class _Walker:
                 cur = start
             p = prev[k]
             if p >= 0 and op_end[p] + stream_gap[k] >= start - tie:
-                # A launch that came within TIE_NS of its stream freeing up ties with the
+                # A launch that came within `tie_ns` of its stream freeing up ties with the
                 # device's own chain: the path stays on the device and the small gap is the
                 # launch's (as the breakdown calls it), instead of following the host chain
                 # back through work that ran while the device was busy.

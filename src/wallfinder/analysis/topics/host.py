@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from wallfinder.analysis.critpath import Change
-from wallfinder.analysis.dispatch import DISPATCH_SELF_NS
 from wallfinder.analysis.findings import (
     Facts,
     amdahl,
@@ -15,7 +14,6 @@ from wallfinder.analysis.findings import (
     make_finding,
     ms_text,
 )
-from wallfinder.analysis.gpu import QUEUED_SLACK_NS
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.rules import rule
 from wallfinder.analysis.steps import NO_LAUNCH
@@ -49,7 +47,7 @@ def launch_bound(f: Facts) -> Finding | None:
         lag = max(float(np.median(starts[known] - launched[known])), 0.0)
         depth = (
             "a shallow queue: the GPU is fed just in time"
-            if lag <= QUEUED_SLACK_NS
+            if lag <= f.thresholds.slack.queued_ns
             else "a deep queue: the host runs ahead, so launches are not what the GPU waits for"
         )
         queue = f"; launch-to-start median {lag / 1e3:.1f} µs ({depth})"
@@ -199,9 +197,9 @@ def _dispatch_bound(f: Facts, share: float) -> Finding | None:
         share,
         f"{share:.0%} of each step is framework overhead: {d.calls_per_step:.0f} calls per "
         f"step ({d.ops_per_step:.0f} ops, median call {d.median_call_ns / 1e3:.1f} µs) in "
-        f"which no op computes for {DISPATCH_SELF_NS // 1000} µs, so the fixed cost of each "
-        "eager op (dispatch, autograd, allocation) outweighs its arithmetic; and Python time "
-        "between ops",
+        f"which no op computes for {f.thresholds.time.dispatch_self_ns // 1000} µs, so the fixed "
+        "cost of each eager op (dispatch, autograd, allocation) outweighs its arithmetic; and "
+        "Python time between ops",
         "issue fewer, larger ops: process whole batches instead of per-sample or per-element "
         "loops, vectorise Python loops over tensors, foreach/fused optimizers; torch.compile "
         "fuses ops and removes most of the per-op overhead",

@@ -6,7 +6,6 @@ import numpy as np
 
 from wallfinder.analysis.findings import Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.rules import rule
-from wallfinder.analysis.verdict import MIN_STEPS_FOR_STABILITY
 from wallfinder.diagnosis import Finding
 from wallfinder.units import short_kernel
 
@@ -14,7 +13,7 @@ from wallfinder.units import short_kernel
 @rule(Facts, id="unstable-steps")
 def unstable_steps(f: Facts) -> Finding | None:
     s = f.steps
-    if s.stable or s.mean_s <= 0 or s.count < MIN_STEPS_FOR_STABILITY:
+    if s.stable or s.mean_s <= 0 or s.count < f.thresholds.min_steps:
         return None
     # What the slow steps cost: their time over the median. Steps faster than the median
     # make the spread too, but running every step at the median would not recover them.
