@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_critpath import queue_full
 
 from tracegen import TraceBuilder
+from wallfinder import Options, analyze
 from wallfinder.analysis import SlackThresholds, Thresholds, diagnose
 from wallfinder.trace import Trace, load_trace
 
@@ -70,3 +72,17 @@ def test_the_costed_share_that_is_thin_evidence_is_the_thresholds(queued: Trace)
 
     assert costed_note(Thresholds())
     assert not costed_note(Thresholds(min_costed_share=0.0))
+
+
+def test_the_critical_path_reads_its_edges_by_the_thresholds_slack(tmp_path: Path) -> None:
+    # The third and fourth launch calls (104 and 99 µs) block on a full queue: longer than the
+    # default 50 µs slack, so the path runs through the GEMMs that free a slot. With a 200 µs
+    # slack they are ordinary launch calls, and the path runs through them instead.
+    trace = queue_full().write(tmp_path / "t.json")
+    path = analyze(trace).critical_path
+    assert path is not None
+    assert path.shares["launch"] < 0.1 < path.shares["compute"]
+    wide = Thresholds(slack=SlackThresholds(queued_ns=200_000))
+    moved = analyze(trace, Options(thresholds=wide)).critical_path
+    assert moved is not None
+    assert moved.shares["compute"] < 0.1 < moved.shares["launch"]
