@@ -126,6 +126,12 @@ def _weights(g: StepGraph, change: Change) -> tuple[I64, I64, I64, I64]:
         known = np.isfinite(g.roof_time)
         # At P of the roof, a kernel now at R of it takes R / P of its time.
         dur = np.where(known, dur * np.minimum(g.roof_time / change.matmul, 1.0), dur)
+    if change.accum and g.accum is not None:
+        # The micro-steps' all-reduces do not run: each takes no time, so what waited for it
+        # waits only for what it waited for (its bucket's backward kernel). Its launch stays
+        # (DDP still launches the backward's kernels), and so do the waits no edge explains,
+        # kept as fixed delays as under every change.
+        dur = np.where(g.accum, 0.0, dur)
     cost_i = np.rint(cost).astype(np.int64)
     if change.sync:
         cost_i = np.where(g.sync, 0, cost_i)
