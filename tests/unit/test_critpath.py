@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -30,6 +31,7 @@ from wallfinder.analysis.critpath import (
     with_replay,
 )
 from wallfinder.analysis.critpath import path as critpath_path
+from wallfinder.analysis.critpath import rank as critpath_rank
 from wallfinder.analysis.critpath import timing as critpath_timing
 from wallfinder.analysis.critpath.drawn import fewest
 from wallfinder.analysis.thresholds import Thresholds, TimeThresholds
@@ -836,3 +838,26 @@ def test_without_accumulation_the_accum_what_if_changes_nothing(tmp_path: Path) 
         p = _path(analyze(path, Options(what_if="accum")))
         assert _row(p, "accum") == p.replayed_step_s
         assert "accum" not in [r.change for r in _path(analyze(path)).what_if]
+
+
+def test_under_overlap_the_accum_what_if_leaves_the_compute_floor_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[critpath.StepGraph] = []
+
+    def keep(*args: Any, **kwargs: Any) -> critpath.StepGraph | None:
+        g = build_graph(*args, **kwargs)
+        if g is not None:
+            built.append(g)
+        return g
+
+    build_graph = critpath_rank.build_graph
+    monkeypatch.setattr(critpath_rank, "build_graph", keep)
+    analyze(ddp_accumulation(no_sync=False, queued=True).write(tmp_path / "t.json"))
+    [g] = built
+    # A floor above every replay: the step is the floor. Overlapped, the collectives are off
+    # it already (the device's busy time but theirs); removing some of them moves it no lower.
+    floor = 10 * g.measured_s
+    g = replace(g, busy_other_s=floor)
+    step = critpath_timing.replay(g, Change(overlap=True, accum=True)).step_s
+    assert step == pytest.approx(floor)

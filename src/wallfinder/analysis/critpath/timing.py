@@ -327,6 +327,11 @@ def _timing(
     end = int(op_end[has_call].max()) if has_call.any() else 0
     if g.tail >= 0 or not has_call.any():
         end = max(end, int(call_end.max(initial=0)) + int(max(g.tail, 0) / change.host))
+    cut = g.dur - device.dur_i
+    if change.overlap:
+        # Its floor leaves the collectives out already: what `accum` takes off them is not
+        # taken off it again.
+        cut = np.where(g.cls == COMM, 0, cut)
     return Timing(
         call_start=host.call_start,
         call_end=call_end,
@@ -340,8 +345,7 @@ def _timing(
         # The device's own floor: its busy time less what the change takes off its ops.
         step_s=max(
             float(end - g.origin) * NS / g.steps,
-            (g.busy_other_s if change.overlap else g.busy_s)
-            - float(np.sum(g.dur - device.dur_i)) * NS / g.steps,
+            (g.busy_other_s if change.overlap else g.busy_s) - float(np.sum(cut)) * NS / g.steps,
         ),
         rounds=rounds,
     )
