@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_collectives import rank_trace, write_job
-from test_findings import cpu_step_with_gloo_beside
+from test_findings import cpu_step_with_gloo_beside, ddp_accumulation
 
 from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, analyze
@@ -30,6 +31,7 @@ from wallfinder.analysis.critpath import (
     with_replay,
 )
 from wallfinder.analysis.critpath import path as critpath_path
+from wallfinder.analysis.critpath import rank as critpath_rank
 from wallfinder.analysis.critpath import timing as critpath_timing
 from wallfinder.analysis.critpath.drawn import fewest
 from wallfinder.analysis.thresholds import Thresholds, TimeThresholds
@@ -298,13 +300,17 @@ def test_a_balanced_job_gains_nothing_from_the_straggler_what_if(tmp_path: Path)
         ("overlap,data", [Change(overlap=True), Change(data=True), Change(True, overlap=True)]),
         ("matmul:90%", [Change(matmul=0.9)]),
         ("sync,fuse", [Change(sync=True), Change(fuse=True), Change(sync=True, fuse=True)]),
+        ("accum", [Change(accum=True)]),
+        ("accum,sync", [Change(accum=True), Change(sync=True), Change(sync=True, accum=True)]),
     ],
 )
 def test_what_if_text_is_parsed(text: str, expected: list[Change]) -> None:
     assert parse_what_if(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "warp", "host:0.5", "matmul:2", "data:3", "host:x"])
+@pytest.mark.parametrize(
+    "text", ["", "warp", "host:0.5", "matmul:2", "data:3", "host:x", "accum:2"]
+)
 def test_bad_what_if_text_is_one_clear_error(text: str) -> None:
     with pytest.raises(WallfinderError, match="--what-if"):
         parse_what_if(text)
@@ -805,3 +811,53 @@ def test_the_critical_path_and_the_walls_import_no_other_modules_private_name(mo
         if alias.name.startswith("_") and alias.name != "__future__"
     ]
     assert private == []
+
+
+def test_the_accum_what_if_removes_the_all_reduces_of_the_micro_steps_that_accumulate(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.json"
+    ddp_accumulation(no_sync=False, queued=True).write(path)
+    d = analyze(path, Options(what_if="accum"))
+    p = _path(d)
+    assert [r.change for r in p.what_if] == ["accum"]
+    # Each step's first all-reduce (150 µs, on the device's path) no longer runs: a mean step
+    # of 992.5 µs (three 1000 µs steps, the last ending with its kernel at 970 µs) becomes
+    # 842.5 µs (the GEMMs of the second micro-step start where the first's backward ends).
+    assert p.replayed_step_s == pytest.approx(992.5 * US)
+    assert _row(p, "accum") == pytest.approx(842.5 * US)
+    # In the default table where the graph holds such all-reduces, after the wall's rows.
+    rows = _path(analyze(path)).what_if
+    assert [r.change for r in rows][-2:] == ["overlap", "accum"]
+
+
+def test_without_accumulation_the_accum_what_if_changes_nothing(tmp_path: Path) -> None:
+    # Under no_sync() (one all-reduce per optimizer step), and with no DDP micro-steps at all.
+    for trace in (ddp_accumulation(no_sync=True, queued=True), comm_exposed()):
+        path = trace.write(tmp_path / "t.json")
+        p = _path(analyze(path, Options(what_if="accum")))
+        assert _row(p, "accum") == p.replayed_step_s
+        assert "accum" not in [r.change for r in _path(analyze(path)).what_if]
+
+
+def test_under_overlap_the_accum_what_if_leaves_the_compute_floor_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[critpath.StepGraph] = []
+
+    def keep(*args: Any, **kwargs: Any) -> critpath.StepGraph | None:
+        g = build_graph(*args, **kwargs)
+        if g is not None:
+            built.append(g)
+        return g
+
+    build_graph = critpath_rank.build_graph
+    monkeypatch.setattr(critpath_rank, "build_graph", keep)
+    analyze(ddp_accumulation(no_sync=False, queued=True).write(tmp_path / "t.json"))
+    [g] = built
+    # A floor above every replay: the step is the floor. Overlapped, the collectives are off
+    # it already (the device's busy time but theirs); removing some of them moves it no lower.
+    floor = 10 * g.measured_s
+    g = replace(g, busy_other_s=floor)
+    step = critpath_timing.replay(g, Change(overlap=True, accum=True)).step_s
+    assert step == pytest.approx(floor)

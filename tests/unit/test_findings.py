@@ -959,12 +959,23 @@ def test_a_cpu_step_with_nothing_to_hide_gloo_behind_says_so(tmp_path: Path) -> 
 DDP_FORWARD = "DistributedDataParallel.forward"
 
 
-def ddp_accumulation(*, no_sync: bool, steps: int = 4) -> TraceBuilder:
+def ddp_accumulation(*, no_sync: bool, steps: int = 4, queued: bool = False) -> TraceBuilder:
     """DDP with gradient accumulation: each 2000 µs step runs two micro-steps (a forward
     range `DistributedDataParallel.forward` with a 100 µs GEMM, a 200 µs backward GEMM) and
     one optimizer step (1300-1400 µs). The gradients' 150 µs all-reduce runs after each
     micro-step's backward (410-560 and 1110-1260 µs) with nothing beside it; with `no_sync`,
-    only after the last one (the first micro-step ran under `model.no_sync()`)."""
+    only after the last one (the first micro-step ran under `model.no_sync()`).
+
+    `queued`: the same work with the device setting the step. Each 1000 µs step, the host
+    launches it all in its first 45 µs (micro-steps' forwards at 0 and 20 µs, the optimizer
+    step at 40 µs) and blocks in a sync until the device drains (45-971 µs), then 29 µs of
+    host work. On the device, one after the other: GEMMs 20-120 and 120-320, the all-reduce
+    320-470 (it waits for the backward GEMM), the next micro-step's GEMMs 470-570 and 570-770
+    (DDP's stream waits for the all-reduce), the last all-reduce 770-920 and the optimizer's
+    kernel 920-970; with `no_sync`, the second micro-step starts at 320 and the step is
+    850 µs."""
+    if queued:
+        return _ddp_accumulation_queued(no_sync=no_sync, steps=steps)
     b = TraceBuilder(rank=0, world_size=2)
     for s in range(steps):
         t0 = s * 2000.0
@@ -980,6 +991,28 @@ def ddp_accumulation(*, no_sync: bool, steps: int = 4) -> TraceBuilder:
     return b
 
 
+def _ddp_accumulation_queued(*, no_sync: bool, steps: int) -> TraceBuilder:
+    b = TraceBuilder(rank=0, world_size=2)
+    period = 850.0 if no_sync else 1000.0
+    for s in range(steps):
+        t0 = s * period
+        b.step(s + 1, t0, period)
+        device = t0 + 20.0  # where the device's next op starts
+        for micro, at in enumerate((t0, t0 + 20.0)):
+            b.annotation(DDP_FORWARD, at, 12.0)
+            b.kernel(GEMM, device, 100.0, launch_at=at + 1.0, launch_dur=1.0)
+            b.kernel(GEMM, device + 100.0, 200.0, launch_at=at + 6.0, launch_dur=1.0)
+            device += 300.0
+            if micro == 1 or not no_sync:
+                b.nccl(device, 150.0, launch_at=at + 10.0)
+                device += 150.0
+        b.annotation("Optimizer.step#SGD.step", t0 + 40.0, 10.0)
+        b.kernel("vectorized_elementwise_kernel", device, 50.0, launch_at=t0 + 41.0, launch_dur=1.0)
+        b.sync(t0 + 45.0, device + 51.0 - (t0 + 45.0))
+        b.cpu_op("optimizer_host_work", device + 51.0, t0 + period - (device + 51.0))
+    return b
+
+
 def test_gradients_all_reduced_at_every_micro_step_are_found(tmp_path: Path) -> None:
     d, marks = analyze_marked(ddp_accumulation(no_sync=False).write(tmp_path / "t.json"))
     found = next(f for f in d.findings if f.id == "grad-sync-per-micro-step")
@@ -991,11 +1024,38 @@ def test_gradients_all_reduced_at_every_micro_step_are_found(tmp_path: Path) -> 
     assert found.max_speedup == pytest.approx(1.84 / (1.84 - 0.150))
     assert "2 micro-steps per optimizer step" in found.evidence
     assert "no_sync()" in found.fix
-    assert found.gain_basis == "bound"  # the what-if has no change that drops a collective
+    # Replayed without those all-reduces (`accum`), the step is as long: the host paces it
+    # (it launches the second micro-step's GEMM at 710 µs, after the all-reduce ended at 560).
+    assert found.gain_basis == "replay"
+    assert found.replay_speedup == pytest.approx(1.0)
     # Its evidence on the timeline: the all-reduce of each step's first micro-step.
     mine = [m for m in marks.marks if m.track == "finding: grad-sync-per-micro-step"]
     starts = [m.ts_us - marks.marks[0].ts_us for m in mine]
     assert starts == pytest.approx([s * 2000.0 + 410.0 for s in range(4)])
+
+
+def test_the_per_micro_step_sync_gains_what_the_replay_without_it_gives(tmp_path: Path) -> None:
+    d = analyze(ddp_accumulation(no_sync=False, queued=True).write(tmp_path / "t.json"))
+    d.self_check()  # (among them: no what-if row gains more than the finding for its fix)
+    found = next(f for f in d.findings if f.id == "grad-sync-per-micro-step")
+    # The windows tile the device's timeline: three 1000 µs steps and the last ending with its
+    # optimizer kernel at 970 µs, a mean of 992.5 µs. Without the first micro-step's all-reduce
+    # (320-470 µs) the second micro-step starts at 320: each step 150 µs shorter (850 µs, the
+    # last 820), a mean of 842.5 µs.
+    path = d.critical_path
+    assert path is not None
+    assert path.measured_step_s == pytest.approx(992.5e-6)
+    accum = next(r for r in path.what_if if r.change == "accum")
+    assert accum.step_s == pytest.approx(842.5e-6)
+    assert found.gain_basis == "replay"
+    assert found.replay_speedup == pytest.approx(992.5 / 842.5)
+    # Within its bound: the all-reduce's 150 µs have no compute beside them.
+    assert found.replay_speedup <= found.max_speedup
+    assert found.max_speedup == pytest.approx(992.5 / (992.5 - 150.0))
+    # The replay is what the same work under no_sync() measures.
+    fixed = analyze(ddp_accumulation(no_sync=True, queued=True).write(tmp_path / "n.json"))
+    assert fixed.critical_path is not None
+    assert fixed.critical_path.measured_step_s == pytest.approx(accum.step_s)
 
 
 def test_gradient_accumulation_under_no_sync_is_not_flagged(tmp_path: Path) -> None:

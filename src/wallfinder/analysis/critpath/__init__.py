@@ -17,6 +17,7 @@ One module per stage:
 from __future__ import annotations
 
 from wallfinder.analysis.critpath.change import (
+    ACCUM,
     OVERLAP,
     WHAT_IFS,
     Change,
@@ -37,6 +38,7 @@ from wallfinder.analysis.critpath.whatif import (
 )
 
 __all__ = [
+    "ACCUM",
     "CATEGORIES",
     "MAX_ROUNDS",
     "OVERLAP",

@@ -15,6 +15,8 @@ WHAT_IFS = {
     "matmul": "matmuls at a fraction of their roof (matmul:P, default 0.8)",
     "overlap": "each collective overlapped with the compute it waited for (it starts with the "
     "previous bucket's backward kernel instead of after it)",
+    "accum": "gradient accumulation without the all-reduce of each micro-step but the last "
+    "(what DDP's no_sync() skips)",
 }
 """The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
 
@@ -33,6 +35,9 @@ class Change:
     overlap: bool = False
     """A collective that waited for an op on another stream (the bucket's last backward
     kernel) may start when that op starts, beside it."""
+    accum: bool = False
+    """The gradient all-reduces of the micro-steps that accumulate take no time (`no_sync()`
+    in every micro-step but the last: they do not run); the last one's stays."""
 
     @property
     def label(self) -> str:
@@ -49,6 +54,8 @@ class Change:
             parts.append(f"matmul:{self.matmul:g}")
         if self.overlap:
             parts.append("overlap")
+        if self.accum:
+            parts.append("accum")
         return ",".join(parts) or "unchanged"
 
 
@@ -70,6 +77,7 @@ def parse_what_if(text: str) -> list[Change]:
             fuse=combined.fuse or c.fuse,
             matmul=c.matmul if c.matmul is not None else combined.matmul,
             overlap=combined.overlap or c.overlap,
+            accum=combined.accum or c.accum,
         )
     return [*singles, combined]
 
@@ -98,7 +106,11 @@ def _parse_item(item: str) -> Change:
     if value is not None:
         raise WallfinderError(f"--what-if: {name!r} takes no argument")
     return Change(
-        data=name == "data", sync=name == "sync", fuse=name == "fuse", overlap=name == "overlap"
+        data=name == "data",
+        sync=name == "sync",
+        fuse=name == "fuse",
+        overlap=name == "overlap",
+        accum=name == "accum",
     )
 
 
@@ -117,14 +129,23 @@ OVERLAP = Change(overlap=True)
 """The what-if of the exposed-communication finding's fix: in the default table when exposed
 communication is the wall's cause (`default_changes`)."""
 
+ACCUM = Change(accum=True)
+"""The what-if of the per-micro-step gradient sync finding's fix (`no_sync()`): in the default
+table when the graph holds such all-reduces (`default_changes`)."""
 
-def default_changes(cause: str, device_ops: bool) -> tuple[Change, ...]:
+
+def default_changes(cause: str, device_ops: bool, accumulates: bool = False) -> tuple[Change, ...]:
     """The what-if table's rows when `--what-if` does not name them, for a step whose wall has
     `cause`: with no device ops (the CPU as the device) there is nothing to sync, fuse,
-    re-time or overlap."""
+    re-time or overlap; `accum` where the graph holds all-reduces of micro-steps that
+    accumulate (`accumulates`), and only there (elsewhere it changes nothing)."""
     if not device_ops:
         return DEFAULT_CHANGES[:2]
-    return DEFAULT_CHANGES + ((OVERLAP,) if cause == "comm_exposed" else ())
+    return (
+        DEFAULT_CHANGES
+        + ((OVERLAP,) if cause == "comm_exposed" else ())
+        + ((ACCUM,) if accumulates else ())
+    )
 
 
 def _kinds(change: Change) -> frozenset[str]:
@@ -137,6 +158,7 @@ def _kinds(change: Change) -> frozenset[str]:
             ("fuse", change.fuse),
             ("matmul", change.matmul is not None),
             ("overlap", change.overlap),
+            ("accum", change.accum),
         )
         if on
     )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.accumulation import micro_step_syncs
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.critpath.edges import drains, event_waits, queue_full
 from wallfinder.analysis.critpath.model import (
@@ -120,6 +121,7 @@ def build_graph(
         busy_s=_busy(o_ts, o_end, r.w0, r.t_end) * NS / r.steps,
         busy_other_s=_busy(o_ts[cls != COMM], o_end[cls != COMM], r.w0, r.t_end) * NS / r.steps,
         notes=r.notes(scope),
+        accum=micro_step_syncs(scope).rows[keep],
     )
 
 

@@ -139,3 +139,6 @@ class StepGraph:
     launch (runtime calls)."""
     notes: tuple[str, ...] = ()
     """What the critical path's notes say of how this graph was built."""
+    accum: npt.NDArray[np.bool_] | None = None
+    """Per op: a gradient all-reduce of a micro-step that accumulates (`accumulation`), what
+    the `accum` what-if removes; None: none (the CPU as the device)."""

@@ -48,7 +48,8 @@ def critical_path(
     del walk
     notes = _notes(g, whatif, shares, scope.thresholds.time.replay_error)
     if changes is None:
-        changes = default_changes(cause, bool(g.dur.size))
+        accumulates = g.accum is not None and bool(g.accum.any())
+        changes = default_changes(cause, bool(g.dur.size), accumulates)
     rows = [whatif.row(c) for c in changes]
     error = (whatif.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
     return (

@@ -126,6 +126,12 @@ def _weights(g: StepGraph, change: Change) -> tuple[I64, I64, I64, I64]:
         known = np.isfinite(g.roof_time)
         # At P of the roof, a kernel now at R of it takes R / P of its time.
         dur = np.where(known, dur * np.minimum(g.roof_time / change.matmul, 1.0), dur)
+    if change.accum and g.accum is not None:
+        # The micro-steps' all-reduces do not run: each takes no time, so what waited for it
+        # waits only for what it waited for (its bucket's backward kernel). Its launch stays
+        # (DDP still launches the backward's kernels), and so do the waits no edge explains,
+        # kept as fixed delays as under every change.
+        dur = np.where(g.accum, 0.0, dur)
     cost_i = np.rint(cost).astype(np.int64)
     if change.sync:
         cost_i = np.where(g.sync, 0, cost_i)
@@ -321,6 +327,11 @@ def _timing(
     end = int(op_end[has_call].max()) if has_call.any() else 0
     if g.tail >= 0 or not has_call.any():
         end = max(end, int(call_end.max(initial=0)) + int(max(g.tail, 0) / change.host))
+    cut = g.dur - device.dur_i
+    if change.overlap:
+        # Its floor leaves the collectives out already: what `accum` takes off them is not
+        # taken off it again.
+        cut = np.where(g.cls == COMM, 0, cut)
     return Timing(
         call_start=host.call_start,
         call_end=call_end,
@@ -334,8 +345,7 @@ def _timing(
         # The device's own floor: its busy time less what the change takes off its ops.
         step_s=max(
             float(end - g.origin) * NS / g.steps,
-            (g.busy_other_s if change.overlap else g.busy_s)
-            - float(np.sum(g.dur - device.dur_i)) * NS / g.steps,
+            (g.busy_other_s if change.overlap else g.busy_s) - float(np.sum(cut)) * NS / g.steps,
         ),
         rounds=rounds,
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.critpath import OVERLAP
+from wallfinder.analysis.accumulation import DDP_FORWARD, micro_step_syncs
+from wallfinder.analysis.critpath import ACCUM, OVERLAP
 from wallfinder.analysis.findings import (
     NO_ROWS,
     Facts,
@@ -13,14 +14,12 @@ from wallfinder.analysis.findings import (
     call_sites,
     make_finding,
     ms_text,
-    name_codes,
 )
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.phases import PHASES
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.rules import rule
-from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
 from wallfinder.units import short_kernel
@@ -233,58 +232,20 @@ def _gradient_sync_tail(f: Facts) -> str:
     )
 
 
-DDP_FORWARD = "DistributedDataParallel.forward"
-"""The range DDP records around each forward: one per micro-step."""
-
-
-def _micro_step_syncs(f: Facts) -> tuple[npt.NDArray[np.bool_], float]:
-    """The all-reduce kernels launched in a micro-step that no optimizer step ends (a mask over
-    the device ops) — gradient accumulation syncing gradients it will add to again — and the
-    micro-steps per optimizer step in the steady steps (0 without DDP's forwards or an
-    optimizer step)."""
-    dev = f.dev
-    if dev is None:
-        return NO_ROWS, 0.0
-    host = (Kind.ANNOTATION, Kind.CPU_OP)
-    spans, kept = f.scope.spans, f.scope.kept
-    lo, hi = spans.cpu_start[kept], spans.cpu_end[kept]
-    forwards = f.trace.named(host, name_codes(f.trace, (DDP_FORWARD,)))
-    starts = np.unique(forwards.ts[in_windows(forwards.ts, lo, hi)])
-    optimizer = f.trace.named(
-        host, f.trace.names_matching(lambda s: s.startswith("Optimizer.step#"))
-    )
-    stepped = np.sort(optimizer.ts[in_windows(optimizer.ts, lo, hi)])
-    if starts.size < 2 or stepped.size == 0:
-        return np.zeros(len(dev.ops), dtype=bool), 0.0
-    # Micro-step i runs from its forward to the next one; it accumulates when that forward is
-    # in the same step and no optimizer step starts between the two.
-    a, b = starts[:-1], starts[1:]
-    step = np.searchsorted(lo, starts, side="right") - 1
-    between = np.searchsorted(stepped, b) - np.searchsorted(stepped, a)
-    accumulating = (step[:-1] == step[1:]) & (between == 0)
-    a, b = a[accumulating], b[accumulating]
-    ops = dev.ops
-    reduces = f.trace.names_matching(lambda s: "allreduce" in s.lower().replace("_", ""))
-    at = np.where(dev.launch_ts != NO_LAUNCH, dev.launch_ts, ops.ts)
-    k = np.searchsorted(a, at, side="right") - 1
-    inside = (k >= 0) & (at < b[np.maximum(k, 0)]) if a.size else np.zeros(len(ops), dtype=bool)
-    rows: npt.NDArray[np.bool_] = inside & (dev.cls == COMM) & np.isin(ops.name, reduces)
-    return rows, starts.size / stepped.size
-
-
 def _synced_micro_steps(f: Facts) -> npt.NDArray[np.bool_]:
-    return _micro_step_syncs(f)[0]
+    return micro_step_syncs(f.scope).rows
 
 
-@rule(Facts, id="grad-sync-per-micro-step", work=_synced_micro_steps)
+@rule(Facts, id="grad-sync-per-micro-step", replay=ACCUM, work=_synced_micro_steps)
 def grad_sync_per_micro_step(f: Facts) -> Finding | None:
     """Gradient accumulation under DDP without `no_sync()`: the gradients are all-reduced in
     every micro-step, where one all-reduce per optimizer step would do. The bound is the time
-    those extra all-reduces leave no compute beside (the what-if has no change that drops a
-    collective, so the bound stands)."""
+    those extra all-reduces leave no compute beside; the gain is the replay without them (the
+    `accum` what-if removes the same kernels, `micro_step_syncs`)."""
     if f.dev is None or f.step_s <= 0:
         return None
-    rows, micro = _micro_step_syncs(f)
+    syncs = micro_step_syncs(f.scope)
+    rows, micro = syncs.rows, syncs.per_step
     if not rows.any():
         return None
     ops = f.dev.ops

@@ -78,7 +78,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "alone then combined: data (data-loading gaps removed), host[:F] (host work and "
         "launch calls / F, default 2), sync (sync points removed), fuse (memory-bound chains "
         "fused), matmul[:P] (matmuls at P of their roof, default 0.8), overlap (collectives "
-        "start beside the compute they waited for)",
+        "start beside the compute they waited for), accum (no all-reduce in the micro-steps "
+        "of gradient accumulation but the last, as under no_sync())",
     )
     add_record_options(parser)
 
