@@ -33,9 +33,11 @@ __all__ = [
     "DIFF",
     "MEMORY",
     "STEPS",
+    "SUBJECTS",
     "Format",
     "RenderOptions",
     "Subject",
+    "drawn_by",
     "formats_of",
     "rendered",
 ]
@@ -71,6 +73,8 @@ MEMORY: Subject[MemoryReport] = Subject("memory")
 COUNTERS: Subject[CounterReport] = Subject("counters")
 STEPS: Subject[Steps] = Subject("steps", otherwise="text")
 CALCULATION: Subject[Calculation] = Subject("calculation", otherwise="text")
+SUBJECTS: tuple[Subject[Any], ...] = (DIAGNOSIS, DIFF, MEMORY, COUNTERS, STEPS, CALCULATION)
+"""Every kind of result (the JSON format renders them all)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,23 @@ class Format:
             return render
 
         return register
+
+    def draws(self, renderers: dict[Subject[Any], Renderer[Any]]) -> None:
+        """Register a renderer for each subject of `renderers`."""
+        self.renderers.update(renderers)
+
+
+def drawn_by(module: str, function: str, *, width: bool = False) -> Renderer[Any]:
+    """A renderer that calls `function` of `wallfinder.report.{module}` with the result (and
+    the width, where `width`), importing that module only when it is called: what draws a
+    format (rich, jinja2) is not loaded to list the formats."""
+
+    def render(result: Any, options: RenderOptions) -> str:
+        draw = getattr(importlib.import_module(f"wallfinder.report.{module}"), function)
+        text: str = draw(result, width=options.width) if width else draw(result)
+        return text
+
+    return render
 
 
 _FORMATS: dict[str, Format] = {}
