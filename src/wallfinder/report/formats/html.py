@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from wallfinder.report.formats import COUNTERS, DIAGNOSIS, DIFF, Format, drawn_by
+from wallfinder.report.formats import COUNTERS, DIAGNOSIS, DIFF, Drawn, Format
 
 HTML = Format("html", rank=3)
 HTML.draws(
     {
-        DIAGNOSIS: drawn_by("html", "render_html"),
-        DIFF: drawn_by("diff", "render_diff_html"),
-        COUNTERS: drawn_by("html", "render_counters_html"),
+        DIAGNOSIS: Drawn("html", "render_html"),
+        DIFF: Drawn("diff", "render_diff_html"),
+        COUNTERS: Drawn("html", "render_counters_html"),
     }
 )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from wallfinder.report.formats import COUNTERS, DIAGNOSIS, DIFF, MEMORY, Format, drawn_by
+from wallfinder.report.formats import COUNTERS, DIAGNOSIS, DIFF, MEMORY, Drawn, Format
 
 MD = Format("md", rank=2)
 MD.draws(
     {
-        DIAGNOSIS: drawn_by("markdown", "render_markdown"),
-        DIFF: drawn_by("diff", "render_diff_markdown"),
-        MEMORY: drawn_by("memory", "render_memory_markdown"),
-        COUNTERS: drawn_by("markdown", "render_counters_markdown"),
+        DIAGNOSIS: Drawn("markdown", "render_markdown"),
+        DIFF: Drawn("diff", "render_diff_markdown"),
+        MEMORY: Drawn("memory", "render_memory_markdown"),
+        COUNTERS: Drawn("markdown", "render_counters_markdown"),
     }
 )

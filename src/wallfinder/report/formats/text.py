@@ -9,18 +9,18 @@ from wallfinder.report.formats import (
     DIFF,
     MEMORY,
     STEPS,
+    Drawn,
     Format,
-    drawn_by,
 )
 
 TEXT = Format("text", rank=0)
 TEXT.draws(
     {
-        DIAGNOSIS: drawn_by("terminal", "render_text", width=True),
-        DIFF: drawn_by("diff", "render_diff_text", width=True),
-        MEMORY: drawn_by("memory", "render_memory_text", width=True),
-        COUNTERS: drawn_by("counters", "render_counters_text", width=True),
-        STEPS: drawn_by("terminal", "render_steps", width=True),
-        CALCULATION: drawn_by("terminal", "render_calculation"),
+        DIAGNOSIS: Drawn("terminal", "render_text", width=True),
+        DIFF: Drawn("diff", "render_diff_text", width=True),
+        MEMORY: Drawn("memory", "render_memory_text", width=True),
+        COUNTERS: Drawn("counters", "render_counters_text", width=True),
+        STEPS: Drawn("terminal", "render_steps", width=True),
+        CALCULATION: Drawn("terminal", "render_calculation"),
     }
 )
