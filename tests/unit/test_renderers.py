@@ -68,3 +68,17 @@ def test_a_format_that_does_not_render_a_result_is_refused_or_falls_back(
     # Step times and the calculator have JSON and text: any other format is their text.
     assert render_steps(diagnosis.steps, "md") == render_steps(diagnosis.steps, "text")
     assert render_steps(diagnosis.steps, "json") == diagnosis.steps.to_json() + "\n"
+
+
+def test_every_renderer_named_by_module_and_function_resolves() -> None:
+    # A format module names what draws it as strings (imported on first use): a wrong name
+    # would otherwise surface only when that format is asked for.
+    drawn = [
+        (f.name, r)
+        for f in formats._formats()
+        for r in f.renderers.values()
+        if isinstance(r, formats.Drawn)
+    ]
+    assert len(drawn) == 13
+    for name, r in drawn:
+        assert callable(r.draw()), (name, r)

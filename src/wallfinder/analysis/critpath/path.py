@@ -4,6 +4,7 @@ binding edge, its time summed by category (CATEGORIES) and the wall it hits."""
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -185,18 +186,20 @@ class _Walker:
         self.drain_op = _drain_ops(g, t).data
         self.tie = g.tie_ns
 
+    def _leg(
+        self,
+    ) -> tuple[
+        array[int], Callable[[Iterable[int]], None], Callable[[array[int]], None], int, int, int
+    ]:
+        """What a leg of the walk reads at every node, to bind as locals: the segments, their
+        `extend`, the fold, the steps taken, their limit and the fold's period."""
+        return self.segs, self.segs.extend, self.walk.fold, self.step, self.limit, FOLD_STEPS
+
     def device(self, k: int, cur: int) -> tuple[int, int]:
         """Back from op `k` (the path at `cur`) along the device, to the host call whose
         launch or release it waited for: the path's time there and that call (-1: the path
         ends here)."""
-        segs, fold, step, limit, every = (
-            self.segs,
-            self.walk.fold,
-            self.step,
-            self.limit,
-            FOLD_STEPS,
-        )
-        add = segs.extend
+        segs, add, fold, step, limit, every = self._leg()
         # (Locals: the loop reads them at every node.)
         communication, compute, bandwidth, launch, wait = (
             COMMUNICATION,
@@ -287,14 +290,7 @@ class _Walker:
         device, through its launch, and goes on from the host work before it) along the host
         chain, to the op a synchronising call drained: the path's time there and that op (-1:
         the path ends here)."""
-        segs, fold, step, limit, every = (
-            self.segs,
-            self.walk.fold,
-            self.step,
-            self.limit,
-            FOLD_STEPS,
-        )
-        add = segs.extend
+        segs, add, fold, step, limit, every = self._leg()
         host, sync, launch = HOST, SYNC, LAUNCH
         call_start, call_end, drain, drain_op = (
             self.call_start,

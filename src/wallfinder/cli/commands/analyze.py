@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,8 +34,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="a .json/.json.gz trace, a folder of them, or an Nsight Systems capture "
         "(.sqlite export, or .nsys-rep with nsys on PATH)",
     )
-    parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_report_options(parser, FORMATS)
     parser.add_argument(
         "--export",
         type=Path,
@@ -155,6 +154,12 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
         "numbered instances such as 'step 3' match 'step'); default: ProfilerStep, or in an "
         "Nsight Systems capture the range named like a step",
     )
+
+
+def add_report_options(parser: argparse.ArgumentParser, formats: Sequence[str]) -> None:
+    """The options of a command that writes a report: its format, and a file to write it to."""
+    parser.add_argument("--format", choices=formats, default="text", help="output format")
+    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
 
 
 def add_device_options(parser: argparse.ArgumentParser) -> None:

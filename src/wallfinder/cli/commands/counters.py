@@ -11,6 +11,7 @@ from pathlib import Path
 from wallfinder.api import analyze, analyze_counters, ncu_commands
 from wallfinder.cli.commands.analyze import (
     add_device_options,
+    add_report_options,
     add_trace_options,
     options_from,
     report_width,
@@ -40,8 +41,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="print the ncu command lines that collect what this needs (for --trace: one per "
         "top kernel) and exit",
     )
-    parser.add_argument("--format", choices=COUNTER_FORMATS, default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_report_options(parser, COUNTER_FORMATS)
     add_device_options(parser)
     add_trace_options(parser)
 

@@ -11,7 +11,7 @@ from typing import TextIO
 from wallfinder.api import MIN_STEPS_FOR_STABILITY
 from wallfinder.capture import require_torch
 from wallfinder.capture.workloads import DEFAULT, DEVICES, WORKLOADS, get
-from wallfinder.cli.commands.analyze import positive_int
+from wallfinder.cli.commands.analyze import add_report_options, positive_int
 from wallfinder.errors import WallfinderError
 from wallfinder.measure import DemoPair, DemoResult, run_demo
 from wallfinder.report import FORMATS, render, render_diff
@@ -53,8 +53,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help=f"folder for the trace and reports (default: {OUT}/WORKLOAD[-fixed]; with "
         f"--compare, the folder that holds both: default {OUT})",
     )
-    parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_report_options(parser, FORMATS)
 
 
 def run(args: argparse.Namespace) -> int:

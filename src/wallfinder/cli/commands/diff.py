@@ -8,6 +8,7 @@ from pathlib import Path
 from wallfinder.api import Options, diff, load_diagnosis, run_names
 from wallfinder.cli.commands.analyze import (
     add_device_options,
+    add_report_options,
     add_trace_options,
     report_width,
     write_report,
@@ -20,8 +21,7 @@ _INPUT = "a trace file, a folder of rank traces, or a saved diagnosis (analyze -
 def prepare_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("before", type=Path, help=f"the run before: {_INPUT}")
     parser.add_argument("after", type=Path, help=f"the run after: {_INPUT}")
-    parser.add_argument("--format", choices=DIFF_FORMATS, default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_report_options(parser, DIFF_FORMATS)
     add_device_options(parser)
     add_trace_options(parser)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from wallfinder.cli.commands.analyze import (
     add_db_option,
+    add_report_options,
     positive_int,
     report_width,
     write_report,
@@ -24,8 +24,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "the recorded names and their run counts",
     )
     add_db_option(parser)
-    parser.add_argument("--format", choices=HISTORY_FORMATS, default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_report_options(parser, HISTORY_FORMATS)
     parser.add_argument("--last", type=positive_int, metavar="N", help="only the last N runs")
 
 

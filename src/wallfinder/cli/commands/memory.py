@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from wallfinder.api import analyze_memory
-from wallfinder.cli.commands.analyze import report_width, write_report
+from wallfinder.cli.commands.analyze import add_report_options, report_width, write_report
 from wallfinder.report import MEMORY_FORMATS, render_memory
 
 
@@ -17,8 +17,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="a pickle from torch.cuda.memory._dump_snapshot(path), plain or gzip (loaded "
         "without running code)",
     )
-    parser.add_argument("--format", choices=MEMORY_FORMATS, default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_report_options(parser, MEMORY_FORMATS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from wallfinder.cli.commands.analyze import (
     add_device_options,
     add_model_options,
     add_record_options,
+    add_report_options,
     check_record_options,
     options_from,
     positive_int,
@@ -108,8 +109,7 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         help="keep the traces here (default: a new folder under ./wallfinder-traces)",
     )
     parser.add_argument("-m", dest="module", help="run this module on this Python (like python -m)")
-    parser.add_argument("--format", choices=FORMATS, default="text", help="output format")
-    parser.add_argument("-o", "--output", type=Path, help="write the report to this file")
+    add_report_options(parser, FORMATS)
     add_device_options(parser)
     add_model_options(parser)
     add_record_options(parser)

@@ -33,6 +33,8 @@ __all__ = [
     "DIFF",
     "MEMORY",
     "STEPS",
+    "SUBJECTS",
+    "Drawn",
     "Format",
     "RenderOptions",
     "Subject",
@@ -71,6 +73,8 @@ MEMORY: Subject[MemoryReport] = Subject("memory")
 COUNTERS: Subject[CounterReport] = Subject("counters")
 STEPS: Subject[Steps] = Subject("steps", otherwise="text")
 CALCULATION: Subject[Calculation] = Subject("calculation", otherwise="text")
+SUBJECTS: tuple[Subject[Any], ...] = (DIAGNOSIS, DIFF, MEMORY, COUNTERS, STEPS, CALCULATION)
+"""Every kind of result (the JSON format renders them all)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,33 @@ class Format:
             return render
 
         return register
+
+    def draws(self, renderers: dict[Subject[Any], Renderer[Any]]) -> None:
+        """Register a renderer for each subject of `renderers`."""
+        self.renderers.update(renderers)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A renderer that calls `function` of `wallfinder.report.{module}` with the result (and
+    the width, where `width`), importing that module only when it is called: what draws a
+    format (rich, jinja2) is not loaded to list the formats. (Named by strings, the function
+    is checked by the tests, which resolve every registered one.)"""
+
+    module: str
+    function: str
+    width: bool = False
+
+    def draw(self) -> Callable[..., str]:
+        """The function that draws, its module imported."""
+        draw: Callable[..., str] = getattr(
+            importlib.import_module(f"wallfinder.report.{self.module}"), self.function
+        )
+        return draw
+
+    def __call__(self, result: Any, options: RenderOptions) -> str:
+        draw = self.draw()
+        return draw(result, width=options.width) if self.width else draw(result)
 
 
 _FORMATS: dict[str, Format] = {}
