@@ -23,6 +23,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+# (classify's, where the kernel classes are named: the compute wall's, and the critical path's)
+from wallfinder.analysis.classify import MATMUL_CLASSES as MATMUL_CLASSES
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
@@ -36,10 +38,6 @@ from wallfinder.diagnosis import (
     Verdict,
     Wall,
 )
-
-MATMUL_CLASSES = frozenset({KernelClass.GEMM, KernelClass.ATTENTION, KernelClass.CONVOLUTION})
-"""The kernel classes of matmul-class work: the compute wall's, unless it streams its operands
-(skinny shapes), and the critical path's compute category."""
 
 _CAUSE_TEXT = {
     "unstable": "unstable step time",
@@ -100,10 +98,22 @@ def decide(
         detail=f"compute covers {busy:.1%} of the step{one_off} (busy at ≥ "
         f"{thresholds.min_busy:.0%})",
     )
-    matmul = sum(c.share for c in classes if c.cls in MATMUL_CLASSES)
+    # The busy time's holders on the timeline where the device has one (`ClassShare.busy`):
+    # work beside a matmul (collectives on their own SMs, copies, kernels on other streams)
+    # holds none of the time the matmul runs through. Else (a CPU's one thread, results
+    # written before) the summed time, which is the same there.
+    timeline = bool(classes) and all(c.busy is not None for c in classes)
+    held = {c.cls: c.busy if c.busy is not None else c.share for c in classes}
+    matmul = sum(held[c.cls] for c in classes if c.cls in MATMUL_CLASSES)
+    summed = sum(c.share for c in classes if c.cls in MATMUL_CLASSES)
     # Matmuls that stream their operands (skinny shapes, GEMV, decode attention) are
     # bandwidth-bound work, whatever their class.
-    streaming = min(roofline.matmul_bandwidth_share, matmul) if roofline else 0.0
+    streaming_summed = min(roofline.matmul_bandwidth_share, summed) if roofline else 0.0
+    streaming = (
+        min(sum(c.streaming for c in classes if c.cls in MATMUL_CLASSES), matmul)
+        if timeline
+        else streaming_summed
+    )
     unknown = roofline.matmul_unknown_share if roofline else 0.0
     in_matmuls = matmul - streaming
     q3 = Question(
@@ -118,6 +128,7 @@ def decide(
                 else ""
             )
             + f" (matmul-bound at ≥ {thresholds.min_matmul:.0%})"
+            + _beside(classes)
         ),
     )
     q4 = _near_peak(roofline, thresholds, roof_estimate)
@@ -135,7 +146,14 @@ def decide(
             questions=questions,
         )
     if q3.answer == "no":
-        memory_bound = {c.cls: c.share for c in classes if c.cls not in MATMUL_CLASSES}
+        memory_bound = {
+            c.cls: held[c.cls]
+            for c in classes
+            if c.cls not in MATMUL_CLASSES
+            # (On the timeline communication holds no busy time: beside compute it is not
+            # the wall, and alone it is exposed, which the second question weighs.)
+            and not (timeline and c.cls == KernelClass.COMMUNICATION)
+        }
         if streaming > 0:
             memory_bound[STREAMING] = streaming
         most = max(memory_bound, key=lambda c: memory_bound[c]) if memory_bound else None
@@ -154,7 +172,8 @@ def decide(
         cause = "at peak"
     elif q4.answer == "no":
         cause = "below peak: precision/shape/kernel"
-    elif unknown >= in_matmuls / 2:
+    # (Of the matmul time that does not stream, on the roofline's summed basis as `unknown`.)
+    elif unknown >= (summed - streaming_summed) / 2:
         cause = "matmul-bound (GEMM bound unknown: no shapes)"
         reason += (
             f"; {unknown:.0%} of busy time is in GEMMs whose shapes were not recorded, so "
@@ -164,6 +183,20 @@ def decide(
     else:
         cause = "matmul-bound (how near peak: unknown)"
     return Verdict(wall="compute", cause=cause, reason=reason, questions=questions)
+
+
+def _beside(classes: list[ClassShare]) -> str:
+    """What hidden communication takes, in words ("" when it runs beside no compute): the
+    summed time its kernels share the device with compute, which costs the SMs they hold, not
+    a wall of its own."""
+    comm = next((c for c in classes if c.cls == KernelClass.COMMUNICATION), None)
+    if comm is None or comm.beside < 0.005:
+        return ""
+    return (
+        f"; communication kernels ({comm.share:.0%} of the summed kernel time) run beside "
+        f"compute for {comm.beside:.0%} of the summed kernel time: the SMs they hold are "
+        "taken from the compute beside them, not a wall"
+    )
 
 
 _K = TypeVar("_K")
