@@ -491,6 +491,8 @@ def test_communication_hidden_beside_the_matmuls_is_not_a_bandwidth_wall(tmp_pat
     # What hidden communication costs is said as evidence: the SMs it shares with compute.
     assert shares["communication"].beside == pytest.approx(790 / 1780)
     assert "beside compute for 44% of the summed kernel time" in d.verdict.questions[2].detail
+    # The roofline's shares are of the summed kernel time, and say so beside the timeline's.
+    assert "44% of the kernel time is in GEMMs whose bound" in d.verdict.questions[3].detail
 
 
 def test_communication_not_hidden_is_still_exposed_communication(tmp_path: Path) -> None:

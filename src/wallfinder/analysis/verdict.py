@@ -131,7 +131,9 @@ def decide(
             + _beside(classes)
         ),
     )
-    q4 = _near_peak(roofline, thresholds, roof_estimate)
+    # The roofline's shares are of summed kernel time, which on a timeline is not busy time.
+    summed_words = "of the kernel time" if timeline else "of busy time"
+    q4 = _near_peak(roofline, thresholds, roof_estimate, summed_words)
     questions = [q1, q2, q3, q4]
     if q2.answer == "no":
         parts = _losses(breakdown)
@@ -176,7 +178,7 @@ def decide(
     elif unknown >= (summed - streaming_summed) / 2:
         cause = "matmul-bound (GEMM bound unknown: no shapes)"
         reason += (
-            f"; {unknown:.0%} of busy time is in GEMMs whose shapes were not recorded, so "
+            f"; {unknown:.0%} {summed_words} is in GEMMs whose shapes were not recorded, so "
             "whether they compute or stream their weights (small batches, decode) is not "
             "known: profile with record_shapes=True"
         )
@@ -266,7 +268,10 @@ def _losses(breakdown: Breakdown) -> dict[str, float]:
     }
 
 
-def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool) -> Question:
+def _near_peak(
+    roofline: Roofline | None, thresholds: Thresholds, estimate: bool, summed_words: str
+) -> Question:
+    """The fourth question; `summed_words` say what the roofline's shares are of."""
     question = "Are the matmuls near peak?"
     value = roofline.pct_of_roof_matmul if roofline else None
     if value is None:
@@ -277,7 +282,7 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
         )
         if roofline is not None and roofline.matmul_unknown_share >= 0.005:
             why += (
-                f"; {roofline.matmul_unknown_share:.0%} of busy time is in GEMMs whose bound "
+                f"; {roofline.matmul_unknown_share:.0%} {summed_words} is in GEMMs whose bound "
                 "is unknown without shapes"
             )
         return Question(
@@ -292,7 +297,7 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
     )
     if roofline is not None and roofline.fp32_matmul_without_tensor_cores_share > 0.01:
         detail += (
-            f"; {roofline.fp32_matmul_without_tensor_cores_share:.0%} of busy time is fp32 "
+            f"; {roofline.fp32_matmul_without_tensor_cores_share:.0%} {summed_words} is fp32 "
             "matmul without tensor cores"
         )
     if estimate:
