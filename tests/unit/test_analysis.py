@@ -520,6 +520,23 @@ def test_work_beside_a_matmul_holds_none_of_the_busy_time(tmp_path: Path) -> Non
     assert d.verdict.wall == "compute"
 
 
+def test_without_a_matmul_the_class_with_the_most_kernel_time_holds_the_overlap(
+    tmp_path: Path,
+) -> None:
+    # Pointwise kernels cover each step; a reduction runs beside them for 100 of its 150 µs.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 400.0
+        b.step(s + 1, t0, 400.0)
+        b.kernel(ELEMENTWISE, t0, 300.0, launch_at=t0)
+        b.kernel("triton_red_fused_sum_1", t0 + 200.0, 150.0, launch_at=t0, stream=9)
+    d = load(b, tmp_path)
+    assert_consistent(d)
+    busy = {c.cls: c.busy for c in d.classes}
+    assert busy == {"elementwise": pytest.approx(300 / 350), "reduction": pytest.approx(50 / 350)}
+    assert (d.verdict.wall, d.verdict.cause) == ("bandwidth", "elementwise")
+
+
 def test_pointwise_work_alone_on_the_timeline_is_the_bandwidth_wall(tmp_path: Path) -> None:
     # The same kernels one after another: the pointwise ones hold 60% of the timeline.
     b = TraceBuilder()
