@@ -450,6 +450,15 @@ class Straggler(_Base, frozen=True):
     """`wait_caused_s` as a fraction of the job's median step time."""
     doing: str
     """What it was doing instead, from its own diagnosis."""
+    late_steps: int | None = None
+    """In how many steps it arrived last at most of the step's collectives (of `steps`, the
+    steps where some rank arrived last; None: a result written before these were kept)."""
+    steps: int | None = None
+    lateness_s: float | None = None
+    """Its median lead over the next latest rank in those steps."""
+    noise_s: float | None = None
+    """The noise of arrival order it is late beyond: the median lead of the other ranks
+    where they arrived last."""
 
 
 class JobSummary(_Base, frozen=True):
