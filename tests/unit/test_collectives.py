@@ -285,18 +285,22 @@ ENDS_US = (1100.0, 1550.0, 2000.0)
 
 
 def turns_job(
-    folder: Path, late: list[list[list[float]]], longer: list[list[list[float]]] | None = None
+    folder: Path,
+    late: list[list[list[float]]],
+    longer: list[list[list[float]]] | None = None,
+    idle_us: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0),
 ) -> Path:
-    """A 2-rank job of 4 steps of `STEP_US`, each with its compute and then three all-reduces
-    (`ENDS_US`) of 400 µs on a rank that is on time: `late[rank][step][k]` is how late (µs)
+    """A 2-rank job of 4 steps of `STEP_US` (and `idle_us[step]` more, idle at its start),
+    each with its compute and then three all-reduces (`ENDS_US`) of 400 µs on a rank that is
+    on time: `late[rank][step][k]` is how late (µs)
     the rank reaches the step's k-th all-reduce (it starts that much later, and ends with the
     others), `longer[rank][step][k]` how much later than the others' its end is recorded (a
     rank whose kernel lingers). Rank 1's clock is 3 ms ahead."""
     for rank in (0, 1):
         b = TraceBuilder(rank=rank, world_size=2, base_us=1_700_000_000 + 3000 * rank)
         for s in range(4):
-            t0 = s * STEP_US
-            b.step(s + 1, t0, STEP_US)
+            b.step(s + 1, s * STEP_US + sum(idle_us[:s]), STEP_US + idle_us[s])
+            t0 = s * STEP_US + sum(idle_us[: s + 1])
             b.dataloader(t0, 100.0)
             b.cpu_op("aten::mm", t0 + 100.0, 8.0)
             b.kernel("volta_sgemm_128x64_nn", t0 + 110.0, 500.0, launch_at=t0 + 102.0)
@@ -360,7 +364,7 @@ def test_a_rank_late_in_most_steps_by_more_than_the_noise_is_the_straggler(
     assert s.noise_s == pytest.approx(40e-6)
     straggler = next(f for f in d.findings if f.id == "straggler")
     assert "at most of them in 3 of 4 steps, by a median 0.300 ms" in straggler.evidence
-    assert "(the others, when last: 0.040 ms)" in straggler.evidence
+    assert "(the others, when last: 0.040 ms; the steps' spread: 0.000 ms)" in straggler.evidence
     assert Diagnosis.from_json(d.to_json()) == d
 
 
@@ -372,3 +376,16 @@ def test_a_rank_late_in_one_step_only_is_an_unstable_step_not_a_straggler(
     assert d.job is not None
     assert d.job.stragglers == []
     assert d.ranks[1].late_share == pytest.approx(3 / 12)
+
+
+def test_a_rank_late_by_less_than_the_steps_vary_is_no_straggler(tmp_path: Path) -> None:
+    """Rank 1 is 300 µs late at every all-reduce, but the steps' lengths vary by more than
+    that (a host idle 0-3 ms at their start): on a busy host that is chance, not a straggler.
+    With steady steps it is one."""
+    r1 = [[300.0, 300.0, 300.0]] * 4
+    d = analyze(turns_job(tmp_path, [ON_TIME, r1], idle_us=(0.0, 1000.0, 0.0, 3000.0)), workers=1)
+    assert d.job is not None
+    assert d.job.stragglers == []
+    d = analyze(turns_job(tmp_path / "steady", [ON_TIME, r1]), workers=1)
+    assert d.job is not None
+    assert [s.rank for s in d.job.stragglers] == [1]

@@ -666,7 +666,8 @@ def _stragglers(
     if len(order) > 1 and caused[top] < 2.0 * caused[int(order[1])]:
         return []
     late_steps, steps, lateness, noise = arrivals.late_steps(top)
-    if not _steady(late_steps, steps, lateness, noise, thresholds.job):
+    spread = _step_spread(diags)
+    if not _steady(late_steps, steps, lateness, max(noise, spread), thresholds.job):
         return []
     own = cols[top].rank
     rank = own if own is not None else top
@@ -681,15 +682,30 @@ def _stragglers(
             steps=steps,
             lateness_s=lateness / 1e9,
             noise_s=noise / 1e9,
+            step_spread_s=spread / 1e9,
         )
     ]
 
 
+def _step_spread(diags: Sequence[Diagnosis]) -> float:
+    """How much the job's steps vary (ns): per rank, the spread of its steady steps' lengths
+    (1.4826 x their median absolute deviation, which estimates a standard deviation that one
+    spike does not move), the median over the ranks. On a busy host the steps and the
+    arrivals jitter alike; a rank late by less than that is not told apart from chance."""
+    spreads = []
+    for d in diags:
+        lengths = np.array([s.duration_s for s in d.breakdown.steps if not s.warmup]) * 1e9
+        if lengths.size >= 2:
+            spreads.append(1.4826 * float(np.median(np.abs(lengths - np.median(lengths)))))
+    return float(np.median(spreads)) if spreads else 0.0
+
+
 def _steady(late_steps: int, steps: int, lateness: float, noise: float, th: JobThresholds) -> bool:
     """Whether a rank's lateness is a straggler's: last at most collectives in most steps (one
-    slow step is an unstable step, not a slow rank), and late by more than the noise of
-    arrival order (on a busy host the ranks take turns being last by about as much, and chance
-    alone makes one of them last in most of a few steps)."""
+    slow step is an unstable step, not a slow rank), and late by more than the noise (the
+    larger of the arrival order's and the steps' spread: on a busy host the ranks take turns
+    being last by about as much, and chance alone makes one of them last in most of a few
+    steps)."""
     return late_steps > th.straggler_steps * steps and lateness > max(
         th.straggler_noise * noise, th.tie_ns
     )
@@ -791,7 +807,8 @@ def straggler(f: JobFacts) -> Finding | None:
         f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives, at most of "
         f"them in {s.late_steps} of {s.steps} steps, by a median "
         f"{(s.lateness_s or 0.0) * 1e3:.3f} ms (the others, when last: "
-        f"{(s.noise_s or 0.0) * 1e3:.3f} ms); the others wait "
+        f"{(s.noise_s or 0.0) * 1e3:.3f} ms; the steps' spread: "
+        f"{(s.step_spread_s or 0.0) * 1e3:.3f} ms); the others wait "
         f"{s.wait_caused_s * 1e3:.2f} ms per step for it "
         f"({s.share:.0%} of a {f.step_s * 1e3:.2f} ms step); it was {s.doing}",
         f"make rank {s.rank} as fast as the others: even out its data (equal shard "

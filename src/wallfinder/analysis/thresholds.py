@@ -191,9 +191,10 @@ class JobThresholds:
     """A straggler is last at most of a step's collectives (those where someone was last) in
     more than this share of the steps that have any."""
     straggler_noise: float = 2.0
-    """... and late by more than this many times the arrival order's noise: the median
-    lateness of the other ranks at the collectives where they were last (a symmetric job whose
-    ranks take turns arriving last is late by about as much each time, whoever is last)."""
+    """... and late by more than this many times the noise: the larger of the median lateness
+    of the other ranks at the collectives where they were last (a symmetric job whose ranks
+    take turns arriving last is late by about as much each time, whoever is last) and the
+    spread of the steps' lengths (on a busy host arrivals jitter as much as steps do)."""
 
 
 @dataclass(frozen=True)

@@ -459,6 +459,9 @@ class Straggler(_Base, frozen=True):
     noise_s: float | None = None
     """The noise of arrival order it is late beyond: the median lead of the other ranks
     where they arrived last."""
+    step_spread_s: float | None = None
+    """The steps' spread it is late beyond too: per rank 1.4826 x the median absolute
+    deviation of its steady steps' lengths, the median over the ranks."""
 
 
 class JobSummary(_Base, frozen=True):
