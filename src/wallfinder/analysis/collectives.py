@@ -568,13 +568,15 @@ class _Arrivals:
 
     def late_steps(self, rank: int) -> tuple[int, int, float, float]:
         """For `rank`: in how many steps it arrived last at most of the step's collectives
-        that had a last rank, of how many steps had collectives; its lateness there (the median over
-        those steps of its median lead in each, ns); and the noise of arrival order, the
-        median lead of the other ranks where they arrived last (ns; 0 when they never did)."""
-        # Every step with collectives counts (one where all tie has nobody late in it).
-        steps, at = np.unique(self.step[self.step >= 0], return_inverse=True)
-        ok = (self.last >= 0) & (self.step >= 0)
-        last, lead, at = self.last[ok], self.lead[ok], at[ok[self.step >= 0]]
+        that had a last rank, of how many steps had collectives; its lateness there (the
+        median over those steps of its median lead in each, ns); and the noise of arrival
+        order, the median lead of the other ranks where they arrived last (ns; 0 when they
+        never did)."""
+        in_step = self.step >= 0
+        # Every step with collectives counts: one where all tie has nobody late in it.
+        steps, at = np.unique(self.step[in_step], return_inverse=True)
+        ok = self.last[in_step] >= 0
+        last, lead, at = self.last[in_step][ok], self.lead[in_step][ok], at[ok]
         mine = last == rank
         late = 2 * np.bincount(at[mine], minlength=steps.size) > np.bincount(
             at, minlength=steps.size
@@ -804,10 +806,10 @@ def straggler(f: JobFacts) -> Finding | None:
         "straggler",
         f"Rank {s.rank} is a straggler: the other ranks wait for it",
         s.share,
-        f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives, at most of "
-        f"them in {s.late_steps} of {s.steps} steps, by a median "
-        f"{(s.lateness_s or 0.0) * 1e3:.3f} ms (the others, when last: "
-        f"{(s.noise_s or 0.0) * 1e3:.3f} ms; the steps' spread: "
+        f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives (at most of "
+        f"those a rank is last at in {s.late_steps} of {s.steps} steps), by a median "
+        f"{(s.lateness_s or 0.0) * 1e3:.3f} ms, beyond the noise (the others' lead when "
+        f"last {(s.noise_s or 0.0) * 1e3:.3f} ms, the steps' spread "
         f"{(s.step_spread_s or 0.0) * 1e3:.3f} ms); the others wait "
         f"{s.wait_caused_s * 1e3:.2f} ms per step for it "
         f"({s.share:.0%} of a {f.step_s * 1e3:.2f} ms step); it was {s.doing}",
