@@ -184,6 +184,17 @@ class JobThresholds:
     wait_wall_share: float = 0.10
     """Ranks waiting for each other in collectives for this share of a step (and no single
     straggler) makes communication wait the job's verdict."""
+    tie_ns: int = 1_000
+    """Ranks reaching a collective within this long of each other arrive together: a tie is
+    nobody's lateness (the clocks are aligned by an estimate no finer than this)."""
+    straggler_steps: float = 0.5
+    """A straggler is last at most of a step's collectives (those where someone was last) in
+    more than this share of the steps that have any."""
+    straggler_noise: float = 2.0
+    """... and late by more than this many times the noise: the larger of the median lateness
+    of the other ranks at the collectives where they were last (a symmetric job whose ranks
+    take turns arriving last is late by about as much each time, whoever is last) and the
+    spread of the steps' lengths (on a busy host arrivals jitter as much as steps do)."""
 
 
 @dataclass(frozen=True)

@@ -468,6 +468,18 @@ class Straggler(_Base, frozen=True):
     """`wait_caused_s` as a fraction of the job's median step time."""
     doing: str
     """What it was doing instead, from its own diagnosis."""
+    late_steps: int | None = None
+    """In how many steps it arrived last at most of the step's collectives (of `steps`, the
+    steps where some rank arrived last; None: a result written before these were kept)."""
+    steps: int | None = None
+    lateness_s: float | None = None
+    """Its median lead over the next latest rank in those steps."""
+    noise_s: float | None = None
+    """The noise of arrival order it is late beyond: the median lead of the other ranks
+    where they arrived last."""
+    step_spread_s: float | None = None
+    """The steps' spread it is late beyond too: per rank 1.4826 x the median absolute
+    deviation of its steady steps' lengths, the median over the ranks."""
 
 
 class JobSummary(_Base, frozen=True):
