@@ -398,27 +398,3 @@ def test_torchrun_job_with_a_slow_rank_names_it_the_straggler(
     assert waiting.wait_s is not None
     assert late.wait_s is not None
     assert waiting.wait_s > late.wait_s
-
-
-SYMMETRIC_JOB = Path(__file__).parents[1] / "data" / "jobs" / "ddp_symmetric.py"
-
-
-@needs_torchrun
-def test_torchrun_job_of_ranks_doing_the_same_work_names_no_straggler(tmp_path: Path) -> None:
-    """On a busy machine one rank or the other is late now and then, sometimes at every
-    collective of a run, but by less than the steps vary: that is no straggler (rank 0 or 1
-    was named one, on the ranks' turns or by ties)."""
-    from wallfinder.api import analyze
-
-    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
-    outcome = run_program(
-        [torchrun, "--nproc_per_node", "2", str(SYMMETRIC_JOB)],
-        RunSettings(steps=6, warmup=2),
-        tmp_path / "t",
-    )
-    assert outcome.exit_code == 0
-    d = analyze(outcome.trace_dir, workers=1)
-    assert d.job is not None
-    assert d.job.matched >= 12
-    assert d.job.stragglers == []
-    assert "straggler" not in [f.id for f in d.findings]
