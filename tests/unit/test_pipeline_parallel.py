@@ -68,7 +68,8 @@ def test_a_stage_waiting_in_sendrecv_is_the_bubble_against_the_schedules_theory(
 def test_exposed_comm_keeps_only_what_the_bubble_does_not_claim(tmp_path: Path) -> None:
     d = analyze(gpipe_stage(allreduce_us=100.0).write(tmp_path / "t.json"))
     bubble, comm = finding(d, "pipeline-bubble"), finding(d, "exposed-comm")
-    assert bubble is not None and comm is not None
+    assert bubble is not None
+    assert comm is not None
     # 300 µs a step of SendRecv, 100 µs of all-reduce.
     assert comm.share / bubble.share == pytest.approx(1 / 3, abs=1e-3)
     assert bubble.share + comm.share == pytest.approx(d.breakdown.comm_exposed, abs=1e-6)
