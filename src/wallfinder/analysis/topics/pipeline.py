@@ -251,10 +251,10 @@ def pipeline_bubble(f: Facts) -> Finding | None:
         "this stage waits in send/recv for its neighbour with no compute beside it"
         f"{against}",
         "more microbatches per step (smaller microbatches, the same batch)"
-        f"{more}; a schedule with a smaller bubble: 1F1B (less activation memory, the same "
-        "bubble), interleaved 1F1B (ScheduleInterleaved1F1B, several stages per rank: "
-        "(p−1)/(v·m+p−1)), zero bubble (ScheduleInterleavedZeroBubble, ZBV); balance the "
-        "stages' compute (the slowest stage sets the pace); this is not collectives to "
-        "overlap",
+        f"{more}; another schedule: interleaved 1F1B (ScheduleInterleaved1F1B, v stages per "
+        "rank: (p−1)/(v·m+p−1)) or zero bubble (ScheduleInterleavedZeroBubble, ZBV) shrink "
+        "the bubble itself, 1F1B (Schedule1F1B) has GPipe's bubble with the activations of p "
+        "microbatches instead of m, room for more of them; balance the stages' compute (the "
+        "slowest stage sets the pace); overlapping collectives does not help here",
         speedup=amdahl(share),
     )
