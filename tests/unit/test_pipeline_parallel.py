@@ -148,3 +148,49 @@ def test_a_cpu_stage_blocked_in_gloo_send_and_recv_is_the_bubble(tmp_path: Path)
     assert bubble.share == pytest.approx(d.breakdown.comm_exposed, abs=1e-6)
     assert "2 microbatches per step, 2 stages" in bubble.evidence
     assert finding(d, "exposed-comm") is None
+
+
+def cpu_1f1b_stage(*, allreduce: bool = False) -> TraceBuilder:
+    """The first of 2 stages of a schedule that records no ranges (Schedule1F1B up to torch
+    2.13), on the CPU with gloo: per step 3 microbatches, each a forward, a blocking
+    `c10d::send` of its activations and later a `c10d::recv_` of their gradients; with
+    `allreduce`, a data-parallel gradient all-reduce too."""
+    b = TraceBuilder(device_name=None, rank=0, world_size=2)
+    for s in range(4):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        t = t0 + 10.0
+        for _ in range(3):
+            b.cpu_op("aten::mm", t, 100.0)
+            b.cpu_op("c10d::send", t + 100.0, 60.0)
+            b.cpu_op("c10d::recv_", t + 160.0, 40.0)
+            b.cpu_op("aten::mm", t + 200.0, 100.0)
+            t += 300.0
+        if allreduce:
+            b.cpu_op("c10d::allreduce_", t, 50.0)
+    return b
+
+
+def test_a_schedule_without_ranges_is_read_from_its_transfers_on_two_stages(
+    tmp_path: Path,
+) -> None:
+    d = analyze(cpu_1f1b_stage().write(tmp_path / "t.json"))
+    bubble = finding(d, "pipeline-bubble")
+    assert bubble is not None
+    assert bubble.share == pytest.approx(d.breakdown.comm_exposed, abs=1e-6)
+    # 6 send/recv calls a step: 3 microbatches, one each way.
+    assert "3 microbatches per step, 2 stages; m counted from the send/recv calls" in (
+        bubble.evidence
+    )
+    assert "(p−1)/(m+p−1) = 25% of the step" in bubble.evidence
+    assert finding(d, "exposed-comm") is None
+
+
+def test_transfers_beside_other_collectives_are_not_read_as_a_pipeline(tmp_path: Path) -> None:
+    # Without the schedule's ranges, send/recv beside a gradient all-reduce could be any use
+    # of point-to-point: left to exposed communication.
+    d = analyze(cpu_1f1b_stage(allreduce=True).write(tmp_path / "t.json"))
+    assert finding(d, "pipeline-bubble") is None
+    comm = finding(d, "exposed-comm")
+    assert comm is not None
+    assert comm.share == pytest.approx(d.breakdown.comm_exposed, abs=1e-6)

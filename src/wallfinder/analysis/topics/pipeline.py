@@ -59,6 +59,8 @@ class Pipeline:
     work: Events | npt.NDArray[np.bool_]
     """The transfers in the steady steps: a mask over the device ops, or a CPU-only trace's
     host calls."""
+    counted: bool = False
+    """m counted from the transfers (the schedule recorded no ranges)."""
 
     def theory(self, microbatches: int | None = None) -> float | None:
         """The schedule's bubble by theory, (p−1)/(v·m+p−1) (GPipe and 1F1B: v = 1), with `m`
@@ -92,6 +94,31 @@ def pipeline_of(f: Facts) -> Pipeline | None:
     if f.steps.count == 0 or f.scope.window_start.size == 0:
         return None
     start, end = f.scope.window_start, f.scope.window_end
+    schedule = _from_ranges(f) or _from_transfers(f)
+    if schedule is None:
+        return None
+    micro, local, counted = schedule
+    codes = f.trace.names_matching(_is_p2p)
+    found = _device_wait(f, codes) if dev is not None else _cpu_wait(f, codes)
+    if found is None:
+        return None
+    wait, work = found
+    total = float((end - start).sum())
+    return Pipeline(
+        microbatches=micro,
+        local_stages=local,
+        stages=_stages(f),
+        wait_ns=wait / max(f.steps.count, 1),
+        wait_share=wait / total if total > 0 else 0.0,
+        work=work,
+        counted=counted,
+    )
+
+
+def _from_ranges(f: Facts) -> tuple[int, int, bool] | None:
+    """m and v from the schedule's ranges in the steady steps (distinct microbatches of
+    forward chunks per step and stage; distinct stages), None without them."""
+    start, end = f.scope.window_start, f.scope.window_end
     chunk_codes = f.trace.names_matching(lambda s: _CHUNK.match(s) is not None)
     if chunk_codes.size == 0:
         return None
@@ -108,22 +135,34 @@ def pipeline_of(f: Facts) -> Pipeline | None:
             forwards.add((window, int(m.group(3)), int(m.group(5))))
     if not forwards:
         return None
-    codes = f.trace.names_matching(_is_p2p)
-    found = _device_wait(f, codes) if dev is not None else _cpu_wait(f, codes)
-    if found is None:
-        return None
-    wait, work = found
     windows = {w for w, _, _ in forwards}
     local = len({s for _, s, _ in forwards})
-    total = float((end - start).sum())
-    return Pipeline(
-        microbatches=round(len(forwards) / (len(windows) * local)),
-        local_stages=local,
-        stages=_stages(f),
-        wait_ns=wait / max(f.steps.count, 1),
-        wait_share=wait / total if total > 0 else 0.0,
-        work=work,
-    )
+    return round(len(forwards) / (len(windows) * local)), local, False
+
+
+_C10D_P2P = ("c10d::send", "c10d::recv_", "c10d::recv_any_source_")
+"""The host's point-to-point calls, one per tensor sent or received."""
+
+
+def _from_transfers(f: Facts) -> tuple[int, int, bool] | None:
+    """m from the transfers alone, for schedules that record no ranges (Schedule1F1B up to
+    torch 2.13): where the pipeline has 2 stages, each stage has one neighbour and sends or
+    receives one tensor each way per microbatch, so a step's point-to-point calls are 2m.
+    Only where they are the step's only collectives: beside others (data or tensor
+    parallel) the trace cannot tell a pipeline from another use of send/recv, and with more
+    stages a middle stage's count is twice an end stage's. None otherwise."""
+    if _stages(f) != 2:
+        return None
+    start, end = f.scope.window_start, f.scope.window_end
+    calls = f.trace.named((Kind.CPU_OP, Kind.ANNOTATION), f.comm_codes)
+    calls = calls.take(np.flatnonzero(in_windows(calls.ts, start, end)))
+    names = [f.trace.strings[int(c)] for c in np.unique(calls.name).tolist()]
+    if not names or not all(_is_p2p(n) or n == "record_param_comms" for n in names):
+        return None
+    p2p = np.array([c for n in _C10D_P2P if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
+    count = int(np.isin(calls.name, p2p).sum())
+    micro = round(count / 2 / max(f.steps.count, 1))
+    return (micro, 1, True) if micro >= 1 else None
 
 
 def _device_wait(
@@ -216,6 +255,12 @@ def pipeline_bubble(f: Facts) -> Finding | None:
         f"{m} microbatch{'es' if m != 1 else ''} per step"
         + (f", {v} stages on this rank (interleaved)" if v > 1 else "")
         + (f", {pipe.stages} stages" if pipe.stages is not None else "")
+        + (
+            "; m counted from the send/recv calls, one each way per microbatch, as the "
+            "schedule records no ranges"
+            if pipe.counted
+            else ""
+        )
     )
     if theory is None:
         against = (
