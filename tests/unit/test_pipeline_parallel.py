@@ -194,3 +194,16 @@ def test_transfers_beside_other_collectives_are_not_read_as_a_pipeline(tmp_path:
     comm = finding(d, "exposed-comm")
     assert comm is not None
     assert comm.share == pytest.approx(d.breakdown.comm_exposed, abs=1e-6)
+
+
+def test_a_users_range_named_like_a_transfer_is_no_wait(tmp_path: Path) -> None:
+    # Chunk ranges, and the user's own `send_metrics` range: no collective, no bubble.
+    b = TraceBuilder(device_name=None, rank=0, world_size=2)
+    for s in range(4):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.annotation("Forward 0", t0 + 10.0, 300.0)
+        b.cpu_op("aten::mm", t0 + 20.0, 200.0)
+        b.annotation("send_metrics", t0 + 400.0, 400.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert finding(d, "pipeline-bubble") is None

@@ -3,9 +3,10 @@ gradients.
 
 A pipelined step is recognised by the schedule's ranges around each microbatch's chunk of
 work together with point-to-point transfers between stages. torch.distributed.pipelining
-(torch 2.x) records `Forward i` / `Backward i` around each microbatch of its single-stage
-schedules (GPipe, 1F1B) and `PP:<stage><action><microbatch>` (`PP:0F1`, `PP:1B0`, `PP:0W1`)
-around each action of its multi-stage ones (interleaved 1F1B, zero bubble); the transfers are
+(torch 2.13) records `Forward i` / `Backward i` around each microbatch of ScheduleGPipe and
+`PP:<stage><action><microbatch>` (`PP:0F1`, `PP:1B0`, `PP:0W1`) around each action of its
+multi-stage schedules (interleaved 1F1B, zero bubble); Schedule1F1B records none, and is read
+from its transfers alone where that is unambiguous (`_from_transfers`). The transfers are
 `c10d::send` / `c10d::recv_` ops (`gloo:send`, `nccl:send`, ...) and NCCL `SendRecv` kernels.
 
 What the stage spends inside those transfers with no compute beside it is the time it waits
@@ -88,8 +89,9 @@ def _stages(f: Facts) -> int | None:
 
 
 def pipeline_of(f: Facts) -> Pipeline | None:
-    """The pipelined step this rank's trace shows, None when it shows none: no schedule
-    ranges in the steady steps, or no point-to-point transfer there."""
+    """The pipelined step this rank's trace shows, None when it shows none: neither a
+    schedule's ranges in the steady steps nor transfers that can only be a pipeline's
+    (`_from_transfers`), or no point-to-point transfer there."""
     dev = f.dev
     if f.steps.count == 0 or f.scope.window_start.size == 0:
         return None
@@ -190,6 +192,7 @@ def _cpu_wait(f: Facts, codes: npt.NDArray[np.int32]) -> tuple[float, Events] | 
     nothing (it waits for them there), as the CPU breakdown counts collectives beside it
     (analysis/cpu.py). At most its exposed communication. None without transfers."""
     main = f.main_thread
+    codes = codes[np.isin(codes, f.comm_codes)]  # a user's `send_metrics` range is none
     if main is None or codes.size == 0:
         return None
     start, end = f.scope.window_start, f.scope.window_end
