@@ -23,6 +23,7 @@ __all__ = [
     "CounterThresholds",
     "JobThresholds",
     "MemoryThresholds",
+    "PipelineThresholds",
     "SlackThresholds",
     "SnapshotThresholds",
     "StepThresholds",
@@ -226,6 +227,15 @@ class CounterThresholds:
 
 
 @dataclass(frozen=True)
+class PipelineThresholds:
+    """How a pipelined step's wait for its neighbour is read against its schedule's theory."""
+
+    excess: float = 0.05
+    """A stage waiting more (or less) than the schedule's bubble by more than this share of
+    the step is said to: the transfers themselves or an unbalanced stage account for it."""
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """Named, documented thresholds: the verdict's at the top level, the findings' in groups.
     See the module's docstring."""
@@ -259,3 +269,4 @@ class Thresholds:
     snapshot: SnapshotThresholds = field(default_factory=SnapshotThresholds)
     job: JobThresholds = field(default_factory=JobThresholds)
     counters: CounterThresholds = field(default_factory=CounterThresholds)
+    pipeline: PipelineThresholds = field(default_factory=PipelineThresholds)
