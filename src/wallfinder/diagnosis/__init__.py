@@ -62,6 +62,7 @@ from wallfinder.diagnosis._memory import (
     OomEvent,
     StepMemory,
 )
+from wallfinder.diagnosis._parallel import Parallelism, ProcessGroup, Strategy
 from wallfinder.diagnosis._result import (
     MARKS_SCHEMA,
     CriticalPath,
@@ -161,9 +162,11 @@ __all__ = [
     "OomEvent",
     "OpRoofRow",
     "OpRow",
+    "Parallelism",
     "PartChange",
     "PathSegment",
     "Phases",
+    "ProcessGroup",
     "Question",
     "RankSummary",
     "Roofline",
@@ -175,6 +178,7 @@ __all__ = [
     "StepTimeline",
     "Steps",
     "Straggler",
+    "Strategy",
     "TimelineGap",
     "TimelineSpan",
     "TraceMark",
