@@ -262,7 +262,6 @@ def tp_allreduce_exposed(f: Facts) -> Finding | None:
     if share < f.thresholds.time.min_share:
         return None
     per_step = len(calls) / steps
-    where = f.attribution.where_calls(calls.thread, calls.ts)
     reach = min(share, f.hideable)
     return make_finding(
         f,
@@ -272,7 +271,7 @@ def tp_allreduce_exposed(f: Facts) -> Finding | None:
         share,
         f"{share:.0%} of each step ({ms_text(share * f.step_s)}) waits for the "
         f"{per_step:g} all-reduces/step inside the forward (a layer's partial outputs summed "
-        f"before the next layer can start){where}, {ms_text(seconds / max(per_step, 1))} "
+        f"before the next layer can start), {ms_text(seconds / max(per_step, 1))} "
         f"each; the compute they could hide behind is {reach:.0%} of the step (the bound)",
         "overlap tensor parallel's communication with its matmuls: async TP "
         "(torch._inductor.config._micro_pipeline_tp with torch.compile and "
