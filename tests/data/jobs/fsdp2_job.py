@@ -14,9 +14,7 @@ from torch.distributed.fsdp import fully_shard
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 width, blocks = 256, 3
-model = nn.Sequential(
-    *(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(blocks))
-)
+model = nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(blocks)))
 for block in model:
     fully_shard(block)
 fully_shard(model)

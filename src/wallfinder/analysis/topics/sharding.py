@@ -15,6 +15,7 @@ from wallfinder.analysis.parallelism import fsdp_ranges, host_collectives, unit_
 from wallfinder.analysis.phases import FORWARD
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.rules import rule
+from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind
 from wallfinder.units import size
@@ -32,7 +33,7 @@ def _main(f: Facts, ev: Events) -> Events:
 
 def _kernels(f: Facts, kinds: tuple[str, ...], phase: int | None) -> npt.NDArray[np.bool_]:
     """The steady steps' communication kernels of the given collective kinds (and, with
-    `phase`, placed in that phase of the step)."""
+    `phase`, launched in that phase of the step)."""
     if f.dev is None:
         return NO_ROWS
     dev, trace = f.dev, f.trace
@@ -40,10 +41,15 @@ def _kernels(f: Facts, kinds: tuple[str, ...], phase: int | None) -> npt.NDArray
     wanted = np.array([collective_name(trace.strings[int(c)]) in kinds for c in names.tolist()])
     rows: npt.NDArray[np.bool_] = f.inside & (dev.cls == COMM) & wanted[index]
     if phase is not None:
-        a = f.attribution
-        if a is None or a.phase.shape != rows.shape:
+        # The phase a collective kernel is issued in: the phases give the kernel itself to
+        # communication, whichever phase launched it.
+        # (A kernel whose launch the trace does not hold is left out.)
+        rows &= dev.launch_ts != NO_LAUNCH
+        a, at = f.attribution, np.flatnonzero(rows)
+        if a is None:
             return np.zeros_like(rows)
-        rows &= a.phase == phase
+        placed, _ = a.place_calls(dev.launch_thread[at], dev.launch_ts[at])
+        rows[at[placed != phase]] = False
     return rows
 
 
