@@ -4,6 +4,7 @@ placed in the phase of the step that names it, with or without the framework's r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -127,8 +128,6 @@ def test_the_process_groups_come_from_distributed_info(tmp_path: Path) -> None:
     for s in range(STEPS):
         _ddp(b, s * 1000.0)
     path = b.write(tmp_path / "t.json")
-    import json
-
     data = json.loads(path.read_text())
     data["distributedInfo"]["pg_config"] = [
         {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}
@@ -145,7 +144,8 @@ def test_tp_allreduce_in_the_forward_is_its_own_finding(tmp_path: Path) -> None:
     # The all-reduce runs 40 µs of each 1000 µs step with no compute beside it.
     assert f.share == pytest.approx(0.04, abs=0.002)
     assert "1 all-reduces/step inside the forward" in f.evidence
-    assert "async TP" in f.fix and "bucket" not in f.fix
+    assert "async TP" in f.fix
+    assert "bucket" not in f.fix
 
 
 def test_fsdp_gather_before_its_unit_is_its_own_finding(tmp_path: Path) -> None:
@@ -162,7 +162,8 @@ def test_fsdp_gather_before_its_unit_is_its_own_finding(tmp_path: Path) -> None:
 
 def test_ddp_gradients_make_no_sharding_finding(tmp_path: Path) -> None:
     ids = [f.id for f in _diagnosed(tmp_path, _ddp).findings]
-    assert "tp-allreduce-exposed" not in ids and "fsdp-exposed-gather" not in ids
+    assert "tp-allreduce-exposed" not in ids
+    assert "fsdp-exposed-gather" not in ids
 
 
 def test_parallelism_renders_in_every_format_and_loads_from_json(tmp_path: Path) -> None:
@@ -175,6 +176,4 @@ def test_parallelism_renders_in_every_format_and_loads_from_json(tmp_path: Path)
     assert Diagnosis.from_json(d.to_json()).parallelism == d.parallelism
     old = d.to_dict()
     del old["parallelism"]
-    import json
-
     assert Diagnosis.from_json(json.dumps(old)).parallelism is None
