@@ -66,7 +66,7 @@ _TITLES = {
     "FSDP": "fully sharded data parallel (FSDP / ZeRO-3)",
     "TP": "tensor parallel",
     "PP": "pipeline parallel",
-    "EP": "expert parallel",
+    "EP": "expert parallel (or sharded embeddings: all-to-all)",
     "CP": "context parallel",
 }
 _ORDER = tuple(_TITLES)
@@ -88,7 +88,7 @@ class HostCollectives:
     phase of the step it is called in (-1: not placed)."""
 
     calls: Events
-    kind: list[str]
+    kind: npt.NDArray[np.str_]
     phase: npt.NDArray[np.int8]
 
 
@@ -111,8 +111,8 @@ def host_collectives(scope: Scope, attribution: Attribution | None) -> HostColle
         top[rows] = outermost(ops.take(rows))
     ops = ops.take(np.flatnonzero(top))
     names, index = np.unique(ops.name, return_inverse=True)
-    kinds = [collective_kind(trace.strings[int(c)]) for c in names.tolist()]
-    kind = [kinds[i] for i in index.tolist()]
+    kinds = np.array([collective_kind(trace.strings[int(c)]) for c in names.tolist()], dtype=str)
+    kind = kinds[index] if len(ops) else np.empty(0, dtype=str)
     phase = (
         attribution.place_calls(ops.thread, ops.ts)[0]
         if attribution is not None and len(ops)
@@ -159,23 +159,22 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     evidence: dict[str, list[str]] = {}
 
     def per_step(kind: str, phase: int | None = None) -> float:
-        rows = [i for i, k in enumerate(host.kind) if k == kind]
+        rows = host.kind == kind
         if phase is not None:
-            rows = [i for i in rows if host.phase[i] == phase]
-        return len(rows) / steps
+            rows &= host.phase == phase
+        return int(rows.sum()) / steps
 
     def calls(kind: str, phase: int | None = None) -> str:
         where = {FORWARD: " in the forward", BACKWARD: " in the backward", None: ""}[phase]
         return f"{_NAMES.get(kind, kind)} ×{per_step(kind, phase):g}/step{where}"
 
-    fsdp_ranges = _range_counts(scope, lambda s: s.startswith(FSDP_RANGE))
+    fsdp_ranges = _said(scope, lambda s: s.startswith(FSDP_RANGE), steps)
     gathers_fwd = per_step("allgather", FORWARD)
     scatters_bwd = per_step("reducescatter", BACKWARD)
     if fsdp_ranges:
         units = _units(trace)
         evidence.setdefault("FSDP", []).append(
-            f"FSDP's own ranges ({_top(fsdp_ranges, steps)})"
-            + (f", {len(units)} units" if units else "")
+            f"FSDP's own ranges ({fsdp_ranges})" + (f", {len(units)} units" if units else "")
         )
     if gathers_fwd and (scatters_bwd or fsdp_ranges):
         evidence.setdefault("FSDP", []).append(
@@ -185,9 +184,9 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     sharded = "FSDP" in evidence
     reduces_fwd = per_step("allreduce", FORWARD)
     reduces_bwd = per_step("allreduce", BACKWARD)
-    ddp_ranges = _range_counts(scope, lambda s: s == DDP_FORWARD)
+    ddp_ranges = _said(scope, lambda s: s == DDP_FORWARD, steps)
     if ddp_ranges:
-        evidence.setdefault("DDP", []).append(f"DDP's own ranges ({_top(ddp_ranges, steps)})")
+        evidence.setdefault("DDP", []).append(f"DDP's own ranges ({ddp_ranges})")
     # All-reduces in the backward are a replica's gradients, unless the forward all-reduces
     # too: then they are tensor parallel's (the input gradients of its column-parallel
     # layers), and data parallel beside it shows its own ranges or its own group.
@@ -200,28 +199,36 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
             f"{calls('allreduce', FORWARD)} (partial outputs of a layer summed)"
             + (f", {calls('allreduce', BACKWARD)}" if reduces_bwd and "DDP" not in evidence else "")
         )
-    if per_step("reducescatter", FORWARD) and not sharded:
+    # Sequence parallel pairs each reduce-scatter in the forward with an all-gather; a
+    # reduce-scatter alone is another layout's (row-wise sharded embeddings pool that way).
+    scatters_fwd = per_step("reducescatter", FORWARD)
+    if scatters_fwd and gathers_fwd >= scatters_fwd and not sharded:
         evidence.setdefault("TP", []).append(
-            f"{calls('reducescatter', FORWARD)} (sequence parallel)"
+            f"{calls('reducescatter', FORWARD)} with {calls('allgather', FORWARD)} "
+            "(sequence parallel)"
         )
-    pipeline = _range_counts(scope, lambda s: any(p in s for p in _PIPELINE))
+    pipeline = _said(scope, lambda s: any(p in s for p in _PIPELINE), steps)
     sendrecv = per_step("sendrecv")
-    ring = _range_counts(scope, lambda s: any(p in s for p in _RING))
+    ring = _said(scope, lambda s: any(p in s for p in _RING), steps)
     if pipeline:
-        evidence.setdefault("PP", []).append(f"pipelining's ranges ({_top(pipeline, steps)})")
+        evidence.setdefault("PP", []).append(f"pipelining's ranges ({pipeline})")
     if sendrecv and (pipeline or not ring):
         evidence.setdefault("PP", []).append(
             f"{calls('sendrecv')} (activations and gradients between stages)"
         )
     if ring:
-        evidence.setdefault("CP", []).append(f"ring attention's ranges ({_top(ring, steps)})")
+        evidence.setdefault("CP", []).append(f"ring attention's ranges ({ring})")
     if per_step("alltoall"):
-        evidence.setdefault("EP", []).append(f"{calls('alltoall')} (tokens to their experts)")
+        evidence.setdefault("EP", []).append(
+            f"{calls('alltoall')} (tokens to their experts, or rows to sharded embeddings)"
+        )
     dispatch = _range_counts(scope, _is_dispatch, kinds=(Kind.KERNEL,))
     if dispatch:
         evidence.setdefault("EP", []).append(f"dispatch/combine kernels ({_top(dispatch, steps)})")
     if evidence and len(groups) > 1:
-        sizes = ", ".join(f"{g.name} of {g.size}" for g in groups if g.size is not None)
+        sizes = ", ".join(
+            f"{g.name} of {g.size}" for g in groups if g.size is not None and g.size > 1
+        )
         if sizes:
             first = next(iter(evidence))
             evidence[first].append(f"process groups: {sizes}")
@@ -263,6 +270,21 @@ def _range_counts(
     )
 
 
+def _said(scope: Scope, test: Callable[[str], bool], steps: int) -> str:
+    """The ranges `test` accepts, in words: per steady step, or where the steady steps hold
+    none (ranges recorded in other steps only), their count in the whole trace."""
+    counts = _range_counts(scope, test)
+    if counts:
+        return _top(counts, steps)
+    trace = scope.trace
+    ev = trace.named(HOST, trace.names_matching(test))
+    names, n = np.unique(ev.name, return_counts=True)
+    whole = Counter(
+        {trace.strings[int(c)]: int(k) for c, k in zip(names.tolist(), n.tolist(), strict=True)}
+    )
+    return _top(whole, 1).replace("/step", "") + " in the trace" if whole else ""
+
+
 def _top(counts: Counter[str], steps: int, n: int = 2) -> str:
     """The `n` most frequent names of `counts` with their counts per step (FSDP's unit
     numbers folded)."""
@@ -281,8 +303,8 @@ def _groups(trace: Trace, host: HostCollectives, steps: int) -> list[ProcessGrou
     """The process groups `distributedInfo` declares, and with only one, its collectives
     per step by kind (the host calls do not name their group: with several, they are not
     divided among them)."""
-    per_kind = Counter(host.kind)
-    kinds = {k: n / steps for k, n in sorted(per_kind.items())}
+    names, counts = np.unique(host.kind, return_counts=True)
+    kinds = {str(k): int(n) / steps for k, n in zip(names.tolist(), counts.tolist(), strict=True)}
     config = trace.distributed.get("pg_config")
     groups = []
     if isinstance(config, list):

@@ -19,7 +19,7 @@ def parallelism_head(d: Diagnosis) -> str:
     if p is None:
         return ""
     if not p.strategies:
-        return "Parallelism: none seen (no collective, no framework range)"
+        return "Parallelism: no strategy recognised"
     return "Parallelism: " + " + ".join(s.name for s in p.strategies)
 
 

@@ -251,7 +251,7 @@ def tp_allreduce_exposed(f: Facts) -> Finding | None:
     host = host_collectives(f.scope, f.attribution)
     # FSDP's reduce-scatters are the gradients', whatever phase the first of them is placed in.
     kinds = ("allreduce",) if len(fsdp_ranges(f.scope, "all_gather")) else _TP_KINDS
-    forward = np.array([k in kinds for k in host.kind], dtype=bool) & (host.phase == FORWARD)
+    forward = np.isin(host.kind, kinds) & (host.phase == FORWARD)
     if not forward.any():
         return None
     steps = max(f.steps.count, 1)
