@@ -36,7 +36,7 @@ from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.phases import BACKWARD, FORWARD, Attribution
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.scope import Scope
-from wallfinder.diagnosis import Parallelism, ProcessGroup, Strategy
+from wallfinder.diagnosis import COLLECTIVE_WORDS, Parallelism, ProcessGroup, Strategy
 from wallfinder.trace import Events, Kind, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -166,7 +166,7 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
 
     def calls(kind: str, phase: int | None = None) -> str:
         where = {FORWARD: " in the forward", BACKWARD: " in the backward", None: ""}[phase]
-        return f"{_NAMES.get(kind, kind)} ×{per_step(kind, phase):g}/step{where}"
+        return f"{COLLECTIVE_WORDS.get(kind, kind)} ×{per_step(kind, phase):g}/step{where}"
 
     fsdp_ranges = _said(scope, lambda s: s.startswith(FSDP_RANGE), steps)
     gathers_fwd = per_step("allgather", FORWARD)
@@ -236,15 +236,6 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
         Strategy(name=n, title=_TITLES[n], evidence=evidence[n]) for n in _ORDER if n in evidence
     ]
     return Parallelism(strategies=strategies, groups=groups, frameworks=frameworks)
-
-
-_NAMES = {
-    "allreduce": "all-reduce",
-    "allgather": "all-gather",
-    "reducescatter": "reduce-scatter",
-    "alltoall": "all-to-all",
-    "sendrecv": "send/recv",
-}
 
 
 def _is_dispatch(name: str) -> bool:

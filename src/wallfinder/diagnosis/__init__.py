@@ -62,7 +62,12 @@ from wallfinder.diagnosis._memory import (
     OomEvent,
     StepMemory,
 )
-from wallfinder.diagnosis._parallel import Parallelism, ProcessGroup, Strategy
+from wallfinder.diagnosis._parallel import (
+    COLLECTIVE_WORDS,
+    Parallelism,
+    ProcessGroup,
+    Strategy,
+)
 from wallfinder.diagnosis._result import (
     MARKS_SCHEMA,
     CriticalPath,
@@ -107,6 +112,7 @@ from wallfinder.diagnosis._step import (
 )
 
 __all__ = [
+    "COLLECTIVE_WORDS",
     "COUNTERS_SCHEMA",
     "DIAGNOSIS_SCHEMAS",
     "DIFF_SCHEMA",

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from wallfinder.diagnosis._base import _Base
 
+COLLECTIVE_WORDS = {
+    "allreduce": "all-reduce",
+    "allgather": "all-gather",
+    "reducescatter": "reduce-scatter",
+    "alltoall": "all-to-all",
+    "sendrecv": "send/recv",
+}
+"""How the evidence and the reports spell the collectives' kinds."""
+
 
 class Strategy(_Base, frozen=True):
     """One parallelism strategy found in the trace."""

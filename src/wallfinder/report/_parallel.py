@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from wallfinder.diagnosis import Diagnosis, ProcessGroup
-
-_KINDS = {
-    "allreduce": "all-reduce",
-    "allgather": "all-gather",
-    "reducescatter": "reduce-scatter",
-    "alltoall": "all-to-all",
-    "sendrecv": "send/recv",
-}
+from wallfinder.diagnosis import COLLECTIVE_WORDS, Diagnosis, ProcessGroup
 
 
 def parallelism_head(d: Diagnosis) -> str:
@@ -38,5 +30,5 @@ def parallelism_lines(d: Diagnosis) -> list[str]:
 def group_line(g: ProcessGroup) -> str:
     label = g.name + (f" ({g.description})" if g.description else "")
     size = f" of {g.size} ranks" if g.size is not None else ""
-    calls = ", ".join(f"{_KINDS.get(k, k)} ×{n:g}" for k, n in g.collectives.items())
+    calls = ", ".join(f"{COLLECTIVE_WORDS.get(k, k)} ×{n:g}" for k, n in g.collectives.items())
     return f"process group {label}{size}" + (f": {calls} per step" if calls else "")
