@@ -155,6 +155,8 @@ def test_fsdp_gather_before_its_unit_is_its_own_finding(tmp_path: Path) -> None:
     assert "2 of 2 per step issued by their own unit's pre-forward (no forward prefetch)" in (
         f.evidence
     )
+    # Unit 0's gather kernel, launched inside its FSDP::all_gather (0) range, 25 µs a step.
+    assert "before a unit's forward: unit 0 0.03 ms;" in f.evidence
     assert "set_modules_to_forward_prefetch" in f.fix
     # Not a tensor-parallel job: its collectives in the forward are FSDP's all-gathers.
     assert "tp-allreduce-exposed" not in [x.id for x in d.findings]

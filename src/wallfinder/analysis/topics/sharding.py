@@ -59,8 +59,8 @@ def _exposed_s(f: Facts, rows: npt.NDArray[np.bool_]) -> float:
     ops = f.dev.ops
     compute = f.inside & (f.dev.cls != COMM) & (f.dev.cls != COPY)
     cover = Coverage.of(ops.ts[compute], ops.end[compute])
-    ts, end = ops.ts[rows], ops.end[rows]
-    exposed = Coverage.of(ts, end).total - int(cover.covered(ts, end).sum())
+    union = Coverage.of(ops.ts[rows], ops.end[rows])
+    exposed = union.total - int(cover.covered(union.starts, union.ends).sum())
     return max(exposed, 0) * NS / max(f.steps.count, 1)
 
 
@@ -144,7 +144,7 @@ def fsdp_exposed_gather(f: Facts) -> Finding | None:
         rows = _gather_rows(f)
         if not rows.any():
             return None
-        seconds, per_unit = _exposed_s(f, rows), {}
+        seconds, per_unit = _exposed_s(f, rows), _kernels_per_unit(f, rows, _issued(f, gathers))
     share = f.share(seconds / f.step_s) if f.step_s > 0 else 0.0
     if share < f.thresholds.time.min_share:
         return None
@@ -219,6 +219,27 @@ def _backward_costs(f: Facts) -> str:
             + ", ".join(f"unit {u} {ms_text(s)}" for u, s in sorted(reduce.items()))
         )
     return "; " + "; ".join(parts) if parts else ""
+
+
+def _kernels_per_unit(f: Facts, rows: npt.NDArray[np.bool_], issued: Events) -> dict[int, float]:
+    """Seconds per step of the all-gather kernels at `rows` with no compute beside them, per
+    FSDP unit: the unit whose `FSDP::all_gather (i)` range launched the kernel (kernels
+    launched outside one are left out)."""
+    assert f.dev is not None
+    if not len(issued):
+        return {}
+    at = np.flatnonzero(rows)
+    launch, thread = f.dev.launch_ts[at], f.dev.launch_thread[at]
+    k = np.searchsorted(issued.ts, launch, side="right") - 1
+    j = np.maximum(k, 0)
+    inside = (k >= 0) & (launch < issued.end[j]) & (issued.thread[j] == thread)
+    unit = np.where(inside, unit_of(f.trace, issued)[j], -1)
+    out: dict[int, float] = {}
+    for u in np.unique(unit[unit >= 0]).tolist():
+        mine = np.zeros_like(rows)
+        mine[at[unit == u]] = True
+        out[int(u)] = _exposed_s(f, mine)
+    return out
 
 
 def _per_unit(f: Facts, blocked: Events) -> dict[int, float]:
