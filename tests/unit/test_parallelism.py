@@ -76,6 +76,15 @@ def _pp(b: TraceBuilder, t0: float) -> None:
     b.cpu_op("c10d::recv_", t0 + 501.0, 3.0)
 
 
+def _gpipe(b: TraceBuilder, t0: float) -> None:
+    # torch.distributed.pipelining's GPipe: `Forward i`/`Backward i` around each microbatch,
+    # the activations received from the previous stage inside.
+    b.annotation("Forward 0", t0 + 135.0, 290.0)
+    b.cpu_op("c10d::recv_", t0 + 136.0, 3.0)
+    b.annotation("Backward 0", t0 + 500.0, 330.0)
+    b.cpu_op("c10d::send", t0 + 501.0, 3.0)
+
+
 def _diagnosed(tmp_path: Path, *adds: Add) -> Diagnosis:
     b = phased_training_trace(STEPS, builder=TraceBuilder(rank=0, world_size=2))
     for s in range(STEPS):
@@ -99,9 +108,10 @@ def _found(d: Diagnosis) -> Parallelism:
         ((_tp,), ["TP"], "all-reduce ×1/step in the forward"),
         ((_ep,), ["EP"], "all-to-all ×1/step"),
         ((_pp,), ["PP"], "pipelining's ranges (PipelineSchedule.forward_one_chunk ×1/step"),
+        ((_gpipe,), ["PP"], "pipelining's ranges (Forward i ×1/step, Backward i ×1/step)"),
         ((_tp, _ddp, _pp), ["TP", "PP"], "send/recv ×2/step"),
     ],
-    ids=["ddp", "fsdp", "tp", "ep", "pp", "tp+pp"],
+    ids=["ddp", "fsdp", "tp", "ep", "pp", "gpipe", "tp+pp"],
 )
 def test_the_strategy_is_named_from_the_collectives_phase_and_ranges(
     tmp_path: Path, adds: tuple[Add, ...], names: list[str], said: str

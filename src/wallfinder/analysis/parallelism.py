@@ -42,6 +42,8 @@ from wallfinder.trace import Events, Kind, Trace
 I64 = npt.NDArray[np.int64]
 
 HOST = (Kind.CPU_OP, Kind.ANNOTATION)
+RANGES = (*HOST, Kind.PYTHON)
+"""Where the frameworks' names are: their ranges, and their Python frames (`with_stack`)."""
 
 FSDP_RANGE = "FSDP::"
 """The prefix of torch FSDP's own ranges (FSDP1 and FSDP2: `FSDP::all_gather (0)`,
@@ -51,11 +53,21 @@ _UNIT = re.compile(r"^FSDP::(\w+) \((\d+)\)$")
 """An FSDP2 range of one unit: `FSDP::all_gather (0)` (its name and the unit's index)."""
 
 _PIPELINE = ("forward_one_chunk", "backward_one_chunk", "PipelineStage", "PipelineSchedule")
+_MICROBATCH = re.compile(r"^(?:PP:|(?:Forward|Backward) \d+$)")
+"""torch.distributed.pipelining's own ranges: `PP:<action>` around each action of the
+runtime schedules, `Forward i`/`Backward i` around each microbatch of GPipe and 1F1B (names
+generic enough that they count with the send/recv between stages only)."""
+
+
+def _is_pipelining(name: str) -> bool:
+    return any(p in name for p in _PIPELINE) or name.startswith("PP:")
+
+
 _RING = ("ring_attention", "_templated_ring_attention", "context_parallel")
 _FRAMEWORKS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("torch FSDP", lambda s: s.startswith(FSDP_RANGE)),
     ("torch DDP", lambda s: s == DDP_FORWARD),
-    ("torch pipelining", lambda s: any(p in s for p in _PIPELINE)),
+    ("torch pipelining", _is_pipelining),
     ("Megatron", lambda s: "megatron" in s.lower()),
     ("DeepSpeed", lambda s: "deepspeed" in s.lower() or s.startswith("DeepSpeedEngine")),
     ("torchtitan", lambda s: "torchtitan" in s.lower()),
@@ -151,7 +163,9 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     steps = max(scope.count, 1)
     host = host_collectives(scope, attribution)
     frameworks = [
-        name for name, test in _FRAMEWORKS if trace.named(HOST, trace.names_matching(test)).ts.size
+        name
+        for name, test in _FRAMEWORKS
+        if trace.named(RANGES, trace.names_matching(test)).ts.size
     ]
     groups = _groups(trace, host, steps)
     if not len(host.calls) and not frameworks:
@@ -207,7 +221,9 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
             f"{calls('reducescatter', FORWARD)} with {calls('allgather', FORWARD)} "
             "(sequence parallel)"
         )
-    pipeline = _said(scope, lambda s: any(p in s for p in _PIPELINE), steps)
+    pipeline = _said(scope, _is_pipelining, steps)
+    if not pipeline and per_step("sendrecv"):
+        pipeline = _said(scope, lambda s: _MICROBATCH.match(s) is not None, steps)
     sendrecv = per_step("sendrecv")
     ring = _said(scope, lambda s: any(p in s for p in _RING), steps)
     if pipeline:
@@ -246,7 +262,7 @@ def _is_dispatch(name: str) -> bool:
 
 
 def _range_counts(
-    scope: Scope, test: Callable[[str], bool], kinds: tuple[Kind, ...] = HOST
+    scope: Scope, test: Callable[[str], bool], kinds: tuple[Kind, ...] = RANGES
 ) -> Counter[str]:
     """How many events of each name that `test` accepts the steady steps hold."""
     trace = scope.trace
@@ -268,7 +284,7 @@ def _said(scope: Scope, test: Callable[[str], bool], steps: int) -> str:
     if counts:
         return _top(counts, steps)
     trace = scope.trace
-    ev = trace.named(HOST, trace.names_matching(test))
+    ev = trace.named(RANGES, trace.names_matching(test))
     names, n = np.unique(ev.name, return_counts=True)
     whole = Counter(
         {trace.strings[int(c)]: int(k) for c, k in zip(names.tolist(), n.tolist(), strict=True)}
@@ -278,10 +294,10 @@ def _said(scope: Scope, test: Callable[[str], bool], steps: int) -> str:
 
 def _top(counts: Counter[str], steps: int, n: int = 2) -> str:
     """The `n` most frequent names of `counts` with their counts per step (FSDP's unit
-    numbers folded)."""
+    numbers and pipelining's microbatch numbers folded)."""
     folded: Counter[str] = Counter()
     for name, k in counts.items():
-        folded[re.sub(r" \(\d+\)$", " (i)", name)] += k
+        folded[re.sub(r" \d+$", " i", re.sub(r" \(\d+\)$", " (i)", name))] += k
     return ", ".join(f"{name} ×{k / steps:g}/step" for name, k in folded.most_common(n))
 
 
