@@ -121,6 +121,26 @@ def test_the_strategy_is_named_from_the_collectives_phase_and_ranges(
     assert any(said in line for s in p.strategies for line in s.evidence), p.strategies
 
 
+def _ddp_kernels_only(b: TraceBuilder, t0: float) -> None:
+    # The gradients' all-reduce kernel launched from the backward, no host collective op.
+    b.kernel(
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)",
+        t0 + 520.0,
+        30.0,
+        launch_at=t0 + 506.0,
+        launch_tid=AUTOGRAD_TID,
+        stream=28,
+    )
+
+
+def test_without_host_collectives_the_kernels_name_the_strategy(tmp_path: Path) -> None:
+    (ddp,) = _found(_diagnosed(tmp_path, _ddp_kernels_only)).strategies
+    assert ddp.name == "DDP"
+    assert ddp.evidence == [
+        "all-reduce ×1/step in the backward (gradients reduced across replicas)"
+    ]
+
+
 def test_fsdp_is_named_by_its_own_ranges(tmp_path: Path) -> None:
     (fsdp,) = _found(_diagnosed(tmp_path, _fsdp)).strategies
     assert "FSDP / ZeRO-3" in fsdp.title

@@ -32,10 +32,12 @@ import numpy.typing as npt
 from wallfinder.analysis.accumulation import DDP_FORWARD
 from wallfinder.analysis.classify import KernelClass, classify_op
 from wallfinder.analysis.collectives import DEFAULT_GROUP, collective_name
+from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import in_windows
 from wallfinder.analysis.phases import BACKWARD, FORWARD, Attribution
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.scope import Scope
+from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import COLLECTIVE_WORDS, Parallelism, ProcessGroup, Strategy
 from wallfinder.trace import Events, Kind, Trace
 
@@ -105,7 +107,8 @@ class HostCollectives:
 
 
 def host_collectives(scope: Scope, attribution: Attribution | None) -> HostCollectives:
-    """The steady steps' host collective calls (see `HostCollectives`)."""
+    """The steady steps' host collective calls (see `HostCollectives`); where the trace
+    holds none, its collective kernels, placed by their launch."""
     trace = scope.trace
     codes = trace.names_matching(
         lambda s: (
@@ -122,11 +125,18 @@ def host_collectives(scope: Scope, attribution: Attribution | None) -> HostColle
         rows = np.flatnonzero(thread == t)
         top[rows] = outermost(ops.take(rows))
     ops = ops.take(np.flatnonzero(top))
+    thread, at = ops.thread, ops.ts
+    if not len(ops) and scope.dev is not None:
+        # No host op names them (an Nsight export, a trace without CPU ops): the collective
+        # kernels themselves, each placed where it was launched.
+        dev = scope.dev
+        rows = np.flatnonzero(scope.inside & (dev.cls == COMM) & (dev.launch_ts != NO_LAUNCH))
+        ops, thread, at = dev.ops.take(rows), dev.launch_thread[rows], dev.launch_ts[rows]
     names, index = np.unique(ops.name, return_inverse=True)
     kinds = np.array([collective_kind(trace.strings[int(c)]) for c in names.tolist()], dtype=str)
     kind = kinds[index] if len(ops) else np.empty(0, dtype=str)
     phase = (
-        attribution.place_calls(ops.thread, ops.ts)[0]
+        attribution.place_calls(thread, at)[0]
         if attribution is not None and len(ops)
         else np.full(len(ops), -1, np.int8)
     )
