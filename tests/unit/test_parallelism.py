@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from realtraces import real_trace
 from tracegen import AUTOGRAD_TID, TraceBuilder, phased_training_trace
 from wallfinder import Diagnosis
 from wallfinder.analysis import diagnose
@@ -209,3 +210,19 @@ def test_parallelism_renders_in_every_format_and_loads_from_json(tmp_path: Path)
     old = d.to_dict()
     del old["parallelism"]
     assert Diagnosis.from_json(json.dumps(old)).parallelism is None
+
+
+@pytest.mark.parametrize(
+    ("relative", "names"),
+    [
+        ("hta/a100_8rank_control_rank0.json.gz", ["DDP"]),
+        # A DLRM-style job: DDP for the dense part, all-to-alls for the sharded embeddings,
+        # and reduce-scatters in the forward with no all-gather beside them: not sequence
+        # parallel.
+        ("hta/a100-80gb_16rank_rank0.json.gz", ["DDP", "EP"]),
+        ("other/a100pcie_part_forward_bs128.json.gz", None),
+    ],
+)
+def test_the_strategies_of_real_traces(relative: str, names: list[str] | None) -> None:
+    d = diagnose(load_trace(real_trace(relative)))
+    assert (d.parallelism.names if d.parallelism else None) == names
