@@ -492,6 +492,46 @@ def training_trace(
     return b
 
 
+MOE_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"
+MOE_NORM = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>"
+MOE_DISPATCH = "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, ...)"
+MOE_COMBINE = "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(int4*, float*, ...)"
+
+
+def moe_trace(steps: int = 4, *, hidden: bool = True) -> TraceBuilder:
+    """An expert-parallel (MoE) training step on an H800 whose timeline is known exactly.
+
+    Each 1000 µs step: the GPU idles 10 µs, then one stream computes for 960 µs (four GEMMs,
+    780 µs, between three 60 µs pointwise kernels, 180 µs); the dispatch/combine kernels (820
+    µs in all, 46% of the summed kernel time) run on their own stream. `hidden`: beside the
+    compute (790 µs of it; the last combine runs 30 µs past it: 3% exposed), as the
+    expert-parallel overlap runs them on SMs of their own. Else after the compute, on the
+    timeline alone (the step then lasts 1790 µs, 46% of it exposed communication).
+    """
+    b = TraceBuilder(device_name="NVIDIA H800")
+    period = 1000.0 if hidden else 1790.0
+    for s in range(steps):
+        t0 = s * period
+        b.step(s + 1, t0, period)
+        t = t0 + 10.0
+        for k, gemm in enumerate((200.0, 200.0, 200.0, 180.0)):
+            b.kernel(MOE_GEMM, t, gemm, launch_at=t0 + 2.0 + k)
+            t += gemm
+            if k < 3:
+                b.kernel(MOE_NORM, t, 60.0, launch_at=t0 + 2.5 + k)
+                t += 60.0
+        # Where compute ends (t0 + 970) the exposed part of the last combine begins.
+        comm = (
+            [(15.0, 200.0), (275.0, 200.0), (535.0, 200.0), (780.0, 220.0)]
+            if hidden
+            else [(970.0, 200.0), (1170.0, 200.0), (1370.0, 200.0), (1570.0, 220.0)]
+        )
+        for k, (at, dur) in enumerate(comm):
+            name = MOE_DISPATCH if k % 2 == 0 else MOE_COMBINE
+            b.kernel(name, t0 + at, dur, launch_at=t0 + 1.0 + k, stream=28)
+    return b
+
+
 MODULE = "nn.Module: "
 """The prefix of the `python_function` ranges `with_modules`/`with_stack` traces record
 around each module's forward."""

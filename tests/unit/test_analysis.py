@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from invariants import assert_diagnosis_invariants
-from tracegen import TraceBuilder, training_trace
+from tracegen import TraceBuilder, moe_trace, training_trace
 from wallfinder import Diagnosis, Options, Thresholds, WallfinderError, analyze
 from wallfinder.analysis import diagnose
 from wallfinder.analysis.gpu import IDLE_CAUSES, WindowBreakdown, breakdown, device_ops
@@ -468,6 +468,87 @@ def test_busy_steps_in_gemm_kernels_hit_the_compute_wall(tmp_path: Path) -> None
     assert d.verdict.wall == "compute"
     assert [q.answer for q in d.verdict.questions] == ["yes", "yes", "yes", "unknown"]
     assert d.classes[0].cls == "gemm"
+
+
+def test_communication_hidden_beside_the_matmuls_is_not_a_bandwidth_wall(tmp_path: Path) -> None:
+    # 46% of the summed kernel time is dispatch/combine, all but 3% of the step beside compute:
+    # the third question weighs the timeline, where a GEMM runs 780 of the 960 µs of compute.
+    d = analyze(moe_trace().write(tmp_path / "moe.json"))
+    assert_consistent(d)
+    shares = {c.cls: c for c in d.classes}
+    assert shares["communication"].share == pytest.approx(820 / 1780)
+    assert (d.breakdown.compute, d.breakdown.comm_exposed) == (
+        pytest.approx(0.96),
+        pytest.approx(0.03),
+    )
+    assert (d.verdict.wall, d.verdict.questions[2].answer) == ("compute", "yes")
+    assert d.verdict.questions[2].value == pytest.approx(780 / 960)
+    assert {c: s.busy for c, s in shares.items()} == {
+        "gemm": pytest.approx(780 / 960),
+        "elementwise": pytest.approx(180 / 960),
+        "communication": 0.0,
+    }
+    # What hidden communication costs is said as evidence: the SMs it shares with compute.
+    assert shares["communication"].beside == pytest.approx(790 / 1780)
+    assert "beside compute for 44% of the summed kernel time" in d.verdict.questions[2].detail
+    # The roofline's shares are of the summed kernel time, and say so beside the timeline's.
+    assert "44% of the kernel time is in GEMMs whose bound" in d.verdict.questions[3].detail
+
+
+def test_communication_not_hidden_is_still_exposed_communication(tmp_path: Path) -> None:
+    d = analyze(moe_trace(hidden=False).write(tmp_path / "moe.json"))
+    assert_consistent(d)
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "comm_exposed")
+    assert d.verdict.questions[1].value == pytest.approx(960 / 1790)
+    assert next(c for c in d.classes if c.cls == "communication").beside == 0.0
+
+
+def test_work_beside_a_matmul_holds_none_of_the_busy_time(tmp_path: Path) -> None:
+    # A GEMM with two pointwise kernels beside it on other streams: 40% of the summed kernel
+    # time, all of the timeline.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 400.0
+        b.step(s + 1, t0, 400.0)
+        b.kernel(GEMM, t0, 400.0, launch_at=t0)
+        b.kernel(ELEMENTWISE, t0 + 50.0, 300.0, launch_at=t0, stream=9)
+        b.kernel(ELEMENTWISE, t0 + 50.0, 300.0, launch_at=t0, stream=11)
+    d = load(b, tmp_path)
+    assert_consistent(d)
+    assert next(c for c in d.classes if c.cls == "gemm").share == pytest.approx(0.4)
+    assert d.verdict.questions[2].value == pytest.approx(1.0)
+    assert d.verdict.wall == "compute"
+
+
+def test_without_a_matmul_the_class_with_the_most_kernel_time_holds_the_overlap(
+    tmp_path: Path,
+) -> None:
+    # Pointwise kernels cover each step; a reduction runs beside them for 100 of its 150 µs.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 400.0
+        b.step(s + 1, t0, 400.0)
+        b.kernel(ELEMENTWISE, t0, 300.0, launch_at=t0)
+        b.kernel("triton_red_fused_sum_1", t0 + 200.0, 150.0, launch_at=t0, stream=9)
+    d = load(b, tmp_path)
+    assert_consistent(d)
+    busy = {c.cls: c.busy for c in d.classes}
+    assert busy == {"elementwise": pytest.approx(300 / 350), "reduction": pytest.approx(50 / 350)}
+    assert (d.verdict.wall, d.verdict.cause) == ("bandwidth", "elementwise")
+
+
+def test_pointwise_work_alone_on_the_timeline_is_the_bandwidth_wall(tmp_path: Path) -> None:
+    # The same kernels one after another: the pointwise ones hold 60% of the timeline.
+    b = TraceBuilder()
+    for s in range(3):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.kernel(GEMM, t0, 400.0, launch_at=t0)
+        b.kernel(ELEMENTWISE, t0 + 400.0, 300.0, launch_at=t0)
+        b.kernel(ELEMENTWISE, t0 + 700.0, 300.0, launch_at=t0)
+    d = load(b, tmp_path)
+    assert (d.verdict.wall, d.verdict.cause) == ("bandwidth", "elementwise")
+    assert d.verdict.questions[2].value == pytest.approx(0.4)
 
 
 def test_thresholds_change_the_verdict(tmp_path: Path) -> None:

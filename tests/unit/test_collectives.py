@@ -277,3 +277,117 @@ def test_a_tie_between_the_ranks_walls_goes_to_the_lowest_rank_that_hits_one() -
     # Once rank 0 is among the tied walls, its own wall wins (the wall named first).
     verdicts[0] = Verdict(wall="overhead", cause="startup", reason="", questions=[])
     assert job_verdict(verdicts, [], None, Thresholds())[:2] == ("overhead", "startup")
+
+
+STEP_US = 2000.0
+ENDS_US = (1100.0, 1550.0, 2000.0)
+"""Where each step's three all-reduces end (every rank's at the same moment)."""
+
+
+def turns_job(
+    folder: Path,
+    late: list[list[list[float]]],
+    longer: list[list[list[float]]] | None = None,
+    idle_us: tuple[float, ...] = (0.0, 0.0, 0.0, 0.0),
+) -> Path:
+    """A 2-rank job of 4 steps of `STEP_US` (and `idle_us[step]` more, idle at its start),
+    each with its compute and then three all-reduces (`ENDS_US`) of 400 µs on a rank that is
+    on time: `late[rank][step][k]` is how late (µs)
+    the rank reaches the step's k-th all-reduce (it starts that much later, and ends with the
+    others), `longer[rank][step][k]` how much later than the others' its end is recorded (a
+    rank whose kernel lingers). Rank 1's clock is 3 ms ahead."""
+    for rank in (0, 1):
+        b = TraceBuilder(rank=rank, world_size=2, base_us=1_700_000_000 + 3000 * rank)
+        for s in range(4):
+            b.step(s + 1, s * STEP_US + sum(idle_us[:s]), STEP_US + idle_us[s])
+            t0 = s * STEP_US + sum(idle_us[: s + 1])
+            b.dataloader(t0, 100.0)
+            b.cpu_op("aten::mm", t0 + 100.0, 8.0)
+            b.kernel("volta_sgemm_128x64_nn", t0 + 110.0, 500.0, launch_at=t0 + 102.0)
+            for k, end in enumerate(ENDS_US):
+                delay = late[rank][s][k]
+                extra = longer[rank][s][k] if longer is not None else 0.0
+                b.nccl(
+                    t0 + end - 400.0 + delay,
+                    400.0 - delay + extra,
+                    collective="allreduce",
+                    nelems=NELEMS,
+                )
+        b.write(folder / f"rank{rank}.json")
+    return folder
+
+
+ON_TIME = [[0.0, 0.0, 0.0]] * 4
+
+
+def test_ranks_that_take_turns_arriving_last_by_a_little_have_no_straggler(
+    tmp_path: Path,
+) -> None:
+    """A symmetric job on a busy host: whoever is last is late by 40-90 µs. By chance rank 1
+    is last at 9 of the 12 all-reduces, at most of them in every step, and causes more than
+    twice rank 0's wait; but it is late by about as much as rank 0 is when rank 0 is last:
+    noise, not a straggler."""
+    r0 = [[60.0, 0.0, 0.0], [0.0, 80.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 90.0]]
+    r1 = [[0.0, 80.0, 60.0], [70.0, 0.0, 90.0], [90.0, 60.0, 40.0], [50.0, 70.0, 0.0]]
+    d = analyze(turns_job(tmp_path, [r0, r1]), workers=1)
+    assert d.job is not None
+    assert d.job.stragglers == []
+    assert "straggler" not in [f.id for f in d.findings]
+
+
+def test_ranks_that_arrive_together_have_no_straggler_even_when_their_ends_differ(
+    tmp_path: Path,
+) -> None:
+    """Both ranks reach every all-reduce at the same moment; at half of them one rank's kernel
+    is recorded 100 µs longer. A tie is nobody's lateness: the first rank used to be "last"
+    at every one of them, and the straggler."""
+    longer0 = [[100.0, 0.0, 100.0], [0.0, 100.0, 0.0]] * 2
+    longer1 = [[0.0, 100.0, 0.0], [100.0, 0.0, 100.0]] * 2
+    d = analyze(turns_job(tmp_path, [ON_TIME, ON_TIME], [longer0, longer1]), workers=1)
+    assert d.job is not None
+    assert d.job.stragglers == []
+    assert [r.late_share for r in d.ranks] == [0.0, 0.0]
+
+
+def test_a_rank_late_in_most_steps_by_more_than_the_noise_is_the_straggler(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 is 300 µs late at every all-reduce of 3 steps; in the other, rank 0 is 40 µs
+    late at one."""
+    r0 = [[0.0, 0.0, 0.0]] * 3 + [[40.0, 0.0, 0.0]]
+    r1 = [[300.0, 300.0, 300.0]] * 3 + [[0.0, 0.0, 0.0]]
+    d = analyze(turns_job(tmp_path, [r0, r1]), workers=1)
+    assert d.job is not None
+    (s,) = d.job.stragglers
+    assert (s.rank, s.late_steps, s.steps) == (1, 3, 4)
+    assert s.lateness_s == pytest.approx(300e-6)
+    assert s.noise_s == pytest.approx(40e-6)
+    straggler = next(f for f in d.findings if f.id == "straggler")
+    assert (
+        "(at most of those a rank is last at in 3 of 4 steps), by a median 0.300 ms, beyond "
+        "the noise (the others' lead when last 0.040 ms, the steps' spread 0.000 ms)"
+    ) in straggler.evidence
+    assert Diagnosis.from_json(d.to_json()) == d
+
+
+def test_a_rank_late_in_one_step_only_is_an_unstable_step_not_a_straggler(
+    tmp_path: Path,
+) -> None:
+    r1 = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [300.0, 300.0, 300.0], [0.0, 0.0, 0.0]]
+    d = analyze(turns_job(tmp_path, [ON_TIME, r1]), workers=1)
+    assert d.job is not None
+    assert d.job.stragglers == []
+    assert d.ranks[1].late_share == pytest.approx(3 / 12)
+
+
+def test_a_rank_late_by_less_than_the_steps_vary_is_no_straggler(tmp_path: Path) -> None:
+    """Rank 1 is 300 µs late at every all-reduce, but the steps' lengths vary by more than
+    that (a host idle 0-3 ms at their start): on a busy host that is chance, not a straggler.
+    With steady steps it is one."""
+    r1 = [[300.0, 300.0, 300.0]] * 4
+    d = analyze(turns_job(tmp_path, [ON_TIME, r1], idle_us=(0.0, 1000.0, 0.0, 3000.0)), workers=1)
+    assert d.job is not None
+    assert d.job.stragglers == []
+    d = analyze(turns_job(tmp_path / "steady", [ON_TIME, r1]), workers=1)
+    assert d.job is not None
+    assert [s.rank for s in d.job.stragglers] == [1]

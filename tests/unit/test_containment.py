@@ -4,6 +4,7 @@ traceback."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,16 @@ def traced(tmp_path: Path) -> TraceBuilder:
         b.memory(t0 + 150.0, addr, 1 << 20, 1 << 20, 2 << 20)
         b.memory(t0 + 900.0, addr, -(1 << 20), 0, 2 << 20)
     return b
+
+
+def two_rank_job(tmp_path: Path) -> Path:
+    """A folder of two ranks' traces of the phased training job."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in range(2):
+        b = phased_training_trace(3, builder=TraceBuilder(rank=rank, world_size=2))
+        b.write(job / f"rank{rank}.json")
+    return job
 
 
 @pytest.fixture
@@ -147,11 +158,7 @@ def test_a_bug_in_a_rank_of_a_folder_names_that_rank_s_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv(DEBUG_ENV, raising=False)
-    job = tmp_path / "job"
-    job.mkdir()
-    for rank in range(2):
-        b = phased_training_trace(3, builder=TraceBuilder(rank=rank, world_size=2))
-        b.write(job / f"rank{rank}.json")
+    job = two_rank_job(tmp_path)
     monkeypatch.setattr(analysis, "decide", broken)
     assert main(["analyze", str(job), "--no-cache", "--workers", "1"]) == 3
     err = capsys.readouterr().err
@@ -176,8 +183,6 @@ def test_debug_shows_the_traceback_and_lets_a_view_s_bug_through(
     assert "Traceback (most recent call last)" in err
     assert "_modules" in err
     if how != "environment":
-        import os
-
         assert DEBUG_ENV not in os.environ  # the flag does not outlive the call
 
 
@@ -188,11 +193,7 @@ def test_a_bug_in_the_cross_rank_join_leaves_the_lowest_rank_s_verdict(
     from wallfinder import analyze
 
     monkeypatch.delenv(DEBUG_ENV, raising=False)
-    job = tmp_path / "job"
-    job.mkdir()
-    for rank in range(2):
-        b = phased_training_trace(3, builder=TraceBuilder(rank=rank, world_size=2))
-        b.write(job / f"rank{rank}.json")
+    job = two_rank_job(tmp_path)
     whole = analyze(job, workers=1)
     assert whole.job is not None
     monkeypatch.setattr(job_module, "join", broken)

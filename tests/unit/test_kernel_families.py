@@ -147,6 +147,9 @@ def test_a_decode_step_whose_gemms_stream_weights_is_a_bandwidth_wall(tmp_path: 
     assert d.verdict.wall == "bandwidth"
     assert d.verdict.cause == "matmuls streaming operands"
     assert d.verdict.questions[2].answer == "no"
+    # On the timeline too: the GEMMs hold the busy time, all of it streaming.
+    gemm = next(c for c in d.classes if c.cls == "gemm")
+    assert (gemm.busy, gemm.streaming) == (pytest.approx(1.0), pytest.approx(1.0))
     d.self_check()
 
 

@@ -49,6 +49,8 @@ _REPLAY = ("gain_basis", "replay_speedup", "wall_after")
 """The fields a finding's replayed gain added (additive: /2 files without them still load)."""
 _REACH = ("reach",)
 """What a finding's reachable part of the step added (additive)."""
+_TIMELINE = ("busy", "streaming", "beside")
+"""What a class's weights on the device's timeline added (additive: None or 0 when absent)."""
 
 
 def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +73,7 @@ def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
             if key in out["roofline"]:
                 out["roofline"][key] = _without(out["roofline"][key], _COUNTED[1:])
     out["kernels"] = _without(d["kernels"], _COUNTED[:1])
+    out["classes"] = _without(d["classes"], _TIMELINE)
     out["findings"] = [
         {k: v for k, v in f.items() if k not in ("saves", "saving_bytes", "device", *replay)}
         for f in d["findings"]

@@ -47,6 +47,15 @@ def test_a_kernel_outside_every_class_is_named(good: Diagnosis) -> None:
     assert any("none of the classes" in v for v in broken.violations())
 
 
+def test_holds_on_the_busy_time_that_do_not_sum_to_1_are_named(good: Diagnosis) -> None:
+    assert sum(c.busy or 0.0 for c in good.classes) == pytest.approx(1.0)
+    first = msgspec.structs.replace(good.classes[0], busy=0.0, streaming=0.1, beside=2.0)
+    problems = msgspec.structs.replace(good, classes=[first, *good.classes[1:]]).violations()
+    assert "the classes' holds on the busy time do not sum to 1" in problems
+    assert any(v.startswith(f"class {first.cls}: busy 0.0, streaming 0.1") for v in problems)
+    assert any(v.startswith(f"class {first.cls}: beside 2.0") for v in problems)
+
+
 def test_steps_out_of_order_are_named(good: Diagnosis) -> None:
     steps = msgspec.structs.replace(good.steps, min_s=good.steps.max_s * 2)
     broken = msgspec.structs.replace(good, steps=steps)

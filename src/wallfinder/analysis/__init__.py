@@ -25,9 +25,11 @@ from wallfinder.analysis.findings import Facts, find, rank
 from wallfinder.analysis.fusion import fusion_candidates
 from wallfinder.analysis.gpu import (
     CLASSES,
+    COMM,
     DeviceOps,
     WindowBreakdown,
     breakdown,
+    busy_holders,
     device_ops,
     graph_replayed,
 )
@@ -703,9 +705,19 @@ def _kernel_tables(
     # no shares to split: no class table.
     class_count = np.bincount(cls, minlength=len(CLASSES))
     timed = bool(dur.sum() > 0)
+    # The timeline's weights besides the summed ones: the walls are decided on it.
+    holders = busy_holders(
+        dev, inside, scope.window_start, scope.window_end, streams=placed.bound == 2
+    )
+    busy = float(holders.held.sum())
     classes = [
         ClassShare(
-            cls=c.value, time_s=float(class_time[i]) * NS, share=float(class_time[i]) / total
+            cls=c.value,
+            time_s=float(class_time[i]) * NS,
+            share=float(class_time[i]) / total,
+            busy=float(holders.held[i]) / busy if busy > 0 else None,
+            streaming=float(holders.streaming[i]) / busy if busy > 0 else 0.0,
+            beside=holders.comm_beside / total if i == COMM else 0.0,
         )
         for i, c in enumerate(CLASSES)
         if timed and class_count[i] > 0

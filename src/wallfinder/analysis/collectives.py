@@ -28,7 +28,8 @@ import numpy.typing as npt
 from wallfinder.analysis.classify import KernelClass, classify_kernel
 from wallfinder.analysis.findings import amdahl
 from wallfinder.analysis.rules import evaluate, rule
-from wallfinder.analysis.thresholds import Thresholds
+from wallfinder.analysis.steps import cpu_steps
+from wallfinder.analysis.thresholds import JobThresholds, Thresholds
 from wallfinder.analysis.verdict import job_verdict
 from wallfinder.diagnosis import (
     CollectiveRow,
@@ -60,7 +61,9 @@ class RankCollectives:
     `group`/`name` are codes into `groups`/`names`; `seq` is the instance's position in its
     group on this rank; `nbytes` is the message size (-1: unknown); `size` the group's size
     (-1: unknown); `start`/`dur` are ns on the rank's own clock (absolute, so that ranks can be
-    compared once aligned)."""
+    compared once aligned); `step` the index of the rank's step it started in (its CPU step
+    span, or the last one begun before it: a GPU's kernels lag their step; -1: before the
+    first)."""
 
     rank: int | None
     source: str
@@ -74,6 +77,7 @@ class RankCollectives:
     size: npt.NDArray[np.int32]
     start: I64
     dur: I64
+    step: I64
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
@@ -149,6 +153,9 @@ def rank_collectives(trace: Trace) -> RankCollectives:
     group = row[:, 0].astype(np.int32)
     seq = _order_in_group(group)
     origin_ns = round(trace.origin_us) * 1000
+    ts = ev.ts[keep]
+    spans = cpu_steps(trace)
+    step = np.searchsorted(spans.cpu_start, ts, side="right").astype(np.int64) - 1
     return RankCollectives(
         rank=trace.rank,
         source=trace.source,
@@ -160,8 +167,9 @@ def rank_collectives(trace: Trace) -> RankCollectives:
         name=row[:, 1].astype(np.int32),
         nbytes=row[:, 2].copy(),
         size=row[:, 3].astype(np.int32),
-        start=ev.ts[keep] + origin_ns,
+        start=ts + origin_ns,
         dur=ev.dur[keep].copy(),
+        step=step,
     )
 
 
@@ -247,7 +255,7 @@ def join(
     arrive = start - offset  # aligned
     transfer = np.nanmin(dur, axis=1) if dur.shape[0] else np.empty(0)
     wait = dur - transfer[:, None]
-    late = _last(arrive)
+    late, lead = _last(arrive, thresholds.job.tie_ns)
     caused, late_count = _caused(late, wait, r_count)
     took_part = (~np.isnan(start)).sum(axis=0)
 
@@ -264,7 +272,15 @@ def join(
     others = max(int((took_part > 0).sum()) - 1, 1)
     per_step_caused = caused / 1e9 / step_count / others
     stragglers = _stragglers(
-        diags, waits, cols, per_step_caused, late_count, took_part, step_s, thresholds
+        diags,
+        waits,
+        cols,
+        per_step_caused,
+        late_count,
+        took_part,
+        step_s,
+        thresholds,
+        _Arrivals(late, lead, m.step[matched]),
     )
     link, peak = _link(spec)
     n_matched = int(matched.sum())
@@ -361,16 +377,17 @@ def _clock_offsets(end: F64, r_count: int) -> tuple[F64, npt.NDArray[np.bool_]]:
 
 def _caused(late: I64, wait: F64, r_count: int) -> tuple[F64, I64]:
     """Per rank: the others' wait at the instances where it arrived last (ns), and how many
-    such instances there were."""
-    if not late.size:
+    such instances there were (a tie, `late` -1, is nobody's)."""
+    rows = np.flatnonzero(late >= 0)
+    if not rows.size:
         return np.zeros(r_count), np.zeros(r_count, np.int64)
-    wait_total = np.nansum(wait, axis=1)
+    wait_total = np.nansum(wait[rows], axis=1)
     caused = np.bincount(
-        late,
-        weights=wait_total - np.nan_to_num(wait[np.arange(late.size), late]),
+        late[rows],
+        weights=wait_total - np.nan_to_num(wait[rows, late[rows]]),
         minlength=r_count,
     ).astype(np.float64, copy=False)
-    late_count: I64 = np.bincount(late, minlength=r_count)
+    late_count: I64 = np.bincount(late[rows], minlength=r_count)
     return caused, late_count
 
 
@@ -457,6 +474,8 @@ class _Matrix:
     name_of: list[str]
     group: I64
     name: I64
+    step: I64
+    """Per instance: the step it began in, the latest of the ranks' (-1: before any)."""
 
     @classmethod
     def build(cls, cols: Sequence[RankCollectives]) -> _Matrix:
@@ -487,6 +506,7 @@ class _Matrix:
         base = min((int(c.start.min()) for c in cols if len(c)), default=0)
         group = np.zeros(rows, np.int64)
         name = np.zeros(rows, np.int64)
+        step = np.full(rows, -1, np.int64)
         for i, (c, gm, nm) in enumerate(zip(cols, gmaps, nmaps, strict=True)):
             if not len(c):
                 continue
@@ -502,6 +522,7 @@ class _Matrix:
             np.maximum.at(size, at, c.size.astype(np.int64))
             group[at] = g
             name[at] = code
+            np.maximum.at(step, at, c.step)
         return cls(
             start=start,
             dur=dur,
@@ -514,16 +535,59 @@ class _Matrix:
             name_of=list(names),
             group=group,
             name=name,
+            step=step,
         )
 
 
-def _last(arrive: F64) -> I64:
-    """Per instance, the rank (column) that arrived last."""
+def _last(arrive: F64, tie_ns: float) -> tuple[I64, F64]:
+    """Per instance, the rank (column) that arrived last, and its lead: how long after the
+    next latest rank it arrived (ns). Ranks within `tie_ns` of each other arrive together:
+    such an instance has no last rank (-1), or the first column would take every tie."""
     if not arrive.shape[0]:
-        return np.empty(0, np.int64)
+        return np.empty(0, np.int64), np.empty(0)
     filled = np.where(np.isnan(arrive), -np.inf, arrive)
     last: I64 = np.argmax(filled, axis=1).astype(np.int64)
-    return last
+    rows = np.arange(last.size)
+    top = filled[rows, last]
+    filled[rows, last] = -np.inf
+    with np.errstate(invalid="ignore"):
+        lead = top - filled.max(axis=1)  # nan where only one rank has it (-inf - -inf)
+    lead = np.where(np.isfinite(lead), lead, 0.0)
+    last = np.where(lead > tie_ns, last, -1)
+    return last, lead
+
+
+@dataclass(frozen=True, eq=False)
+class _Arrivals:
+    """Per matched instance: the rank that arrived last (-1: a tie), its lead over the next
+    latest (ns) and the step the instance began in (-1: before any)."""
+
+    last: I64
+    lead: F64
+    step: I64
+
+    def late_steps(self, rank: int) -> tuple[int, int, float, float]:
+        """For `rank`: in how many steps it arrived last at most of the step's collectives
+        that had a last rank, of how many steps had collectives; its lateness there (the
+        median over those steps of its median lead in each, ns); and the noise of arrival
+        order, the median lead of the other ranks where they arrived last (ns; 0 when they
+        never did)."""
+        in_step = self.step >= 0
+        # Every step with collectives counts: one where all tie has nobody late in it.
+        steps, at = np.unique(self.step[in_step], return_inverse=True)
+        ok = self.last[in_step] >= 0
+        last, lead, at = self.last[in_step][ok], self.lead[in_step][ok], at[ok]
+        mine = last == rank
+        late = 2 * np.bincount(at[mine], minlength=steps.size) > np.bincount(
+            at, minlength=steps.size
+        )
+        lateness = (
+            float(np.median([np.median(lead[mine & (at == i)]) for i in np.flatnonzero(late)]))
+            if late.any()
+            else 0.0
+        )
+        noise = float(np.median(lead[~mine])) if (~mine).any() else 0.0
+        return int(late.sum()), int(steps.size), lateness, noise
 
 
 _PARTS = {
@@ -589,9 +653,11 @@ def _stragglers(
     took_part: npt.NDArray[np.int64],
     step_s: float,
     thresholds: Thresholds,
+    arrivals: _Arrivals,
 ) -> list[Straggler]:
     """Ranks whose lateness accounts for a large part of the others' wait: the one that caused
-    the most, when it caused at least half of all of it and a visible share of a step."""
+    the most, when it caused at least half of all of it and a visible share of a step, and
+    when that is its steady habit, not chance (`_steady`)."""
     if len(cols) < 2 or caused.sum() <= 0 or step_s <= 0:
         return []
     order = np.argsort(-caused, kind="stable")
@@ -600,6 +666,10 @@ def _stragglers(
     if caused[top] < 0.5 * total or caused[top] / step_s < thresholds.time.min_share:
         return []
     if len(order) > 1 and caused[top] < 2.0 * caused[int(order[1])]:
+        return []
+    late_steps, steps, lateness, noise = arrivals.late_steps(top)
+    spread = _step_spread(diags)
+    if not _steady(late_steps, steps, lateness, max(noise, spread), thresholds.job):
         return []
     own = cols[top].rank
     rank = own if own is not None else top
@@ -610,8 +680,37 @@ def _stragglers(
             wait_caused_s=float(caused[top]),
             share=min(float(caused[top]) / step_s, 1.0),
             doing=_doing(diags, waits, top),
+            late_steps=late_steps,
+            steps=steps,
+            lateness_s=lateness / 1e9,
+            noise_s=noise / 1e9,
+            step_spread_s=spread / 1e9,
         )
     ]
+
+
+def _step_spread(diags: Sequence[Diagnosis]) -> float:
+    """How much the job's steps vary (ns): per rank, the spread of its steady steps' lengths
+    (1.4826 x their median absolute deviation, which estimates a standard deviation that one
+    spike does not move), the median over the ranks. On a busy host the steps and the
+    arrivals jitter alike; a rank late by less than that is not told apart from chance."""
+    spreads = []
+    for d in diags:
+        lengths = np.array([s.duration_s for s in d.breakdown.steps if not s.warmup]) * 1e9
+        if lengths.size >= 2:
+            spreads.append(1.4826 * float(np.median(np.abs(lengths - np.median(lengths)))))
+    return float(np.median(spreads)) if spreads else 0.0
+
+
+def _steady(late_steps: int, steps: int, lateness: float, noise: float, th: JobThresholds) -> bool:
+    """Whether a rank's lateness is a straggler's: last at most collectives in most steps (one
+    slow step is an unstable step, not a slow rank), and late by more than the noise (the
+    larger of the arrival order's and the steps' spread: on a busy host the ranks take turns
+    being last by about as much, and chance alone makes one of them last in most of a few
+    steps)."""
+    return late_steps > th.straggler_steps * steps and lateness > max(
+        th.straggler_noise * noise, th.tie_ns
+    )
 
 
 def _link(spec: DeviceSpec | None) -> tuple[str | None, float | None]:
@@ -707,8 +806,12 @@ def straggler(f: JobFacts) -> Finding | None:
         "straggler",
         f"Rank {s.rank} is a straggler: the other ranks wait for it",
         s.share,
-        f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives; the "
-        f"others wait {s.wait_caused_s * 1e3:.2f} ms per step for it "
+        f"rank {s.rank} arrives last at {s.late_share:.0%} of the collectives (at most of "
+        f"those a rank is last at in {s.late_steps} of {s.steps} steps), by a median "
+        f"{(s.lateness_s or 0.0) * 1e3:.3f} ms, beyond the noise (the others' lead when "
+        f"last {(s.noise_s or 0.0) * 1e3:.3f} ms, the steps' spread "
+        f"{(s.step_spread_s or 0.0) * 1e3:.3f} ms); the others wait "
+        f"{s.wait_caused_s * 1e3:.2f} ms per step for it "
         f"({s.share:.0%} of a {f.step_s * 1e3:.2f} ms step); it was {s.doing}",
         f"make rank {s.rank} as fast as the others: even out its data (equal shard "
         "and batch sizes, sequence-length bucketing), give it its share of CPU "

@@ -9,7 +9,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import SYNC_CALLS, KernelClass, classify_kernel, classify_op
+from wallfinder.analysis.classify import (
+    MATMUL_CLASSES,
+    SYNC_CALLS,
+    KernelClass,
+    classify_kernel,
+    classify_op,
+)
 
 # Defined in classify, with the other name tables; critpath and the pipeline read them here.
 from wallfinder.analysis.classify import SYNC_RUNTIME as SYNC_RUNTIME
@@ -200,6 +206,72 @@ def breakdown(
     # |comm ∩ compute| = |comm| − |comm − compute|.
     hidden = comm.covered(start, end) - (cc - c)
     return WindowBreakdown(start, end, c, cc - c, a - cc, idle, causes, hidden)
+
+
+@dataclass(frozen=True)
+class BusyHolders:
+    """Who holds the device's busy time on the timeline (nanoseconds over the windows, per
+    class in `CLASSES` order): see `busy_holders`."""
+
+    held: npt.NDArray[np.float64]
+    streaming: npt.NDArray[np.float64]
+    """Of `held`, by matmul-class kernels that stream their operands."""
+    comm_beside: float
+    """The communication kernels' time beside compute, summed over them."""
+
+
+_MATMUL = np.array([c in MATMUL_CLASSES for c in CLASSES])
+
+
+def busy_holders(
+    dev: DeviceOps,
+    rows: npt.NDArray[np.bool_],
+    start: I64,
+    end: I64,
+    streams: npt.NDArray[np.bool_],
+) -> BusyHolders:
+    """Which class holds each moment of the busy time (when a non-communication kernel runs)
+    of the windows [start, end), over the device ops at `rows`; `streams`: per op, a matmul
+    that streams its operands (bandwidth-bound). A moment goes to the first class running in
+    it, in this order: matmuls that do not stream (GEMM, attention, convolution), matmuls that
+    do, then the other classes, most kernel time first. So work beside a matmul (pointwise
+    kernels on another stream, collectives, copies) never holds what the matmul runs through,
+    and the held times sum to the busy time. Communication holds none; what its kernels run
+    beside compute (summed: two at once count twice) is `comm_beside`."""
+    ops = dev.ops
+    kernel = rows & (ops.kind == Kind.KERNEL)
+    compute = kernel & (dev.cls != COMM)
+    dur = ops.dur.astype(np.float64)
+    summed = np.bincount(dev.cls[compute], weights=dur[compute], minlength=len(CLASSES))
+    matmuls = np.flatnonzero(_MATMUL).tolist()
+    # (mask, class, whether it streams), in the order the holders take the timeline.
+    order = [(kernel & (dev.cls == i) & ~streams, i, False) for i in matmuls]
+    order += [(kernel & (dev.cls == i) & streams, i, True) for i in matmuls]
+    order += [
+        (kernel & (dev.cls == i), i, False)
+        for i in np.argsort(-summed, kind="stable").tolist()
+        if not _MATMUL[i] and i != COMM
+    ]
+    held = np.zeros(len(CLASSES))
+    streaming = np.zeros(len(CLASSES))
+    # Each holder takes what the union up to it covers past the union before it (the ops are
+    # sorted by start: each union is read in place). The last union is all the busy time.
+    sofar = np.zeros(len(ops), dtype=bool)
+    covered = 0.0
+    union = Coverage.of(ops.ts[:0], ops.end[:0])
+    for mine, i, streamed in order:
+        if not mine.any():
+            continue
+        sofar |= mine
+        union = Coverage.of_sorted(ops.ts, ops.end, sofar)
+        now = float(union.covered(start, end).sum())
+        held[i] += now - covered
+        if streamed:
+            streaming[i] += now - covered
+        covered = now
+    comm = kernel & (dev.cls == COMM)
+    beside = float(union.covered(ops.ts[comm], ops.end[comm]).sum()) if comm.any() else 0.0
+    return BusyHolders(held, streaming, beside)
 
 
 def _idle_causes(

@@ -92,6 +92,7 @@ TOPICS = (
     "wallfinder.analysis.memory_profile",
     "wallfinder.analysis.memory",
     "wallfinder.analysis.collectives",
+    "wallfinder.analysis.topics.pipeline",
     "wallfinder.analysis.topics.sharding",
 )
 """The modules that hold rules, in the order their rules run. A rule registers when its

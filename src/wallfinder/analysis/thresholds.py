@@ -23,6 +23,7 @@ __all__ = [
     "CounterThresholds",
     "JobThresholds",
     "MemoryThresholds",
+    "PipelineThresholds",
     "SlackThresholds",
     "SnapshotThresholds",
     "StepThresholds",
@@ -184,6 +185,17 @@ class JobThresholds:
     wait_wall_share: float = 0.10
     """Ranks waiting for each other in collectives for this share of a step (and no single
     straggler) makes communication wait the job's verdict."""
+    tie_ns: int = 1_000
+    """Ranks reaching a collective within this long of each other arrive together: a tie is
+    nobody's lateness (the clocks are aligned by an estimate no finer than this)."""
+    straggler_steps: float = 0.5
+    """A straggler is last at most of a step's collectives (those where someone was last) in
+    more than this share of the steps that have any."""
+    straggler_noise: float = 2.0
+    """... and late by more than this many times the noise: the larger of the median lateness
+    of the other ranks at the collectives where they were last (a symmetric job whose ranks
+    take turns arriving last is late by about as much each time, whoever is last) and the
+    spread of the steps' lengths (on a busy host arrivals jitter as much as steps do)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +224,15 @@ class CounterThresholds:
     launches join the trace's kernels by their launch size (grid and block) or in launch
     order, on the same device; otherwise its counters change nothing (a kernel name alone is
     shared by every PyTorch program)."""
+
+
+@dataclass(frozen=True)
+class PipelineThresholds:
+    """How a pipelined step's wait for its neighbour is read against its schedule's theory."""
+
+    excess: float = 0.05
+    """A stage waiting more (or less) than the schedule's bubble by more than this share of
+    the step is said to: the transfers themselves or an unbalanced stage account for it."""
 
 
 @dataclass(frozen=True)
@@ -248,3 +269,4 @@ class Thresholds:
     snapshot: SnapshotThresholds = field(default_factory=SnapshotThresholds)
     job: JobThresholds = field(default_factory=JobThresholds)
     counters: CounterThresholds = field(default_factory=CounterThresholds)
+    pipeline: PipelineThresholds = field(default_factory=PipelineThresholds)

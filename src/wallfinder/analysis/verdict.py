@@ -23,6 +23,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+# (classify's, where the kernel classes are named: the compute wall's, and the critical path's)
+from wallfinder.analysis.classify import MATMUL_CLASSES as MATMUL_CLASSES
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
@@ -36,10 +38,6 @@ from wallfinder.diagnosis import (
     Verdict,
     Wall,
 )
-
-MATMUL_CLASSES = frozenset({KernelClass.GEMM, KernelClass.ATTENTION, KernelClass.CONVOLUTION})
-"""The kernel classes of matmul-class work: the compute wall's, unless it streams its operands
-(skinny shapes), and the critical path's compute category."""
 
 _CAUSE_TEXT = {
     "unstable": "unstable step time",
@@ -100,10 +98,22 @@ def decide(
         detail=f"compute covers {busy:.1%} of the step{one_off} (busy at ≥ "
         f"{thresholds.min_busy:.0%})",
     )
-    matmul = sum(c.share for c in classes if c.cls in MATMUL_CLASSES)
+    # The busy time's holders on the timeline where the device has one (`ClassShare.busy`):
+    # work beside a matmul (collectives on their own SMs, copies, kernels on other streams)
+    # holds none of the time the matmul runs through. Else (a CPU's one thread, results
+    # written before) the summed time, which is the same there.
+    timeline = bool(classes) and all(c.busy is not None for c in classes)
+    held = {c.cls: c.busy if c.busy is not None else c.share for c in classes}
+    matmul = sum(held[c.cls] for c in classes if c.cls in MATMUL_CLASSES)
+    summed = sum(c.share for c in classes if c.cls in MATMUL_CLASSES)
     # Matmuls that stream their operands (skinny shapes, GEMV, decode attention) are
     # bandwidth-bound work, whatever their class.
-    streaming = min(roofline.matmul_bandwidth_share, matmul) if roofline else 0.0
+    streaming_summed = min(roofline.matmul_bandwidth_share, summed) if roofline else 0.0
+    streaming = (
+        min(sum(c.streaming for c in classes if c.cls in MATMUL_CLASSES), matmul)
+        if timeline
+        else streaming_summed
+    )
     unknown = roofline.matmul_unknown_share if roofline else 0.0
     in_matmuls = matmul - streaming
     q3 = Question(
@@ -118,9 +128,12 @@ def decide(
                 else ""
             )
             + f" (matmul-bound at ≥ {thresholds.min_matmul:.0%})"
+            + _beside(classes)
         ),
     )
-    q4 = _near_peak(roofline, thresholds, roof_estimate)
+    # The roofline's shares are of summed kernel time, which on a timeline is not busy time.
+    summed_words = "of the kernel time" if timeline else "of busy time"
+    q4 = _near_peak(roofline, thresholds, roof_estimate, summed_words)
     questions = [q1, q2, q3, q4]
     if q2.answer == "no":
         parts = _losses(breakdown)
@@ -135,7 +148,14 @@ def decide(
             questions=questions,
         )
     if q3.answer == "no":
-        memory_bound = {c.cls: c.share for c in classes if c.cls not in MATMUL_CLASSES}
+        memory_bound = {
+            c.cls: held[c.cls]
+            for c in classes
+            if c.cls not in MATMUL_CLASSES
+            # (On the timeline communication holds no busy time: beside compute it is not
+            # the wall, and alone it is exposed, which the second question weighs.)
+            and not (timeline and c.cls == KernelClass.COMMUNICATION)
+        }
         if streaming > 0:
             memory_bound[STREAMING] = streaming
         most = max(memory_bound, key=lambda c: memory_bound[c]) if memory_bound else None
@@ -154,16 +174,31 @@ def decide(
         cause = "at peak"
     elif q4.answer == "no":
         cause = "below peak: precision/shape/kernel"
-    elif unknown >= in_matmuls / 2:
+    # (Of the matmul time that does not stream, on the roofline's summed basis as `unknown`.)
+    elif unknown >= (summed - streaming_summed) / 2:
         cause = "matmul-bound (GEMM bound unknown: no shapes)"
         reason += (
-            f"; {unknown:.0%} of busy time is in GEMMs whose shapes were not recorded, so "
+            f"; {unknown:.0%} {summed_words} is in GEMMs whose shapes were not recorded, so "
             "whether they compute or stream their weights (small batches, decode) is not "
             "known: profile with record_shapes=True"
         )
     else:
         cause = "matmul-bound (how near peak: unknown)"
     return Verdict(wall="compute", cause=cause, reason=reason, questions=questions)
+
+
+def _beside(classes: list[ClassShare]) -> str:
+    """What hidden communication takes, in words ("" when it runs beside no compute): the
+    summed time its kernels share the device with compute, which costs the SMs they hold, not
+    a wall of its own."""
+    comm = next((c for c in classes if c.cls == KernelClass.COMMUNICATION), None)
+    if comm is None or comm.beside < 0.005:
+        return ""
+    return (
+        f"; communication kernels ({comm.share:.0%} of the summed kernel time) run beside "
+        f"compute for {comm.beside:.0%} of the summed kernel time: the SMs they hold are "
+        "taken from the compute beside them, not a wall"
+    )
 
 
 _K = TypeVar("_K")
@@ -233,7 +268,10 @@ def _losses(breakdown: Breakdown) -> dict[str, float]:
     }
 
 
-def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool) -> Question:
+def _near_peak(
+    roofline: Roofline | None, thresholds: Thresholds, estimate: bool, summed_words: str
+) -> Question:
+    """The fourth question; `summed_words` say what the roofline's shares are of."""
     question = "Are the matmuls near peak?"
     value = roofline.pct_of_roof_matmul if roofline else None
     if value is None:
@@ -244,7 +282,7 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
         )
         if roofline is not None and roofline.matmul_unknown_share >= 0.005:
             why += (
-                f"; {roofline.matmul_unknown_share:.0%} of busy time is in GEMMs whose bound "
+                f"; {roofline.matmul_unknown_share:.0%} {summed_words} is in GEMMs whose bound "
                 "is unknown without shapes"
             )
         return Question(
@@ -259,7 +297,7 @@ def _near_peak(roofline: Roofline | None, thresholds: Thresholds, estimate: bool
     )
     if roofline is not None and roofline.fp32_matmul_without_tensor_cores_share > 0.01:
         detail += (
-            f"; {roofline.fp32_matmul_without_tensor_cores_share:.0%} of busy time is fp32 "
+            f"; {roofline.fp32_matmul_without_tensor_cores_share:.0%} {summed_words} is fp32 "
             "matmul without tensor cores"
         )
     if estimate:

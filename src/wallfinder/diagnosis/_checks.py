@@ -104,6 +104,14 @@ def _violations(d: Diagnosis) -> list[str]:
     classes = {c.cls for c in d.classes}
     if d.classes and abs(sum(c.share for c in d.classes) - 1.0) > SUM_TOLERANCE:
         out.append("class shares do not sum to 1")
+    held = [c.busy for c in d.classes if c.busy is not None]
+    if held and abs(sum(held) - 1.0) > SUM_TOLERANCE:
+        out.append("the classes' holds on the busy time do not sum to 1")
+    for c in d.classes:
+        if c.busy is not None and not (_fraction(c.busy) and 0 <= c.streaming <= c.busy):
+            out.append(f"class {c.cls}: busy {c.busy}, streaming {c.streaming}")
+        if not 0 <= c.beside <= c.share * (1 + SUM_TOLERANCE):
+            out.append(f"class {c.cls}: beside {c.beside} is not within its share {c.share}")
     every = d.kernels + d.more_kernels
     if d.more_kernels and abs(sum(k.share for k in every) - 1.0) > SUM_TOLERANCE:
         out.append("the kernel table's shares do not sum to 1")

@@ -139,9 +139,27 @@ class KernelRow(_Base, frozen=True):
 
 
 class ClassShare(_Base, frozen=True):
+    """A kernel (or CPU op) class's time over the steady-state steps: `time_s` and `share`
+    sum its kernels' durations (two at once count twice); `busy` weighs the timeline."""
+
     cls: str = msgspec.field(name="class")
     time_s: float
     share: float
+    busy: float | None = None
+    """The share of the device's busy time (when a non-communication kernel runs: the
+    breakdown's `compute`) this class holds on the timeline: a matmul-class kernel holds every
+    moment it runs, whatever runs beside it; the moments with none go to the other classes
+    (of those running at once, the one with the most kernel time). Communication holds none:
+    beside compute it shares the SMs (`beside`), alone it is exposed. The classes' `busy` sum
+    to 1. None: not weighed on a timeline (a CPU's op classes, one thread's time already, and
+    results written before it was kept)."""
+    streaming: float = 0.0
+    """Of `busy`, the share held by this class's kernels that stream their operands
+    (bandwidth-bound matmuls: skinny shapes, GEMV, decode attention)."""
+    beside: float = 0.0
+    """Communication's: the share of the summed kernel time (as `share`) its kernels run
+    beside compute, summed over them: the SMs they take from the compute kernels while
+    hidden, which is what hidden communication costs (0 for the other classes)."""
 
 
 class Question(_Base, frozen=True):
@@ -450,6 +468,18 @@ class Straggler(_Base, frozen=True):
     """`wait_caused_s` as a fraction of the job's median step time."""
     doing: str
     """What it was doing instead, from its own diagnosis."""
+    late_steps: int | None = None
+    """In how many steps it arrived last at most of the step's collectives (of `steps`, the
+    steps where some rank arrived last; None: a result written before these were kept)."""
+    steps: int | None = None
+    lateness_s: float | None = None
+    """Its median lead over the next latest rank in those steps."""
+    noise_s: float | None = None
+    """The noise of arrival order it is late beyond: the median lead of the other ranks
+    where they arrived last."""
+    step_spread_s: float | None = None
+    """The steps' spread it is late beyond too: per rank 1.4826 x the median absolute
+    deviation of its steady steps' lengths, the median over the ranks."""
 
 
 class JobSummary(_Base, frozen=True):

@@ -20,6 +20,7 @@ from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.phases import PHASES
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.rules import rule
+from wallfinder.analysis.topics.pipeline import bubble_share
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
 from wallfinder.units import short_kernel
@@ -101,7 +102,9 @@ def _comm_rows(f: Facts) -> npt.NDArray[np.bool_]:
 @rule(Facts, id="exposed-comm", bounds=OVERLAP, work=_comm_rows)
 def exposed_communication(f: Facts) -> Finding | None:
     b = f.breakdown
-    share = f.share(b.comm_exposed)
+    # A pipeline stage waiting in send/recv for its neighbour is the schedule's bubble, the
+    # pipeline-bubble finding's: not collectives to overlap, and not counted twice.
+    share = f.share(max(b.comm_exposed - bubble_share(f), 0.0))
     if share < f.thresholds.time.min_share:
         return None
     reach = min(share, f.hideable)
