@@ -35,6 +35,7 @@ from wallfinder.analysis.gpu import (
 )
 from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
+from wallfinder.analysis.parallelism import detect as detect_parallelism
 from wallfinder.analysis.phases import Attribution, attribute, device_work
 from wallfinder.analysis.pipeline import Stage, Upstream, View
 from wallfinder.analysis.pipeline import run as run_stages
@@ -87,6 +88,7 @@ from wallfinder.diagnosis import (
     KernelRow,
     MemoryProfile,
     Mfu,
+    Parallelism,
     Roofline,
     Spike,
     StepBreakdown,
@@ -221,6 +223,8 @@ def _diagnosed(
         critical_path=path,
         attribution=attribution,
     )
+    if up[PARALLELISM] is not None:
+        diagnosis = msgspec.structs.replace(diagnosis, parallelism=up[PARALLELISM])
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None
         # (Contained here, not as a stage: it reads the finished diagnosis.)
@@ -350,6 +354,9 @@ TIMELINE: View[_Upstream, StepTimeline | None] = View(
     "timeline", lambda scope, up: up.device.timeline(scope), frees=True
 )
 PHASES: View[_Upstream, Attribution] = View("phases", lambda scope, up: up.device.phases(scope))
+PARALLELISM: View[_Upstream, Parallelism | None] = View(
+    "parallelism", lambda scope, up: detect_parallelism(scope, up[PHASES])
+)
 # (The CPU's own graph: a failure building it costs the critical path, under its name.)
 GRAPH: View[_Upstream, StepGraph | None] = View(
     "critical path", lambda scope, up: up.device.graph(scope)
@@ -370,6 +377,7 @@ STAGES: tuple[Stage[_Upstream, Any] | View[_Upstream, Any], ...] = (
     FUSION,
     TIMELINE,
     PHASES,
+    PARALLELISM,
     GRAPH,
     MEMORY,
     TYPICAL,

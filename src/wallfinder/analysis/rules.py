@@ -93,6 +93,7 @@ TOPICS = (
     "wallfinder.analysis.memory",
     "wallfinder.analysis.collectives",
     "wallfinder.analysis.topics.pipeline",
+    "wallfinder.analysis.topics.sharding",
 )
 """The modules that hold rules, in the order their rules run. A rule registers when its
 module is imported; `rules_for` imports them all first, so that a scope's rules are complete

@@ -62,6 +62,12 @@ from wallfinder.diagnosis._memory import (
     OomEvent,
     StepMemory,
 )
+from wallfinder.diagnosis._parallel import (
+    COLLECTIVE_WORDS,
+    Parallelism,
+    ProcessGroup,
+    Strategy,
+)
 from wallfinder.diagnosis._result import (
     MARKS_SCHEMA,
     CriticalPath,
@@ -106,6 +112,7 @@ from wallfinder.diagnosis._step import (
 )
 
 __all__ = [
+    "COLLECTIVE_WORDS",
     "COUNTERS_SCHEMA",
     "DIAGNOSIS_SCHEMAS",
     "DIFF_SCHEMA",
@@ -161,9 +168,11 @@ __all__ = [
     "OomEvent",
     "OpRoofRow",
     "OpRow",
+    "Parallelism",
     "PartChange",
     "PathSegment",
     "Phases",
+    "ProcessGroup",
     "Question",
     "RankSummary",
     "Roofline",
@@ -175,6 +184,7 @@ __all__ = [
     "StepTimeline",
     "Steps",
     "Straggler",
+    "Strategy",
     "TimelineGap",
     "TimelineSpan",
     "TraceMark",

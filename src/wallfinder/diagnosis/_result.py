@@ -17,6 +17,7 @@ from wallfinder.diagnosis._base import (
 from wallfinder.diagnosis._checks import _violations
 from wallfinder.diagnosis._counters import CounterReport
 from wallfinder.diagnosis._memory import DeviceMemoryProfile, MemoryProfile
+from wallfinder.diagnosis._parallel import Parallelism
 from wallfinder.diagnosis._step import (
     Breakdown,
     ClassShare,
@@ -139,6 +140,9 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     """The step by phase (null when not computed)."""
     modules: Modules | None = None
     """Time per module (null when the trace has no module or record_function ranges)."""
+    parallelism: Parallelism | None = None
+    """The parallelism strategies the trace shows, with their evidence (null: not computed,
+    or a diagnosis saved before it was kept)."""
     not_computed: dict[str, str] = {}
     """The optional views an internal error left out (a bug in wallfinder, never in the
     input), each with why: {"modules": "internal error: KeyError 'x'; rerun with --debug"}.

@@ -46,6 +46,7 @@ from wallfinder.report._figures import (
     counter_roofline_figure,
     diagnosis_figures,
 )
+from wallfinder.report._parallel import parallelism_head, parallelism_lines
 
 __all__ = ["render_html"]
 
@@ -232,6 +233,8 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "name_kind": "op" if d.cpu is not None else "kernel",
         "class_color": CLASS_COLOR,
         "job": _job_view(d.job) if d.job is not None else None,
+        "parallelism_head": parallelism_head(d),
+        "parallelism": parallelism_lines(d),
         "not_computed": fmt.not_computed_lines(d),
         "memory": _memory_view(d, figures),
         "phases": [

@@ -11,6 +11,7 @@ import re
 
 from wallfinder.diagnosis import CounterReport, Diagnosis
 from wallfinder.report import _format as fmt
+from wallfinder.report._parallel import parallelism_head, parallelism_lines
 
 __all__ = ["render_counters_markdown", "render_markdown"]
 
@@ -64,6 +65,7 @@ def render_markdown(d: Diagnosis) -> str:
         _mfu(d),
     ]
     out += _job(d)
+    out += _parallelism(d)
     out += _counters(d)
     if d.not_computed:
         out += ["", *(f"- **{text(line)}**" for line in fmt.not_computed_lines(d))]
@@ -128,6 +130,13 @@ def _what_if(d: Diagnosis) -> list[str]:
         "|---|---|---|---|",
         *(f"| {' | '.join(text(c) for c in row)} |" for row in rows),
     ]
+
+
+def _parallelism(d: Diagnosis) -> list[str]:
+    head = parallelism_head(d)
+    if not head:
+        return []
+    return ["", f"**{text(head)}**", "", *(f"- {text(line)}" for line in parallelism_lines(d))]
 
 
 def _job(d: Diagnosis) -> list[str]:

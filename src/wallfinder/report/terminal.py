@@ -57,6 +57,7 @@ from wallfinder.report._format import (
     tensor_core_fix,
     what_if_cells,
 )
+from wallfinder.report._parallel import parallelism_head, parallelism_lines
 from wallfinder.report._table import Col, Row, fit_table
 
 DEFAULT_WIDTH = 100
@@ -100,6 +101,8 @@ def _parts(d: Diagnosis) -> Iterator[RenderableType | None]:
         yield _ranks(d)
     if d.job is not None:
         yield from _job(d)
+    if d.parallelism is not None:
+        yield _parallelism(d)
     if d.counters is not None:
         from wallfinder.report.counters import counter_parts
 
@@ -727,6 +730,14 @@ def _job(d: Diagnosis) -> Iterator[RenderableType | None]:
         [_COLLECTIVE_COLUMN.get(c, Col(c)) for c in COLLECTIVE_COLUMNS],
         [Row(row) for row in collective_cells(d)],
     )
+
+
+def _parallelism(d: Diagnosis) -> Hanging:
+    """The strategies and their evidence, each item's wrapped lines under its indent."""
+    text = Text(parallelism_head(d), style="bold")
+    for line in parallelism_lines(d):
+        text.append(f"\n  {line}", style="")
+    return Hanging(text)
 
 
 def render_text(d: Diagnosis, *, width: int | None = None, color: bool = False) -> str:

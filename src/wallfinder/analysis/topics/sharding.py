@@ -1,0 +1,324 @@
+"""Sharding: the collectives of sharded data parallel (FSDP / ZeRO-3) and of tensor parallel
+that the step waits for, each with its strategy's own levers (not the DDP bucket advice of
+`exposed-comm`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.collectives import collective_name
+from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
+from wallfinder.analysis.gpu import COMM, COPY
+from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.parallelism import fsdp_ranges, host_collectives, unit_of
+from wallfinder.analysis.phases import FORWARD
+from wallfinder.analysis.roofline import outermost
+from wallfinder.analysis.rules import rule
+from wallfinder.analysis.steps import NO_LAUNCH
+from wallfinder.diagnosis import Finding
+from wallfinder.trace import Events, Kind
+from wallfinder.units import size
+
+NS = 1e-9
+
+
+def _main(f: Facts, ev: Events) -> Events:
+    """`ev`'s rows on the thread whose time is the step's (the CPU as the device), the
+    outermost ones: the time that thread spends blocked in them."""
+    if f.main_thread is not None:
+        ev = ev.take(np.flatnonzero(ev.thread == f.main_thread))
+    return ev.take(np.flatnonzero(outermost(ev)))
+
+
+def _kernels(f: Facts, kinds: tuple[str, ...], phase: int | None) -> npt.NDArray[np.bool_]:
+    """The steady steps' communication kernels of the given collective kinds (and, with
+    `phase`, launched in that phase of the step)."""
+    if f.dev is None:
+        return NO_ROWS
+    dev, trace = f.dev, f.trace
+    names, index = np.unique(dev.ops.name, return_inverse=True)
+    wanted = np.array([collective_name(trace.strings[int(c)]) in kinds for c in names.tolist()])
+    rows: npt.NDArray[np.bool_] = f.inside & (dev.cls == COMM) & wanted[index]
+    if phase is not None:
+        # The phase a collective kernel is issued in: the phases give the kernel itself to
+        # communication, whichever phase launched it.
+        # (A kernel whose launch the trace does not hold is left out.)
+        rows &= dev.launch_ts != NO_LAUNCH
+        a, at = f.attribution, np.flatnonzero(rows)
+        if a is None:
+            return np.zeros_like(rows)
+        placed, _ = a.place_calls(dev.launch_thread[at], dev.launch_ts[at])
+        rows[at[placed != phase]] = False
+    return rows
+
+
+def _exposed_s(f: Facts, rows: npt.NDArray[np.bool_]) -> float:
+    """Seconds per step of the kernels at `rows` that no compute kernel runs beside."""
+    assert f.dev is not None
+    ops = f.dev.ops
+    compute = f.inside & (f.dev.cls != COMM) & (f.dev.cls != COPY)
+    cover = Coverage.of(ops.ts[compute], ops.end[compute])
+    union = Coverage.of(ops.ts[rows], ops.end[rows])
+    exposed = union.total - int(cover.covered(union.starts, union.ends).sum())
+    return max(exposed, 0) * NS / max(f.steps.count, 1)
+
+
+# fsdp-exposed-gather ------------------------------------------------------------------------
+
+
+def _gathers(f: Facts) -> Events:
+    """The forward all-gathers of FSDP's units the step waits for: its `FSDP::all_gather (i)`
+    and `FSDP::all_gather_copy_out (i)` ranges (the wait is in the copy-out) in the
+    forward."""
+    ev = fsdp_ranges(f.scope, "all_gather", "all_gather_copy_out")
+    if f.attribution is not None and len(ev):
+        phase, _ = f.attribution.place_calls(ev.thread, ev.ts)
+        ev = ev.take(np.flatnonzero(phase == FORWARD))
+    return ev
+
+
+def _issued(f: Facts, gathers: Events) -> Events:
+    """Of `gathers`, the `FSDP::all_gather (i)` ranges (where each all-gather is issued)."""
+    names, index = np.unique(gathers.name, return_inverse=True)
+    issue = np.array(
+        [f.trace.strings[int(c)].startswith("FSDP::all_gather (") for c in names.tolist()],
+        dtype=bool,
+    )
+    return gathers.take(np.flatnonzero(issue[index])) if len(gathers) else gathers
+
+
+def _on_demand(f: Facts, gathers: Events) -> npt.NDArray[np.bool_]:
+    """Per forward all-gather: issued inside its own unit's `FSDP::pre_forward (i)` (on
+    demand, when the unit is about to run: no prefetch), not by an earlier unit's hook."""
+    pre = fsdp_ranges(f.scope, "pre_forward")
+    if not len(pre) or not len(gathers):
+        return np.zeros(len(gathers), dtype=bool)
+    unit, pre_unit = unit_of(f.trace, gathers), unit_of(f.trace, pre)
+    k = np.searchsorted(pre.ts, gathers.ts, side="right") - 1
+    j = np.maximum(k, 0)
+    inside = (k >= 0) & (gathers.ts < pre.end[j]) & (pre.thread[j] == gathers.thread)
+    result: npt.NDArray[np.bool_] = inside & (pre_unit[j] == unit)
+    return result
+
+
+def _gather_bytes(f: Facts, own: Events) -> dict[int, int]:
+    """Per FSDP unit: the bytes its forward all-gather gathers (the output of the
+    `c10d::_allgather_base_` inside its `FSDP::all_gather (i)` range, `own`)."""
+    trace = f.trace
+    codes = trace.names_matching(lambda s: s.endswith("_allgather_base_"))
+    calls = trace.named((Kind.CPU_OP,), codes)
+    if not len(calls) or not len(own):
+        return {}
+    k = np.searchsorted(own.ts, calls.ts, side="right") - 1
+    j = np.maximum(k, 0)
+    inside = (k >= 0) & (calls.ts < own.end[j])
+    units = unit_of(trace, own)
+    sizes: dict[int, int] = {}
+    for row in np.flatnonzero(inside).tolist():
+        args = trace.op_args(
+            int(calls.input_dims[row]), int(calls.input_type[row]), int(calls.concrete_inputs[row])
+        )
+        out = args.tensor(0) if args is not None else None
+        if out is not None:
+            sizes.setdefault(int(units[j[row]]), out.nbytes)
+    return sizes
+
+
+def _gather_rows(f: Facts) -> npt.NDArray[np.bool_]:
+    return _kernels(f, ("allgather",), FORWARD)
+
+
+@rule(Facts, id="fsdp-exposed-gather", work=_gather_rows)
+def fsdp_exposed_gather(f: Facts) -> Finding | None:
+    """The forward all-gathers of sharded data parallel (FSDP / ZeRO-3) the step waits for,
+    per unit, with whether they were prefetched."""
+    gathers = _gathers(f)
+    if f.dev is None:
+        if not len(gathers):
+            return None
+        blocked = _main(f, gathers)
+        per_unit = _per_unit(f, blocked)
+        seconds = sum(per_unit.values())
+    else:
+        rows = _gather_rows(f)
+        if not rows.any():
+            return None
+        seconds, per_unit = _exposed_s(f, rows), _kernels_per_unit(f, rows, _issued(f, gathers))
+    share = f.share(seconds / f.step_s) if f.step_s > 0 else 0.0
+    if share < f.thresholds.time.min_share:
+        return None
+    issued = _issued(f, gathers)
+    sizes = _gather_bytes(f, issued)
+    units = ", ".join(
+        f"unit {u} {ms_text(s)}" + (f" ({size(sizes[u])})" if u in sizes else "")
+        for u, s in sorted(per_unit.items())
+    )
+    demand = _on_demand(f, issued)
+    steps = max(f.steps.count, 1)
+    prefetch = (
+        (
+            f"; {demand.sum() / steps:g} of {len(issued) / steps:g} per step issued by their "
+            "own unit's pre-forward (no forward prefetch)"
+            if demand.any()
+            else f"; all {len(issued) / steps:g} per step prefetched by an earlier unit"
+        )
+        if len(issued)
+        else ""
+    )
+    prefetching = f.trace.names_matching(lambda s: s.startswith("FSDP::backward_prefetch"))
+    backward = (
+        "; backward prefetch seen"
+        if len(f.trace.named((Kind.ANNOTATION, Kind.CPU_OP), prefetching))
+        else ""
+    )
+    reach = min(share, f.hideable)
+    return make_finding(
+        f,
+        "fsdp-exposed-gather",
+        "overhead",
+        "FSDP's all-gathers are waited for before their unit's forward",
+        share,
+        f"{share:.0%} of each step ({ms_text(share * f.step_s)}) waits for parameters being "
+        f"all-gathered before a unit's forward"
+        + (f": {units}" if units else "")
+        + prefetch
+        + backward
+        + _backward_costs(f)
+        + f"; the compute they could hide behind is {reach:.0%} of the step (the bound)",
+        "prefetch the next unit's parameters while this one computes: FSDP2 "
+        "`unit.set_modules_to_forward_prefetch([next_unit])` and "
+        "`set_modules_to_backward_prefetch` (FSDP1: forward_prefetch=True, "
+        "backward_prefetch=BACKWARD_PRE); fewer, larger units (wrap blocks, not layers) so "
+        "each all-gather is large enough to run at bandwidth; reshard_after_forward=False "
+        "(or an int, a smaller group) on the last units to skip their backward re-gather, "
+        "at the memory it keeps",
+        speedup=amdahl(reach),
+        reach=reach,
+    )
+
+
+def _backward_costs(f: Facts) -> str:
+    """The backward's FSDP waits on a CPU-only trace, in words: the re-gathers of units
+    resharded after the forward, and each unit's gradient reduce-scatter."""
+    if f.dev is not None or f.attribution is None:
+        return ""
+    ev = fsdp_ranges(f.scope, "all_gather", "all_gather_copy_out")
+    phase, _ = f.attribution.place_calls(ev.thread, ev.ts)
+    again = sum(_per_unit(f, _main(f, ev.take(np.flatnonzero(phase != FORWARD)))).values())
+    reduce = _per_unit(f, _main(f, fsdp_ranges(f.scope, "post_backward_reduce")))
+    parts = []
+    if again > 0:
+        parts.append(
+            f"the backward re-gathers the resharded units for {ms_text(again)} "
+            "(reshard_after_forward's cost)"
+        )
+    if reduce:
+        parts.append(
+            "the reduce-scatters of the gradients take "
+            + ", ".join(f"unit {u} {ms_text(s)}" for u, s in sorted(reduce.items()))
+        )
+    return "; " + "; ".join(parts) if parts else ""
+
+
+def _kernels_per_unit(f: Facts, rows: npt.NDArray[np.bool_], issued: Events) -> dict[int, float]:
+    """Seconds per step of the all-gather kernels at `rows` with no compute beside them, per
+    FSDP unit: the unit whose `FSDP::all_gather (i)` range launched the kernel (kernels
+    launched outside one are left out)."""
+    assert f.dev is not None
+    if not len(issued):
+        return {}
+    at = np.flatnonzero(rows)
+    launch, thread = f.dev.launch_ts[at], f.dev.launch_thread[at]
+    k = np.searchsorted(issued.ts, launch, side="right") - 1
+    j = np.maximum(k, 0)
+    inside = (k >= 0) & (launch < issued.end[j]) & (issued.thread[j] == thread)
+    unit = np.where(inside, unit_of(f.trace, issued)[j], -1)
+    out: dict[int, float] = {}
+    for u in np.unique(unit[unit >= 0]).tolist():
+        mine = np.zeros_like(rows)
+        mine[at[unit == u]] = True
+        out[int(u)] = _exposed_s(f, mine)
+    return out
+
+
+def _per_unit(f: Facts, blocked: Events) -> dict[int, float]:
+    """Seconds per step the main thread spends in each unit's all-gather ranges."""
+    unit = unit_of(f.trace, blocked)
+    steps = max(f.steps.count, 1)
+    out: dict[int, float] = {}
+    for u in np.unique(unit).tolist():
+        out[int(u)] = float(blocked.dur[unit == u].sum()) * NS / steps
+    return out
+
+
+# tp-allreduce-exposed ----------------------------------------------------------------------
+
+
+_TP_KINDS = ("allreduce", "reducescatter")
+
+
+def _tp_rows(f: Facts) -> npt.NDArray[np.bool_]:
+    return _kernels(f, _TP_KINDS, FORWARD)
+
+
+@rule(Facts, id="tp-allreduce-exposed", work=_tp_rows)
+def tp_allreduce_exposed(f: Facts) -> Finding | None:
+    """Tensor parallel's all-reduces (reduce-scatters with sequence parallel) inside the
+    forward of its layers, which the next layer waits for: on the critical path unless
+    overlapped."""
+    if f.attribution is None:
+        return None
+    host = host_collectives(f.scope, f.attribution)
+    # FSDP's reduce-scatters are the gradients', whatever phase the first of them is placed in.
+    kinds = ("allreduce",) if len(fsdp_ranges(f.scope, "all_gather")) else _TP_KINDS
+    forward = np.isin(host.kind, kinds) & (host.phase == FORWARD)
+    if not forward.any():
+        return None
+    steps = max(f.steps.count, 1)
+    calls = host.calls.take(np.flatnonzero(forward))
+    if f.dev is None:
+        waits = _waits(f)
+        seconds = (float(_main(f, calls).dur.sum()) + waits) * NS / steps
+    else:
+        rows = _tp_rows(f)
+        if not rows.any():
+            return None
+        seconds = _exposed_s(f, rows)
+    share = f.share(seconds / f.step_s) if f.step_s > 0 else 0.0
+    if share < f.thresholds.time.min_share:
+        return None
+    per_step = len(calls) / steps
+    reach = min(share, f.hideable)
+    return make_finding(
+        f,
+        "tp-allreduce-exposed",
+        "overhead",
+        "Tensor parallel's all-reduces sit on the critical path of the forward",
+        share,
+        f"{share:.0%} of each step ({ms_text(share * f.step_s)}) waits for the "
+        f"{per_step:g} all-reduces/step inside the forward (a layer's partial outputs summed "
+        f"before the next layer can start), {ms_text(seconds / max(per_step, 1))} "
+        f"each; the compute they could hide behind is {reach:.0%} of the step (the bound)",
+        "overlap tensor parallel's communication with its matmuls: async TP "
+        "(torch._inductor.config._micro_pipeline_tp with torch.compile and "
+        "enable_symm_mem_for_group), sequence parallel (SequenceParallel / "
+        "PrepareModuleInput with Shard(1)) to turn each all-reduce into a reduce-scatter and an "
+        "all-gather that overlap; keep TP inside a node (NVLink) and use data or pipeline "
+        "parallel across nodes",
+        speedup=amdahl(reach),
+        reach=reach,
+    )
+
+
+def _waits(f: Facts) -> float:
+    """Nanoseconds in the steady steps the main thread waits in functional collectives'
+    `wait_tensor` inside the forward (the all-reduce's result awaited)."""
+    trace = f.trace
+    ev = trace.named((Kind.CPU_OP,), trace.names_matching(lambda s: s.endswith("::wait_tensor")))
+    ev = ev.take(np.flatnonzero(in_windows(ev.ts, f.scope.window_start, f.scope.window_end)))
+    if not len(ev) or f.attribution is None:
+        return 0.0
+    phase, _ = f.attribution.place_calls(ev.thread, ev.ts)
+    ev = _main(f, ev.take(np.flatnonzero(phase == FORWARD)))
+    return float(ev.dur.sum())
