@@ -11,6 +11,7 @@ from tracegen import TraceBuilder, training_trace
 from wallfinder import Options, Thresholds, analyze
 from wallfinder.analysis import MemoryThresholds, TimeThresholds
 from wallfinder.api import analyze_marked
+from wallfinder.report._format import tensor_core_fix
 from wallfinder.units import short_kernel
 
 GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32"
@@ -143,6 +144,61 @@ def test_fp32_matmuls_get_a_bound_from_the_devices_peaks(tmp_path: Path) -> None
     # A100: tf32 156 TFLOP/s over fp32 19.5 → 8x; the matmuls are ~95% of the step.
     assert "speed up 8x" in f.evidence
     assert f.max_speedup == pytest.approx(1 / (1 - f.share + f.share / 8), rel=1e-3)
+
+
+def _fp32_gemm_trace(device: str) -> TraceBuilder:
+    """Three steps of one fp32 matmul on a SIMT (no tensor core) kernel."""
+    b = TraceBuilder(device_name=device)
+    for s in range(3):
+        t0 = s * 2100.0
+        b.step(s + 1, t0, 2100.0)
+        op_with_kernel(
+            b,
+            "aten::mm",
+            MM_DIMS,
+            ["float", "float"],
+            t0,
+            "volta_sgemm_128x64_nn",
+            t0 + 10.0,
+            2000.0,
+        )
+    return b
+
+
+_ENABLE_TF32 = ("allow_tf32", "set_float32_matmul_precision")
+_BF16 = ("bfloat16", "bf16 autocast")
+
+
+@pytest.mark.parametrize(
+    ("device", "advice", "not_advised"),
+    [
+        # Volta has fp16 tensor cores only: no TF32, no bf16.
+        ("Tesla V100-SXM2-16GB", ("fp16", "GradScaler"), (*_ENABLE_TF32, *_BF16)),
+        # Turing likewise.
+        ("Tesla T4", ("fp16", "GradScaler"), (*_ENABLE_TF32, *_BF16)),
+        # CDNA2 matrix cores have bf16 but no xf32.
+        ("AMD Instinct MI250X", ("bf16",), _ENABLE_TF32),
+        ("NVIDIA A100-SXM4-80GB", ("allow_tf32", "bf16"), ()),
+    ],
+)
+def test_fp32_matmul_advice_follows_the_devices_peaks(
+    tmp_path: Path, device: str, advice: tuple[str, ...], not_advised: tuple[str, ...]
+) -> None:
+    """Enabling TF32 is advice only for a device with TF32 peaks; without them, the fix is the
+    autocast dtype the device has (fp16 with a GradScaler on Volta/Turing)."""
+    d = analyze(_fp32_gemm_trace(device).write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "fp32-matmul")
+    note = tensor_core_fix(d)
+    for text in (f.fix, note):
+        assert all(w in text for w in advice), text
+        assert not any(w in text for w in not_advised), text
+
+
+def test_fp32_matmul_bound_on_volta_is_its_fp16_tensor_core_ratio(tmp_path: Path) -> None:
+    d = analyze(_fp32_gemm_trace("Tesla V100-SXM2-16GB").write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "fp32-matmul")
+    # V100 SXM2: fp16 tensor cores 125 TFLOP/s over fp32 15.7 → 8x.
+    assert "speed up 8x" in f.evidence
 
 
 def test_findings_for_the_verdicts_wall_come_first(tmp_path: Path) -> None:

@@ -266,6 +266,11 @@ def test_trace_device_names_match_the_right_device(
         ("NVIDIA H100 PCIe", "h100-pcie"),
         ("NVIDIA H100 NVL", "h100-nvl"),
         ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA H800", "h800-sxm"),
+        ("NVIDIA H800 PCIe", "h800-pcie"),
+        ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"),
+        ("NVIDIA A800 80GB PCIe", "a800-pcie-80gb"),
+        ("NVIDIA A800-PCIE-40GB", "a800-pcie-40gb"),
         ("NVIDIA GB200", "gb200"),
         ("NVIDIA GeForce RTX 3090", "rtx-3090"),
         ("NVIDIA GeForce RTX 4090", "rtx-4090"),
@@ -308,6 +313,35 @@ def test_device_names_match(name: str, key: str) -> None:
 )
 def test_unknown_or_ambiguous_names_match_nothing(name: str) -> None:
     assert match_device(name) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "sibling"),
+    [
+        ("NVIDIA A800-SXM4-80GB", "a100-sxm4-80gb"),
+        ("NVIDIA A800 80GB PCIe", "a100-pcie-80gb"),
+        ("NVIDIA A800-PCIE-40GB", "a100-pcie-40gb"),
+        ("NVIDIA H800", "h100-sxm"),
+    ],
+)
+def test_china_variants_have_their_siblings_compute_and_a_slower_nvlink(
+    name: str, sibling: str
+) -> None:
+    """The A800 is A100 silicon and the H800 H100 silicon (the H800's FP64 cut aside) with
+    NVLink cut to 400 GB/s: the same tensor peaks and memory, a slower link."""
+    spec, twin = match_device(name), get_spec(sibling)
+    assert spec is not None
+    tensor = ("tf32", "bf16", "fp16", "fp8", "int8")
+    assert {k: spec.peak_flops.get(k) for k in tensor} == {
+        k: twin.peak_flops.get(k) for k in tensor
+    }
+    assert (spec.mem_bandwidth, spec.mem_bytes, spec.sm_count, spec.arch) == (
+        twin.mem_bandwidth,
+        twin.mem_bytes,
+        twin.sm_count,
+        twin.arch,
+    )
+    assert spec.interconnect["nvlink"] == 400e9 < twin.interconnect["nvlink"]
 
 
 def test_unit_count_tells_apart_only_what_the_name_narrowed() -> None:

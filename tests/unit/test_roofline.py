@@ -121,6 +121,20 @@ def test_mfu_from_the_users_model_description(tmp_path: Path) -> None:
     assert d2.mfu.flops_per_step == 5e12
 
 
+def test_an_a800_trace_gets_a_roofline(tmp_path: Path) -> None:
+    """The A800 (A100 silicon, slower NVLink) is a known device: its ops get a roof."""
+    d = analyze(model_trace(device="NVIDIA A800-SXM4-80GB").write(tmp_path / "t.json"))
+    spec = get_spec("a800-sxm4-80gb")
+    assert d.device.matched_spec == spec.name
+    assert d.roofline is not None
+    mm = next(o for o in d.roofline.ops if o.name == "aten::mm")
+    peak = spec.peak("bf16")
+    assert peak is not None
+    assert mm.pct_of_roof == pytest.approx((2.0 * N**3 / peak) / 1000e-6)
+    assert d.mfu.value is not None
+    assert not any("unknown device" in w for w in d.warnings)
+
+
 def test_unknown_device_leaves_roof_figures_null_and_says_so(tmp_path: Path) -> None:
     d = analyze(model_trace(device=None).write(tmp_path / "t.json"))
     assert d.device.matched_spec is None

@@ -3,6 +3,7 @@ comes from the Diagnosis)."""
 
 from __future__ import annotations
 
+from wallfinder.analysis.precision import precision_fix
 from wallfinder.diagnosis import (
     MEMORY_CATEGORIES,
     DeviceMemoryProfile,
@@ -176,13 +177,9 @@ def short_kernel(kernel: str) -> str:
 
 
 def tensor_core_fix(d: Diagnosis) -> str:
-    """What moves fp32 matmuls onto this device's tensor cores (the dtypes it has peaks for)."""
-    have = d.device.peak_flops or {}
-    if "tf32" in have:
-        return "allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or use bf16 autocast"
-    if "bf16" in have:
-        return "use bf16 autocast"
-    return "use fp16 autocast with a GradScaler (the device has no TF32 or bf16)"
+    """What moves fp32 matmuls onto this device's tensor cores (the dtypes it has peaks for):
+    the fp32-matmul finding's advice, in short."""
+    return precision_fix(d.device.peak_flops).short
 
 
 _PART_LABEL = {

@@ -12,6 +12,7 @@ from wallfinder.analysis.classify import MATMUL_CLASSES
 from wallfinder.analysis.critpath import Change
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import CLASSES, COMM
+from wallfinder.analysis.precision import precision_fix
 from wallfinder.analysis.rules import rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Kind
@@ -32,11 +33,10 @@ def fp32_matmul(f: Facts) -> Finding | None:
     if r is None or f.dev is None or f.step_s <= 0:
         return None
     share = r.fp32_matmul_without_tensor_cores_s / f.step_s
-    faster = (
-        f.scope.peak_flops.get("tf32")
-        or f.scope.peak_flops.get("bf16")
-        or f.scope.peak_flops.get("fp16")
-    )
+    # The advice and the bound name one dtype: the one the device's peaks say it has (no
+    # TF32 advice on Volta/Turing, whose tensor cores take fp16 only).
+    fix = precision_fix(f.scope.peak_flops)
+    faster = f.scope.peak_flops.get(fix.dtype) if fix.dtype != "fp32" else None
     fp32 = f.scope.peak_flops.get("fp32")
     ratio = faster / fp32 if faster and fp32 else None
     # Bound: those matmuls run `ratio` times faster (the tensor-core peak over the fp32 one).
@@ -55,9 +55,7 @@ def fp32_matmul(f: Facts) -> Finding | None:
         share,
         f"{ms_text(r.fp32_matmul_without_tensor_cores_s)} per step of matmul kernels use fp32 "
         f"CUDA cores{_where_fp32(f)}{assumption}",
-        "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision"
-        "('high')), or torch.autocast(dtype=torch.bfloat16); fp16 autocast with GradScaler on "
-        "devices without TF32/bf16",
+        fix.fix,
         speedup=speedup,
     )
 
