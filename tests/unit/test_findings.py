@@ -627,6 +627,28 @@ def test_compute_bound_matmuls_below_their_roof_are_found(tmp_path: Path) -> Non
     assert f.share == pytest.approx(saved / (d.breakdown.per_step_ms["step"] / 1e3))
 
 
+@pytest.mark.parametrize(
+    ("device", "types", "precisions"),
+    [
+        ("NVIDIA A100-SXM4-80GB", ["c10::BFloat16"] * 2, "(bf16)"),  # Ampere has no fp8
+        ("NVIDIA H100 80GB HBM3", ["c10::BFloat16"] * 2, "(bf16, fp8 with _scaled_mm)"),
+        ("Tesla V100-SXM2-16GB", ["c10::Half"] * 2, "(fp16 with a GradScaler)"),
+    ],
+)
+def test_matmul_below_roof_names_only_precisions_the_device_has(
+    tmp_path: Path, device: str, types: list[str], precisions: str
+) -> None:
+    b = TraceBuilder(device_name=device)
+    for s in range(3):
+        t0 = s * 2100.0
+        b.step(s + 1, t0, 2100.0)
+        # 2 * 4096^3 FLOP in 2 ms: 69 TFLOP/s, below 60% of each device's roof.
+        op_with_kernel(b, "aten::mm", MM_DIMS, types, t0, "sm80_xmma_gemm", t0 + 10.0, 2000.0)
+    d = analyze(b.write(tmp_path / "t.json"))
+    f = next(x for x in d.findings if x.id == "matmul-below-roof")
+    assert f"use the lowest precision that trains {precisions}," in f.fix
+
+
 def test_near_peak_moves_the_matmul_below_roof_finding_with_the_verdict(tmp_path: Path) -> None:
     # The mm runs at ~44% of its roof: below the default 60%, above 40%. The finding and the
     # verdict's fourth question read the one threshold (the finding used to keep the default).

@@ -56,3 +56,14 @@ def precision_fix(peak_flops: Mapping[str, float] | None) -> PrecisionFix:
     first of TF32, bf16, fp16 it has); `dtype` "fp32" when it has none of them."""
     have = peak_flops or {}
     return next((f for f in _FIXES if f.dtype in have), _NO_PEAKS_FIX)
+
+
+def lower_precisions(peak_flops: Mapping[str, float] | None) -> str:
+    """The lower precisions a matmul could train in on a device with these peaks, in words:
+    bf16 where it has bf16 (else fp16, which needs a GradScaler), and fp8 (through
+    `torch._scaled_mm`) only where it has fp8 peaks (Hopper, Ada, Blackwell, MI300 and later)."""
+    have = peak_flops or {}
+    words = ["bf16" if "bf16" in have else "fp16 with a GradScaler"]
+    if "fp8" in have:
+        words.append("fp8 with _scaled_mm")
+    return ", ".join(words)

@@ -12,7 +12,7 @@ from wallfinder.analysis.classify import MATMUL_CLASSES
 from wallfinder.analysis.critpath import Change
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import CLASSES, COMM
-from wallfinder.analysis.precision import precision_fix
+from wallfinder.analysis.precision import lower_precisions, precision_fix
 from wallfinder.analysis.rules import rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Kind
@@ -204,8 +204,9 @@ def matmuls_below_roof(f: Facts) -> Finding | None:
         share,
         f"{listed} (the bound assumes each reached its roof)" + _where_below_roof(f),
         "make shapes tensor-core friendly (dimensions multiples of 8/16, avoid tiny or skinny "
-        "GEMMs; batch small ones), use the lowest precision that trains (bf16, fp8 with "
-        "_scaled_mm), try torch.compile(mode='max-autotune') for better kernels",
+        "GEMMs; batch small ones), use the lowest precision that trains "
+        f"({lower_precisions(f.scope.peak_flops)}), try torch.compile(mode='max-autotune') for "
+        "better kernels",
         speedup=amdahl(share),
     )
 
