@@ -179,6 +179,8 @@ _BF16 = ("bfloat16", "bf16 autocast")
         # CDNA2 matrix cores have bf16 but no xf32.
         ("AMD Instinct MI250X", ("bf16",), _ENABLE_TF32),
         ("NVIDIA A100-SXM4-80GB", ("allow_tf32", "bf16"), ()),
+        # Tensor cores whose rates the vendor does not publish: no dtype is claimed.
+        ("NVIDIA GB10", ("autocast",), (*_ENABLE_TF32, *_BF16, "GradScaler")),
     ],
 )
 def test_fp32_matmul_advice_follows_the_devices_peaks(
