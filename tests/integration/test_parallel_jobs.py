@@ -73,6 +73,24 @@ def test_an_fsdp2_job_is_named_fsdp_with_its_exposed_gathers(tmp_path: Path) -> 
     assert "unit 0" in f["evidence"]
     assert "unit 2" in f["evidence"]
     assert "no forward prefetch" in f["evidence"]
+    # FSDP's own finding takes its gathers out of the generic exposed-comm, and ranks before
+    # it: the two add up to the breakdown's exposed communication, nothing counted twice.
+    # (Which finding is first overall moves with the busy machine's timing.)
+    _adds_up(d, f)
+    exposed = d["breakdown"]["comm_exposed"]
+    if d["verdict"]["cause"] == "comm_exposed" and f["share"] > exposed / 2:
+        assert d["verdict"]["mechanism"] == "FSDP all-gathers not prefetched"
+
+
+def _adds_up(d: dict[str, Any], own: dict[str, Any]) -> None:
+    """The strategy's finding `own` and exposed-comm share the exposed communication (all of
+    it `own`'s where it claims more than the breakdown holds)."""
+    ids = [f["id"] for f in d["findings"]]
+    if "exposed-comm" in ids:
+        assert ids.index(own["id"]) < ids.index("exposed-comm")
+    rest = sum(f["share"] for f in d["findings"] if f["id"] == "exposed-comm")
+    exposed = d["breakdown"]["comm_exposed"]
+    assert own["share"] + rest == pytest.approx(max(own["share"], exposed), abs=0.005)
 
 
 def test_a_tensor_parallel_job_is_named_tp_with_its_forward_all_reduces(tmp_path: Path) -> None:
@@ -84,3 +102,4 @@ def test_a_tensor_parallel_job_is_named_tp_with_its_forward_all_reduces(tmp_path
     (f,) = [f for f in d["findings"] if f["id"] == "tp-allreduce-exposed"]
     assert 0.02 <= f["share"] < 1
     assert "2 all-reduces/step inside the forward" in f["evidence"]
+    _adds_up(d, f)

@@ -71,3 +71,9 @@ def test_a_pipeline_job_is_diagnosed_by_its_bubble_against_the_schedules_theory(
         assert more in top.fix
         assert "1F1B" in top.fix
         assert all(f.id != "exposed-comm" for f in d.findings)
+        # The verdict's words name the bubble where it is the exposed communication.
+        if d.verdict.cause == "comm_exposed":
+            m = said.split(" ")[0]
+            assert d.verdict.mechanism == (
+                f"the pipeline bubble (2 stages, {m} microbatches: {theory} by theory)"
+            )

@@ -11,6 +11,7 @@ import pytest
 from tracegen import TraceBuilder
 from wallfinder import analyze
 from wallfinder.diagnosis import Diagnosis, Finding
+from wallfinder.report.terminal import render_text
 
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_kernel"
 SENDRECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long)"
@@ -80,6 +81,32 @@ def test_exposed_comm_keeps_only_what_the_bubble_does_not_claim(tmp_path: Path) 
     # 300 µs a step of SendRecv, 100 µs of all-reduce.
     assert comm.share / bubble.share == pytest.approx(1 / 3, abs=1e-3)
     assert bubble.share + comm.share == pytest.approx(d.breakdown.comm_exposed, abs=1e-6)
+
+
+def test_the_verdict_names_the_bubble_when_it_is_most_of_the_exposed_comm(
+    tmp_path: Path,
+) -> None:
+    d = analyze(gpipe_stage().write(tmp_path / "t.json"))
+    assert d.findings[0].id == "pipeline-bubble"
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "comm_exposed")
+    assert d.verdict.mechanism == "the pipeline bubble (2 stages, 2 microbatches: 33% by theory)"
+    assert (
+        "OVERHEAD wall — exposed communication — the pipeline bubble (2 stages, 2 "
+        "microbatches: 33% by theory)"
+    ) in render_text(d, width=200)
+
+
+def test_the_verdict_names_no_bubble_that_is_the_lesser_part_of_the_exposed_comm(
+    tmp_path: Path,
+) -> None:
+    # 400 µs of exposed all-reduce a step against the bubble's 300: the verdict keeps its
+    # plain words. (The all-reduce's finding is bounded by the compute it could hide behind,
+    # the 300 µs of GEMMs: a tie, which the strategy's own finding wins.)
+    d = analyze(gpipe_stage(allreduce_us=400.0).write(tmp_path / "t.json"))
+    assert [f.id for f in d.findings[:2]] == ["pipeline-bubble", "exposed-comm"]
+    assert d.findings[0].max_speedup == d.findings[1].max_speedup
+    assert d.verdict.cause == "comm_exposed"
+    assert d.verdict.mechanism == ""
 
 
 def test_sendrecv_without_a_schedules_ranges_is_not_read_as_a_pipeline(tmp_path: Path) -> None:

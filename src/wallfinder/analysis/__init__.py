@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import msgspec
@@ -52,6 +53,7 @@ from wallfinder.analysis.roofline import (
     place,
     roofline,
 )
+from wallfinder.analysis.rules import claimed
 from wallfinder.analysis.scope import ModelFlops, Scope
 from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import (
@@ -74,7 +76,7 @@ from wallfinder.analysis.thresholds import (
     TimeThresholds,
 )
 from wallfinder.analysis.timeline import step_timeline
-from wallfinder.analysis.verdict import decide, gpu_note, headline, thin_evidence
+from wallfinder.analysis.verdict import decide, gpu_note, headline, named, thin_evidence
 from wallfinder.analysis.views import Views
 from wallfinder.diagnosis import (
     Breakdown,
@@ -526,6 +528,11 @@ def _result(
         else None,
     )
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
+    if facts is not None:
+        # The strategy's own loss named in the verdict when it is most of the exposed
+        # communication the verdict names (the wall and the cause keep their values).
+        claims = facts.scope.views.compute("verdict mechanism", partial(claimed, facts))
+        verdict = named(verdict, claims or [], bd)
     if verdict.wall != typical.wall:
         findings = rank(found, verdict.wall)  # the new wall's findings first
     if critical_path is not None and bd.basis == "gpu":

@@ -15,7 +15,9 @@ A rule lives in the module of its topic, whatever its scope, and declares there 
 about itself: the ids of the findings it makes, how the what-if replays its fix (`replay`, a
 `critpath.Change`: its gain is then the replayed step, else its Amdahl bound), and which work
 is its evidence on the timeline (`work`: the host calls, or a mask over the device ops, that
-`analyze --annotate` marks). Adding a finding is one function in one file::
+`analyze --annotate` marks), and, for a parallel strategy's own loss, the exposed communication
+its finding explains (`claims`: taken out of the generic `exposed-comm`, and named by the
+verdict when it is most of it). Adding a finding is one function in one file::
 
     @rule(Facts, id="my-finding", replay=Change(sync=True), work=my_calls)
     def my_finding(f: Facts) -> Finding | None: ...
@@ -44,13 +46,35 @@ if TYPE_CHECKING:
     # Only its type: the topic modules make the changes, and critpath reads them back here.
     from wallfinder.analysis.critpath import Change
 
-__all__ = ["RULES", "TOPICS", "Rule", "declared", "evaluate", "rule", "rules_for"]
+__all__ = [
+    "RULES",
+    "TOPICS",
+    "Claim",
+    "Rule",
+    "claimed",
+    "declared",
+    "evaluate",
+    "rule",
+    "rules_for",
+]
 
 S = TypeVar("S")
 Check = Callable[[S], Finding | None]
 Work = Callable[[S], Events | npt.NDArray[np.bool_]]
 """A finding's evidence on the timeline: its host calls (`Events`), or a mask over the
 device's ops (`DeviceOps.ops`; empty where the trace has none)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The exposed communication a strategy's finding explains: a share of the measured step
+    (as `Breakdown.comm_exposed` is), and its mechanism in words, for the verdict."""
+
+    share: float
+    words: str
+
+
+Claims = Callable[[S], Claim | None]
 
 
 @dataclass(frozen=True)
@@ -70,6 +94,10 @@ class Rule(Generic[S]):
     reach in principle), and whose what-if row is no faster than that bound."""
     work: Work[S] | None = None
     """Its evidence on the timeline; None: it names no particular work."""
+    claims: Claims[S] | None = None
+    """The exposed communication its finding explains (a parallel strategy's own loss: the
+    pipeline's bubble, FSDP's all-gathers, TP's all-reduces), which `exposed-comm` leaves to
+    it rather than count twice; None: it claims none."""
 
     @property
     def name(self) -> str:
@@ -83,6 +111,10 @@ TOPICS = (
     "wallfinder.analysis.topics.data",
     "wallfinder.analysis.topics.sync",
     "wallfinder.analysis.topics.host",
+    # A parallel strategy's own losses before the generic exposed communication they claim
+    # their share of: at an equal bound, the finding with the strategy's fix leads.
+    "wallfinder.analysis.topics.pipeline",
+    "wallfinder.analysis.topics.sharding",
     "wallfinder.analysis.topics.comm",
     "wallfinder.analysis.topics.copies",
     "wallfinder.analysis.topics.matmul",
@@ -92,8 +124,6 @@ TOPICS = (
     "wallfinder.analysis.memory_profile",
     "wallfinder.analysis.memory",
     "wallfinder.analysis.collectives",
-    "wallfinder.analysis.topics.pipeline",
-    "wallfinder.analysis.topics.sharding",
 )
 """The modules that hold rules, in the order their rules run. A rule registers when its
 module is imported; `rules_for` imports them all first, so that a scope's rules are complete
@@ -107,14 +137,15 @@ def rule(
     replay: Change | None = None,
     bounds: Change | None = None,
     work: Work[S] | None = None,
+    claims: Claims[S] | None = None,
 ) -> Callable[[Check[S]], Check[S]]:
     """Register the decorated function as a rule over facts of type `scope`, making the
     findings `id`, replayed by `replay` (or bounded by the what-if `bounds`), with `work` as
-    their evidence on the timeline."""
+    their evidence on the timeline and `claims` the exposed communication they explain."""
 
     def register(check: Check[S]) -> Check[S]:
         ids = (id,) if isinstance(id, str) else id
-        RULES.append(Rule(scope, check, ids, replay, bounds, work))
+        RULES.append(Rule(scope, check, ids, replay, bounds, work, claims))
         return check
 
     return register
@@ -151,3 +182,10 @@ def evaluate(facts: S, views: Views | None = None) -> list[Finding]:
         if x is not None:
             found.append(x)
     return found
+
+
+def claimed(facts: S) -> list[Claim]:
+    """What the rules of `facts`' scope that claim exposed communication claim of it, in
+    registration order (claims of nothing left out)."""
+    found = (r.claims(facts) for r in rules_for(type(facts)) if r.claims is not None)
+    return [c for c in found if c is not None and c.share > 0]

@@ -26,6 +26,7 @@ import numpy.typing as npt
 # (classify's, where the kernel classes are named: the compute wall's, and the critical path's)
 from wallfinder.analysis.classify import MATMUL_CLASSES as MATMUL_CLASSES
 from wallfinder.analysis.classify import KernelClass
+from wallfinder.analysis.rules import Claim
 from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
     Breakdown,
@@ -410,6 +411,17 @@ def headline(
     if explained:
         findings = [f for f in findings if f.id != UNSTABLE]
     return msgspec.structs.replace(typical, reason=typical.reason + note), findings
+
+
+def named(verdict: Verdict, claims: list[Claim], breakdown: Breakdown) -> Verdict:
+    """`verdict` with its `mechanism`: where its cause is exposed communication and one
+    parallel strategy's finding claims most of it (more than half), that claim's words."""
+    if verdict.wall != "overhead" or verdict.cause != "comm_exposed" or not claims:
+        return verdict
+    top = max(claims, key=lambda c: c.share)  # the first of equal claims: registration order
+    if top.share <= breakdown.comm_exposed / 2:
+        return verdict
+    return msgspec.structs.replace(verdict, mechanism=top.words)
 
 
 def thin_evidence(

@@ -177,6 +177,11 @@ class Verdict(_Base, frozen=True):
     thin_evidence: list[str] = []
     """Why the verdict rests on thin evidence (one step, no launch records, an unknown
     device, little of the busy time costed), each in words; empty when it does not."""
+    mechanism: str = ""
+    """When the cause is exposed communication and one parallel strategy's own finding
+    explains most of it: that mechanism in words ("the pipeline bubble (2 stages, 2
+    microbatches: 33% by theory)", "FSDP all-gathers not prefetched", "TP all-reduces in the
+    forward"); empty otherwise. `wall` and `cause` stay as they are."""
 
     @property
     def confidence(self) -> Literal["high", "low"]:

@@ -11,6 +11,7 @@ from wallfinder.diagnosis import (
     Finding,
     ModuleRow,
     Roofline,
+    Verdict,
 )
 from wallfinder.units import duration, ms, pct, size
 from wallfinder.units import short_kernel as units_short_kernel
@@ -145,6 +146,13 @@ def cause_label(wall: str, cause: str) -> str:
     if wall == "bandwidth":
         return f"{cause} kernels (memory-bound)"
     return cause
+
+
+def verdict_label(v: Verdict) -> str:
+    """The verdict's headline cause in words: its cause, and the parallel strategy's
+    mechanism that explains most of it where the analysis named one."""
+    label = cause_label(v.wall, v.cause)
+    return f"{label} — {v.mechanism}" if v.mechanism else label
 
 
 CPU_IDLE_LABEL = {

@@ -197,7 +197,7 @@ def _script_json(value: object) -> str:
 def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
     return {
         "title": fmt.title_line(d),
-        "cause": fmt.cause_label(d.verdict.wall, d.verdict.cause),
+        "cause": fmt.verdict_label(d.verdict),
         "questions": [
             {
                 "question": q.question,

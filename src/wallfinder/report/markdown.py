@@ -29,7 +29,7 @@ def render_markdown(d: Diagnosis) -> str:
     ops), and MFU."""
     v = d.verdict
     out = [
-        f"### wallfinder: **{v.wall.upper()} wall** — {text(fmt.cause_label(v.wall, v.cause))}",
+        f"### wallfinder: **{v.wall.upper()} wall** — {text(fmt.verdict_label(v))}",
         "",
         f"{code(d.source)} · {text(fmt.title_line(d))}",
         "",

@@ -55,6 +55,7 @@ from wallfinder.report._format import (
     si,
     size,
     tensor_core_fix,
+    verdict_label,
     what_if_cells,
 )
 from wallfinder.report._parallel import parallelism_head, parallelism_lines
@@ -146,7 +147,7 @@ def _verdict(d: Diagnosis) -> Panel:
     v = d.verdict
     body = Text()
     body.append(f"{v.wall.upper()} wall", style=_WALL_STYLE[v.wall])
-    body.append(f" — {cause_label(v.wall, v.cause)}\n", style="bold")
+    body.append(f" — {verdict_label(v)}\n", style="bold")
     body.append(v.reason + "\n")
     if v.thin_evidence:
         body.append("confidence: low — " + "; ".join(v.thin_evidence) + "\n", style="yellow")

@@ -19,8 +19,7 @@ from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.phases import PHASES
 from wallfinder.analysis.roofline import outermost
-from wallfinder.analysis.rules import rule
-from wallfinder.analysis.topics.pipeline import bubble_share
+from wallfinder.analysis.rules import claimed, rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
 from wallfinder.units import short_kernel
@@ -64,6 +63,12 @@ def host_collective_wait(f: Facts) -> Finding | None:
     )
 
 
+def explained(f: Facts) -> float:
+    """The share of the measured step, of its exposed communication, that the parallel
+    strategies' own findings claim (`rules.Claim`), at most all of it."""
+    return min(sum(c.share for c in claimed(f)), f.breakdown.comm_exposed)
+
+
 def _collectives_called(f: Facts) -> Events:
     """The host's collectives in the steady steps (ops and ranges the communication patterns
     name): the ones called, not the ops inside them (c10d::allreduce_ holds
@@ -102,9 +107,10 @@ def _comm_rows(f: Facts) -> npt.NDArray[np.bool_]:
 @rule(Facts, id="exposed-comm", bounds=OVERLAP, work=_comm_rows)
 def exposed_communication(f: Facts) -> Finding | None:
     b = f.breakdown
-    # A pipeline stage waiting in send/recv for its neighbour is the schedule's bubble, the
-    # pipeline-bubble finding's: not collectives to overlap, and not counted twice.
-    share = f.share(max(b.comm_exposed - bubble_share(f), 0.0))
+    # What a parallel strategy's own finding explains (a pipeline stage waiting for its
+    # neighbour, FSDP's all-gathers, TP's all-reduces) is that finding's, with its own fix:
+    # not counted twice. This finding keeps the rest.
+    share = f.share(max(b.comm_exposed - explained(f), 0.0))
     if share < f.thresholds.time.min_share:
         return None
     reach = min(share, f.hideable)

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
-from wallfinder.analysis.rules import rule
+from wallfinder.analysis.rules import Claim, rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
 
@@ -213,12 +213,20 @@ def _cpu_wait(f: Facts, codes: npt.NDArray[np.int32]) -> tuple[float, Events] | 
     return float((own + waited).sum()), calls
 
 
-def bubble_share(f: Facts) -> float:
-    """The share of the measured step this rank waits in point-to-point transfers of a
-    pipelined step (0 when it is not pipelined): the part of exposed communication that is
-    the pipeline's bubble, not collectives to overlap."""
+def _bubble(f: Facts) -> Claim | None:
+    """The exposed communication that is the pipeline's bubble: this rank's wait in
+    point-to-point transfers of a pipelined step (None when it is not pipelined), not
+    collectives to overlap."""
     pipe = pipeline_of(f)
-    return 0.0 if pipe is None else pipe.wait_share
+    if pipe is None:
+        return None
+    m, theory = pipe.microbatches, pipe.theory()
+    said = f"{m} microbatch{'es' if m != 1 else ''}"
+    if pipe.stages is not None:
+        said = f"{pipe.stages} stages, {said}"
+    if theory is not None:
+        said += f": {theory:.0%} by theory"
+    return Claim(pipe.wait_share, f"the pipeline bubble ({said})")
 
 
 def _estimate(f: Facts, pipe: Pipeline, microbatches: int) -> str:
@@ -244,7 +252,7 @@ def _transfers(f: Facts) -> Events | npt.NDArray[np.bool_]:
     return NO_ROWS if pipe is None else pipe.work
 
 
-@rule(Facts, id="pipeline-bubble", work=_transfers)
+@rule(Facts, id="pipeline-bubble", work=_transfers, claims=_bubble)
 def pipeline_bubble(f: Facts) -> Finding | None:
     """A pipeline stage waiting for its neighbour: the schedule's bubble, against its theory
     (p−1)/(v·m+p−1), and what more microbatches or another schedule would leave of it."""

@@ -14,7 +14,7 @@ from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.parallelism import fsdp_ranges, host_collectives, unit_of
 from wallfinder.analysis.phases import FORWARD
 from wallfinder.analysis.roofline import outermost
-from wallfinder.analysis.rules import rule
+from wallfinder.analysis.rules import Claim, rule
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind
@@ -129,22 +129,48 @@ def _gather_rows(f: Facts) -> npt.NDArray[np.bool_]:
     return _kernels(f, ("allgather",), FORWARD)
 
 
-@rule(Facts, id="fsdp-exposed-gather", work=_gather_rows)
-def fsdp_exposed_gather(f: Facts) -> Finding | None:
-    """The forward all-gathers of sharded data parallel (FSDP / ZeRO-3) the step waits for,
-    per unit, with whether they were prefetched."""
+def _gather_wait(f: Facts) -> tuple[float, dict[int, float], Events] | None:
+    """The forward all-gathers the step waits for: seconds per step, per unit, and the
+    gathers' ranges (None: no FSDP all-gather in the forward)."""
     gathers = _gathers(f)
     if f.dev is None:
         if not len(gathers):
             return None
-        blocked = _main(f, gathers)
-        per_unit = _per_unit(f, blocked)
-        seconds = sum(per_unit.values())
-    else:
-        rows = _gather_rows(f)
-        if not rows.any():
-            return None
-        seconds, per_unit = _exposed_s(f, rows), _kernels_per_unit(f, rows, _issued(f, gathers))
+        per_unit = _per_unit(f, _main(f, gathers))
+        return sum(per_unit.values()), per_unit, gathers
+    rows = _gather_rows(f)
+    if not rows.any():
+        return None
+    return _exposed_s(f, rows), _kernels_per_unit(f, rows, _issued(f, gathers)), gathers
+
+
+def _claim(f: Facts, seconds: float, words: str) -> Claim | None:
+    """The exposed communication a finding of `seconds` per step claims: none where it is too
+    small to be a finding (the time then stays exposed-comm's)."""
+    if f.step_s <= 0 or f.share(seconds / f.step_s) < f.thresholds.time.min_share:
+        return None
+    return Claim(seconds / f.step_s, words)
+
+
+def _gather_claim(f: Facts) -> Claim | None:
+    wait = _gather_wait(f)
+    if wait is None:
+        return None
+    seconds, _, gathers = wait
+    prefetched = not _on_demand(f, _issued(f, gathers)).any()
+    return _claim(
+        f, seconds, "FSDP all-gathers " + ("waited for" if prefetched else "not prefetched")
+    )
+
+
+@rule(Facts, id="fsdp-exposed-gather", work=_gather_rows, claims=_gather_claim)
+def fsdp_exposed_gather(f: Facts) -> Finding | None:
+    """The forward all-gathers of sharded data parallel (FSDP / ZeRO-3) the step waits for,
+    per unit, with whether they were prefetched."""
+    wait = _gather_wait(f)
+    if wait is None:
+        return None
+    seconds, per_unit, gathers = wait
     share = f.share(seconds / f.step_s) if f.step_s > 0 else 0.0
     if share < f.thresholds.time.min_share:
         return None
@@ -262,11 +288,9 @@ def _tp_rows(f: Facts) -> npt.NDArray[np.bool_]:
     return _kernels(f, _TP_KINDS, FORWARD)
 
 
-@rule(Facts, id="tp-allreduce-exposed", work=_tp_rows)
-def tp_allreduce_exposed(f: Facts) -> Finding | None:
-    """Tensor parallel's all-reduces (reduce-scatters with sequence parallel) inside the
-    forward of its layers, which the next layer waits for: on the critical path unless
-    overlapped."""
+def _tp_wait(f: Facts) -> tuple[float, Events] | None:
+    """Tensor parallel's collectives inside the forward the step waits for: seconds per step,
+    and their host calls (None: none in the forward)."""
     if f.attribution is None:
         return None
     host = host_collectives(f.scope, f.attribution)
@@ -278,13 +302,28 @@ def tp_allreduce_exposed(f: Facts) -> Finding | None:
     steps = max(f.steps.count, 1)
     calls = host.calls.take(np.flatnonzero(forward))
     if f.dev is None:
-        waits = _waits(f)
-        seconds = (float(_main(f, calls).dur.sum()) + waits) * NS / steps
-    else:
-        rows = _tp_rows(f)
-        if not rows.any():
-            return None
-        seconds = _exposed_s(f, rows)
+        return (float(_main(f, calls).dur.sum()) + _waits(f)) * NS / steps, calls
+    rows = _tp_rows(f)
+    if not rows.any():
+        return None
+    return _exposed_s(f, rows), calls
+
+
+def _tp_claim(f: Facts) -> Claim | None:
+    wait = _tp_wait(f)
+    return None if wait is None else _claim(f, wait[0], "TP all-reduces in the forward")
+
+
+@rule(Facts, id="tp-allreduce-exposed", work=_tp_rows, claims=_tp_claim)
+def tp_allreduce_exposed(f: Facts) -> Finding | None:
+    """Tensor parallel's all-reduces (reduce-scatters with sequence parallel) inside the
+    forward of its layers, which the next layer waits for: on the critical path unless
+    overlapped."""
+    wait = _tp_wait(f)
+    if wait is None:
+        return None
+    seconds, calls = wait
+    steps = max(f.steps.count, 1)
     share = f.share(seconds / f.step_s) if f.step_s > 0 else 0.0
     if share < f.thresholds.time.min_share:
         return None
