@@ -13,12 +13,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from wallfinder.capture._hook import FirstOptimizer, Recorder, StepClock
 from wallfinder.errors import WallfinderError
 
-__all__ = ["Recording", "Timing", "require_torch"]
+__all__ = ["Recording", "RecordingOptions", "Timing", "require_torch"]
 
 INSTALL_TORCH = "pip install 'wallfinder[torch]'"
 
@@ -43,11 +43,16 @@ class _StepMarks:
         self._hook: Any = None
         self._manual = False
         self._first = FirstOptimizer()
+        self._marks_with: Callable[[], None] | None = None
 
     def _mark(self) -> None:
-        raise NotImplementedError
+        if self._marks_with is not None:
+            self._marks_with()
 
-    def _watch_optimizers(self) -> None:
+    def _watch_optimizers(self, mark: Callable[[], None]) -> None:
+        """Mark steps with `mark` from now on: on `step()` and, with `auto_step`, on the
+        first optimizer's steps."""
+        self._marks_with = mark
         if self.auto_step:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -72,6 +77,21 @@ DEFAULT_WAIT, DEFAULT_WARMUP, DEFAULT_ACTIVE = 1, 2, 5
 """The profile schedule's defaults: steps ignored, profiled but discarded, kept."""
 TRACE_DIR = "wallfinder-traces"
 """Where traces are written by default."""
+
+
+class RecordingOptions(TypedDict, total=False):
+    """The keywords `Recording` takes, for a subclass that passes them on (their defaults and
+    meaning are `Recording`'s)."""
+
+    wait: int
+    warmup: int
+    active: int
+    trace_dir: str | os.PathLike[str]
+    memory: bool
+    stacks: bool | None
+    modules: bool
+    auto_step: bool
+
 
 R = TypeVar("R", bound="Recording")
 T = TypeVar("T", bound="Timing")
@@ -131,12 +151,8 @@ class Recording(_StepMarks):
             modules=self.modules,
         )
         self._recorder.start()
-        self._watch_optimizers()
+        self._watch_optimizers(self._recorder.step)
         return self
-
-    def _mark(self) -> None:
-        if self._recorder is not None:
-            self._recorder.step()
 
     def __exit__(
         self,
@@ -145,6 +161,7 @@ class Recording(_StepMarks):
         tb: TracebackType | None,
     ) -> None:
         self._unwatch_optimizers()
+        self._marks_with = None  # a stopped recorder takes no more steps
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             return
@@ -188,12 +205,8 @@ class Timing(_StepMarks):
         else:
             self._clock = StepClock(use_cuda=torch.cuda.is_available())
         self._clock.mark()
-        self._watch_optimizers()
+        self._watch_optimizers(self._clock.mark)
         return self
-
-    def _mark(self) -> None:
-        if self._clock is not None:
-            self._clock.mark()
 
     def durations(self) -> list[float]:
         """The steps timed so far, in seconds (synchronises the device)."""
