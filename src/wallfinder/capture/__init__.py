@@ -58,10 +58,21 @@ class _StepMarks:
 
             self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
 
-    def _unwatch_optimizers(self) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        self._ended(completed=exc_type is None)
+
+    def _ended(self, completed: bool) -> None:
+        """The loop ended (`completed`: without an exception); optimizer steps no longer
+        mark."""
+        raise NotImplementedError
 
     def _on_optimizer_step(self, optimizer: object, *_: Any) -> None:
         if not self._manual and self._first(optimizer):
@@ -154,20 +165,14 @@ class Recording(_StepMarks):
         self._watch_optimizers(self._recorder.step)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._unwatch_optimizers()
+    def _ended(self, completed: bool) -> None:
         self._marks_with = None  # a stopped recorder takes no more steps
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             return
         recorder.stop()
         self.trace_path = recorder.trace_path
-        if exc_type is not None:
+        if not completed:
             return
         if self.trace_path is None:
             raise WallfinderError(
@@ -212,15 +217,9 @@ class Timing(_StepMarks):
         """The steps timed so far, in seconds (synchronises the device)."""
         return self._clock.durations() if self._clock is not None else []
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._unwatch_optimizers()
+    def _ended(self, completed: bool) -> None:
         durations = self.durations()
-        if exc_type is None:
+        if completed:
             self.timed(durations)
 
     def timed(self, durations: list[float]) -> None:
