@@ -15,7 +15,13 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from wallfinder.analysis import ModelFlops, Thresholds, diagnose, diagnose_marked
+from wallfinder.analysis import (
+    DiagnoseOptions,
+    ModelFlops,
+    Thresholds,
+    diagnose,
+    diagnose_marked,
+)
 from wallfinder.analysis.calculator import (
     DEFAULT_DTYPE,
     calculate,
@@ -160,6 +166,16 @@ class Options:
             profile.check_device(spec, trace.device_name)
         return profile.over(spec)
 
+    def diagnose_options(self, trace: Trace) -> DiagnoseOptions:
+        """What `diagnose` is told for `trace` (the spec, the model, the what-ifs, the
+        counters)."""
+        return DiagnoseOptions(
+            spec=self.spec_for(trace),
+            model=self.model,
+            what_if=self.what_if,
+            counters=load_ncu(self.counters) if self.counters is not None else None,
+        )
+
 
 def _device_evidence(trace: Trace) -> DeviceEvidence:
     """What the trace says about its device: its first device's deviceProperties, and its
@@ -269,14 +285,7 @@ def analyze_marked(
             f"whose timeline Perfetto opens; not from {traces[0].reader.title}"
         )
     trace = traces[0]
-    return diagnose_marked(
-        trace,
-        options.thresholds,
-        spec=options.spec_for(trace),
-        model=options.model,
-        what_if=options.what_if,
-        counters=load_ncu(options.counters) if options.counters is not None else None,
-    )
+    return diagnose_marked(trace, options.thresholds, **options.diagnose_options(trace))
 
 
 _SCHEMA_KEY = re.compile(rb'"schema"\s*:\s*"(wallfinder\.[^"]{1,40})"')
@@ -328,16 +337,9 @@ def _read(path: Path) -> bytes:
 
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
-    spec = options.spec_for(trace)
+    given = options.diagnose_options(trace)
     try:
-        return diagnose(
-            trace,
-            options.thresholds,
-            spec=spec,
-            model=options.model,
-            what_if=options.what_if,
-            counters=load_ncu(options.counters) if options.counters is not None else None,
-        )
+        return diagnose(trace, options.thresholds, **given)
     except WallfinderError:
         raise
     except Exception as exc:  # a bug: the file it happened on goes with it (one job's ranks)

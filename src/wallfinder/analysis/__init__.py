@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 import msgspec
 import numpy as np
@@ -108,7 +108,11 @@ from wallfinder.trace import (
     release_free_memory,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
+    "DiagnoseOptions",
     "JobThresholds",
     "MemoryThresholds",
     "ModelFlops",
@@ -126,14 +130,17 @@ NS = 1e-9
 I64 = npt.NDArray[np.int64]
 
 
+class DiagnoseOptions(TypedDict, total=False):
+    """The keywords `diagnose` and `diagnose_marked` take (None where not given)."""
+
+    spec: DeviceSpec | None
+    model: ModelFlops | None
+    what_if: str | None
+    counters: NcuExport | None
+
+
 def diagnose(
-    trace: Trace,
-    thresholds: Thresholds | None = None,
-    *,
-    spec: DeviceSpec | None = None,
-    model: ModelFlops | None = None,
-    what_if: str | None = None,
-    counters: NcuExport | None = None,
+    trace: Trace, thresholds: Thresholds | None = None, **options: Unpack[DiagnoseOptions]
 ) -> Diagnosis:
     """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, roofline and
     MFU against `spec` (None: the device is unknown, and figures that need it are null),
@@ -143,24 +150,14 @@ def diagnose(
     Compute export of the same program), each kernel they measured is placed by its counted
     bound instead of the estimate, in the verdict and the findings, and the diagnosis's
     `counters` says which estimates they confirmed or refuted."""
-    return _diagnosed(
-        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
-    )[0]
+    return _diagnosed(trace, thresholds, **options)[0]
 
 
 def diagnose_marked(
-    trace: Trace,
-    thresholds: Thresholds | None = None,
-    *,
-    spec: DeviceSpec | None = None,
-    model: ModelFlops | None = None,
-    what_if: str | None = None,
-    counters: NcuExport | None = None,
+    trace: Trace, thresholds: Thresholds | None = None, **options: Unpack[DiagnoseOptions]
 ) -> tuple[Diagnosis, TraceMarks]:
     """`diagnose`, and the marks that show its evidence on the trace's timeline."""
-    diagnosis, facts = _diagnosed(
-        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
-    )
+    diagnosis, facts = _diagnosed(trace, thresholds, **options)
     return diagnosis, trace_marks(facts, diagnosis)
 
 
@@ -168,9 +165,9 @@ def _diagnosed(
     trace: Trace,
     thresholds: Thresholds | None,
     *,
-    spec: DeviceSpec | None,
-    model: ModelFlops | None,
-    what_if: str | None,
+    spec: DeviceSpec | None = None,
+    model: ModelFlops | None = None,
+    what_if: str | None = None,
     counters: NcuExport | None = None,
 ) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
