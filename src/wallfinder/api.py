@@ -56,7 +56,7 @@ from wallfinder.hardware import (
 from wallfinder.hardware._toml import read_toml_file
 from wallfinder.hardware.profile import load_device_profile
 from wallfinder.trace import (
-    GZIP_DATA_ERRORS,
+    UNREADABLE,
     Kind,
     Progress,
     ResultCache,
@@ -310,10 +310,6 @@ def load_diagnosis(path: str | Path, options: Options | None = None) -> Diagnosi
         raise WallfinderError(f"{p}: not a readable {SCHEMA} file: {exc}") from None
 
 
-_UNREADABLE: tuple[type[Exception], ...] = (OSError, EOFError, *GZIP_DATA_ERRORS)
-"""What reading a saved result file can raise: the file, or its gzip data, is damaged."""
-
-
 def saved_schema(path: Path) -> str | None:
     """The `schema` of a result file wallfinder saved (e.g. "wallfinder.diagnosis/1"), or None
     for anything else (a trace, a folder)."""
@@ -322,7 +318,7 @@ def saved_schema(path: Path) -> str | None:
     try:
         with path.open("rb") as f, gunzipped(f) as g:
             head = g.read(HEAD_BYTES)
-    except _UNREADABLE:
+    except UNREADABLE:
         return None  # the trace loader says what is wrong with it
     found = _SCHEMA_KEY.search(head)
     return found.group(1).decode("utf-8", "replace") if found else None
@@ -332,7 +328,7 @@ def _read(path: Path) -> bytes:
     try:
         with path.open("rb") as f, gunzipped(f) as g:
             return g.read()
-    except _UNREADABLE as exc:
+    except UNREADABLE as exc:
         raise WallfinderError(f"{path}: cannot read ({exc})") from None
 
 
