@@ -146,6 +146,8 @@ def test_more_microbatches_shrink_the_bubble_waits_by_m_over_big_m(tmp_path: Pat
     assert float(cuts.op.sum()) / g.steps == pytest.approx(100_000)
     assert float(cuts.at(Change(microbatches=0)).op.sum()) / g.steps == pytest.approx(50_000)
     assert float(cuts.at(Change(microbatches=8)).op.sum()) / g.steps == pytest.approx(75_000)
+    # Fewer microbatches grow the bubble: one microbatch doubles it.
+    assert float(cuts.at(Change(microbatches=1)).op.sum()) / g.steps == pytest.approx(-100_000)
     p = _path(d)
     assert p.replayed_step_s == pytest.approx(p.measured_step_s, rel=1e-6)
     # The replay takes what the graph lets it: the waits are on the step's path (the GEMMs
@@ -153,6 +155,7 @@ def test_more_microbatches_shrink_the_bubble_waits_by_m_over_big_m(tmp_path: Pat
     four, eight = _row(p, "microbatches"), _row(p, "microbatches:8")
     assert 0 < p.replayed_step_s - four <= 50 * US + 1e-9
     assert 0 < four - eight <= 25 * US + 1e-9
+    assert facts.whatif.row(Change(microbatches=1)).step_s > p.replayed_step_s
     # The finding's gain is the default row's replay (twice the microbatches).
     bubble = _finding(d, "pipeline-bubble")
     assert bubble.gain_basis == "replay"

@@ -99,7 +99,8 @@ class Cuts:
             return self
         m = self.microbatches
         want = change.microbatches or 2 * m
-        f = max(1.0 - m / want, 0.0)
+        # (Fewer microbatches than m grow the bubble: a negative cut lengthens the waits.)
+        f = 1.0 - m / want
         return Cuts(self.op * f, self.call * f, self.gap * f)
 
     @staticmethod
@@ -110,8 +111,8 @@ class Cuts:
         return Cuts(self.op + other.op, self.call + other.call, self.gap + other.gap)
 
 
-def lever_cuts(g: StepGraph, scope: Scope, name: str, work: LeverWork) -> Cuts | None:
-    """What lever `name` takes off `g`'s nodes (its full change: a pipeline's at M = ∞,
+def lever_cuts(g: StepGraph, scope: Scope, work: LeverWork) -> Cuts | None:
+    """What a lever (its `work`) takes off `g`'s nodes (its full change: a pipeline's at M = ∞,
     scaled by `Cuts.at`); None where the graph holds none of its work."""
     steps_at = scope.start[np.flatnonzero(scope.kept)]
     if work.ops is not None and scope.dev is not None and g.dur.size:

@@ -83,7 +83,7 @@ def _cuts(
     for name in LEVERS if levers is not None else ():
         assert levers is not None
         work = levers(name)
-        cuts = lever_cuts(g, scope, name, work) if work is not None else None
+        cuts = lever_cuts(g, scope, work) if work is not None else None
         if cuts is not None:
             out[name] = cuts
     return out
