@@ -21,6 +21,7 @@ from wallfinder.analysis.critpath import (
     critical_path,
     parse_what_if,
 )
+from wallfinder.analysis.critpath.lever import selected
 from wallfinder.analysis.device import TOP_ROWS, Basis, DeviceModel, DeviceParts
 from wallfinder.analysis.findings import Facts, find, rank
 from wallfinder.analysis.fusion import fusion_candidates
@@ -186,18 +187,7 @@ def _diagnosed(
     parts, steps, memory = up[PARTS], up[STEPS], up[MEMORY]
     path, whatif = up[CRITICAL_PATH] or (None, None)
     fusion, attribution = up[FUSION] or [], up[PHASES]
-    facts = Facts(
-        scope,
-        steps,
-        parts.breakdown,
-        parts.roofline,
-        fusion,
-        parts.dispatch,
-        memory,
-        whatif,
-        attribution,
-        parts.main_thread,
-    )
+    facts = _facts(scope, up, whatif)
     diagnosis = _result(
         facts, parts, up[TYPICAL], warnings + parts.warnings, up[TIMELINE], critical_path=path
     )
@@ -302,8 +292,28 @@ def _typical(scope: Scope, up: _Upstream) -> Verdict:
     )
 
 
+def _facts(scope: Scope, up: _Upstream, whatif: WhatIf | None) -> Facts:
+    """What the rules look at, from the stages' parts (`whatif`: the graph to replay on)."""
+    parts = up[PARTS]
+    return Facts(
+        scope,
+        up[STEPS],
+        parts.breakdown,
+        parts.roofline,
+        up[FUSION] or [],
+        parts.dispatch,
+        up[MEMORY],
+        whatif,
+        up[PHASES],
+        parts.main_thread,
+    )
+
+
 def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, WhatIf | None]:
     fusion = up[FUSION]
+    # The strategy levers' work is selected by their rules, from the facts they read (all
+    # but the graph, being built here).
+    facts = _facts(scope, up, None)
     return critical_path(
         scope,
         fusion or [],
@@ -312,6 +322,7 @@ def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, Wh
         up[TIMELINE],
         graph=up[GRAPH],
         cause=up[TYPICAL].cause,
+        levers=partial(selected, facts),
     )
 
 

@@ -22,12 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.critpath import MICROBATCHES
+from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.rules import Claim, rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
+
+NS = 1e-9
 
 _CHUNK = re.compile(r"^(?:(Forward|Backward) (\d+)|PP:(\d+)([A-Z_]+?)(\d+))$")
 """A schedule's range around one microbatch's work: single-stage `Forward 3` / `Backward 3`,
@@ -229,22 +233,21 @@ def _bubble(f: Facts) -> Claim | None:
     return Claim(pipe.wait_share, f"the pipeline bubble ({said})")
 
 
-def _estimate(f: Facts, pipe: Pipeline, microbatches: int) -> str:
-    """The step with `microbatches`, estimated: of this stage's measured wait, the part the
-    schedule explains (its bubble by theory, at most the wait) shrinks by the ratio of the
-    bubbles by theory; the rest (the transfers, a slower stage) stays ("" without a theory or
-    a step)."""
-    now, then = pipe.theory(), pipe.theory(microbatches)
-    if now is None or then is None or now <= 0 or f.step_s <= 0:
-        return ""
-    bubble = min(pipe.wait_ns * 1e-9, now * f.step_s)
-    step = f.step_s - bubble * (1.0 - then / now)
-    return (
-        f" (at m={microbatches}, the {ms_text(bubble)} of the wait the schedule explains "
-        f"shrunk by that ratio, the rest kept: a {ms_text(step)} step for the "
-        f"{ms_text(f.step_s)} measured, {f.step_s / step:.2f}x; an estimate from theory, not "
-        "a replay)"
-    )
+@lever("microbatches")
+def _microbatch_work(f: Facts) -> LeverWork | None:
+    """The `microbatches` what-if's work: the stage's bubble waits, with the part of them the
+    schedule explains (its bubble by theory, at most the wait); None without a pipeline or
+    its theory (the stages unknown)."""
+    pipe = pipeline_of(f)
+    theory = pipe.theory() if pipe is not None else None
+    if pipe is None or theory is None or f.step_s <= 0:
+        return None
+    bubble = min(pipe.wait_ns, theory * f.step_s / NS)
+    if isinstance(pipe.work, Events):
+        return on_host(
+            pipe.work, main=f.main_thread, microbatches=pipe.microbatches, bubble_ns=bubble
+        )
+    return LeverWork(ops=pipe.work, microbatches=pipe.microbatches, bubble_ns=bubble)
 
 
 def _transfers(f: Facts) -> Events | npt.NDArray[np.bool_]:
@@ -252,7 +255,7 @@ def _transfers(f: Facts) -> Events | npt.NDArray[np.bool_]:
     return NO_ROWS if pipe is None else pipe.work
 
 
-@rule(Facts, id="pipeline-bubble", work=_transfers, claims=_bubble)
+@rule(Facts, id="pipeline-bubble", replay=MICROBATCHES, work=_transfers, claims=_bubble)
 def pipeline_bubble(f: Facts) -> Finding | None:
     """A pipeline stage waiting for its neighbour: the schedule's bubble, against its theory
     (p−1)/(v·m+p−1), and what more microbatches or another schedule would leave of it."""
@@ -296,7 +299,10 @@ def pipeline_bubble(f: Facts) -> Finding | None:
             )
         options = sorted({2 * m, 4 * m})
         more = "; by theory " + ", ".join(f"m={n} leaves {pipe.theory(n):.0%}" for n in options)
-        more += _estimate(f, pipe, options[-1])
+        more += (
+            " (`--what-if microbatches:M` replays the step with M: the waits the schedule "
+            "explains shrink by m/M, the rest of the step as measured)"
+        )
     return make_finding(
         f,
         "pipeline-bubble",
