@@ -184,9 +184,8 @@ def _diagnosed(
     )
     scope, up, placement = _scope(trace, spans, dev, device, thresholds, model, counters, changes)
     run_stages(STAGES, scope, up)
-    parts, steps, memory = up[PARTS], up[STEPS], up[MEMORY]
+    parts = up[PARTS]
     path, whatif = up[CRITICAL_PATH] or (None, None)
-    fusion, attribution = up[FUSION] or [], up[PHASES]
     facts = _facts(scope, up, whatif)
     diagnosis = _result(
         facts, parts, up[TYPICAL], warnings + parts.warnings, up[TIMELINE], critical_path=path
