@@ -25,6 +25,7 @@ import numpy.typing as npt
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.parallelism import megatron_microbatches, pipeline_group_size
 from wallfinder.analysis.rules import Claim, rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
@@ -83,6 +84,9 @@ def _stages(f: Facts) -> int | None:
         size = configs[0].get("pg_size")
         if isinstance(size, int):
             return size
+    named = pipeline_group_size(f.trace, _is_p2p)
+    if named is not None:
+        return named
     count = info.get("pg_count")
     world = f.trace.world_size
     return world if count in (None, 1) and world is not None and world > 1 else None
@@ -96,7 +100,7 @@ def pipeline_of(f: Facts) -> Pipeline | None:
     if f.steps.count == 0 or f.scope.window_start.size == 0:
         return None
     start, end = f.scope.window_start, f.scope.window_end
-    schedule = _from_ranges(f) or _from_transfers(f)
+    schedule = _from_ranges(f) or _from_transfers(f) or _from_megatron(f)
     if schedule is None:
         return None
     micro, local, counted = schedule
@@ -165,6 +169,13 @@ def _from_transfers(f: Facts) -> tuple[int, int, bool] | None:
     count = int(np.isin(calls.name, p2p).sum())
     micro = round(count / 2 / max(f.steps.count, 1))
     return (micro, 1, True) if micro >= 1 else None
+
+
+def _from_megatron(f: Facts) -> tuple[int, int, bool] | None:
+    """m from Megatron's `forward_step` frames (its schedules record no ranges of their own;
+    a trace with Python stacks holds one frame per microbatch), None without them."""
+    micro = megatron_microbatches(f.scope)
+    return (micro, 1, False) if micro else None
 
 
 def _device_wait(
