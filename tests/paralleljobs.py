@@ -126,7 +126,7 @@ def megatron_rank(rank: int, *, descs: bool = True, stacks: bool = True) -> Rank
         gemm = (fwd - fwd / 6) / 2
         for k, layer in enumerate(("ColumnParallelLinear", "RowParallelLinear")):
             start = at + k * gemm
-            b.host(f"{MODULE}{layer}_{k}", start, gemm, cat="python_function")
+            b.host(f"{MODULE}{layer}_{k}", start - 0.05, gemm, cat="python_function")
             b.host("aten::mm", start + 0.01, 0.02, args={"Sequence number": 100 * i + k})
             b.kernel(GEMM, start, gemm, launch_at=launch(start))
         if stage == 1:
@@ -149,9 +149,11 @@ def megatron_rank(rank: int, *, descs: bool = True, stacks: bool = True) -> Rank
             start = at + k * gemm
             node = "LinearWithGradAccumulationAndAsyncCommunicationBackward"
             args = {"Sequence number": 100 * i + 1 - k, "Fwd thread id": 1}
-            b.host(NODE + node, start, gemm, tid=AUTOGRAD_TID, args=args)
+            b.host(NODE + node, start - 0.05, gemm, tid=AUTOGRAD_TID, args=args)
             b.kernel(GEMM, start, gemm, launch_at=launch(start), launch_tid=AUTOGRAD_TID)
         start = at + 2 * gemm
+        node = NODE + "_ReduceFromModelParallelRegionBackward"
+        b.host(node, start - 0.05, 0.04, tid=AUTOGRAD_TID, args={"Fwd thread id": 1})
         b.host("c10d::allreduce_", start - 0.03, 0.02, tid=AUTOGRAD_TID)
         b.kernel(
             ALLREDUCE,
@@ -175,7 +177,7 @@ def megatron_rank(rank: int, *, descs: bool = True, stacks: bool = True) -> Rank
 
     for s in range(4):
         t0 = s * STEP_MS
-        b.step(s + 1, t0, STEP_MS)
+        b.step(s + 1, t0 - 0.1, STEP_MS)  # the host a little ahead of its first kernel
         if stage == 0:
             forward(0, t0)
             p2p("send_forward", t0 + 60.0, 1.0, ("c10d::send",))

@@ -58,3 +58,28 @@ def test_the_last_stage_waits_less_than_the_schedule(tmp_path: Path) -> None:
     assert bubble is not None
     assert bubble.share == pytest.approx(63 / 622, abs=1e-3)
     assert "another stage waits for it" in bubble.evidence
+
+
+def test_the_job_names_its_slowest_stage_and_what_a_balanced_split_saves(
+    tmp_path: Path,
+) -> None:
+    """The 8 ranks as one job: stage 1 (ranks 4–7) computes 60 + 120 ms of GEMMs a
+    microbatch where stage 0 computes 50 + 100 (their tensor-parallel all-reduces aside), so
+    its 360 ms a step are 30 ms (9%) over the 330 ms mean; the split at the mean saves at
+    least those 30 ms of the 622 ms step."""
+    for rank in range(8):
+        megatron_rank(rank).write(tmp_path / f"rank{rank}.json")
+    d = analyze(tmp_path)
+    imbalance = finding(d, "pipeline-imbalance")
+    assert imbalance is not None
+    assert imbalance.share == pytest.approx(30 / 622, abs=1e-3)
+    assert "rank 0 300.00 ms (100.00 ms forward, 200.00 ms backward), bubble 41%" in (
+        imbalance.evidence
+    )
+    assert "rank 4 360.00 ms (120.00 ms forward, 240.00 ms backward), bubble 10%" in (
+        imbalance.evidence
+    )
+    assert "rank 4's stage is the slowest, 30.00 ms (9%) over their mean of 330.00 ms" in (
+        imbalance.evidence
+    )
+    assert "an estimate from the measured stage times" in imbalance.evidence

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.collectives import JobFacts
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
@@ -324,4 +325,50 @@ def pipeline_bubble(f: Facts) -> Finding | None:
         "microbatches instead of m, room for more of them; balance the stages' compute (the "
         "slowest stage sets the pace); overlapping collectives does not help here",
         speedup=amdahl(share),
+    )
+
+
+@rule(JobFacts, id="pipeline-imbalance")
+def pipeline_imbalance(f: JobFacts) -> Finding | None:
+    """Pipeline stages of unequal compute (a job's ranks): the slowest stage sets the pace,
+    the others wait for it in their bubble. Each pipelined rank's compute per step and
+    bubble, the slowest one's excess over their mean, and what a balanced split would save
+    at least (an estimate from the measured stage times)."""
+    stages = f.stages
+    if len(stages) < 2 or f.step_s <= 0:
+        return None
+    mean = sum(s.compute_s for s in stages) / len(stages)
+    slow = max(stages, key=lambda s: s.compute_s)
+    excess = slow.compute_s - mean
+    if mean <= 0 or excess <= f.thresholds.pipeline.imbalance * mean:
+        return None
+    # Every microbatch passes through the slowest stage in every schedule, so its excess
+    # over the mean lies on the step's path at least once per microbatch: the step carries
+    # at least the excess per step (more where the fill and drain pass through it too).
+    share = min(excess / f.step_s, 1.0)
+    per_rank = "; ".join(
+        f"rank {s.rank} {ms_text(s.compute_s)} ({ms_text(s.forward_s)} forward, "
+        f"{ms_text(s.backward_s)} backward), bubble {s.bubble:.0%}"
+        for s in stages
+    )
+    return Finding(
+        id="pipeline-imbalance",
+        wall="overhead",
+        title="Pipeline stages are unbalanced: the slowest sets the pace",
+        share=share,
+        max_speedup=amdahl(share),
+        evidence=(
+            f"compute per step of the pipelined ranks: {per_rank}; rank {slow.rank}'s stage "
+            f"is the slowest, {ms_text(excess)} ({excess / mean:.0%}) over their mean of "
+            f"{ms_text(mean)}: the other stages wait for it in their bubble. A balanced split "
+            f"(every stage at the mean) would save at least {ms_text(excess)} of the "
+            f"{ms_text(f.step_s)} step ({share:.0%}): an estimate from the measured stage "
+            "times, not a replay"
+        ),
+        fix=(
+            f"move layers off rank {slow.rank}'s stage: split the model by measured time, not "
+            "layer count (the first stage holds the embedding, the last the vocabulary "
+            "projection and loss: Megatron's --decoder-first-pipeline-num-layers / "
+            "--decoder-last-pipeline-num-layers, torch.distributed.pipelining's split points)"
+        ),
     )
