@@ -233,6 +233,9 @@ class PipelineThresholds:
     excess: float = 0.05
     """A stage waiting more (or less) than the schedule's bubble by more than this share of
     the step is said to: the transfers themselves or an unbalanced stage account for it."""
+    imbalance: float = 0.05
+    """Pipelined ranks whose compute per step differs by more than this share of their mean
+    are unbalanced stages (the slowest sets the pace): the job's pipeline-imbalance."""
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.collectives import JobFacts
 from wallfinder.analysis.critpath import MICROBATCHES
 from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.parallelism import megatron_microbatches, pipeline_group_size
 from wallfinder.analysis.rules import Claim, rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
@@ -87,6 +89,9 @@ def _stages(f: Facts) -> int | None:
         size = configs[0].get("pg_size")
         if isinstance(size, int):
             return size
+    named = pipeline_group_size(f.trace, _is_p2p)
+    if named is not None:
+        return named
     count = info.get("pg_count")
     world = f.trace.world_size
     return world if count in (None, 1) and world is not None and world > 1 else None
@@ -100,7 +105,7 @@ def pipeline_of(f: Facts) -> Pipeline | None:
     if f.steps.count == 0 or f.scope.window_start.size == 0:
         return None
     start, end = f.scope.window_start, f.scope.window_end
-    schedule = _from_ranges(f) or _from_transfers(f)
+    schedule = _from_ranges(f) or _from_transfers(f) or _from_megatron(f)
     if schedule is None:
         return None
     micro, local, counted = schedule
@@ -169,6 +174,13 @@ def _from_transfers(f: Facts) -> tuple[int, int, bool] | None:
     count = int(np.isin(calls.name, p2p).sum())
     micro = round(count / 2 / max(f.steps.count, 1))
     return (micro, 1, True) if micro >= 1 else None
+
+
+def _from_megatron(f: Facts) -> tuple[int, int, bool] | None:
+    """m from Megatron's `forward_step` frames (its schedules record no ranges of their own;
+    a trace with Python stacks holds one frame per microbatch), None without them."""
+    micro = megatron_microbatches(f.scope)
+    return (micro, 1, False) if micro else None
 
 
 def _device_wait(
@@ -319,4 +331,50 @@ def pipeline_bubble(f: Facts) -> Finding | None:
         "microbatches instead of m, room for more of them; balance the stages' compute (the "
         "slowest stage sets the pace); overlapping collectives does not help here",
         speedup=amdahl(share),
+    )
+
+
+@rule(JobFacts, id="pipeline-imbalance")
+def pipeline_imbalance(f: JobFacts) -> Finding | None:
+    """Pipeline stages of unequal compute (a job's ranks): the slowest stage sets the pace,
+    the others wait for it in their bubble. Each pipelined rank's compute per step and
+    bubble, the slowest one's excess over their mean, and what a balanced split would save
+    at least (an estimate from the measured stage times)."""
+    stages = f.stages
+    if len(stages) < 2 or f.step_s <= 0:
+        return None
+    mean = sum(s.compute_s for s in stages) / len(stages)
+    slow = max(stages, key=lambda s: s.compute_s)
+    excess = slow.compute_s - mean
+    if mean <= 0 or excess <= f.thresholds.pipeline.imbalance * mean:
+        return None
+    # Every microbatch passes through the slowest stage in every schedule, so its excess
+    # over the mean lies on the step's path at least once per microbatch: the step carries
+    # at least the excess per step (more where the fill and drain pass through it too).
+    share = min(excess / f.step_s, 1.0)
+    per_rank = "; ".join(
+        f"rank {s.rank} {ms_text(s.compute_s)} ({ms_text(s.forward_s)} forward, "
+        f"{ms_text(s.backward_s)} backward), bubble {s.bubble:.0%}"
+        for s in stages
+    )
+    return Finding(
+        id="pipeline-imbalance",
+        wall="overhead",
+        title="Pipeline stages are unbalanced: the slowest sets the pace",
+        share=share,
+        max_speedup=amdahl(share),
+        evidence=(
+            f"compute per step of the pipelined ranks: {per_rank}; rank {slow.rank}'s stage "
+            f"is the slowest, {ms_text(excess)} ({excess / mean:.0%}) over their mean of "
+            f"{ms_text(mean)}: the other stages wait for it in their bubble. A balanced split "
+            f"(every stage at the mean) would save at least {ms_text(excess)} of the "
+            f"{ms_text(f.step_s)} step ({share:.0%}): an estimate from the measured stage "
+            "times, not a replay"
+        ),
+        fix=(
+            f"move layers off rank {slow.rank}'s stage: split the model by measured time, not "
+            "layer count (the first stage holds the embedding, the last the vocabulary "
+            "projection and loss: Megatron's --decoder-first-pipeline-num-layers / "
+            "--decoder-last-pipeline-num-layers, torch.distributed.pipelining's split points)"
+        ),
     )
