@@ -40,7 +40,8 @@ def test_megatron_stage_0_waiting_in_sendrecv_is_the_pipeline_bubble(
     pp = next(s for s in d.parallelism.strategies if s.name == "PP")
     assert "forward_step ×2/step" in pp.evidence[0]
     tp = next(s for s in d.parallelism.strategies if s.name == "TP")
-    assert any("Megatron's tensor-parallel layers" in e for e in tp.evidence)
+    assert any("Megatron-style tensor-parallel layers" in e for e in tp.evidence)
+    assert "Megatron" in d.parallelism.frameworks  # its own frames name it
 
 
 def test_megatron_without_python_stacks_names_no_microbatches(tmp_path: Path) -> None:
@@ -50,6 +51,11 @@ def test_megatron_without_python_stacks_names_no_microbatches(tmp_path: Path) ->
     assert finding(d, "pipeline-bubble") is None
     assert d.parallelism is not None
     assert "PP" in d.parallelism.names
+    # Its layer names (ColumnParallelLinear, ...) say tensor parallel but not Megatron:
+    # vLLM and SGLang borrow them, so the framework is named from a `megatron` path alone.
+    tp = next(s for s in d.parallelism.strategies if s.name == "TP")
+    assert any("Megatron-style tensor-parallel layers" in e for e in tp.evidence)
+    assert "Megatron" not in d.parallelism.frameworks
 
 
 def test_the_last_stage_waits_less_than_the_schedule(tmp_path: Path) -> None:

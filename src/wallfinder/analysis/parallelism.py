@@ -70,7 +70,8 @@ _FRAMEWORKS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("torch FSDP", lambda s: s.startswith(FSDP_RANGE)),
     ("torch DDP", lambda s: s == DDP_FORWARD),
     ("torch pipelining", _is_pipelining),
-    ("Megatron", lambda s: "megatron" in s.lower() or _is_megatron_tp(s)),
+    # Megatron's layer names alone do not say Megatron: vLLM and SGLang borrow them.
+    ("Megatron", lambda s: "megatron" in s.lower()),
     ("DeepSpeed", lambda s: "deepspeed" in s.lower() or "DeepSpeedEngine" in s),
     ("torchtitan", lambda s: "torchtitan" in s.lower()),
 )
@@ -288,7 +289,7 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
         )
     tp_layers = _said(scope, _is_megatron_tp, steps)
     if tp_layers:
-        evidence.setdefault("TP", []).append(f"Megatron's tensor-parallel layers ({tp_layers})")
+        evidence.setdefault("TP", []).append(f"Megatron-style tensor-parallel layers ({tp_layers})")
     # Sequence parallel pairs each reduce-scatter in the forward with an all-gather; a
     # reduce-scatter alone is another layout's (row-wise sharded embeddings pool that way).
     scatters_fwd = per_step("reducescatter", FORWARD)
