@@ -44,11 +44,19 @@ def test_megatron_stage_0_waiting_in_sendrecv_is_the_pipeline_bubble(
     assert "Megatron" in d.parallelism.frameworks  # its own frames name it
 
 
-def test_megatron_without_python_stacks_names_no_microbatches(tmp_path: Path) -> None:
-    """Without the frames the trace holds no microbatch count: no schedule to read the
-    bubble against, and the SendRecv stays exposed communication of a named PP job."""
+def test_megatron_without_python_stacks_is_a_bubble_of_unknown_m(tmp_path: Path) -> None:
+    """Without the frames the trace holds no microbatch count, but its process groups name
+    the pipeline's: the SendRecv wait is still the bubble, said with m unknown and no theory
+    to read it against, and no `microbatches` what-if (it needs m)."""
     d = analyze(megatron_rank(0, stacks=False).write(tmp_path / "rank0.json"))
-    assert finding(d, "pipeline-bubble") is None
+    bubble = finding(d, "pipeline-bubble")
+    assert bubble is not None
+    assert bubble.share == pytest.approx(254 / 622, abs=1e-3)
+    assert "m unknown per step, 2 stages" in bubble.evidence
+    assert "so m and the schedule's bubble (p−1)/(m+p−1) are unknown" in bubble.evidence
+    assert d.verdict.mechanism == "the pipeline bubble (2 stages, m unknown)"
+    assert d.critical_path is not None
+    assert "microbatches" not in [r.change for r in d.critical_path.what_if]
     assert d.parallelism is not None
     assert "PP" in d.parallelism.names
     # Its layer names (ColumnParallelLinear, ...) say tensor parallel but not Megatron:
@@ -56,6 +64,15 @@ def test_megatron_without_python_stacks_names_no_microbatches(tmp_path: Path) ->
     tp = next(s for s in d.parallelism.strategies if s.name == "TP")
     assert any("Megatron-style tensor-parallel layers" in e for e in tp.evidence)
     assert "Megatron" not in d.parallelism.frameworks
+
+
+def test_without_stacks_or_a_described_group_send_recv_is_not_called_a_bubble(
+    tmp_path: Path,
+) -> None:
+    """SendRecv kernels alone (their group size recorded, no pipeline group described, no
+    frames) could be a pipeline's or a ring's: no bubble is claimed."""
+    d = analyze(megatron_rank(0, stacks=False, descs=False).write(tmp_path / "rank0.json"))
+    assert finding(d, "pipeline-bubble") is None
 
 
 def test_the_last_stage_waits_less_than_the_schedule(tmp_path: Path) -> None:

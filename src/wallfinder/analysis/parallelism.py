@@ -431,11 +431,10 @@ _PIPELINE_GROUP = "PIPELINE"
 (`PIPELINE_MODEL_PARALLEL_GROUP`, its `group_desc` since 2024)."""
 
 
-def pipeline_group_size(trace: Trace, is_p2p: Callable[[str], bool]) -> int | None:
-    """p, the pipeline's stages, where the trace says it beside other process groups: the
-    size of the group `pg_config` describes as the pipeline's, else the one group size the
-    point-to-point transfers' own arguments record (`Group size` on a SendRecv kernel or
-    its `record_param_comms`); None when neither says it (several sizes, or none)."""
+def described_pipeline_group(trace: Trace) -> int | None:
+    """The size of the process group `pg_config` describes as the pipeline's (Megatron's
+    `PIPELINE_MODEL_PARALLEL_GROUP`), None where none is described: the one statement in a
+    trace that its point-to-point transfers are a pipeline's, whatever else it records."""
     config = trace.distributed.get("pg_config")
     if isinstance(config, list):
         for pg in config:
@@ -443,6 +442,17 @@ def pipeline_group_size(trace: Trace, is_p2p: Callable[[str], bool]) -> int | No
             size = pg.get("pg_size") if isinstance(pg, dict) else None
             if isinstance(desc, str) and _PIPELINE_GROUP in desc.upper() and isinstance(size, int):
                 return size
+    return None
+
+
+def pipeline_group_size(trace: Trace, is_p2p: Callable[[str], bool]) -> int | None:
+    """p, the pipeline's stages, where the trace says it beside other process groups: the
+    size of the group `pg_config` describes as the pipeline's, else the one group size the
+    point-to-point transfers' own arguments record (`Group size` on a SendRecv kernel or
+    its `record_param_comms`); None when neither says it (several sizes, or none)."""
+    described = described_pipeline_group(trace)
+    if described is not None:
+        return described
     codes = trace.names_matching(is_p2p)
     ev = trace.named((Kind.KERNEL, Kind.CPU_OP, Kind.ANNOTATION), codes)
     sizes = set()

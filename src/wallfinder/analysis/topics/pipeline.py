@@ -28,7 +28,11 @@ from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
-from wallfinder.analysis.parallelism import megatron_microbatches, pipeline_group_size
+from wallfinder.analysis.parallelism import (
+    described_pipeline_group,
+    megatron_microbatches,
+    pipeline_group_size,
+)
 from wallfinder.analysis.rules import Claim, rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
@@ -52,8 +56,9 @@ def _is_p2p(name: str) -> bool:
 class Pipeline:
     """What one rank's trace shows of a pipelined step."""
 
-    microbatches: int
-    """m: the microbatches a step's forward runs (distinct microbatch indices per step)."""
+    microbatches: int | None
+    """m: the microbatches a step's forward runs (distinct microbatch indices per step); None
+    where the trace records neither the schedule's ranges nor its frames."""
     local_stages: int
     """v: the stages this rank runs (1 for GPipe and 1F1B; more when interleaved)."""
     stages: int | None
@@ -71,11 +76,11 @@ class Pipeline:
 
     def theory(self, microbatches: int | None = None) -> float | None:
         """The schedule's bubble by theory, (p−1)/(v·m+p−1) (GPipe and 1F1B: v = 1), with `m`
-        microbatches (the measured ones by default); None without p."""
+        microbatches (the measured ones by default); None without p or m."""
         p = self.stages
-        if p is None or p < 2:
-            return None
         m = self.microbatches if microbatches is None else microbatches
+        if p is None or p < 2 or m is None:
+            return None
         return (p - 1) / (self.local_stages * m + p - 1)
 
 
@@ -105,7 +110,7 @@ def pipeline_of(f: Facts) -> Pipeline | None:
     if f.steps.count == 0 or f.scope.window_start.size == 0:
         return None
     start, end = f.scope.window_start, f.scope.window_end
-    schedule = _from_ranges(f) or _from_transfers(f) or _from_megatron(f)
+    schedule = _from_ranges(f) or _from_transfers(f) or _from_megatron(f) or _from_group(f)
     if schedule is None:
         return None
     micro, local, counted = schedule
@@ -176,6 +181,13 @@ def _from_transfers(f: Facts) -> tuple[int, int, bool] | None:
     return (micro, 1, True) if micro >= 1 else None
 
 
+def _from_group(f: Facts) -> tuple[int | None, int, bool] | None:
+    """A pipeline whose m the trace does not hold: its process groups name a pipeline group
+    (Megatron's, in `pg_config`), but neither the schedule's ranges nor its frames were
+    recorded (a trace without Python stacks). None without such a group."""
+    return (None, 1, False) if described_pipeline_group(f.trace) is not None else None
+
+
 def _from_megatron(f: Facts) -> tuple[int, int, bool] | None:
     """m from Megatron's `forward_step` frames (its schedules record no ranges of their own;
     a trace with Python stacks holds one frame per microbatch), None without them."""
@@ -237,7 +249,7 @@ def _bubble(f: Facts) -> Claim | None:
     if pipe is None:
         return None
     m, theory = pipe.microbatches, pipe.theory()
-    said = f"{m} microbatch{'es' if m != 1 else ''}"
+    said = _microbatches(m)
     if pipe.stages is not None:
         said = f"{pipe.stages} stages, {said}"
     if theory is not None:
@@ -252,7 +264,7 @@ def _microbatch_work(f: Facts) -> LeverWork | None:
     its theory (the stages unknown)."""
     pipe = pipeline_of(f)
     theory = pipe.theory() if pipe is not None else None
-    if pipe is None or theory is None or f.step_s <= 0:
+    if pipe is None or theory is None or pipe.microbatches is None or f.step_s <= 0:
         return None
     bubble = min(pipe.wait_ns, theory * f.step_s / NS)
     if isinstance(pipe.work, Events):
@@ -260,6 +272,10 @@ def _microbatch_work(f: Facts) -> LeverWork | None:
             pipe.work, main=f.main_thread, microbatches=pipe.microbatches, bubble_ns=bubble
         )
     return LeverWork(ops=pipe.work, microbatches=pipe.microbatches, bubble_ns=bubble)
+
+
+def _microbatches(m: int | None) -> str:
+    return "m unknown" if m is None else f"{m} microbatch{'es' if m != 1 else ''}"
 
 
 def _transfers(f: Facts) -> Events | npt.NDArray[np.bool_]:
@@ -278,7 +294,7 @@ def pipeline_bubble(f: Facts) -> Finding | None:
     m, v = pipe.microbatches, pipe.local_stages
     theory = pipe.theory()
     seen = (
-        f"{m} microbatch{'es' if m != 1 else ''} per step"
+        f"{_microbatches(m)} per step"
         + (f", {v} stages on this rank (interleaved)" if v > 1 else "")
         + (f", {pipe.stages} stages" if pipe.stages is not None else "")
         + (
@@ -292,6 +308,9 @@ def pipeline_bubble(f: Facts) -> Finding | None:
         against = (
             "; the trace does not say how many stages the pipeline has (several process "
             "groups), so the schedule's bubble (p−1)/(m+p−1) is not computed"
+            if m is not None
+            else "; the trace records neither the schedule's ranges nor its frames (profile "
+            "with with_stack=True), so m and the schedule's bubble (p−1)/(m+p−1) are unknown"
         )
         more = ""
     else:
@@ -309,6 +328,7 @@ def pipeline_bubble(f: Facts) -> Finding | None:
                 ": this stage waits less than the schedule's average, another stage waits "
                 "for it (it may be the slowest)"
             )
+        assert m is not None  # (a theory needs m)
         options = sorted({2 * m, 4 * m})
         more = "; by theory " + ", ".join(f"m={n} leaves {pipe.theory(n):.0%}" for n in options)
         more += (
