@@ -856,7 +856,14 @@ def straggler(f: JobFacts) -> Finding | None:
 
 @rule(JobFacts)
 def collective_wait(f: JobFacts) -> Finding | None:
-    waits = [r.wait_s for r in f.ranks if r.wait_s is not None]
+    # A pipelined rank's wait in its bubble is the schedule's (pipeline-bubble and
+    # pipeline-imbalance name it), not ranks waiting for each other's load: left out here.
+    bubble: dict[int | None, float] = {s.rank: s.bubble for s in f.stages}
+    waits = [
+        max(r.wait_s - bubble.get(r.rank, 0.0) * r.median_step_s, 0.0)
+        for r in f.ranks
+        if r.wait_s is not None
+    ]
     if f.step_s <= 0 or not waits or f.stragglers:
         return None
     share = min(float(np.median(waits)) / f.step_s, 1.0)
