@@ -304,7 +304,7 @@ def _typical(scope: Scope, up: _Upstream) -> Verdict:
 
 def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, WhatIf | None]:
     fusion = up[FUSION]
-    return critical_path(
+    path, whatif = critical_path(
         scope,
         fusion or [],
         up[PARTS].roofline,
@@ -313,6 +313,17 @@ def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, Wh
         graph=up[GRAPH],
         cause=up[TYPICAL].cause,
     )
+    startup = up[BREAKDOWN].idle_causes.get("startup", 0.0)
+    if path is None or startup < scope.thresholds.time.startup_replay_max:
+        return path, whatif
+    # The graph holds the one-off start-up, which a replayed fix would move (a host cut
+    # halving a library's start-up): no what-if, and the findings keep their bounds, which
+    # are over the recurring time.
+    note = (
+        f"no what-if: {startup:.0%} of the steady window is one-off start-up, which a replay "
+        "would move though no later step pays it"
+    )
+    return msgspec.structs.replace(path, what_if=[], notes=[*path.notes, note]), None
 
 
 SPIKES: Stage[_Upstream, list[Spike]] = Stage(
