@@ -153,7 +153,10 @@ def one_offs(
     jit = _jit_launches(trace, kernels, launch_ts, launch_thread, t)
     marks_thread.append(launch_thread[jit])
     marks_at.append(launch_ts[jit])
-    marks_kind.append(np.ones(jit.size, np.int8))
+    # A compile when the kernel is named as one built at run time; a driver-API kernel of a
+    # library (cuBLAS's nvjet launched by cuLaunchKernelEx) loading lazily is start-up.
+    built = trace.names_matching(lambda s: _JIT_KERNEL.match(s) is not None)
+    marks_kind.append(np.isin(kernels.name[jit], built).astype(np.int8))
     thread = np.concatenate(marks_thread)
     at = np.concatenate(marks_at)
     kind = np.concatenate(marks_kind)
