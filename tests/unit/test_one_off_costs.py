@@ -58,7 +58,11 @@ def test_a_torchscript_compile_is_a_one_off_jit_compile(tmp_path: Path) -> None:
     assert "keep shapes static or warm up each shape" in once.fix
     # No bound over the compile: what remains is a few small kernels and their launches.
     assert all(f.max_speedup < 5 for f in d.findings)
-    assert d.critical_path is None or d.critical_path.what_if == []
+    # The replay keeps the compile as measured under every fix (a host cut halves host
+    # work, not a compile): no what-if moves the step by more than its few kernels.
+    assert d.critical_path is not None
+    assert d.critical_path.what_if
+    assert all(r.speedup < 1.01 for r in d.critical_path.what_if)
 
 
 def test_a_long_silent_stretch_before_an_eager_kernel_is_not_a_compile(tmp_path: Path) -> None:
@@ -119,9 +123,12 @@ def test_the_h100_first_run_is_library_start_up_never_a_600x_bound() -> None:
     assert d.breakdown.idle_causes["startup"] > 0.99
     assert d.verdict.reason.startswith("the window holds almost only one-off start-up")
     assert all(f.max_speedup < 2 for f in d.findings)
-    assert all(f.replay_speedup is None for f in d.findings)
+    assert all(f.replay_speedup is None or f.replay_speedup < 1.01 for f in d.findings)
     assert d.critical_path is not None
-    assert d.critical_path.what_if == []
+    # Replayed with the start-up as measured: halving the host's work saves only the
+    # recurring host time around the few kernels (it saved 664x when start-up was host work).
+    host = next(r for r in d.critical_path.what_if if r.change == "host:2")
+    assert host.speedup < 1.01
     [once] = [f for f in d.findings if f.id == "warm-up"]
     assert (once.saves, once.max_speedup) == ("once", 1.0)
     assert "library start-up in aten::conv2d 449.92 ms (cudaFree" in once.evidence

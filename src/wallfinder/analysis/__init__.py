@@ -313,7 +313,8 @@ def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, Wh
     # The strategy levers' work is selected by their rules, from the facts they read (all
     # but the graph, being built here).
     facts = _facts(scope, up, None)
-    path, whatif = critical_path(
+    # (One-off start-up in the graph stays as measured under every fix: `StepGraph.once`.)
+    return critical_path(
         scope,
         fusion or [],
         up[PARTS].roofline,
@@ -323,17 +324,6 @@ def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, Wh
         cause=up[TYPICAL].cause,
         levers=partial(selected, facts),
     )
-    startup = up[BREAKDOWN].idle_causes.get("startup", 0.0)
-    if path is None or startup < scope.thresholds.time.startup_replay_max:
-        return path, whatif
-    # The graph holds the one-off start-up, which a replayed fix would move (a host cut
-    # halving a library's start-up): no what-if, and the findings keep their bounds, which
-    # are over the recurring time.
-    note = (
-        f"no what-if: {startup:.0%} of the steady window is one-off start-up, which a replay "
-        "would move though no later step pays it"
-    )
-    return msgspec.structs.replace(path, what_if=[], notes=[*path.notes, note]), None
 
 
 SPIKES: Stage[_Upstream, list[Spike]] = Stage(

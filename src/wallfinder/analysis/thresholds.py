@@ -136,10 +136,6 @@ class TimeThresholds:
     `fused_*`/`triton_*`) after at least this long in which its thread recorded nothing is a
     JIT compile (a TorchScript fuser, NVRTC, Triton): a one-off cost. An eager op's host work
     between two recorded calls is microseconds; a compile is tens to hundreds of ms."""
-    startup_replay_max: float = 0.1
-    """Above this share of the steady window in one-off start-up (idle cause `startup`), the
-    step's dependency graph is not replayed: its what-ifs would move the start-up, which no
-    later step pays, and findings keep their bounds over the recurring time."""
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,16 @@ def build_graph(
         busy_other_s=_busy(o_ts[cls != COMM], o_end[cls != COMM], r.w0, r.t_end) * NS / r.steps,
         notes=r.notes(scope),
         accum=micro_step_syncs(scope).rows[keep],
+        once=_once(dev, runtime.thread[h.rows], h.ts),
     )
+
+
+def _once(dev: DeviceOps, thread: I64, ts: I64) -> npt.NDArray[np.bool_] | None:
+    """The chain's calls inside a one-off stretch (None: the trace has none)."""
+    if not len(dev.one_offs):
+        return None
+    once = dev.one_offs.holds(thread, ts)
+    return once if once.any() else None
 
 
 @dataclass(frozen=True, eq=False)

@@ -142,6 +142,10 @@ class StepGraph:
     accum: npt.NDArray[np.bool_] | None = None
     """Per op: a gradient all-reduce of a micro-step that accumulates (`accumulation`), what
     the `accum` what-if removes; None: none (the CPU as the device)."""
+    once: npt.NDArray[np.bool_] | None = None
+    """Per call: inside a one-off stretch (library start-up, code loading, a JIT compile:
+    `DeviceOps.one_offs`): its gap and its own time are start-up, which a host cut does not
+    shrink (no later step pays it); None: none."""
     call_ts: I64 | None = None
     """Per call: its measured start, relative to `t0` (the CPU as the device, where a lever's
     work is the time its calls and gaps spend in collectives); None: not kept."""

@@ -115,13 +115,19 @@ def _weights(g: StepGraph, change: Change, cuts: Cuts | None) -> tuple[I64, I64,
     if change.data:
         gap = gap - g.gap_data
     if change.host != 1.0:
-        gap = gap - other + other / change.host
+        # One-off start-up (`once`) is not host work a cut shrinks: no later step pays it.
+        cut = other if g.once is None else np.where(g.once, 0, other)
+        gap = gap - cut + cut / change.host
         fixed = 0.0 if g.cost_fixed is None else g.cost_fixed
-        cost = np.where(g.sync | g.blocked, cost, fixed + (cost - fixed) / change.host)
+        kept = g.sync | g.blocked if g.once is None else g.sync | g.blocked | g.once
+        cost = np.where(kept, cost, fixed + (cost - fixed) / change.host)
     dur = g.dur.astype(np.float64)
     lat = g.lat.astype(np.float64)
     if change.host != 1.0:
-        lat = lat / change.host
+        scaled = lat / change.host
+        if g.once is not None:  # a launch inside a one-off stretch: its path is start-up
+            scaled = np.where((g.call >= 0) & g.once[np.maximum(g.call, 0)], lat, scaled)
+        lat = scaled
     if change.fuse:
         dur = np.minimum(dur, g.fused)
     if change.matmul is not None:
