@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.accumulation import DDP_FORWARD
-from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
 from wallfinder.analysis.collectives import DEFAULT_GROUP, collective_name
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import in_windows
@@ -321,7 +321,7 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
         evidence.setdefault("EP", []).append(
             f"{calls('alltoall')} (tokens to their experts, or rows to sharded embeddings)"
         )
-    dispatch = _range_counts(scope, _is_dispatch, kinds=(Kind.KERNEL,))
+    dispatch = _range_counts(scope, is_dispatch_kernel, kinds=(Kind.KERNEL,))
     if dispatch:
         evidence.setdefault("EP", []).append(f"dispatch/combine kernels ({_top(dispatch, steps)})")
     if evidence and len(groups) > 1:
@@ -342,10 +342,11 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     return Parallelism(strategies=strategies, groups=groups, frameworks=frameworks)
 
 
-def _is_dispatch(name: str) -> bool:
+def is_dispatch_kernel(name: str) -> bool:
+    """An expert-parallel library's dispatch or combine kernel (DeepEP's, by name)."""
     low = name.lower()
     return ("dispatch" in low or "combine" in low) and (
-        classify_op(name) is KernelClass.COMMUNICATION
+        classify_kernel(name) is KernelClass.COMMUNICATION
     )
 
 

@@ -115,6 +115,7 @@ TOPICS = (
     # their share of: at an equal bound, the finding with the strategy's fix leads.
     "wallfinder.analysis.topics.pipeline",
     "wallfinder.analysis.topics.sharding",
+    "wallfinder.analysis.topics.experts",
     "wallfinder.analysis.topics.comm",
     "wallfinder.analysis.topics.copies",
     "wallfinder.analysis.topics.matmul",

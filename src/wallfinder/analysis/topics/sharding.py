@@ -55,7 +55,7 @@ def _kernels(f: Facts, kinds: tuple[str, ...], phase: int | None) -> npt.NDArray
     return rows
 
 
-def _exposed_s(f: Facts, rows: npt.NDArray[np.bool_]) -> float:
+def exposed_s(f: Facts, rows: npt.NDArray[np.bool_]) -> float:
     """Seconds per step of the kernels at `rows` that no compute kernel runs beside."""
     assert f.dev is not None
     ops = f.dev.ops
@@ -143,10 +143,10 @@ def _gather_wait(f: Facts) -> tuple[float, dict[int, float], Events] | None:
     rows = _gather_rows(f)
     if not rows.any():
         return None
-    return _exposed_s(f, rows), _kernels_per_unit(f, rows, _issued(f, gathers)), gathers
+    return exposed_s(f, rows), _kernels_per_unit(f, rows, _issued(f, gathers)), gathers
 
 
-def _claim(f: Facts, seconds: float, words: str) -> Claim | None:
+def strategy_claim(f: Facts, seconds: float, words: str) -> Claim | None:
     """The exposed communication a finding of `seconds` per step claims: none where it is too
     small to be a finding (the time then stays exposed-comm's)."""
     if f.step_s <= 0 or f.share(seconds / f.step_s) < f.thresholds.time.min_share:
@@ -160,7 +160,7 @@ def _gather_claim(f: Facts) -> Claim | None:
         return None
     seconds, _, gathers = wait
     prefetched = not _on_demand(f, _issued(f, gathers)).any()
-    return _claim(
+    return strategy_claim(
         f, seconds, "FSDP all-gathers " + ("waited for" if prefetched else "not prefetched")
     )
 
@@ -285,7 +285,7 @@ def _kernels_per_unit(f: Facts, rows: npt.NDArray[np.bool_], issued: Events) -> 
     for u in np.unique(unit[unit >= 0]).tolist():
         mine = np.zeros_like(rows)
         mine[at[unit == u]] = True
-        out[int(u)] = _exposed_s(f, mine)
+        out[int(u)] = exposed_s(f, mine)
     return out
 
 
@@ -327,12 +327,12 @@ def _tp_wait(f: Facts) -> tuple[float, Events] | None:
     rows = _tp_rows(f)
     if not rows.any():
         return None
-    return _exposed_s(f, rows), calls
+    return exposed_s(f, rows), calls
 
 
 def _tp_claim(f: Facts) -> Claim | None:
     wait = _tp_wait(f)
-    return None if wait is None else _claim(f, wait[0], "TP all-reduces in the forward")
+    return None if wait is None else strategy_claim(f, wait[0], "TP all-reduces in the forward")
 
 
 @lever("async-tp")
