@@ -102,6 +102,13 @@ def _notes(g: StepGraph, whatif: WhatIf, shares: dict[str, float], max_error: fl
             "explains shrinks to m/M of itself, the rest of the step replays as measured; "
             "an estimate, which leaves out what smaller microbatches cost (more, smaller ops)"
         )
+    if whatif.once_s > 0:
+        notes.append(
+            f"one-off start-up: {whatif.once_s * 1e3:.2f} ms per step of the host's time is "
+            "inside library start-up, code loading or JIT compiles, which every replay keeps "
+            "as measured (no later step pays it); the speed-ups are over the recurring time, "
+            "that start-up left out of both steps, as the bounds leave it out"
+        )
     if whatif.rounds >= MAX_ROUNDS:
         notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
     if whatif.error > max_error:
