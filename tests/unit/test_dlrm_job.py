@@ -175,3 +175,35 @@ def test_a_dlrm_job_with_dotted_range_names_is_one_communication_bound_job(
     # Its forward kernels, and the backward's, tied to the forward ops by sequence number.
     assert rows[ddp]["forward_s"] == pytest.approx(sum(FORWARD_US) * 1e-6)
     assert rows[ddp]["backward_s"] == pytest.approx(sum(BACKWARD_US) * 1e-6)
+
+
+def test_an_expert_parallel_jobs_straggler_is_read_as_expert_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same job with a MoE token exchange beside its forward (DeepEP's dispatch kernel on
+    its own stream, on every rank): the slow rank computes more at every step, which in an
+    expert-parallel job is most often its experts receiving more tokens, so the straggler's
+    finding says so and leads its fix with balancing the experts' load."""
+    from tracegen import MOE_DISPATCH
+
+    folder = tmp_path / "moe"
+    for rank in range(WORLD):
+        b = dlrm_rank(rank)
+        for s in range(4):
+            t0 = s * STEP_US
+            b.kernel(MOE_DISPATCH, t0 + 450.0, 100.0, launch_at=t0 + 310.0, stream=28)
+        b.write(folder / f"rank-{rank}.json.gz")
+    assert main(["analyze", str(folder), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert "EP" in [s["name"] for s in d["parallelism"]["strategies"]]
+    straggler = next(f for f in d["findings"] if f["id"] == "straggler")
+    assert "computing: " in straggler["evidence"]
+    assert "one whose experts receive more tokens" in straggler["evidence"]
+    assert straggler["fix"].startswith("balance the experts' load")
+    # Without the exchange (the DDP job above) the straggler's fix is the generic one.
+    for rank in range(WORLD):
+        dlrm_rank(rank).write(tmp_path / "ddp" / f"rank-{rank}.json.gz")
+    assert main(["analyze", str(tmp_path / "ddp"), "--format", "json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    plain_straggler = next(f for f in plain["findings"] if f["id"] == "straggler")
+    assert "experts" not in plain_straggler["evidence"] + plain_straggler["fix"]

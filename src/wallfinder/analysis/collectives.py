@@ -295,6 +295,9 @@ def join(
             transfer=transfer,
             thresholds=thresholds,
             stages=[stage for d in diags if (stage := pipeline_stage(d)) is not None],
+            strategies=frozenset(
+                n for d in diags if d.parallelism is not None for n in d.parallelism.names
+            ),
         )
     )
     wait_finding = next((f for f in findings if f.id == "collective-wait"), None)
@@ -784,6 +787,8 @@ class JobFacts:
     thresholds: Thresholds
     stages: list[StageTimes] = field(default_factory=list)
     """The pipelined ranks' compute and bubble (`pipeline_stage`), in rank order."""
+    strategies: frozenset[str] = frozenset()
+    """The parallel strategies any rank's trace names (`Diagnosis.parallelism`)."""
 
 
 @dataclass(frozen=True)
@@ -836,6 +841,8 @@ def straggler(f: JobFacts) -> Finding | None:
     if f.step_s <= 0 or not f.stragglers:
         return None
     s = f.stragglers[0]  # at most one: the rank that caused most of the wait
+    # (Its excess is in computing: `_doing`'s words for the compute part.)
+    experts = "EP" in f.strategies and s.doing.startswith(f"{_PARTS['compute']}: ")
     return _waiting(
         "straggler",
         f"Rank {s.rank} is a straggler: the other ranks wait for it",
@@ -846,8 +853,20 @@ def straggler(f: JobFacts) -> Finding | None:
         f"last {(s.noise_s or 0.0) * 1e3:.3f} ms, the steps' spread "
         f"{(s.step_spread_s or 0.0) * 1e3:.3f} ms); the others wait "
         f"{s.wait_caused_s * 1e3:.2f} ms per step for it "
-        f"({s.share:.0%} of a {f.step_s * 1e3:.2f} ms step); it was {s.doing}",
-        f"make rank {s.rank} as fast as the others: even out its data (equal shard "
+        f"({s.share:.0%} of a {f.step_s * 1e3:.2f} ms step); it was {s.doing}"
+        + (
+            "; an expert-parallel job: a rank that computes more than the others at every "
+            "step is most often one whose experts receive more tokens"
+            if experts
+            else ""
+        ),
+        (
+            "balance the experts' load: a capacity factor, an auxiliary or loss-free "
+            "balancing term, expert placement by measured load (replicate hot experts); "
+            if experts
+            else ""
+        )
+        + f"make rank {s.rank} as fast as the others: even out its data (equal shard "
         "and batch sizes, sequence-length bucketing), give it its share of CPU "
         "(DataLoader workers, no other process on its cores), check its GPU "
         "(clocks, throttling, a slow or shared device)",
