@@ -98,7 +98,14 @@ def _adds_up(d: dict[str, Any], own: dict[str, Any]) -> None:
     it `own`'s where it claims more than the breakdown holds)."""
     ids = [f["id"] for f in d["findings"]]
     if "exposed-comm" in ids:
-        assert ids.index(own["id"]) < ids.index("exposed-comm")
+        # Ranked by gain, the strategy's finding first at an equal gain (the rest of the
+        # exposed communication, e.g. FSDP's reduce-scatters, can outweigh it: the busy
+        # machine's timing decides which).
+        other = d["findings"][ids.index("exposed-comm")]
+        if own["max_speedup"] >= other["max_speedup"]:
+            assert ids.index(own["id"]) < ids.index("exposed-comm")
+        else:
+            assert ids.index(own["id"]) > ids.index("exposed-comm")
     rest = sum(f["share"] for f in d["findings"] if f["id"] == "exposed-comm")
     exposed = d["breakdown"]["comm_exposed"]
     assert own["share"] + rest == pytest.approx(max(own["share"], exposed), abs=0.005)
