@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -97,6 +98,84 @@ def out_of_memory(exc: BaseException) -> BaseException | None:
 def host_out_of_memory(exc: BaseException) -> bool:
     """The host ran out, not a device: a CUDA snapshot would not explain it."""
     return isinstance(exc, MemoryError) or any(w in str(exc).lower() for w in _HOST_OOM_WORDS)
+
+
+DYNAMO_KEY = "wallfinder_dynamo"
+"""The trace's top-level key for what Dynamo counted (`trace.dynamo.DYNAMO_KEY` reads it)."""
+
+_REASON_CHARS = 300
+
+
+_PATH = re.compile(r"(?:[\w.~-]*/)+([\w-][\w.-]*\.\w+)")
+"""A file path in a reason (a guard's source comment names the user's file in full)."""
+
+
+def _first(text: object) -> str:
+    """The first line of a reason Dynamo wrote, bounded, without the source comment a guard
+    carries, and with any path cut to its file's base name."""
+    if text is None:
+        return ""
+    lines = str(text).strip().splitlines()
+    line = lines[0].split("  #", 1)[0].rstrip() if lines else ""
+    return _PATH.sub(r"\1", line)[:_REASON_CHARS]
+
+
+def dynamo_report() -> dict[str, Any] | None:
+    """What Dynamo counted in this process, when it compiled anything (None otherwise, or
+    when this torch keeps its records elsewhere): frames, unique graphs, graph breaks by
+    reason and the user's line, each frame compile with the guard failure that caused a
+    recompile, and the compile seconds. File names are base names: the trace is shared,
+    this machine's paths are not."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    try:
+        from torch._dynamo import utils
+
+        counters = utils.counters
+        frames = int(counters["frames"].get("total", 0))
+        if not frames:
+            return None
+        breaks: dict[tuple[str, str, int], int] = {}
+        for r in list(getattr(utils, "graph_break_reasons", [])):
+            stack = list(getattr(r, "user_stack", None) or [])
+            where = stack[-1] if stack else None
+            key = (
+                _first(r.reason),
+                os.path.basename(where.filename) if where is not None else "",
+                int(where.lineno or 0) if where is not None else 0,
+            )
+            breaks[key] = breaks.get(key, 0) + 1
+        if not breaks:  # an older torch: the reasons alone, from the counters
+            for reason, n in counters["graph_break"].items():
+                breaks[(_first(reason), "", 0)] = int(n)
+        compiles = [
+            {
+                "compile_id": str(m.compile_id),
+                "function": str(m.co_name),
+                "file": os.path.basename(str(m.co_filename or "")),
+                "line": int(m.co_firstlineno or 0),
+                "seconds": float(m.entire_frame_compile_time_s or 0.0),
+                "recompile_reason": _first(m.recompile_reason) or None,
+            }
+            for m in utils.get_compilation_metrics()
+            if getattr(m, "co_name", None) is not None
+        ]
+        times = utils.compilation_time_metrics
+        seconds = sum(
+            sum(v) for k, v in times.items() if k == "_compile.compile_inner" or "bw_compiler" in k
+        )
+        return {
+            "frames": frames,
+            "graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": [
+                {"reason": reason, "file": file, "line": line, "count": n}
+                for (reason, file, line), n in breaks.items()
+            ],
+            "compiles": compiles,
+            "compile_s": float(seconds),
+        }
+    except Exception:  # a torch whose records moved: the trace is still written without them
+        return None
 
 
 MODULE_PREFIX = "nn.Module: "
@@ -217,6 +296,8 @@ class Recorder:
     def step(self) -> None:
         if self._profiler is not None:
             self.stepped += 1
+            if self.done:  # this step writes the trace: Dynamo's counts go in it first
+                self._add_dynamo(self._profiler)
             self._profiler.step()
 
     @property
@@ -233,7 +314,14 @@ class Recorder:
             return
         if self.wait + self.warmup <= self.stepped < self.wait + self.warmup + self.active:
             profiler.add_metadata("wallfinder_cut_step", f"ProfilerStep#{profiler.step_num}")
+            self._add_dynamo(profiler)
         profiler.stop()
+
+    @staticmethod
+    def _add_dynamo(profiler: Any) -> None:
+        report = dynamo_report()
+        if report is not None:
+            profiler.add_metadata_json(DYNAMO_KEY, json.dumps(report))
 
     def _save(self, prof: Any) -> None:
         self._remove_module_ranges()  # the recorded steps are done
