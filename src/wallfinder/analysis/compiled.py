@@ -7,8 +7,8 @@ Inductor, autotuning: `trace.dynamo.compile_range`) compiled, and is set aside w
 the others are the region's steady calls. The eager region is the top-level ops of the
 regions' thread, outside every region and compile, when they repeat one sequence: one
 function run eagerly N times, then compiled, in one trace (what an engineer comparing the
-two records). Both are timed alike, per call, from the first call's start to the last's end
-with the device work each launched, so that the two are compared on the same footing.
+two records). Both are timed alike, per call, from its start to the end of its own work and
+the device work it launched (cut at the next call), so that they compare on the same footing.
 """
 
 from __future__ import annotations
@@ -119,19 +119,25 @@ def _launched(scope: Scope, calls: _Calls) -> npt.NDArray[np.bool_]:
 
 
 def _region(scope: Scope, name: str, calls: _Calls, ops: list[str] | None = None) -> CodeRegion:
+    """Each call lasts from its start to the end of its host work and the device work it
+    launched, cut at the next call's start (back-to-back calls overlap on the device): the
+    region's time per call is their mean, whether the calls run back to back or once a
+    step."""
     n = calls.ts.size
-    last = int(calls.end.max())
+    ends = calls.end.copy()
     device_s, kernels = 0.0, 0
-    if scope.dev is not None:
-        mine = _launched(scope, calls)
-        kernels = int(mine.sum())
-        device_s = float(scope.dev.ops.dur[mine].sum()) * NS
-        if kernels:
-            last = max(last, int(scope.dev.ops.end[mine].max()))
+    dev = scope.dev
+    if dev is not None:
+        mine = np.flatnonzero(_launched(scope, calls))
+        kernels = int(mine.size)
+        device_s = float(dev.ops.dur[mine].sum()) * NS
+        owner = np.searchsorted(calls.ts, dev.launch_ts[mine], side="right") - 1
+        np.maximum.at(ends, owner, dev.ops.end[mine])
+    ends[:-1] = np.minimum(ends[:-1], calls.ts[1:])
     return CodeRegion(
         name=name,
         calls=n,
-        time_per_call_s=(last - int(calls.ts.min())) * NS / n,
+        time_per_call_s=float((ends - calls.ts).mean()) * NS,
         device_per_call_s=device_s / n,
         kernels_per_call=kernels / n,
         ops=ops or [],
