@@ -70,6 +70,9 @@ def test_a_compiled_job_names_its_graph_break_recompile_and_compile_time(
     sizes = [r for r in dyn.recompiles if "size mismatch" in (r.recompile_reason or "")]
     assert sizes
     assert all(r.file == "train.py" for r in sizes)
+    # The break runs in every steady step: a finding, with its line.
+    [finding] = [f for f in d.findings if f.id == "graph-break"]
+    assert f"train.py:{BREAK_LINE}" in finding.evidence
     text = render(d, "text")
     assert f"graph break at train.py:{BREAK_LINE}" in text
     assert "one-off" in text

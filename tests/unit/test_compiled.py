@@ -170,3 +170,43 @@ def test_a_diagnosis_saved_before_compiled_code_was_kept_loads(tmp_path: Path) -
     old = d.to_dict()
     del old["compiled"]
     assert Diagnosis.from_json(json.dumps(old)).compiled is None
+
+
+BREAK_RECORD = {
+    "frames": 2,
+    "graphs": 2,
+    "graph_breaks": [{"reason": "Unsupported Tensor.item()", "file": "t.py", "line": 13}],
+    "compiles": [
+        {"compile_id": "0/0", "function": "forward", "file": "t.py", "line": 11},
+        {"compile_id": "1/0", "function": "torch_dynamo_resume_in_forward_at_13"},
+    ],
+}
+
+
+def test_a_graph_break_in_the_steady_loop_is_a_finding_with_its_line(tmp_path: Path) -> None:
+    # Each step: frame 0's call holds its graph (180 µs), the break's eager code, then the
+    # resumed frame's call: 300 µs from the call's start to the resume, 120 µs of it eager.
+    b = TraceBuilder()
+    for s in range(4):
+        t = s * 1000.0
+        b.step(s + 1, t, 1000.0)
+        b.cpu_op("Torch-Compiled Region: 0/0", t + 10.0, 490.0)
+        b.annotation("## Call CompiledFxGraph a ##", t + 20.0, 180.0)
+        b.kernel(GEMM, t + 30.0, 150.0, launch_at=t + 25.0)
+        b.cpu_op("aten::item", t + 210.0, 90.0)
+        b.cpu_op("Torch-Compiled Region: 1/0", t + 310.0, 170.0)
+        b.annotation("## Call CompiledFxGraph b ##", t + 320.0, 150.0)
+        b.kernel(FUSED, t + 330.0, 100.0, launch_at=t + 325.0)
+    path = b.write(tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    data["wallfinder_dynamo"] = BREAK_RECORD
+    path.write_text(json.dumps(data))
+    d = analyze(path, workers=1)
+    assert_diagnosis_invariants(d)
+    [finding] = [f for f in d.findings if f.id == "graph-break"]
+    assert "graph break at t.py:13" in finding.evidence
+    assert "0.12 ms per step" in finding.evidence
+    # Without the record, no line to name: no finding.
+    del data["wallfinder_dynamo"]
+    path.write_text(json.dumps(data))
+    assert not [f for f in analyze(path, workers=1).findings if f.id == "graph-break"]

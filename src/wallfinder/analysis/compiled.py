@@ -204,14 +204,21 @@ def _fused_rows(scope: Scope) -> npt.NDArray[np.bool_]:
     return np.isin(names, codes)
 
 
+def _merged(steady: list[_Calls]) -> _Calls:
+    """The union of several regions' calls, disjoint and sorted (a resumed frame's calls run
+    inside the call of the frame that broke)."""
+    cover = Coverage.of(
+        np.concatenate([c.ts for c in steady]), np.concatenate([c.end for c in steady])
+    )
+    return _Calls(cover.starts, cover.ends)
+
+
 def _kernels(scope: Scope, fused: npt.NDArray[np.bool_], steady: list[_Calls]) -> list[FusedKernel]:
     """The Inductor kernels run in the steady compiled calls, by time (autotuning's runs
     during a compile are not theirs)."""
     if not steady:
         return []
-    calls = _Calls(np.concatenate([c.ts for c in steady]), np.concatenate([c.end for c in steady]))
-    order = np.argsort(calls.ts, kind="stable")
-    calls = _Calls(calls.ts[order], calls.end[order])
+    calls = _merged(steady)
     trace = scope.trace
     if scope.dev is not None:
         rows = fused & _launched(scope, calls)
@@ -243,18 +250,15 @@ def _share(scope: Scope, steady: list[_Calls]) -> float | None:
     """The steady steps' device time (host time on the CPU) in compiled calls."""
     if not steady:
         return None
-    calls = _Calls(np.concatenate([c.ts for c in steady]), np.concatenate([c.end for c in steady]))
-    order = np.argsort(calls.ts, kind="stable")
-    calls = _Calls(calls.ts[order], calls.end[order])
+    calls = _merged(steady)
     if scope.dev is not None:
         inside = scope.inside
         total = float(scope.dev.ops.dur[inside].sum())
         mine = float(scope.dev.ops.dur[inside & _launched(scope, calls)].sum())
         return mine / total if total > 0 else None
     total = float((scope.window_end - scope.window_start).sum())
-    cover = Coverage.of(calls.ts, calls.end)
-    kept = in_windows(cover.starts, scope.window_start, scope.window_end)
-    mine = float((cover.ends[kept] - cover.starts[kept]).sum())
+    kept = in_windows(calls.ts, scope.window_start, scope.window_end)
+    mine = float((calls.end[kept] - calls.ts[kept]).sum())
     return min(mine / total, 1.0) if total > 0 else None
 
 
@@ -267,3 +271,75 @@ def dynamo_record(raw: object) -> DynamoRecord | None:
         return msgspec.convert(raw, DynamoRecord)
     except msgspec.ValidationError:
         return None
+
+
+RESUME_PREFIX = "torch_dynamo_resume_in_"
+"""The name Dynamo gives the function that resumes a frame after a graph break."""
+
+
+@dataclass(frozen=True)
+class BreakCost:
+    """The steady steps' eager stretches at graph breaks: inside the call of a frame that
+    broke, from its start to the call of the frame that resumes it, the time in no compiled
+    graph (the break's own code run eagerly, guard checks, the runtime's wrappers)."""
+
+    seconds_per_step: float
+    resumes_per_step: float
+
+
+_GRAPH_CALL = ("## Call CompiledFxGraph", "CompiledFunction")
+
+
+def break_cost(scope: Scope, record: DynamoRecord) -> BreakCost | None:
+    """What the graph breaks `record` names cost the steady steps (None: no resumed frame
+    is called in them)."""
+    resumed = {
+        c.compile_id.split("/", 1)[0]
+        for c in record.compiles
+        if c.function.startswith(RESUME_PREFIX)
+    }
+    if not resumed:
+        return None
+    trace = scope.trace
+    regions = trace.named(
+        (Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(lambda s: region_name(s) is not None)
+    )
+    frames = np.array(
+        [str(region_name(trace.strings[c])).split("/", 1)[0] in resumed for c in regions.name],
+        dtype=bool,
+    )
+    resumes = regions.take(frames)
+    if len(resumes) == 0:
+        return None
+    graphs = trace.named(
+        (Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(lambda s: s.startswith(_GRAPH_CALL))
+    )
+    graph_cover = Coverage.of(graphs.ts.astype(np.int64), graphs.end.astype(np.int64))
+    outer = regions.take(~frames)
+    compiles = trace.named((Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(compile_range))
+    compiled = Coverage.of(compiles.ts.astype(np.int64), compiles.end.astype(np.int64))
+    # (A call that compiled is the compile's, a one-off, not the break's.)
+    outer = outer.take(~_overlaps(compiled, outer.ts.astype(np.int64), outer.end.astype(np.int64)))
+    steady = in_windows(resumes.ts.astype(np.int64), scope.window_start, scope.window_end)
+    total, count = 0, 0
+    for ts, end, kept in zip(
+        resumes.ts.tolist(), resumes.end.tolist(), steady.tolist(), strict=True
+    ):
+        # The call it resumes: a region call of another frame that holds it.
+        holds = np.flatnonzero((outer.ts <= ts) & (outer.end >= end))
+        if not kept or holds.size == 0:
+            continue
+        start = int(outer.ts[holds].max())
+        total += ts - start - _inside(graph_cover, start, ts)
+        count += 1
+    if not count:
+        return None
+    steps = max(scope.count, 1)
+    return BreakCost(seconds_per_step=total * NS / steps, resumes_per_step=count / steps)
+
+
+def _inside(cover: Coverage, start: int, end: int) -> int:
+    """Time of [start, end) that `cover` covers."""
+    lo = np.clip(cover.starts, start, end)
+    hi = np.clip(cover.ends, start, end)
+    return int((hi - lo).sum())
