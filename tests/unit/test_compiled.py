@@ -63,6 +63,8 @@ def test_inductor_kernel_names_say_the_ops_they_fuse() -> None:
         ["_unsafe_view", "add", "mean", "mul", "pow", "rsqrt"],
     )
     assert fused_kernel("cpp_fused_add_relu_0") == ("CPU", ["add", "relu"])
+    assert fused_kernel("triton_poi_fused_0") == ("pointwise", [])
+    assert fused_kernel("triton_poi_fused_constant_pad_nd_1") == ("pointwise", ["constant_pad_nd"])
     assert fused_kernel("aten::mm") is None
 
 

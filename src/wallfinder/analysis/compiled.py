@@ -215,13 +215,13 @@ def _merged(steady: list[_Calls]) -> _Calls:
 
 def _kernels(scope: Scope, fused: npt.NDArray[np.bool_], steady: list[_Calls]) -> list[FusedKernel]:
     """The Inductor kernels run in the steady compiled calls, by time (autotuning's runs
-    during a compile are not theirs)."""
-    if not steady:
-        return []
-    calls = _merged(steady)
+    during a compile are not theirs); with no region recorded (compiled code replayed from a
+    CUDA graph, a serving engine's own runner), those of the steady steps."""
     trace = scope.trace
+    calls = _merged(steady) if steady else _Calls(scope.window_start, scope.window_end)
     if scope.dev is not None:
-        rows = fused & _launched(scope, calls)
+        inside = _launched(scope, calls) if steady else scope.inside
+        rows = fused & inside
         names, dur = scope.dev.ops.name[rows], scope.dev.ops.dur[rows]
     else:
         ops = trace.of_kind(Kind.CPU_OP)

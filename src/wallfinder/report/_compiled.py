@@ -19,6 +19,8 @@ def compiled_head(d: Diagnosis) -> str:
     if c.compile_s > 0 or (c.dynamo is not None and c.dynamo.compile_s > 0):
         seconds = max(c.compile_s, c.dynamo.compile_s if c.dynamo is not None else 0.0)
         parts.append(f"compiling took {seconds:.2f} s (one-off, not in the steady state)")
+    if not c.regions and c.eager is None:
+        parts.append("Inductor kernels, no compiled region recorded")
     return "torch.compile" + (": " + "; ".join(parts) if parts else "")
 
 
@@ -48,7 +50,9 @@ def compiled_lines(d: Diagnosis) -> list[str]:
             f"{c.compiling_calls} region call(s) compiled or autotuned: set aside as one-off"
         )
     lines += [
-        f"{k.name} ({k.kind}) fuses {' + '.join(k.ops)}: {k.calls} calls, "
+        f"{k.name} ({k.kind}"
+        + (f") fuses {' + '.join(k.ops)}" if k.ops else ", its ops unnamed)")
+        + f": {k.calls} calls, "
         f"{k.time_s * 1e3:.3f} ms in all"
         for k in c.kernels
     ]

@@ -68,7 +68,7 @@ def compile_range(name: str) -> bool:
     return _COMPILE.search(name) is not None
 
 
-_FUSED = re.compile(r"^(?:triton_(poi|red|per|tem|for|spl)_|cpp_)fused_(.+?)(?:_\d+)?$")
+_FUSED = re.compile(r"^(?:triton_(poi|red|per|tem|for|spl)_|cpp_)fused(?:_(.+?))?(?:_\d+)?$")
 _KINDS = {
     "poi": "pointwise",
     "red": "reduction",
@@ -83,6 +83,7 @@ _KINDS = {
 _MULTIWORD = sorted(
     (
         "_softmax",
+        "constant_pad_nd",
         "_log_softmax",
         "_softmax_backward_data",
         "_log_softmax_backward_data",
@@ -146,5 +147,6 @@ def fused_kernel(name: str) -> tuple[str, list[str]] | None:
     found = _FUSED.match(name)
     if found is None:
         return None
-    ops = list(dict.fromkeys(m.group(0) for m in _OP.finditer(found.group(2))))
+    words = (m.group(0) for m in _OP.finditer(found.group(2) or ""))
+    ops = list(dict.fromkeys(w for w in words if not w.isdigit()))  # ("fused_0": a number)
     return _KINDS.get(found.group(1), "CPU"), ops
