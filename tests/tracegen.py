@@ -210,8 +210,9 @@ class TraceBuilder:
         stream: int = 7,
         args: dict[str, Any] | None = None,
         launch_tid: int | None = None,
+        launcher: str = "cudaLaunchKernel",
     ) -> int:
-        """A kernel; with `launch_at`, also its `cudaLaunchKernel` call (on thread
+        """A kernel; with `launch_at`, also its launch call, `launcher` (on thread
         `launch_tid`, the main thread by default); `args` are added to its args. Returns the
         correlation id."""
         return self._device_event(
@@ -221,7 +222,7 @@ class TraceBuilder:
             dur,
             stream=stream,
             launch_at=launch_at,
-            launcher="cudaLaunchKernel",
+            launcher=launcher,
             launch_dur=launch_dur,
             extra={"grid": [128, 1, 1], "block": [256, 1, 1], **(args or {})},
             launch_tid=launch_tid,

@@ -15,7 +15,13 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from wallfinder.analysis import ModelFlops, Thresholds, diagnose, diagnose_marked
+from wallfinder.analysis import (
+    DiagnoseOptions,
+    ModelFlops,
+    Thresholds,
+    diagnose,
+    diagnose_marked,
+)
 from wallfinder.analysis.calculator import (
     DEFAULT_DTYPE,
     calculate,
@@ -50,7 +56,7 @@ from wallfinder.hardware import (
 from wallfinder.hardware._toml import read_toml_file
 from wallfinder.hardware.profile import load_device_profile
 from wallfinder.trace import (
-    GZIP_DATA_ERRORS,
+    UNREADABLE,
     Kind,
     Progress,
     ResultCache,
@@ -159,6 +165,16 @@ class Options:
         if self.spec_file is None:  # a user's own spec file says nothing about the device
             profile.check_device(spec, trace.device_name)
         return profile.over(spec)
+
+    def diagnose_options(self, trace: Trace) -> DiagnoseOptions:
+        """What `diagnose` is told for `trace` (the spec, the model, the what-ifs, the
+        counters)."""
+        return DiagnoseOptions(
+            spec=self.spec_for(trace),
+            model=self.model,
+            what_if=self.what_if,
+            counters=load_ncu(self.counters) if self.counters is not None else None,
+        )
 
 
 def _device_evidence(trace: Trace) -> DeviceEvidence:
@@ -269,14 +285,7 @@ def analyze_marked(
             f"whose timeline Perfetto opens; not from {traces[0].reader.title}"
         )
     trace = traces[0]
-    return diagnose_marked(
-        trace,
-        options.thresholds,
-        spec=options.spec_for(trace),
-        model=options.model,
-        what_if=options.what_if,
-        counters=load_ncu(options.counters) if options.counters is not None else None,
-    )
+    return diagnose_marked(trace, options.thresholds, **options.diagnose_options(trace))
 
 
 _SCHEMA_KEY = re.compile(rb'"schema"\s*:\s*"(wallfinder\.[^"]{1,40})"')
@@ -301,10 +310,6 @@ def load_diagnosis(path: str | Path, options: Options | None = None) -> Diagnosi
         raise WallfinderError(f"{p}: not a readable {SCHEMA} file: {exc}") from None
 
 
-_UNREADABLE: tuple[type[Exception], ...] = (OSError, EOFError, *GZIP_DATA_ERRORS)
-"""What reading a saved result file can raise: the file, or its gzip data, is damaged."""
-
-
 def saved_schema(path: Path) -> str | None:
     """The `schema` of a result file wallfinder saved (e.g. "wallfinder.diagnosis/1"), or None
     for anything else (a trace, a folder)."""
@@ -313,7 +318,7 @@ def saved_schema(path: Path) -> str | None:
     try:
         with path.open("rb") as f, gunzipped(f) as g:
             head = g.read(HEAD_BYTES)
-    except _UNREADABLE:
+    except UNREADABLE:
         return None  # the trace loader says what is wrong with it
     found = _SCHEMA_KEY.search(head)
     return found.group(1).decode("utf-8", "replace") if found else None
@@ -323,21 +328,14 @@ def _read(path: Path) -> bytes:
     try:
         with path.open("rb") as f, gunzipped(f) as g:
             return g.read()
-    except _UNREADABLE as exc:
+    except UNREADABLE as exc:
         raise WallfinderError(f"{path}: cannot read ({exc})") from None
 
 
 def _diagnose(trace: Trace, options: Options) -> Diagnosis:
-    spec = options.spec_for(trace)
+    given = options.diagnose_options(trace)
     try:
-        return diagnose(
-            trace,
-            options.thresholds,
-            spec=spec,
-            model=options.model,
-            what_if=options.what_if,
-            counters=load_ncu(options.counters) if options.counters is not None else None,
-        )
+        return diagnose(trace, options.thresholds, **given)
     except WallfinderError:
         raise
     except Exception as exc:  # a bug: the file it happened on goes with it (one job's ranks)

@@ -18,19 +18,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wallfinder.analysis import Thresholds, timed_steps
 from wallfinder.analysis.critpath import parse_what_if
 from wallfinder.api import Options, analyze, diff, run_names
-from wallfinder.capture import (
-    DEFAULT_ACTIVE,
-    DEFAULT_WAIT,
-    DEFAULT_WARMUP,
-    TRACE_DIR,
-    Recording,
-    Timing,
-)
+from wallfinder.capture import Recording, RecordingOptions, Timing
 from wallfinder.capture.run import RunOutcome
 from wallfinder.capture.workloads import (
     WAIT,
@@ -41,6 +34,9 @@ from wallfinder.capture.workloads import (
     prepare_demo,
 )
 from wallfinder.diagnosis import Diagnosis, DiagnosisDiff, Steps
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "DemoPair",
@@ -72,28 +68,9 @@ class Profile(Recording):
     """
 
     def __init__(
-        self,
-        *,
-        wait: int = DEFAULT_WAIT,
-        warmup: int = DEFAULT_WARMUP,
-        active: int = DEFAULT_ACTIVE,
-        trace_dir: str | os.PathLike[str] = TRACE_DIR,
-        memory: bool = False,
-        stacks: bool | None = None,
-        modules: bool = False,
-        auto_step: bool = True,
-        options: Options | None = None,
+        self, *, options: Options | None = None, **recording: Unpack[RecordingOptions]
     ) -> None:
-        super().__init__(
-            wait=wait,
-            warmup=warmup,
-            active=active,
-            trace_dir=trace_dir,
-            memory=memory,
-            stacks=stacks,
-            modules=modules,
-            auto_step=auto_step,
-        )
+        super().__init__(**recording)
         self.options = options
         self.diagnosis: Diagnosis | None = None
 

@@ -77,9 +77,20 @@ def test_an_fsdp2_job_is_named_fsdp_with_its_exposed_gathers(tmp_path: Path) -> 
     # it: the two add up to the breakdown's exposed communication, nothing counted twice.
     # (Which finding is first overall moves with the busy machine's timing.)
     _adds_up(d, f)
+    _lever_moves_the_step(d, f, "prefetch")
     exposed = d["breakdown"]["comm_exposed"]
     if d["verdict"]["cause"] == "comm_exposed" and f["share"] > exposed / 2:
         assert d["verdict"]["mechanism"] == "FSDP all-gathers not prefetched"
+
+
+def _lever_moves_the_step(d: dict[str, Any], own: dict[str, Any], lever: str) -> None:
+    """The strategy's lever is a row of the default what-if table, replayed faster than the
+    unchanged graph, and the finding's gain is that replay, within its bound."""
+    path = d["critical_path"]
+    (row,) = [r for r in path["what_if"] if r["change"] == lever]
+    assert row["step_s"] < path["replayed_step_s"]
+    assert own["gain_basis"] == "replay"
+    assert 1.0 < own["replay_speedup"] <= own["max_speedup"]
 
 
 def _adds_up(d: dict[str, Any], own: dict[str, Any]) -> None:
@@ -103,3 +114,4 @@ def test_a_tensor_parallel_job_is_named_tp_with_its_forward_all_reduces(tmp_path
     assert 0.02 <= f["share"] < 1
     assert "2 all-reduces/step inside the forward" in f["evidence"]
     _adds_up(d, f)
+    _lever_moves_the_step(d, f, "async-tp")

@@ -71,6 +71,16 @@ def test_a_pipeline_job_is_diagnosed_by_its_bubble_against_the_schedules_theory(
         assert more in top.fix
         assert "1F1B" in top.fix
         assert all(f.id != "exposed-comm" for f in d.findings)
+        # Twice the microbatches, replayed: the bubble waits shrink, the step with them; the
+        # finding's gain is that replay, within its bound.
+        path = d.critical_path
+        assert path is not None
+        (row,) = [r for r in path.what_if if r.change == "microbatches"]
+        assert row.step_s < path.replayed_step_s
+        assert top.gain_basis == "replay"
+        assert top.replay_speedup is not None
+        assert 1.0 < top.replay_speedup <= top.max_speedup
+        assert any(n.startswith("microbatches: the pipeline's m=") for n in path.notes)
         # The verdict's words name the bubble where it is the exposed communication.
         if d.verdict.cause == "comm_exposed":
             m = said.split(" ")[0]

@@ -1084,7 +1084,9 @@ def _ddp_accumulation_queued(*, no_sync: bool, steps: int) -> TraceBuilder:
             b.kernel(GEMM, device + 100.0, 200.0, launch_at=at + 6.0, launch_dur=1.0)
             device += 300.0
             if micro == 1 or not no_sync:
-                b.nccl(device, 150.0, launch_at=at + 10.0)
+                # Launched from the backward, after the forward range has ended (an
+                # all-reduce inside the forward would be tensor parallel's).
+                b.nccl(device, 150.0, launch_at=at + 13.0)
                 device += 150.0
         b.annotation("Optimizer.step#SGD.step", t0 + 40.0, 10.0)
         b.kernel("vectorized_elementwise_kernel", device, 50.0, launch_at=t0 + 41.0, launch_dur=1.0)

@@ -87,6 +87,43 @@ def _gpipe(b: TraceBuilder, t0: float) -> None:
     b.cpu_op("c10d::send", t0 + 501.0, 3.0)
 
 
+def _zero2(b: TraceBuilder, t0: float) -> None:
+    # The gradients reduce-scattered in the backward to the rank that owns their optimizer
+    # shard, with no all-gather in the forward (the parameters are whole on every rank).
+    b.cpu_op("c10d::_reduce_scatter_base_", t0 + 505.0, 4.0, tid=AUTOGRAD_TID)
+    b.kernel(REDUCE_SCATTER, t0 + 520.0, 30.0, launch_at=t0 + 506.0, stream=28)
+
+
+_STAGE_1_AND_2 = "deepspeed/runtime/zero/stage_1_and_2.py(1180): "
+
+
+def _deepspeed_zero1(b: TraceBuilder, t0: float) -> None:
+    # DeepSpeed ZeRO-1/2 with Python stacks: the engine's forward, and its bucketed
+    # gradient reduction (reduce_ipg_grads > average_tensor) all-reducing in the backward.
+    b.host("deepspeed/runtime/engine.py(1900): forward", t0 + 131.0, 298.0, cat="python_function")
+    b.host(
+        _STAGE_1_AND_2 + "reduce_ipg_grads",
+        t0 + 503.0,
+        8.0,
+        cat="python_function",
+        tid=AUTOGRAD_TID,
+    )
+    b.host(
+        _STAGE_1_AND_2 + "average_tensor", t0 + 504.0, 6.0, cat="python_function", tid=AUTOGRAD_TID
+    )
+    _ddp(b, t0)
+
+
+def _deepspeed_zero3(b: TraceBuilder, t0: float) -> None:
+    # DeepSpeed ZeRO-3: no FSDP ranges; the parameters gathered in the forward, the
+    # gradients reduce-scattered in the backward, the engine's frames.
+    b.host("deepspeed/runtime/engine.py(1900): forward", t0 + 131.0, 298.0, cat="python_function")
+    for at in (141.0, 281.0):
+        b.cpu_op("c10d::_allgather_base_", t0 + at - 8.0, 4.0)
+    b.kernel(GATHER, t0 + 132.0, 25.0, launch_at=t0 + 133.0, stream=28)
+    _zero2(b, t0)
+
+
 def _diagnosed(tmp_path: Path, *adds: Add) -> Diagnosis:
     b = phased_training_trace(STEPS, builder=TraceBuilder(rank=0, world_size=2))
     for s in range(STEPS):
@@ -112,8 +149,11 @@ def _found(d: Diagnosis) -> Parallelism:
         ((_pp,), ["PP"], "pipelining's ranges (PipelineSchedule.forward_one_chunk ×1/step"),
         ((_gpipe,), ["PP"], "pipelining's ranges (Forward i ×1/step, Backward i ×1/step)"),
         ((_tp, _ddp, _pp), ["TP", "PP"], "send/recv ×2/step"),
+        ((_zero2,), ["DDP"], "no all-gather in the forward (gradients reduced to the rank"),
+        ((_deepspeed_zero1,), ["ZeRO-1/2"], "the gradient reduction's own frames ("),
+        ((_deepspeed_zero3,), ["ZeRO-3"], "all-gather ×2/step in the forward"),
     ],
-    ids=["ddp", "fsdp", "tp", "ep", "pp", "gpipe", "tp+pp"],
+    ids=["ddp", "fsdp", "tp", "ep", "pp", "gpipe", "tp+pp", "zero2", "ds-zero1", "ds-zero3"],
 )
 def test_the_strategy_is_named_from_the_collectives_phase_and_ranges(
     tmp_path: Path, adds: tuple[Add, ...], names: list[str], said: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 import msgspec
 import numpy as np
@@ -22,6 +22,7 @@ from wallfinder.analysis.critpath import (
     critical_path,
     parse_what_if,
 )
+from wallfinder.analysis.critpath.lever import selected
 from wallfinder.analysis.device import TOP_ROWS, Basis, DeviceModel, DeviceParts
 from wallfinder.analysis.findings import Facts, find, rank
 from wallfinder.analysis.fusion import fusion_candidates
@@ -83,7 +84,6 @@ from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
     CompiledCode,
-    CpuActivity,
     CriticalPath,
     Device,
     Diagnosis,
@@ -91,9 +91,7 @@ from wallfinder.diagnosis import (
     FusionCandidate,
     KernelRow,
     MemoryProfile,
-    Mfu,
     Parallelism,
-    Roofline,
     Spike,
     StepBreakdown,
     Steps,
@@ -110,7 +108,11 @@ from wallfinder.trace import (
     release_free_memory,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
+    "DiagnoseOptions",
     "JobThresholds",
     "MemoryThresholds",
     "ModelFlops",
@@ -128,14 +130,17 @@ NS = 1e-9
 I64 = npt.NDArray[np.int64]
 
 
+class DiagnoseOptions(TypedDict, total=False):
+    """The keywords `diagnose` and `diagnose_marked` take (None where not given)."""
+
+    spec: DeviceSpec | None
+    model: ModelFlops | None
+    what_if: str | None
+    counters: NcuExport | None
+
+
 def diagnose(
-    trace: Trace,
-    thresholds: Thresholds | None = None,
-    *,
-    spec: DeviceSpec | None = None,
-    model: ModelFlops | None = None,
-    what_if: str | None = None,
-    counters: NcuExport | None = None,
+    trace: Trace, thresholds: Thresholds | None = None, **options: Unpack[DiagnoseOptions]
 ) -> Diagnosis:
     """Analyse one rank's trace: steps, breakdown, idle causes, kernel classes, roofline and
     MFU against `spec` (None: the device is unknown, and figures that need it are null),
@@ -145,24 +150,14 @@ def diagnose(
     Compute export of the same program), each kernel they measured is placed by its counted
     bound instead of the estimate, in the verdict and the findings, and the diagnosis's
     `counters` says which estimates they confirmed or refuted."""
-    return _diagnosed(
-        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
-    )[0]
+    return _diagnosed(trace, thresholds, **options)[0]
 
 
 def diagnose_marked(
-    trace: Trace,
-    thresholds: Thresholds | None = None,
-    *,
-    spec: DeviceSpec | None = None,
-    model: ModelFlops | None = None,
-    what_if: str | None = None,
-    counters: NcuExport | None = None,
+    trace: Trace, thresholds: Thresholds | None = None, **options: Unpack[DiagnoseOptions]
 ) -> tuple[Diagnosis, TraceMarks]:
     """`diagnose`, and the marks that show its evidence on the trace's timeline."""
-    diagnosis, facts = _diagnosed(
-        trace, thresholds, spec=spec, model=model, what_if=what_if, counters=counters
-    )
+    diagnosis, facts = _diagnosed(trace, thresholds, **options)
     return diagnosis, trace_marks(facts, diagnosis)
 
 
@@ -170,9 +165,9 @@ def _diagnosed(
     trace: Trace,
     thresholds: Thresholds | None,
     *,
-    spec: DeviceSpec | None,
-    model: ModelFlops | None,
-    what_if: str | None,
+    spec: DeviceSpec | None = None,
+    model: ModelFlops | None = None,
+    what_if: str | None = None,
     counters: NcuExport | None = None,
 ) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
@@ -191,41 +186,11 @@ def _diagnosed(
     )
     scope, up, placement = _scope(trace, spans, dev, device, thresholds, model, counters, changes)
     run_stages(STAGES, scope, up)
-    parts, steps, memory = up[PARTS], up[STEPS], up[MEMORY]
+    parts = up[PARTS]
     path, whatif = up[CRITICAL_PATH] or (None, None)
-    fusion, attribution = up[FUSION] or [], up[PHASES]
-    facts = Facts(
-        scope,
-        steps,
-        parts.breakdown,
-        parts.roofline,
-        fusion,
-        parts.dispatch,
-        memory,
-        whatif,
-        attribution,
-        parts.main_thread,
-    )
+    facts = _facts(scope, up, whatif)
     diagnosis = _result(
-        trace,
-        up[TYPICAL],
-        parts.device,
-        steps,
-        parts.breakdown,
-        parts.classes,
-        thresholds,
-        warnings + parts.warnings,
-        kernels=parts.kernels,
-        more_kernels=parts.more_kernels,
-        cpu=parts.cpu,
-        roofline=parts.roofline,
-        mfu=parts.mfu,
-        fusion=fusion,
-        timeline=up[TIMELINE],
-        facts=facts,
-        memory=memory,
-        critical_path=path,
-        attribution=attribution,
+        facts, parts, up[TYPICAL], warnings + parts.warnings, up[TIMELINE], critical_path=path
     )
     if up[PARALLELISM] is not None:
         diagnosis = msgspec.structs.replace(diagnosis, parallelism=up[PARALLELISM])
@@ -330,9 +295,29 @@ def _typical(scope: Scope, up: _Upstream) -> Verdict:
     )
 
 
+def _facts(scope: Scope, up: _Upstream, whatif: WhatIf | None) -> Facts:
+    """What the rules look at, from the stages' parts (`whatif`: the graph to replay on)."""
+    parts = up[PARTS]
+    return Facts(
+        scope,
+        up[STEPS],
+        parts.breakdown,
+        parts.roofline,
+        up[FUSION] or [],
+        parts.dispatch,
+        up[MEMORY],
+        whatif,
+        up[PHASES],
+        parts.main_thread,
+    )
+
+
 def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, WhatIf | None]:
     fusion = up[FUSION]
-    return critical_path(
+    # The strategy levers' work is selected by their rules, from the facts they read (all
+    # but the graph, being built here).
+    facts = _facts(scope, up, None)
+    path, whatif = critical_path(
         scope,
         fusion or [],
         up[PARTS].roofline,
@@ -340,7 +325,19 @@ def _critical_path(scope: Scope, up: _Upstream) -> tuple[CriticalPath | None, Wh
         up[TIMELINE],
         graph=up[GRAPH],
         cause=up[TYPICAL].cause,
+        levers=partial(selected, facts),
     )
+    startup = up[BREAKDOWN].idle_causes.get("startup", 0.0)
+    if path is None or startup < scope.thresholds.time.startup_replay_max:
+        return path, whatif
+    # The graph holds the one-off start-up, which a replayed fix would move (a host cut
+    # halving a library's start-up): no what-if, and the findings keep their bounds, which
+    # are over the recurring time.
+    note = (
+        f"no what-if: {startup:.0%} of the steady window is one-off start-up, which a replay "
+        "would move though no later step pays it"
+    )
+    return msgspec.structs.replace(path, what_if=[], notes=[*path.notes, note]), None
 
 
 SPIKES: Stage[_Upstream, list[Spike]] = Stage(
@@ -493,31 +490,20 @@ class _Gpu:
 
 
 def _result(
-    trace: Trace,
+    facts: Facts,
+    parts: DeviceParts,
     typical: Verdict,
-    device: Device,
-    steps: Steps,
-    bd: Breakdown,
-    classes: list[ClassShare],
-    thresholds: Thresholds,
     warnings: list[str],
+    timeline: StepTimeline | None,
     *,
-    kernels: list[KernelRow] | None = None,
-    more_kernels: list[KernelRow] | None = None,
-    cpu: CpuActivity | None = None,
-    roofline: Roofline | None = None,
-    mfu: Mfu | None = None,
-    fusion: list[FusionCandidate] | None = None,
-    timeline: StepTimeline | None = None,
-    facts: Facts | None = None,
-    memory: MemoryProfile | None = None,
-    critical_path: CriticalPath | None = None,
-    attribution: Attribution | None = None,
+    critical_path: CriticalPath | None,
 ) -> Diagnosis:
-    """The Diagnosis of a rank from its analyses and `typical`, the wall of its typical
-    step (`decide`)."""
+    """The Diagnosis of a rank from its analyses (`facts`, and the device's own `parts`) and
+    `typical`, the wall of its typical step (`decide`)."""
+    trace, thresholds, steps, bd = facts.trace, facts.thresholds, facts.steps, facts.breakdown
+    device, roofline, attribution = parts.device, parts.roofline, facts.attribution
     # The rules run once; the headline's wall, where it differs, only re-ranks their findings.
-    found = find(facts) if facts is not None else []
+    found = find(facts)
     findings = rank(found, typical.wall)
     verdict, findings = headline(typical, steps, findings, bd)
     thin = thin_evidence(
@@ -536,11 +522,10 @@ def _result(
         else None,
     )
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
-    if facts is not None:
-        # The strategy's own loss named in the verdict when it is most of the exposed
-        # communication the verdict names (the wall and the cause keep their values).
-        claims = facts.scope.views.compute("verdict mechanism", partial(claimed, facts))
-        verdict = named(verdict, claims or [], bd)
+    # The strategy's own loss named in the verdict when it is most of the exposed
+    # communication the verdict names (the wall and the cause keep their values).
+    claims = facts.scope.views.compute("verdict mechanism", partial(claimed, facts))
+    verdict = named(verdict, claims or [], bd)
     if verdict.wall != typical.wall:
         findings = rank(found, verdict.wall)  # the new wall's findings first
     if critical_path is not None and bd.basis == "gpu":
@@ -557,21 +542,21 @@ def _result(
         breakdown=bd,
         verdict=verdict,
         findings=findings,
-        kernels=kernels or [],
-        more_kernels=more_kernels or [],
-        classes=classes,
-        cpu=cpu,
+        kernels=parts.kernels,
+        more_kernels=parts.more_kernels,
+        classes=parts.classes,
+        cpu=parts.cpu,
         roofline=roofline,
-        mfu=mfu or Mfu(value=None, basis="not computed"),
-        fusion=fusion or [],
+        mfu=parts.mfu,
+        fusion=facts.fusion,
         warnings=warnings,
         timeline=timeline,
-        memory=memory,
+        memory=facts.memory,
         trace_format=trace.format,
         critical_path=critical_path,
         phases=attribution.phases if attribution else None,
         modules=attribution.modules if attribution else None,
-        not_computed=dict(facts.scope.views.failed) if facts is not None else {},
+        not_computed=dict(facts.scope.views.failed),
     )
 
 

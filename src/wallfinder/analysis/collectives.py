@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
@@ -294,6 +294,7 @@ def join(
             message_bytes=m.bytes_hi[matched],
             transfer=transfer,
             thresholds=thresholds,
+            stages=[stage for d in diags if (stage := pipeline_stage(d)) is not None],
         )
     )
     wait_finding = next((f for f in findings if f.id == "collective-wait"), None)
@@ -781,6 +782,39 @@ class JobFacts:
     message_bytes: I64
     transfer: F64
     thresholds: Thresholds
+    stages: list[StageTimes] = field(default_factory=list)
+    """The pipelined ranks' compute and bubble (`pipeline_stage`), in rank order."""
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One pipelined rank's facts, from its diagnosis: its compute per step (forward and
+    backward: device time on a GPU, the main thread's exposed time on a CPU) and the share
+    of its step it waits in its pipeline bubble."""
+
+    rank: int
+    forward_s: float
+    backward_s: float
+    bubble: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+
+def pipeline_stage(d: Diagnosis) -> StageTimes | None:
+    """A rank's `StageTimes` where its diagnosis names a pipeline bubble and its phases,
+    None otherwise."""
+    bubble = next((f for f in d.findings if f.id == "pipeline-bubble"), None)
+    if bubble is None or d.phases is None or d.rank is None:
+        return None
+    times = d.phases.gpu_s or d.phases.exposed_s
+    return StageTimes(
+        rank=d.rank,
+        forward_s=times.get("forward", 0.0),
+        backward_s=times.get("backward", 0.0),
+        bubble=bubble.share,
+    )
 
 
 def _waiting(id_: str, title: str, share: float, evidence: str, fix: str) -> Finding:
@@ -822,7 +856,14 @@ def straggler(f: JobFacts) -> Finding | None:
 
 @rule(JobFacts)
 def collective_wait(f: JobFacts) -> Finding | None:
-    waits = [r.wait_s for r in f.ranks if r.wait_s is not None]
+    # A pipelined rank's wait in its bubble is the schedule's (pipeline-bubble and
+    # pipeline-imbalance name it), not ranks waiting for each other's load: left out here.
+    bubble: dict[int | None, float] = {s.rank: s.bubble for s in f.stages}
+    waits = [
+        max(r.wait_s - bubble.get(r.rank, 0.0) * r.median_step_s, 0.0)
+        for r in f.ranks
+        if r.wait_s is not None
+    ]
     if f.step_s <= 0 or not waits or f.stragglers:
         return None
     share = min(float(np.median(waits)) / f.step_s, 1.0)

@@ -21,6 +21,7 @@ from wallfinder.analysis.classify import (
 from wallfinder.analysis.classify import SYNC_RUNTIME as SYNC_RUNTIME
 from wallfinder.analysis.classify import is_data_loading as is_data_loading
 from wallfinder.analysis.intervals import Coverage, split_at
+from wallfinder.analysis.oneoff import OneOffs, one_offs
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.analysis.thresholds import SlackThresholds, TimeThresholds
 from wallfinder.trace import NONE, Events, Kind, Trace, thread_mask
@@ -46,9 +47,10 @@ IDLE_CAUSES = (
 (DataLoader, a synchronising call, a collective on the host, other CPU ops or Python); then
 the launch latency after the host issued the work; `dependency_wait` when the work had been
 queued well before the GPU went idle (it waited on another stream, an event or a peer);
-`startup` when the launch the GPU waited for was a one-off (`DeviceOps.one_off`: a first
-launch loading the kernel's code), which the steady state does not pay; and time nothing in
-the trace explains."""
+`startup` when what the GPU waited for was a one-off: a first launch loading the kernel's code
+(`DeviceOps.one_off`), or host work in a one-off stretch (`DeviceOps.one_offs`: library
+start-up, module loading, a JIT compile), which the steady state does not pay; and time
+nothing in the trace explains."""
 
 GRAPH_LAUNCHES = frozenset(
     {"cudaGraphLaunch", "cudaGraphLaunch_v10000", "cuGraphLaunch", "hipGraphLaunch"}
@@ -73,6 +75,8 @@ class DeviceOps:
     """The first launch of its kernel, and a call far slower than its launch API's usual one
     (`TimeThresholds.slow_launch_ns`, `first_launch_factor`): the launch loaded the kernel's
     code, a cost paid once per run."""
+    one_offs: OneOffs
+    """The host's one-off stretches (`oneoff.one_offs`): the GPU's wait for them is start-up."""
 
 
 def device_ops(trace: Trace, thresholds: TimeThresholds | None = None) -> DeviceOps | None:
@@ -114,9 +118,19 @@ def device_ops(trace: Trace, thresholds: TimeThresholds | None = None) -> Device
         graph[found] = np.isin(
             r_name[pos[found]], trace.names_matching(GRAPH_LAUNCHES.__contains__)
         )
-    one_off = _one_off(trace, ops, launch_ts, launch_end, api, thresholds or TimeThresholds())
+    t = thresholds or TimeThresholds()
+    one_off = _one_off(trace, ops, launch_ts, launch_end, api, t)
+    stretches = one_offs(trace, launch_ts, launch_end, launch_thread, ops, one_off, t)
     return DeviceOps(
-        main, ops, _classes(trace, ops), launch_ts, launch_thread, launch_end, graph, one_off
+        main,
+        ops,
+        _classes(trace, ops),
+        launch_ts,
+        launch_thread,
+        launch_end,
+        graph,
+        one_off,
+        stretches,
     )
 
 
@@ -332,7 +346,9 @@ def idle_pieces(
     launch = np.where(has_next, dev.launch_ts[nxt], NO_LAUNCH)
     launched = np.where(has_next, dev.launch_end[nxt], NO_LAUNCH)
     thread = np.where(has_next, dev.launch_thread[nxt], NONE)
-    one_off = has_next & dev.one_off[nxt]
+    # A launch that loaded its code, or one made inside a one-off stretch (a library's first
+    # call, a compile): the GPU's wait for its launch path is start-up.
+    one_off = has_next & (dev.one_off[nxt] | dev.one_offs.holds(thread, launch))
 
     piece_start, piece_end, owner = split_at(gap_start, gap_end, start[1:])
     window = np.searchsorted(start, piece_start, side="right") - 1
@@ -375,6 +391,7 @@ def idle_pieces(
             np.flatnonzero(host),
             out,
             slack.drain_ns,
+            dev.one_offs,
         )
     op = np.where(has_next, nxt, -1).astype(np.intp)
     return IdlePieces(piece_start, piece_end, window, out, host_end, thread[owner], op[owner])
@@ -389,9 +406,12 @@ def _attribute_host_waits(
     piece: npt.NDArray[np.intp],
     out: dict[str, npt.NDArray[np.float64]],
     drain_ns: int,
+    one_offs: OneOffs,
 ) -> None:
     """Split each host wait [a, b) (of idle piece `piece`) by what the launching thread was
-    doing (`drain_ns`: `SlackThresholds.drain_ns`)."""
+    doing (`drain_ns`: `SlackThresholds.drain_ns`). A one-off stretch of the thread
+    (`one_offs`) comes first: whatever it holds (a first cudaFree, a cudaMalloc, its own
+    work), the GPU waits for it once per run."""
     threads = np.unique(thread)
     # Per kind of host row, each sorted by start and read in place: its ends, its category
     # and its launching thread (the index in `threads`; -1 for the other threads). A
@@ -409,16 +429,25 @@ def _attribute_host_waits(
         kinds.append((rows.ts, rows.end, host_categories(trace, rows.name), which))
 
     def covering(i: int, upto: int, only: bool = False) -> Coverage:
-        """Thread `i`'s host rows of category `upto` (`only`), or of it and those below."""
+        """Thread `i`'s host rows of category `upto` (`only`), or of it and those below (and
+        the thread's one-off stretches, below them all)."""
         parts = [
             Coverage.of_sorted(ts, end, (which == i) & ((cat == upto) if only else (cat <= upto)))
             for ts, end, cat, which in kinds
         ]
+        if not only:
+            parts.append(once[i])
         return Coverage.union(*parts) if parts else Coverage.of(a[:0], a[:0])
 
+    once = [
+        Coverage.of(one_offs.start[one_offs.thread == t], one_offs.end[one_offs.thread == t])
+        for t in threads.tolist()
+    ]
     for i, t in enumerate(threads.tolist()):
         mine = thread == t
         pa, pb, pw = a[mine], b[mine], piece[mine]
+        startup = once[i].covered(pa, pb)
+        np.add.at(out["startup"], pw, startup)
         # A sync that drained the queue cost the GPU at most the time the host was blocked in
         # it: without the sync, the host's next work would have overlapped that much queued
         # GPU work. The wait past that is what the host did after the sync, split as any other.
@@ -427,7 +456,7 @@ def _attribute_host_waits(
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
         # would have run dry during a long wait for the next batch anyway.
         data = covering(i, 0)
-        np.add.at(out["data_loading"], pw, data.covered(pa, pb))
+        np.add.at(out["data_loading"], pw, data.covered(pa, pb) - startup)
         np.add.at(out["synchronization"], pw, (cut - pa) - data.covered(pa, cut))
         previous = data.covered(cut, pb)
         del data

@@ -8,9 +8,12 @@ come from unions: |A − B| = |A ∪ B| − |B|, which is why the breakdown's pa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from wallfinder.trace import NONE
 
 I64 = npt.NDArray[np.int64]
 
@@ -154,3 +157,85 @@ def in_windows(t: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
     w = np.searchsorted(start, t, side="right") - 1
     result: npt.NDArray[np.bool_] = (w >= 0) & (t < end[np.maximum(w, 0)])
     return result
+
+
+MAX_STEPS_BACK = 64
+"""How many ended sibling ops the containment search steps over before giving up."""
+
+
+class Spans(Protocol):
+    """Rows with a start, an end and a thread: `Events`, or a few columns of some of them."""
+
+    @property
+    def ts(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def end(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def thread(self) -> npt.NDArray[np.int64]: ...
+    def __len__(self) -> int: ...
+
+
+def enclosing(cpu: Spans, thread: npt.NDArray[np.int64], t: npt.NDArray[np.int64]) -> Any:
+    """Row of the innermost event of `cpu` (ops, Python frames) on `thread` that encloses
+    time `t` (NONE if none)."""
+    return enclosing_of(cpu.thread, cpu.ts, cpu.end, thread, t)
+
+
+def enclosing_of(
+    key: npt.NDArray[np.int64],
+    ts: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    thread: npt.NDArray[np.int64],
+    t: npt.NDArray[np.int64],
+) -> Any:
+    """As `enclosing`, of the events whose threads, starts and ends are given (a few columns
+    of a large table, without copying the rest)."""
+    # Sorted by (thread, start) as one key, rank * span + start (span: past every time). In
+    # place, each temporary dropped once used: the rows may be most of a large trace.
+    threads = np.unique(key)
+    rank = np.searchsorted(threads, key)
+    del key
+    base = int(ts.min())
+    span = int(max(end.max(), t.max()) - base) + 1
+    if threads.size < 2**15 and bool((ts[1:] >= ts[:-1]).all()):
+        # Rows by start already (a kind's rows): a stable sort of the small ranks alone
+        # (a radix sort) gives the same order.
+        order = np.argsort(rank.astype(np.int16), kind="stable")
+        sorted_key = rank[order]
+        del rank
+        sorted_key *= span
+        sorted_key += ts[order]
+        sorted_key -= base
+    else:
+        combined = rank.astype(np.int64, copy=False)
+        del rank
+        combined *= span
+        combined += ts
+        combined -= base
+        order = np.argsort(combined, kind="stable")
+        sorted_key = combined[order]
+        del combined
+    q_rank = np.searchsorted(threads, thread)
+    valid = (q_rank < threads.size) & (threads[np.minimum(q_rank, threads.size - 1)] == thread)
+    q = q_rank.astype(np.int64) * span + (t - base)
+    i = np.searchsorted(sorted_key, q, side="right") - 1
+    out = np.full(t.size, NONE, dtype=np.int64)
+    todo = valid & (i >= 0)
+    ends = end[order]
+    del end
+    same_thread_start = q_rank.astype(np.int64) * span
+    for _ in range(MAX_STEPS_BACK):
+        if not todo.any():
+            break
+        idx = np.flatnonzero(todo)
+        cand = i[idx]
+        inside_thread = sorted_key[cand] >= same_thread_start[idx]
+        contains = inside_thread & (ends[cand] >= t[idx])
+        found = idx[contains]
+        out[found] = order[i[found]]
+        # Not enclosing: an ended sibling (step back to an earlier op), or another thread.
+        todo[found] = False
+        todo[idx[~inside_thread]] = False
+        i[idx[~contains & inside_thread]] -= 1
+        todo &= i >= 0
+    return out

@@ -70,8 +70,9 @@ _FRAMEWORKS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("torch FSDP", lambda s: s.startswith(FSDP_RANGE)),
     ("torch DDP", lambda s: s == DDP_FORWARD),
     ("torch pipelining", _is_pipelining),
+    # Megatron's layer names alone do not say Megatron: vLLM and SGLang borrow them.
     ("Megatron", lambda s: "megatron" in s.lower()),
-    ("DeepSpeed", lambda s: "deepspeed" in s.lower() or s.startswith("DeepSpeedEngine")),
+    ("DeepSpeed", lambda s: "deepspeed" in s.lower() or "DeepSpeedEngine" in s),
     ("torchtitan", lambda s: "torchtitan" in s.lower()),
 )
 
@@ -84,6 +85,56 @@ _TITLES = {
     "CP": "context parallel",
 }
 _ORDER = tuple(_TITLES)
+_ZERO = {
+    "DDP": (
+        "ZeRO-1/2",
+        "DeepSpeed ZeRO stage 1/2: optimizer states (and gradients) sharded, every gradient "
+        "reduced across the data-parallel ranks",
+    ),
+    "FSDP": ("ZeRO-3", "DeepSpeed ZeRO stage 3: parameters sharded, gathered per use"),
+}
+"""DeepSpeed's names for the data-parallel layouts, where its frames are in the trace."""
+
+_GRAD_REDUCERS = (
+    "reduce_ipg_grads",
+    "average_tensor",
+    "allreduce_and_copy",
+    "allreduce_bucket",
+    "reduce_independent_p_g_buckets_and_remove_grads",
+    "finish_grad_sync",
+    "start_grad_sync",
+)
+"""The functions DeepSpeed ZeRO-1/2 (stage_1_and_2.py) and Megatron's DDP
+(distributed_data_parallel.py, param_and_grad_buffer.py) reduce gradients in."""
+
+
+_MEGATRON_TP = (
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "VocabParallelEmbedding",
+    "_VocabParallelCrossEntropy",
+    "LinearWithGradAccumulationAndAsyncCommunication",
+)
+"""Megatron's tensor-parallel layers and autograd functions, by the names its module ranges,
+frames and backward nodes carry."""
+
+
+def _is_megatron_tp(name: str) -> bool:
+    return any(n in name for n in _MEGATRON_TP)
+
+
+def _is_grad_reducer(name: str) -> bool:
+    low = name.lower()
+    return ("deepspeed" in low or "megatron" in low) and name.endswith(
+        tuple(f": {f}" for f in _GRAD_REDUCERS)
+    )
+
+
+def _is_dp_group(group: ProcessGroup) -> bool:
+    """A group `pg_config` describes as data parallel's alone (Megatron's
+    `DATA_PARALLEL_GROUP`, not `TENSOR_AND_DATA_PARALLEL_GROUP`), of more than one rank."""
+    desc = group.description.upper()
+    return desc.startswith("DATA_PARALLEL") and (group.size or 0) > 1
 
 
 def collective_kind(name: str) -> str:
@@ -214,15 +265,31 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     # All-reduces in the backward are a replica's gradients, unless the forward all-reduces
     # too: then they are tensor parallel's (the input gradients of its column-parallel
     # layers), and data parallel beside it shows its own ranges or its own group.
-    if reduces_bwd and not sharded and (not reduces_fwd or ddp_ranges):
+    # Megatron's and DeepSpeed's own gradient reduction (their frames, with Python stacks),
+    # and a data-parallel group `pg_config` names beside tensor parallel's.
+    reducer = _said(scope, _is_grad_reducer, steps)
+    if reducer:
+        evidence.setdefault("DDP", []).append(f"the gradient reduction's own frames ({reducer})")
+    dp_group = next((g for g in groups if _is_dp_group(g)), None)
+    if reduces_bwd and not sharded and (not reduces_fwd or ddp_ranges or reducer or dp_group):
         evidence.setdefault("DDP", []).append(
             f"{calls('allreduce', BACKWARD)} (gradients reduced across replicas)"
         )
+    if scatters_bwd and not sharded and not gathers_fwd:
+        evidence.setdefault("DDP", []).append(
+            f"{calls('reducescatter', BACKWARD)} with no all-gather in the forward (gradients "
+            "reduced to the rank that owns their shard of the optimizer: ZeRO-2)"
+        )
+    if "DDP" in evidence and dp_group is not None and dp_group.size:
+        evidence["DDP"].append(f"process group {dp_group.description} of {dp_group.size}")
     if reduces_fwd:
         evidence.setdefault("TP", []).append(
             f"{calls('allreduce', FORWARD)} (partial outputs of a layer summed)"
             + (f", {calls('allreduce', BACKWARD)}" if reduces_bwd and "DDP" not in evidence else "")
         )
+    tp_layers = _said(scope, _is_megatron_tp, steps)
+    if tp_layers:
+        evidence.setdefault("TP", []).append(f"Megatron-style tensor-parallel layers ({tp_layers})")
     # Sequence parallel pairs each reduce-scatter in the forward with an all-gather; a
     # reduce-scatter alone is another layout's (row-wise sharded embeddings pool that way).
     scatters_fwd = per_step("reducescatter", FORWARD)
@@ -234,6 +301,12 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     pipeline = _said(scope, _is_pipelining, steps)
     if not pipeline and per_step("sendrecv"):
         pipeline = _said(scope, lambda s: _MICROBATCH.match(s) is not None, steps)
+    if not pipeline and per_step("sendrecv"):
+        pipeline = _said(
+            scope,
+            lambda s: is_megatron_step(s, "forward_step") or is_megatron_step(s, "backward_step"),
+            steps,
+        )
     sendrecv = per_step("sendrecv")
     ring = _said(scope, lambda s: any(p in s for p in _RING), steps)
     if pipeline:
@@ -258,8 +331,13 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
         if sizes:
             first = next(iter(evidence))
             evidence[first].append(f"process groups: {sizes}")
+    deepspeed = "DeepSpeed" in frameworks
     strategies = [
-        Strategy(name=n, title=_TITLES[n], evidence=evidence[n]) for n in _ORDER if n in evidence
+        Strategy(name=n, title=_TITLES[n], evidence=evidence[n])
+        if not (deepspeed and n in _ZERO)
+        else Strategy(name=_ZERO[n][0], title=_ZERO[n][1], evidence=evidence[n])
+        for n in _ORDER
+        if n in evidence
     ]
     return Parallelism(strategies=strategies, groups=groups, frameworks=frameworks)
 
@@ -346,3 +424,63 @@ def _groups(trace: Trace, host: HostCollectives, steps: int) -> list[ProcessGrou
             collectives=kinds,
         )
     return groups
+
+
+_PIPELINE_GROUP = "PIPELINE"
+"""How Megatron describes its pipeline group in `distributedInfo.pg_config`
+(`PIPELINE_MODEL_PARALLEL_GROUP`, its `group_desc` since 2024)."""
+
+
+def described_pipeline_group(trace: Trace) -> int | None:
+    """The size of the process group `pg_config` describes as the pipeline's (Megatron's
+    `PIPELINE_MODEL_PARALLEL_GROUP`), None where none is described: the one statement in a
+    trace that its point-to-point transfers are a pipeline's, whatever else it records."""
+    config = trace.distributed.get("pg_config")
+    if isinstance(config, list):
+        for pg in config:
+            desc = pg.get("pg_desc") if isinstance(pg, dict) else None
+            size = pg.get("pg_size") if isinstance(pg, dict) else None
+            if isinstance(desc, str) and _PIPELINE_GROUP in desc.upper() and isinstance(size, int):
+                return size
+    return None
+
+
+def pipeline_group_size(trace: Trace, is_p2p: Callable[[str], bool]) -> int | None:
+    """p, the pipeline's stages, where the trace says it beside other process groups: the
+    size of the group `pg_config` describes as the pipeline's, else the one group size the
+    point-to-point transfers' own arguments record (`Group size` on a SendRecv kernel or
+    its `record_param_comms`); None when neither says it (several sizes, or none)."""
+    described = described_pipeline_group(trace)
+    if described is not None:
+        return described
+    codes = trace.names_matching(is_p2p)
+    ev = trace.named((Kind.KERNEL, Kind.CPU_OP, Kind.ANNOTATION), codes)
+    sizes = set()
+    for code in np.unique(ev.comm[ev.comm != 0]).tolist():
+        args = trace.collective(int(code))
+        if args is not None and args.group_size > 1:
+            sizes.add(args.group_size)
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def is_megatron_step(name: str, action: str) -> bool:
+    """Megatron's schedule function `action` (`forward_step`, `backward_step`) as the Python
+    tracer records it (`megatron/core/pipeline_parallel/schedules.py(250): forward_step`):
+    one call per microbatch and model chunk, whichever schedule runs them."""
+    return name.endswith(f": {action}") and "megatron" in name
+
+
+def megatron_microbatches(scope: Scope) -> int | None:
+    """m from Megatron's `forward_step` frames: their count per steady step (None without
+    them in the steady steps)."""
+    trace = scope.trace
+    ev = trace.named(
+        (Kind.PYTHON, Kind.ANNOTATION),
+        trace.names_matching(lambda s: is_megatron_step(s, "forward_step")),
+    )
+    start, end = scope.window_start, scope.window_end
+    inside = in_windows(ev.ts, start, end)
+    if not inside.any():
+        return None
+    window = np.searchsorted(start, ev.ts[inside], side="right") - 1
+    return round(int(inside.sum()) / np.unique(window).size)

@@ -179,11 +179,36 @@ def device_work(scope: Scope, placed: Placement) -> Work:
 
 def host_work(scope: Scope, ops: Events) -> Work:
     """The CPU's units of work on a CPU-only trace: the outermost of `ops` (the main
-    thread's CPU ops, by start), and the outermost autograd nodes of other threads (a
-    backward the main thread waits for), each issued where it starts."""
+    thread's CPU ops, by start) and of the collectives' ranges on their threads, and the
+    outermost autograd nodes of other threads (a backward the main thread waits for), each
+    issued where it starts."""
     trace = scope.trace
-    ops = ops.take(np.flatnonzero(outermost(ops)))
     main = np.unique(ops.thread)
+    # A collective's own range (`gloo:recv`, `nccl:all_reduce`) is where the thread blocks
+    # in it, often past the op that posted it (`c10d::recv_` returns, the wait is the
+    # range): as work it is communication, where as a gap it went to the phase of the work
+    # after it (a pipeline stage's wait for its neighbour's gradients read as backward).
+    comm = trace.named(
+        (Kind.ANNOTATION,),
+        trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION),
+    )
+    # One inside an op (`record_param_comms` around it) is that op's; one that only begins
+    # inside the op that posted it (the recorder's ranges overlap by a few µs) is its own.
+    ops = ops.take(np.flatnonzero(outermost(ops)))
+    comm = comm.take(np.flatnonzero(np.isin(comm.thread, main)))
+    comm = comm.take(np.flatnonzero(outermost(comm)))
+    if len(comm) and len(ops):
+        before = np.searchsorted(ops.ts, comm.ts, side="right") - 1
+        reach = np.maximum.accumulate(ops.end)[np.maximum(before, 0)]
+        comm = comm.take(np.flatnonzero((before < 0) | (reach < comm.end)))
+    if len(comm):
+        order = np.argsort(np.concatenate([ops.ts, comm.ts]), kind="stable")
+        ops = Events(
+            **{
+                f.name: np.concatenate([getattr(ops, f.name), getattr(comm, f.name)])[order]
+                for f in fields(Events)
+            }
+        )
     outer = _ranges(trace).outer_backward
     nodes = trace.of_kind(Kind.CPU_OP).take(outer.rows[~np.isin(outer.thread, main)])
     if len(nodes):

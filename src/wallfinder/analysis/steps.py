@@ -154,7 +154,7 @@ def _startup(
     span = end - start
     if later_rows.size == 0 or span <= 0:
         return None
-    waits = _waits(trace)
+    waits = blocking_calls(trace)
     ts, dur, names = ts[later_rows], dur[later_rows], names[later_rows]
     order = np.lexsort((ts, names))
     names, ts, dur = names[order], ts[order], dur[order]
@@ -171,7 +171,7 @@ def _startup(
         later = float(np.median(dur[i + 1 : i + n]))
         if dur[i] < thresholds.startup_factor * max(later, 1.0):
             continue
-        if _waiting(waits, int(ts[i]), int(ts[i] + dur[i])):
+        if waiting(waits, int(ts[i]), int(ts[i] + dur[i])):
             continue  # the host waited for the GPU: a synchronisation, not set-up
         if ts[i] + dur[i] > cut:
             cut = int(ts[i] + dur[i])
@@ -344,20 +344,23 @@ _BLOCKING = re.compile(r"Synchronize|Memcpy(?!Async)|MemcpyWithStream")
 waiting for queued work, not setting up."""
 
 
-def _waits(trace: Trace) -> tuple[I64, I64]:
-    """Start and end of every blocking runtime call, by start."""
+def blocking_calls(trace: Trace) -> tuple[I64, I64, I64]:
+    """Start, end and thread of every blocking runtime call, by start."""
     codes = trace.names_matching(lambda name: _BLOCKING.search(name) is not None)
     runtime = trace.of_kind(Kind.RUNTIME)
     waits = runtime.take(np.flatnonzero(np.isin(runtime.name, codes)))
     order = np.argsort(waits.ts, kind="stable")
-    return waits.ts[order], waits.end[order]
+    return waits.ts[order], waits.end[order], waits.thread[order]
 
 
-def _waiting(waits: tuple[I64, I64], ts: int, end: int) -> bool:
-    """Over half of [ts, end) is spent inside blocking runtime calls."""
-    w_ts, w_end = waits
+def waiting(waits: tuple[I64, I64, I64], ts: int, end: int, thread: int | None = None) -> bool:
+    """Over half of [ts, end) is spent inside blocking runtime calls (`blocking_calls`; of
+    `thread` alone, when given)."""
+    w_ts, w_end, w_thread = waits
     lo, hi = np.searchsorted(w_ts, ts), np.searchsorted(w_ts, end)
     inside = np.minimum(w_end[lo:hi], end) - w_ts[lo:hi]
+    if thread is not None:
+        inside = inside[w_thread[lo:hi] == thread]
     return 2 * int(inside.sum()) > end - ts
 
 

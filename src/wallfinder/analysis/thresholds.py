@@ -131,6 +131,15 @@ class TimeThresholds:
     the median call of its launch API loads the kernel's code (a code object, a lazily
     loaded module, a JIT-compiled kernel): a one-off cost, so the GPU's wait for it is
     start-up, not launch latency."""
+    jit_stretch_ns: int = 1_000_000
+    """The first launch of a kernel built at run time (through the driver API, or named
+    `fused_*`/`triton_*`) after at least this long in which its thread recorded nothing is a
+    JIT compile (a TorchScript fuser, NVRTC, Triton): a one-off cost. An eager op's host work
+    between two recorded calls is microseconds; a compile is tens to hundreds of ms."""
+    startup_replay_max: float = 0.1
+    """Above this share of the steady window in one-off start-up (idle cause `startup`), the
+    step's dependency graph is not replayed: its what-ifs would move the start-up, which no
+    later step pays, and findings keep their bounds over the recurring time."""
 
 
 @dataclass(frozen=True)
@@ -233,6 +242,9 @@ class PipelineThresholds:
     excess: float = 0.05
     """A stage waiting more (or less) than the schedule's bubble by more than this share of
     the step is said to: the transfers themselves or an unbalanced stage account for it."""
+    imbalance: float = 0.05
+    """Pipelined ranks whose compute per step differs by more than this share of their mean
+    are unbalanced stages (the slowest sets the pace): the job's pipeline-imbalance."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +261,9 @@ class Thresholds:
     min_busy: float = 0.75
     """The device is busy when compute kernels cover at least this share of the step; below
     it, the overhead wall (idle, exposed communication and copies) decides."""
+    startup_only: float = 0.9
+    """A window whose one-off start-up (idle cause `startup`) is at least this share holds
+    almost no steady state: the verdict says so first, and asks for steady steps."""
     min_matmul: float = 0.50
     """The busy time is in matmuls when GEMM, attention and convolution take at least this
     share of it; below it, the bandwidth wall decides."""

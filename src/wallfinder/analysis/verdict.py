@@ -50,7 +50,7 @@ _CAUSE_TEXT = {
     "dependency_wait": (
         "launched work waiting (on another stream, an event, a peer or unrecorded work)"
     ),
-    "startup": "start-up (first launches loading kernel code)",
+    "startup": "one-off start-up (library start-up, module loading, JIT compiles)",
     "other": "idle time the trace does not explain",
     "comm_exposed": "exposed communication (collectives not overlapped with compute)",
     "copy_exposed": "exposed memory copies (memcpy/memset not overlapped)",
@@ -91,6 +91,7 @@ def decide(
     # The steady state's wall: the one-off start-up inside the steps (first launches loading
     # code) is set aside, and every share is of the step without it.
     steady, one_off = _steady(breakdown)
+    only = _only_startup(breakdown, thresholds)
     busy = breakdown.compute / steady
     q2 = Question(
         question=f"Is the {device} busy?",
@@ -143,8 +144,8 @@ def decide(
             wall="overhead",
             cause=top,
             reason=(
-                f"the {device} computes for only {busy:.0%} of the step{one_off}; the largest "
-                f"loss is {_CAUSE_TEXT[top]} at {parts[top] / steady:.0%} of the step"
+                f"{only}the {device} computes for only {busy:.0%} of the step{one_off}; the "
+                f"largest loss is {_CAUSE_TEXT[top]} at {parts[top] / steady:.0%} of the step"
             ),
             questions=questions,
         )
@@ -165,12 +166,14 @@ def decide(
             wall="bandwidth",
             cause=most or "memory-bound kernels",
             reason=(
-                f"the {device} is busy ({busy:.0%}) but only {in_matmuls:.0%} of busy time is "
-                f"in compute-bound matmuls: the rest is memory-bound work{named}"
+                f"{only}the {device} is busy ({busy:.0%}) but only {in_matmuls:.0%} of busy "
+                f"time is in compute-bound matmuls: the rest is memory-bound work{named}"
             ),
             questions=questions,
         )
-    reason = f"the {device} is busy ({busy:.0%}) and {in_matmuls:.0%} of busy time is in matmuls"
+    reason = (
+        f"{only}the {device} is busy ({busy:.0%}) and {in_matmuls:.0%} of busy time is in matmuls"
+    )
     if q4.answer == "yes":
         cause = "at peak"
     elif q4.answer == "no":
@@ -254,7 +257,20 @@ def _steady(breakdown: Breakdown) -> tuple[float, str]:
     if startup <= 0:
         return 1.0, ""
     return max(1.0 - startup, 1e-9), (
-        f" without its one-off start-up ({startup:.0%} of it: first launches loading kernel code)"
+        f" without its one-off start-up ({startup:.0%} of it: library start-up, module "
+        "loading, JIT compiles, first launches loading code)"
+    )
+
+
+def _only_startup(breakdown: Breakdown, thresholds: Thresholds) -> str:
+    """Words that open the verdict of a window that holds almost only one-off start-up ("")
+    when it holds a steady state): what remains is judged, but says little of the job."""
+    startup = breakdown.idle_causes.get("startup", 0.0)
+    if startup < thresholds.startup_only:
+        return ""
+    return (
+        f"the window holds almost only one-off start-up ({startup:.0%} of it): profile steady "
+        "steps; in what remains, "
     )
 
 

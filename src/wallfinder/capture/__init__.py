@@ -13,12 +13,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from wallfinder.capture._hook import FirstOptimizer, Recorder, StepClock
 from wallfinder.errors import WallfinderError
 
-__all__ = ["Recording", "Timing", "require_torch"]
+__all__ = ["Recording", "RecordingOptions", "Timing", "require_torch"]
 
 INSTALL_TORCH = "pip install 'wallfinder[torch]'"
 
@@ -43,20 +43,36 @@ class _StepMarks:
         self._hook: Any = None
         self._manual = False
         self._first = FirstOptimizer()
+        self._marks_with: Callable[[], None] | None = None
 
     def _mark(self) -> None:
-        raise NotImplementedError
+        if self._marks_with is not None:
+            self._marks_with()
 
-    def _watch_optimizers(self) -> None:
+    def _watch_optimizers(self, mark: Callable[[], None]) -> None:
+        """Mark steps with `mark` from now on: on `step()` and, with `auto_step`, on the
+        first optimizer's steps."""
+        self._marks_with = mark
         if self.auto_step:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             self._hook = register_optimizer_step_post_hook(self._on_optimizer_step)
 
-    def _unwatch_optimizers(self) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        self._ended(completed=exc_type is None)
+
+    def _ended(self, completed: bool) -> None:
+        """The loop ended (`completed`: without an exception); optimizer steps no longer
+        mark."""
+        raise NotImplementedError
 
     def _on_optimizer_step(self, optimizer: object, *_: Any) -> None:
         if not self._manual and self._first(optimizer):
@@ -72,6 +88,21 @@ DEFAULT_WAIT, DEFAULT_WARMUP, DEFAULT_ACTIVE = 1, 2, 5
 """The profile schedule's defaults: steps ignored, profiled but discarded, kept."""
 TRACE_DIR = "wallfinder-traces"
 """Where traces are written by default."""
+
+
+class RecordingOptions(TypedDict, total=False):
+    """The keywords `Recording` takes, for a subclass that passes them on (their defaults and
+    meaning are `Recording`'s)."""
+
+    wait: int
+    warmup: int
+    active: int
+    trace_dir: str | os.PathLike[str]
+    memory: bool
+    stacks: bool | None
+    modules: bool
+    auto_step: bool
+
 
 R = TypeVar("R", bound="Recording")
 T = TypeVar("T", bound="Timing")
@@ -131,26 +162,17 @@ class Recording(_StepMarks):
             modules=self.modules,
         )
         self._recorder.start()
-        self._watch_optimizers()
+        self._watch_optimizers(self._recorder.step)
         return self
 
-    def _mark(self) -> None:
-        if self._recorder is not None:
-            self._recorder.step()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._unwatch_optimizers()
+    def _ended(self, completed: bool) -> None:
+        self._marks_with = None  # a stopped recorder takes no more steps
         recorder, self._recorder = self._recorder, None
         if recorder is None:
             return
         recorder.stop()
         self.trace_path = recorder.trace_path
-        if exc_type is not None:
+        if not completed:
             return
         if self.trace_path is None:
             raise WallfinderError(
@@ -188,26 +210,16 @@ class Timing(_StepMarks):
         else:
             self._clock = StepClock(use_cuda=torch.cuda.is_available())
         self._clock.mark()
-        self._watch_optimizers()
+        self._watch_optimizers(self._clock.mark)
         return self
-
-    def _mark(self) -> None:
-        if self._clock is not None:
-            self._clock.mark()
 
     def durations(self) -> list[float]:
         """The steps timed so far, in seconds (synchronises the device)."""
         return self._clock.durations() if self._clock is not None else []
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._unwatch_optimizers()
+    def _ended(self, completed: bool) -> None:
         durations = self.durations()
-        if exc_type is None:
+        if completed:
             self.timed(durations)
 
     def timed(self, durations: list[float]) -> None:

@@ -62,7 +62,7 @@ IDLE_LABEL = {
     "host_overhead": "host overhead (CPU ops, Python)",
     "launch_latency": "launch latency",
     "dependency_wait": "launched work waiting (stream/event/peer, unrecorded work)",
-    "startup": "start-up: first launches loading code (one-off)",
+    "startup": "start-up: library, module loading, JIT (one-off)",
     "other": "unexplained",
 }
 CAUSE_LABEL = {

@@ -25,7 +25,7 @@ from wallfinder.trace._ncu import (
     normalised_name,
 )
 from wallfinder.trace._reader import (
-    GZIP_DATA_ERRORS,
+    UNREADABLE,
     Progress,
     gunzipped,
     iter_trace_files,
@@ -47,8 +47,8 @@ from wallfinder.trace.readers import Load, Reader, reader_for, reader_named
 from wallfinder.trace.readers.kineto import process_context
 
 __all__ = [
-    "GZIP_DATA_ERRORS",
     "NONE",
+    "UNREADABLE",
     "CollectiveArgs",
     "Events",
     "Kind",

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._cache import exported_report
-from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
+from wallfinder.trace._reader import UNREADABLE, gunzipped, read_errors
 
 # The join keys of kernel names live with the other kernel names, in units; trace names them too.
 from wallfinder.units import base_name as base_name
@@ -368,10 +368,6 @@ def _is_nvtx_column(name: str) -> bool:
     return "Range" in name or "Domain" in name or name.startswith("NVTX")
 
 
-_GZIP_ERRORS: tuple[type[Exception], ...] = (EOFError, *GZIP_DATA_ERRORS)
-_READ_ERRORS: tuple[type[Exception], ...] = (OSError, *_GZIP_ERRORS)
-
-
 def is_ncu_input(path: Path) -> bool:
     """Whether `path` is named as an Nsight Compute export (`*.ncu-rep`, `*.ncu.csv[.gz]`) or
     is a CSV whose header ncu wrote (checked in its first lines)."""
@@ -383,7 +379,7 @@ def is_ncu_input(path: Path) -> bool:
     try:
         with path.open("rb") as raw:
             head = gunzipped(raw).read(1 << 16).decode("utf-8", "replace")
-    except _READ_ERRORS:
+    except UNREADABLE:
         return False
     return any(_header(line) is not None for line in head.splitlines())
 
@@ -404,17 +400,8 @@ def _header(line: str) -> list[str] | None:
 
 
 def _text(path: Path) -> str:
-    try:
-        with path.open("rb") as raw:
-            data = gunzipped(raw).read()
-    except FileNotFoundError:
-        raise WallfinderError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WallfinderError(f"{path}: is a folder, not an Nsight Compute CSV export") from None
-    except _GZIP_ERRORS:  # before OSError: a bad gzip file is one
-        raise WallfinderError(f"{path.name}: truncated or damaged gzip file") from None
-    except OSError as exc:
-        raise WallfinderError(f"{path}: cannot be read ({exc.strerror})") from None
+    with read_errors(path, "not an Nsight Compute CSV export"), path.open("rb") as raw:
+        data = gunzipped(raw).read()
     return data.decode("utf-8-sig", "replace")
 
 

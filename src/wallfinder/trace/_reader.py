@@ -43,6 +43,28 @@ try:  # python-isal decompresses gzip several times faster than zlib.
 except ImportError:  # pragma: no cover - depends on the environment
     _fast_gzip = None
 _GZIP_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, *GZIP_DATA_ERRORS)
+DAMAGED_GZIP: tuple[type[Exception], ...] = (EOFError, *GZIP_DATA_ERRORS)
+"""What reading a truncated or damaged gzip file raises."""
+UNREADABLE: tuple[type[Exception], ...] = (OSError, *DAMAGED_GZIP)
+"""What opening and reading a file (plain or gzip) can raise."""
+
+
+@contextlib.contextmanager
+def read_errors(path: Path, folder: str) -> Iterator[None]:
+    """Inside: opening and reading `path`. What that raises leaves as a one-line
+    `WallfinderError` naming the file: missing, a folder (`folder` says what was expected
+    instead), damaged gzip data, or another error of the system's."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise WallfinderError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise WallfinderError(f"{path}: is a folder, {folder}") from None
+    except DAMAGED_GZIP:  # before OSError: a bad gzip file is one
+        raise WallfinderError(f"{path}: truncated or damaged gzip file") from None
+    except OSError as exc:
+        raise WallfinderError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
 
 BLOCK = 8 << 20
 """Bytes of (decompressed) text read per step, at most; also the target size of a decoded
@@ -148,14 +170,8 @@ class Document:
 
 def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
     """Open `path` for streaming; returns (text stream, raw file)."""
-    try:
+    with read_errors(path, "expected a trace file"):
         raw = path.open("rb")
-    except FileNotFoundError:
-        raise WallfinderError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise WallfinderError(f"{path}: is a folder, expected a trace file") from None
-    except OSError as exc:
-        raise WallfinderError(f"{path}: cannot be read ({exc.strerror})") from None
     return gunzipped(raw), raw
 
 

@@ -167,18 +167,6 @@ class Events:
         return thread_key(self.pid, self.tid)
 
 
-MEMORY_COLUMNS = (
-    "ts",
-    "thread",
-    "device_type",
-    "device_id",
-    "addr",
-    "bytes",
-    "total_allocated",
-    "total_reserved",
-)
-
-
 @dataclass(frozen=True, eq=False)
 class MemoryEvents:
     """The `[memory]` events of a trace recorded with `profile_memory=True`, as columns sorted
@@ -204,6 +192,10 @@ class MemoryEvents:
 
     def take(self, index: npt.NDArray[Any] | slice) -> MemoryEvents:
         return MemoryEvents(**{c: getattr(self, c)[index] for c in MEMORY_COLUMNS})
+
+
+MEMORY_COLUMNS = tuple(f.name for f in fields(MemoryEvents))
+"""`MemoryEvents`' columns, in order."""
 
 
 _NUMBERED = re.compile(r"[\s_#:.-]*\d+")

@@ -20,9 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.errors import WallfinderError
-from wallfinder.trace._reader import GZIP_DATA_ERRORS, gunzipped
-
-_DAMAGED: tuple[type[Exception], ...] = (EOFError, *GZIP_DATA_ERRORS)
+from wallfinder.trace._reader import gunzipped, read_errors
 
 __all__ = [
     "ALLOC",
@@ -176,7 +174,7 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def _read(path: Path, max_bytes: int) -> bytes:
-    try:
+    with read_errors(path, "expected an allocator snapshot file"):
         size = path.stat().st_size
         if path.is_dir():
             raise WallfinderError(f"{path}: is a folder, expected an allocator snapshot file")
@@ -186,12 +184,6 @@ def _read(path: Path, max_bytes: int) -> bytes:
             if g is f and size > max_bytes:  # plain: its size says it before reading it
                 raise WallfinderError(_too_big(path, max_bytes))
             data = g.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise WallfinderError(f"{path}: no such file") from None
-    except _DAMAGED:
-        raise WallfinderError(f"{path}: truncated or damaged gzip file") from None
-    except OSError as exc:
-        raise WallfinderError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if len(data) > max_bytes:
         raise WallfinderError(_too_big(path, max_bytes))
     if not data:

@@ -16,7 +16,7 @@ import sys
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+from torch.nn import functional as fn
 
 
 class Layer(nn.Module):
@@ -42,10 +42,10 @@ class Layer(nn.Module):
         v_cache.index_copy_(2, idx, v)
         span = torch.arange(k_cache.shape[2], device=x.device)
         mask = span[None, :] <= idx[:, None]  # causal over what the cache holds
-        a = F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)
+        a = fn.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=mask)
         x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
         g, u = self.gate_up(self.norm2(x)).chunk(2, -1)
-        return x + self.down(F.silu(g) * u)
+        return x + self.down(fn.silu(g) * u)
 
 
 class Decoder(nn.Module):
@@ -56,10 +56,11 @@ class Decoder(nn.Module):
         self.norm = nn.RMSNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
 
-    def forward(self, ids: torch.Tensor, caches: list[tuple[torch.Tensor, torch.Tensor]],
-                pos: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, caches: list[tuple[torch.Tensor, torch.Tensor]], pos: torch.Tensor
+    ) -> torch.Tensor:
         x = self.emb(ids)
-        for layer, (kc, vc) in zip(self.layers, caches):
+        for layer, (kc, vc) in zip(self.layers, caches, strict=True):
             x = layer(x, kc, vc, pos)
         return self.head(self.norm(x[:, -1]))
 
@@ -74,8 +75,10 @@ def main(out: str, facts_out: str) -> None:
     model = Decoder(vocab, d, n_layers, heads).to(dev, dtype).eval()
     hd = d // heads
     caches = [
-        (torch.zeros(batch, heads, max_len, hd, device=dev, dtype=dtype),
-         torch.zeros(batch, heads, max_len, hd, device=dev, dtype=dtype))
+        (
+            torch.zeros(batch, heads, max_len, hd, device=dev, dtype=dtype),
+            torch.zeros(batch, heads, max_len, hd, device=dev, dtype=dtype),
+        )
         for _ in range(n_layers)
     ]
     pos = torch.zeros((), dtype=torch.long, device=dev)
@@ -113,7 +116,7 @@ def main(out: str, facts_out: str) -> None:
         if cuda:
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=acts, record_shapes=True) as prof:
-            for r in range(2):
+            for _ in range(2):
                 serve(torch.randint(0, vocab, (batch, prompt), device=dev))
     prof.export_chrome_trace(out)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -19,8 +19,13 @@ def main(out: str, facts_out: str) -> None:
     dev = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
     cfg = LlamaConfig(
-        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).to(dev, dtype).eval()

@@ -9,7 +9,9 @@ One module per stage:
   one pass in dependency order, `onepass`), with a what-if's `change` applied;
 - `path`: the critical path walked back through the replay, its time by category and its
   wall; `drawn`: its segments on the timeline's step;
-- `change`: the what-ifs `--what-if` takes; `whatif`: replays on demand and the findings
+- `change`: the what-ifs `--what-if` takes; `lever`: a parallel strategy's lever (more
+  microbatches, prefetch, async TP), the work its rule selects and what it takes off the
+  graph's nodes; `whatif`: replays on demand and the findings
   and table rows they give; `rank`: a rank's critical path and what-if table;
 - `job`: a job's ranks replayed together, joined at their collectives, and its path.
 """
@@ -18,7 +20,10 @@ from __future__ import annotations
 
 from wallfinder.analysis.critpath.change import (
     ACCUM,
+    ASYNC_TP,
+    MICROBATCHES,
     OVERLAP,
+    PREFETCH,
     WHAT_IFS,
     Change,
     covers,
@@ -39,9 +44,12 @@ from wallfinder.analysis.critpath.whatif import (
 
 __all__ = [
     "ACCUM",
+    "ASYNC_TP",
     "CATEGORIES",
     "MAX_ROUNDS",
+    "MICROBATCHES",
     "OVERLAP",
+    "PREFETCH",
     "WHAT_IFS",
     "Change",
     "JobReplay",

@@ -17,6 +17,16 @@ WHAT_IFS = {
     "previous bucket's backward kernel instead of after it)",
     "accum": "gradient accumulation without the all-reduce of each micro-step but the last "
     "(what DDP's no_sync() skips)",
+    "microbatches": "a pipeline with M microbatches per step for the same batch "
+    "(microbatches:M, default twice the trace's m): the stage's bubble waits (send/recv with no "
+    "compute beside them) shrink by m/M, the per-microbatch stage time at M as the schedule's "
+    "(p-1)/(m+p-1) gives it; the wait beyond the schedule's bubble stays",
+    "prefetch": "FSDP/ZeRO-3 prefetch: each unit's all-gather (forward, and the backward's "
+    "re-gather) runs beside the compute before it (the previous unit's) instead of after it, "
+    "hiding at most that compute's time",
+    "async-tp": "async tensor parallel: each forward all-reduce (reduce-scatter) of a "
+    "row-parallel layer runs beside the compute before it (its layer's matmuls, in chunks), "
+    "hiding at most that compute's time",
 }
 """The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
 
@@ -38,6 +48,13 @@ class Change:
     accum: bool = False
     """The gradient all-reduces of the micro-steps that accumulate take no time (`no_sync()`
     in every micro-step but the last: they do not run); the last one's stays."""
+    microbatches: int | None = None
+    """A pipeline with this many microbatches per step (0: twice the trace's; None:
+    unchanged): its bubble waits shrink (`critpath.lever`)."""
+    prefetch: bool = False
+    """FSDP's all-gathers beside the compute before them (`critpath.lever`)."""
+    async_tp: bool = False
+    """Tensor parallel's forward all-reduces beside the compute before them."""
 
     @property
     def label(self) -> str:
@@ -56,6 +73,14 @@ class Change:
             parts.append("overlap")
         if self.accum:
             parts.append("accum")
+        if self.microbatches is not None:
+            parts.append(
+                f"microbatches:{self.microbatches}" if self.microbatches else "microbatches"
+            )
+        if self.prefetch:
+            parts.append("prefetch")
+        if self.async_tp:
+            parts.append("async-tp")
         return ",".join(parts) or "unchanged"
 
 
@@ -78,8 +103,12 @@ def parse_what_if(text: str) -> list[Change]:
             matmul=c.matmul if c.matmul is not None else combined.matmul,
             overlap=combined.overlap or c.overlap,
             accum=combined.accum or c.accum,
+            microbatches=c.microbatches if c.microbatches is not None else combined.microbatches,
+            prefetch=combined.prefetch or c.prefetch,
+            async_tp=combined.async_tp or c.async_tp,
         )
-    return [*singles, combined]
+    # (A combination that is one of the items, `microbatches,microbatches:8`, is no new row.)
+    return singles if combined in singles else [*singles, combined]
 
 
 def _parse_item(item: str) -> Change:
@@ -103,6 +132,12 @@ def _parse_item(item: str) -> Change:
         if not 0.0 < pct <= 1.0:
             raise WallfinderError(f"--what-if: {item!r}: the fraction of roof is in (0, 1]")
         return Change(matmul=pct)
+    if name == "microbatches":
+        if value is None:
+            return Change(microbatches=0)
+        if not (value >= 1 and value == int(value) and not arg.endswith("%")):
+            raise WallfinderError(f"--what-if: {item!r}: M is a whole number of microbatches")
+        return Change(microbatches=int(value))
     if value is not None:
         raise WallfinderError(f"--what-if: {name!r} takes no argument")
     return Change(
@@ -111,6 +146,8 @@ def _parse_item(item: str) -> Change:
         fuse=name == "fuse",
         overlap=name == "overlap",
         accum=name == "accum",
+        prefetch=name == "prefetch",
+        async_tp=name == "async-tp",
     )
 
 
@@ -134,17 +171,52 @@ ACCUM = Change(accum=True)
 table when the graph holds such all-reduces (`default_changes`)."""
 
 
-def default_changes(cause: str, device_ops: bool, accumulates: bool = False) -> tuple[Change, ...]:
+MICROBATCHES = Change(microbatches=0)
+"""The what-if of the pipeline bubble's fix (twice the microbatches): in the default table
+where the trace shows a pipeline (`default_changes`)."""
+
+PREFETCH = Change(prefetch=True)
+"""The what-if of FSDP's exposed all-gathers' fix: in the default table where the trace
+shows FSDP's all-gathers."""
+
+ASYNC_TP = Change(async_tp=True)
+"""The what-if of tensor parallel's exposed all-reduces' fix: in the default table where the
+trace shows them."""
+
+LEVERS = {"microbatches": MICROBATCHES, "prefetch": PREFETCH, "async-tp": ASYNC_TP}
+"""A parallel strategy's lever by name: the work each changes is selected by the rule that
+replays it (`critpath.lever`)."""
+
+
+def levers_of(change: Change) -> tuple[str, ...]:
+    """The strategy levers `change` pulls (names in LEVERS)."""
+    return tuple(
+        name
+        for name, on in (
+            ("microbatches", change.microbatches is not None),
+            ("prefetch", change.prefetch),
+            ("async-tp", change.async_tp),
+        )
+        if on
+    )
+
+
+def default_changes(
+    cause: str, device_ops: bool, accumulates: bool = False, levers: tuple[str, ...] = ()
+) -> tuple[Change, ...]:
     """The what-if table's rows when `--what-if` does not name them, for a step whose wall has
     `cause`: with no device ops (the CPU as the device) there is nothing to sync, fuse,
     re-time or overlap; `accum` where the graph holds all-reduces of micro-steps that
-    accumulate (`accumulates`), and only there (elsewhere it changes nothing)."""
+    accumulate (`accumulates`), and only there (elsewhere it changes nothing); each strategy
+    lever whose work the trace shows (`levers`, names in LEVERS), on either device."""
+    pulled = tuple(LEVERS[n] for n in LEVERS if n in levers)
     if not device_ops:
-        return DEFAULT_CHANGES[:2]
+        return DEFAULT_CHANGES[:2] + pulled
     return (
         DEFAULT_CHANGES
         + ((OVERLAP,) if cause == "comm_exposed" else ())
         + ((ACCUM,) if accumulates else ())
+        + pulled
     )
 
 
@@ -161,14 +233,16 @@ def _kinds(change: Change) -> frozenset[str]:
             ("accum", change.accum),
         )
         if on
-    )
+    ) | frozenset(levers_of(change))
 
 
 def covers(finding: Change, row: Change) -> bool:
     """The finding's change is the row's, or a larger one of the same kind (all host work
-    gone against half of it, matmuls at their roof against 80% of it)."""
+    gone against half of it, matmuls at their roof against 80% of it); microbatches only at
+    the same count (more of them is a larger change, fewer a smaller one)."""
     return (
         _kinds(finding) == _kinds(row)
         and finding.host >= row.host
         and (row.matmul is None or (finding.matmul or 0.0) >= row.matmul)
+        and finding.microbatches == row.microbatches
     )

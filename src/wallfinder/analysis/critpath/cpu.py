@@ -100,6 +100,7 @@ def cpu_graph(
         tie_ns=scope.thresholds.slack.tie_ns,
         cost_fixed=cost_fixed,
         call_cat=call_cat,
+        call_ts=c_ts - lo,
         notes=(_note(per_op if sized.any() else None),),
     )
 

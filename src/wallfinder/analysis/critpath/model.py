@@ -142,3 +142,6 @@ class StepGraph:
     accum: npt.NDArray[np.bool_] | None = None
     """Per op: a gradient all-reduce of a micro-step that accumulates (`accumulation`), what
     the `accum` what-if removes; None: none (the CPU as the device)."""
+    call_ts: I64 | None = None
+    """Per call: its measured start, relative to `t0` (the CPU as the device, where a lever's
+    work is the time its calls and gaps spend in collectives); None: not kept."""

@@ -3,13 +3,14 @@ check, and the what-if table."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from wallfinder.analysis.critpath.change import Change, default_changes
+from wallfinder.analysis.critpath.change import LEVERS, Change, default_changes
 from wallfinder.analysis.critpath.drawn import drawn_at, drawn_window, in_step
 from wallfinder.analysis.critpath.graph import build_graph
+from wallfinder.analysis.critpath.lever import Cuts, LeverWork, lever_cuts
 from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, StepGraph
 from wallfinder.analysis.critpath.path import walk_path, wall_of
 from wallfinder.analysis.critpath.timing import replay
@@ -26,11 +27,13 @@ def critical_path(
     timeline: StepTimeline | None = None,
     graph: StepGraph | None = None,
     cause: str = "",
+    levers: Callable[[str], LeverWork | None] | None = None,
 ) -> tuple[CriticalPath | None, WhatIf | None]:
     """The steady steps' critical path, the replay check and the what-if table (`changes`, or
     the default changes for a wall of `cause`); None when the graph cannot be built. `graph`:
     the graph a device model built itself (the CPU's, `cpu_graph`); else it is built from
-    the device's ops."""
+    the device's ops. `levers`: each strategy lever's work by name (`lever.SELECTORS`), for
+    the what-ifs that pull them and the default table's rows of those the trace shows."""
     centre = None
     if timeline is not None:
         centre = int(np.searchsorted(scope.start, drawn_at(scope, timeline), "right")) - 1
@@ -39,7 +42,7 @@ def critical_path(
         return None, None
     orders: dict[bool, I64 | None] = {}
     base = replay(g, orders=orders)
-    whatif = WhatIf.of(g, base, orders)
+    whatif = WhatIf.of(g, base, orders, _cuts(g, scope, levers))
     window = drawn_window(g, scope, timeline)
     walk = walk_path(g, base, window or (0, 0))
     del base  # (from here, its figures in `whatif` alone)
@@ -49,7 +52,7 @@ def critical_path(
     notes = _notes(g, whatif, shares, scope.thresholds.time.replay_error)
     if changes is None:
         accumulates = g.accum is not None and bool(g.accum.any())
-        changes = default_changes(cause, bool(g.dur.size), accumulates)
+        changes = default_changes(cause, bool(g.dur.size), accumulates, tuple(whatif.cuts))
     rows = [whatif.row(c) for c in changes]
     error = (whatif.step_s - g.measured_s) / g.measured_s if g.measured_s > 0 else 0.0
     return (
@@ -72,10 +75,33 @@ def critical_path(
     )
 
 
+def _cuts(
+    g: StepGraph, scope: Scope, levers: Callable[[str], LeverWork | None] | None
+) -> dict[str, Cuts]:
+    """Per strategy lever whose work the trace shows and the graph holds, its cuts."""
+    out: dict[str, Cuts] = {}
+    for name in LEVERS if levers is not None else ():
+        assert levers is not None
+        work = levers(name)
+        cuts = lever_cuts(g, scope, work) if work is not None else None
+        if cuts is not None:
+            out[name] = cuts
+    return out
+
+
 def _notes(g: StepGraph, whatif: WhatIf, shares: dict[str, float], max_error: float) -> list[str]:
     """What the critical path's notes say: how the graph was built, and how far to trust the
     replay (it stopped early, it misses the measured step, waits no edge explains)."""
     notes = list(g.notes)
+    pipe = whatif.cuts.get("microbatches")
+    if pipe is not None:
+        m = pipe.microbatches
+        notes.append(
+            f"microbatches: the pipeline's m={m} made M (microbatches:M; {2 * m} by default) "
+            "for the same batch: of the stage's send/recv waits, the bubble the schedule "
+            "explains shrinks to m/M of itself, the rest of the step replays as measured; "
+            "an estimate, which leaves out what smaller microbatches cost (more, smaller ops)"
+        )
     if whatif.rounds >= MAX_ROUNDS:
         notes.append(f"the replay stopped after {MAX_ROUNDS} rounds: figures are approximate")
     if whatif.error > max_error:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.critpath.change import UNCHANGED, Change
+from wallfinder.analysis.critpath.lever import Cuts
 from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, NEVER, NS, StepGraph
 from wallfinder.analysis.critpath.onepass import dependency_order, longest_path
 from wallfinder.analysis.gpu import COMM
@@ -59,6 +60,7 @@ def replay(
     change: Change = UNCHANGED,
     one_pass_at: int = 0,
     orders: dict[bool, I64 | None] | None = None,
+    cuts: Cuts | None = None,
 ) -> Timing:
     """Re-time the graph with `change` applied: the longest path from `t0`, by max-plus scans
     iterated to the fixed point; a graph still moving after ONE_PASS_AFTER rounds (many syncs
@@ -69,7 +71,7 @@ def replay(
     orders the graph's replays found, by edge set, shared between them (filled here)."""
     one_pass_at = one_pass_at or ONE_PASS_AFTER
     orders = {} if orders is None else orders
-    gap_i, cost_i, dur_i, lat_i = _weights(g, change)
+    gap_i, cost_i, dur_i, lat_i = _weights(g, change, cuts)
     use_sync = not change.sync
     synced = (g.drained_by >= 0) & (use_sync | g.blocked[np.maximum(g.drained_by, 0)])
     # What does not change from round to round, computed once: long graphs take thousands of
@@ -104,7 +106,7 @@ def replay(
     return _timing(g, change, host, device, op_end, drain_w, rounds)
 
 
-def _weights(g: StepGraph, change: Change) -> tuple[I64, I64, I64, I64]:
+def _weights(g: StepGraph, change: Change, cuts: Cuts | None) -> tuple[I64, I64, I64, I64]:
     """The graph's weights with `change` applied, in whole ns: per call the host gap before
     it and its cost; per op its duration and its launch path's latency."""
     other = g.gap - g.gap_data - g.gap_comm
@@ -132,6 +134,11 @@ def _weights(g: StepGraph, change: Change) -> tuple[I64, I64, I64, I64]:
         # (DDP still launches the backward's kernels), and so do the waits no edge explains,
         # kept as fixed delays as under every change.
         dur = np.where(g.accum, 0.0, dur)
+    if cuts is not None:
+        # A strategy lever: its collectives' time that the change hides or shrinks.
+        dur = np.maximum(dur - cuts.op, 0.0)
+        cost = np.maximum(cost - cuts.call, 0.0)
+        gap = np.maximum(gap - cuts.gap, 0.0)
     cost_i = np.rint(cost).astype(np.int64)
     if change.sync:
         cost_i = np.where(g.sync, 0, cost_i)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from wallfinder.analysis.critpath.change import Change, covers, parse_what_if
+from wallfinder.analysis.critpath.lever import Cuts, changed
 from wallfinder.analysis.critpath.model import I64, NS, StepGraph
 from wallfinder.analysis.critpath.path import path_shares, wall_of
 from wallfinder.analysis.critpath.timing import Timing, one_pass_pays, replay
@@ -30,6 +31,8 @@ class WhatIf:
     """The host's time per step inside synchronising calls (blocking copies included) in the
     unchanged replay: time it could not queue work, so the most that removing the syncs can
     save."""
+    cuts: dict[str, Cuts] = field(default_factory=dict)
+    """Per strategy lever whose work the graph holds: what it takes off the nodes."""
     _done: dict[Change, tuple[float, dict[str, float]]] = field(default_factory=dict)
     """Each change's replayed step and path shares, replayed once: the table and the findings
     ask for several of the same changes."""
@@ -37,11 +40,17 @@ class WhatIf:
     """The dependency orders the graph's one passes found, by edge set (see `replay`)."""
 
     @classmethod
-    def of(cls, g: StepGraph, base: Timing, orders: dict[bool, I64 | None]) -> WhatIf:
+    def of(
+        cls,
+        g: StepGraph,
+        base: Timing,
+        orders: dict[bool, I64 | None],
+        cuts: dict[str, Cuts] | None = None,
+    ) -> WhatIf:
         """The what-ifs of `g` from its unchanged replay `base`, of which only figures are
-        kept (its per-node times are as large as the graph)."""
+        kept (its per-node times are as large as the graph); `cuts`: the strategy levers'."""
         blocked = float((base.call_end - base.call_start)[g.sync].sum()) * NS / g.steps
-        return cls(g, base.step_s, base.rounds, blocked, _orders=orders)
+        return cls(g, base.step_s, base.rounds, blocked, cuts or {}, _orders=orders)
 
     def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
         done = self._done.get(change)
@@ -50,7 +59,7 @@ class WhatIf:
             # one pass costs, so will the changed one, and the one pass is taken at once.
             g = self.graph
             at_once = self.rounds > one_pass_pays(g.gap.size + g.dur.size)
-            t = replay(g, change, 1 if at_once else 0, self._orders)
+            t = replay(g, change, 1 if at_once else 0, self._orders, changed(self.cuts, change))
             done = self._done[change] = (t.step_s, path_shares(self.graph, t))
         return done
 

@@ -163,7 +163,11 @@ def _slow_launches(f: Facts, kernels: np.ndarray) -> str:
     assert f.dev is not None
     launched = f.dev.launch_end[f.inside][kernels]
     calls = launched - f.dev.launch_ts[f.inside][kernels]
-    one_off = f.dev.one_off[f.inside][kernels]
+    # Launches that loaded their code, or made inside a one-off stretch (a library's first
+    # call, a compile): start-up, not the runtime stalling.
+    thread = f.dev.launch_thread[f.inside][kernels]
+    at = f.dev.launch_ts[f.inside][kernels]
+    one_off = f.dev.one_off[f.inside][kernels] | f.dev.one_offs.holds(thread, at)
     limit = f.thresholds.time.slow_launch_ns
     # A graph launch stands for all the kernels it replays: slow for them, not stalled.
     slow = (launched != NO_LAUNCH) & (calls > limit) & ~one_off & ~f.dev.graph[f.inside][kernels]

@@ -22,12 +22,22 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.collectives import JobFacts
+from wallfinder.analysis.critpath import MICROBATCHES
+from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
+from wallfinder.analysis.parallelism import (
+    described_pipeline_group,
+    megatron_microbatches,
+    pipeline_group_size,
+)
 from wallfinder.analysis.rules import Claim, rule
 from wallfinder.diagnosis import Finding
 from wallfinder.trace import Events, Kind, thread_codes
+
+NS = 1e-9
 
 _CHUNK = re.compile(r"^(?:(Forward|Backward) (\d+)|PP:(\d+)([A-Z_]+?)(\d+))$")
 """A schedule's range around one microbatch's work: single-stage `Forward 3` / `Backward 3`,
@@ -46,8 +56,9 @@ def _is_p2p(name: str) -> bool:
 class Pipeline:
     """What one rank's trace shows of a pipelined step."""
 
-    microbatches: int
-    """m: the microbatches a step's forward runs (distinct microbatch indices per step)."""
+    microbatches: int | None
+    """m: the microbatches a step's forward runs (distinct microbatch indices per step); None
+    where the trace records neither the schedule's ranges nor its frames."""
     local_stages: int
     """v: the stages this rank runs (1 for GPipe and 1F1B; more when interleaved)."""
     stages: int | None
@@ -65,11 +76,11 @@ class Pipeline:
 
     def theory(self, microbatches: int | None = None) -> float | None:
         """The schedule's bubble by theory, (p−1)/(v·m+p−1) (GPipe and 1F1B: v = 1), with `m`
-        microbatches (the measured ones by default); None without p."""
+        microbatches (the measured ones by default); None without p or m."""
         p = self.stages
-        if p is None or p < 2:
-            return None
         m = self.microbatches if microbatches is None else microbatches
+        if p is None or p < 2 or m is None:
+            return None
         return (p - 1) / (self.local_stages * m + p - 1)
 
 
@@ -83,6 +94,9 @@ def _stages(f: Facts) -> int | None:
         size = configs[0].get("pg_size")
         if isinstance(size, int):
             return size
+    named = pipeline_group_size(f.trace, _is_p2p)
+    if named is not None:
+        return named
     count = info.get("pg_count")
     world = f.trace.world_size
     return world if count in (None, 1) and world is not None and world > 1 else None
@@ -96,7 +110,7 @@ def pipeline_of(f: Facts) -> Pipeline | None:
     if f.steps.count == 0 or f.scope.window_start.size == 0:
         return None
     start, end = f.scope.window_start, f.scope.window_end
-    schedule = _from_ranges(f) or _from_transfers(f)
+    schedule = _from_ranges(f) or _from_transfers(f) or _from_megatron(f) or _from_group(f)
     if schedule is None:
         return None
     micro, local, counted = schedule
@@ -167,6 +181,20 @@ def _from_transfers(f: Facts) -> tuple[int, int, bool] | None:
     return (micro, 1, True) if micro >= 1 else None
 
 
+def _from_group(f: Facts) -> tuple[int | None, int, bool] | None:
+    """A pipeline whose m the trace does not hold: its process groups name a pipeline group
+    (Megatron's, in `pg_config`), but neither the schedule's ranges nor its frames were
+    recorded (a trace without Python stacks). None without such a group."""
+    return (None, 1, False) if described_pipeline_group(f.trace) is not None else None
+
+
+def _from_megatron(f: Facts) -> tuple[int, int, bool] | None:
+    """m from Megatron's `forward_step` frames (its schedules record no ranges of their own;
+    a trace with Python stacks holds one frame per microbatch), None without them."""
+    micro = megatron_microbatches(f.scope)
+    return (micro, 1, False) if micro else None
+
+
 def _device_wait(
     f: Facts, codes: npt.NDArray[np.int32]
 ) -> tuple[float, npt.NDArray[np.bool_]] | None:
@@ -221,7 +249,7 @@ def _bubble(f: Facts) -> Claim | None:
     if pipe is None:
         return None
     m, theory = pipe.microbatches, pipe.theory()
-    said = f"{m} microbatch{'es' if m != 1 else ''}"
+    said = _microbatches(m)
     if pipe.stages is not None:
         said = f"{pipe.stages} stages, {said}"
     if theory is not None:
@@ -229,22 +257,25 @@ def _bubble(f: Facts) -> Claim | None:
     return Claim(pipe.wait_share, f"the pipeline bubble ({said})")
 
 
-def _estimate(f: Facts, pipe: Pipeline, microbatches: int) -> str:
-    """The step with `microbatches`, estimated: of this stage's measured wait, the part the
-    schedule explains (its bubble by theory, at most the wait) shrinks by the ratio of the
-    bubbles by theory; the rest (the transfers, a slower stage) stays ("" without a theory or
-    a step)."""
-    now, then = pipe.theory(), pipe.theory(microbatches)
-    if now is None or then is None or now <= 0 or f.step_s <= 0:
-        return ""
-    bubble = min(pipe.wait_ns * 1e-9, now * f.step_s)
-    step = f.step_s - bubble * (1.0 - then / now)
-    return (
-        f" (at m={microbatches}, the {ms_text(bubble)} of the wait the schedule explains "
-        f"shrunk by that ratio, the rest kept: a {ms_text(step)} step for the "
-        f"{ms_text(f.step_s)} measured, {f.step_s / step:.2f}x; an estimate from theory, not "
-        "a replay)"
-    )
+@lever("microbatches")
+def _microbatch_work(f: Facts) -> LeverWork | None:
+    """The `microbatches` what-if's work: the stage's bubble waits, with the part of them the
+    schedule explains (its bubble by theory, at most the wait); None without a pipeline or
+    its theory (the stages unknown)."""
+    pipe = pipeline_of(f)
+    theory = pipe.theory() if pipe is not None else None
+    if pipe is None or theory is None or pipe.microbatches is None or f.step_s <= 0:
+        return None
+    bubble = min(pipe.wait_ns, theory * f.step_s / NS)
+    if isinstance(pipe.work, Events):
+        return on_host(
+            pipe.work, main=f.main_thread, microbatches=pipe.microbatches, bubble_ns=bubble
+        )
+    return LeverWork(ops=pipe.work, microbatches=pipe.microbatches, bubble_ns=bubble)
+
+
+def _microbatches(m: int | None) -> str:
+    return "m unknown" if m is None else f"{m} microbatch{'es' if m != 1 else ''}"
 
 
 def _transfers(f: Facts) -> Events | npt.NDArray[np.bool_]:
@@ -252,7 +283,7 @@ def _transfers(f: Facts) -> Events | npt.NDArray[np.bool_]:
     return NO_ROWS if pipe is None else pipe.work
 
 
-@rule(Facts, id="pipeline-bubble", work=_transfers, claims=_bubble)
+@rule(Facts, id="pipeline-bubble", replay=MICROBATCHES, work=_transfers, claims=_bubble)
 def pipeline_bubble(f: Facts) -> Finding | None:
     """A pipeline stage waiting for its neighbour: the schedule's bubble, against its theory
     (p−1)/(v·m+p−1), and what more microbatches or another schedule would leave of it."""
@@ -263,7 +294,7 @@ def pipeline_bubble(f: Facts) -> Finding | None:
     m, v = pipe.microbatches, pipe.local_stages
     theory = pipe.theory()
     seen = (
-        f"{m} microbatch{'es' if m != 1 else ''} per step"
+        f"{_microbatches(m)} per step"
         + (f", {v} stages on this rank (interleaved)" if v > 1 else "")
         + (f", {pipe.stages} stages" if pipe.stages is not None else "")
         + (
@@ -277,6 +308,9 @@ def pipeline_bubble(f: Facts) -> Finding | None:
         against = (
             "; the trace does not say how many stages the pipeline has (several process "
             "groups), so the schedule's bubble (p−1)/(m+p−1) is not computed"
+            if m is not None
+            else "; the trace records neither the schedule's ranges nor its frames (profile "
+            "with with_stack=True), so m and the schedule's bubble (p−1)/(m+p−1) are unknown"
         )
         more = ""
     else:
@@ -294,9 +328,13 @@ def pipeline_bubble(f: Facts) -> Finding | None:
                 ": this stage waits less than the schedule's average, another stage waits "
                 "for it (it may be the slowest)"
             )
+        assert m is not None  # (a theory needs m)
         options = sorted({2 * m, 4 * m})
         more = "; by theory " + ", ".join(f"m={n} leaves {pipe.theory(n):.0%}" for n in options)
-        more += _estimate(f, pipe, options[-1])
+        more += (
+            " (`--what-if microbatches:M` replays the step with M: the waits the schedule "
+            "explains shrink by m/M, the rest of the step as measured)"
+        )
     return make_finding(
         f,
         "pipeline-bubble",
@@ -313,4 +351,50 @@ def pipeline_bubble(f: Facts) -> Finding | None:
         "microbatches instead of m, room for more of them; balance the stages' compute (the "
         "slowest stage sets the pace); overlapping collectives does not help here",
         speedup=amdahl(share),
+    )
+
+
+@rule(JobFacts, id="pipeline-imbalance")
+def pipeline_imbalance(f: JobFacts) -> Finding | None:
+    """Pipeline stages of unequal compute (a job's ranks): the slowest stage sets the pace,
+    the others wait for it in their bubble. Each pipelined rank's compute per step and
+    bubble, the slowest one's excess over their mean, and what a balanced split would save
+    at least (an estimate from the measured stage times)."""
+    stages = f.stages
+    if len(stages) < 2 or f.step_s <= 0:
+        return None
+    mean = sum(s.compute_s for s in stages) / len(stages)
+    slow = max(stages, key=lambda s: s.compute_s)
+    excess = slow.compute_s - mean
+    if mean <= 0 or excess <= f.thresholds.pipeline.imbalance * mean:
+        return None
+    # Every microbatch passes through the slowest stage in every schedule, so its excess
+    # over the mean lies on the step's path at least once per microbatch: the step carries
+    # at least the excess per step (more where the fill and drain pass through it too).
+    share = min(excess / f.step_s, 1.0)
+    per_rank = "; ".join(
+        f"rank {s.rank} {ms_text(s.compute_s)} ({ms_text(s.forward_s)} forward, "
+        f"{ms_text(s.backward_s)} backward), bubble {s.bubble:.0%}"
+        for s in stages
+    )
+    return Finding(
+        id="pipeline-imbalance",
+        wall="overhead",
+        title="Pipeline stages are unbalanced: the slowest sets the pace",
+        share=share,
+        max_speedup=amdahl(share),
+        evidence=(
+            f"compute per step of the pipelined ranks: {per_rank}; rank {slow.rank}'s stage "
+            f"is the slowest, {ms_text(excess)} ({excess / mean:.0%}) over their mean of "
+            f"{ms_text(mean)}: the other stages wait for it in their bubble. A balanced split "
+            f"(every stage at the mean) would save at least {ms_text(excess)} of the "
+            f"{ms_text(f.step_s)} step ({share:.0%}): an estimate from the measured stage "
+            "times, not a replay"
+        ),
+        fix=(
+            f"move layers off rank {slow.rank}'s stage: split the model by measured time, not "
+            "layer count (the first stage holds the embedding, the last the vocabulary "
+            "projection and loss: Megatron's --decoder-first-pipeline-num-layers / "
+            "--decoder-last-pipeline-num-layers, torch.distributed.pipelining's split points)"
+        ),
     )

@@ -8,6 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.collectives import collective_name
+from wallfinder.analysis.critpath import ASYNC_TP, PREFETCH
+from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM, COPY
 from wallfinder.analysis.intervals import Coverage, in_windows
@@ -163,7 +165,26 @@ def _gather_claim(f: Facts) -> Claim | None:
     )
 
 
-@rule(Facts, id="fsdp-exposed-gather", work=_gather_rows, claims=_gather_claim)
+@lever("prefetch")
+def _prefetch_work(f: Facts) -> LeverWork | None:
+    """The `prefetch` what-if's work: every all-gather of FSDP's units, the forward's and the
+    backward's re-gathers (None: no FSDP all-gather the step waits for, as its finding
+    counts them)."""
+    if _gather_claim(f) is None:
+        return None
+    if f.dev is not None:
+        return LeverWork(ops=_kernels(f, ("allgather",), None))
+    gathers = fsdp_ranges(f.scope, "all_gather", "all_gather_copy_out")
+    return on_host(gathers, main=f.main_thread)
+
+
+@rule(
+    Facts,
+    id="fsdp-exposed-gather",
+    replay=PREFETCH,
+    work=_gather_rows,
+    claims=_gather_claim,
+)
 def fsdp_exposed_gather(f: Facts) -> Finding | None:
     """The forward all-gathers of sharded data parallel (FSDP / ZeRO-3) the step waits for,
     per unit, with whether they were prefetched."""
@@ -314,7 +335,20 @@ def _tp_claim(f: Facts) -> Claim | None:
     return None if wait is None else _claim(f, wait[0], "TP all-reduces in the forward")
 
 
-@rule(Facts, id="tp-allreduce-exposed", work=_tp_rows, claims=_tp_claim)
+@lever("async-tp")
+def _async_tp_work(f: Facts) -> LeverWork | None:
+    """The `async-tp` what-if's work: tensor parallel's collectives inside the forward (on
+    the CPU with the functional collectives' waits for them); None: none the step waits
+    for, as its finding counts them."""
+    wait = _tp_wait(f)
+    if wait is None or _tp_claim(f) is None:
+        return None
+    if f.dev is not None:
+        return LeverWork(ops=_tp_rows(f))
+    return on_host(wait[1], _wait_events(f), main=f.main_thread)
+
+
+@rule(Facts, id="tp-allreduce-exposed", replay=ASYNC_TP, work=_tp_rows, claims=_tp_claim)
 def tp_allreduce_exposed(f: Facts) -> Finding | None:
     """Tensor parallel's all-reduces (reduce-scatters with sequence parallel) inside the
     forward of its layers, which the next layer waits for: on the critical path unless
@@ -353,11 +387,16 @@ def tp_allreduce_exposed(f: Facts) -> Finding | None:
 def _waits(f: Facts) -> float:
     """Nanoseconds in the steady steps the main thread waits in functional collectives'
     `wait_tensor` inside the forward (the all-reduce's result awaited)."""
+    return float(_wait_events(f).dur.sum())
+
+
+def _wait_events(f: Facts) -> Events:
+    """The main thread's functional collectives' `wait_tensor` in the steady steps' forward
+    (outermost)."""
     trace = f.trace
     ev = trace.named((Kind.CPU_OP,), trace.names_matching(lambda s: s.endswith("::wait_tensor")))
     ev = ev.take(np.flatnonzero(in_windows(ev.ts, f.scope.window_start, f.scope.window_end)))
     if not len(ev) or f.attribution is None:
-        return 0.0
+        return ev.take(np.zeros(0, np.intp))
     phase, _ = f.attribution.place_calls(ev.thread, ev.ts)
-    ev = _main(f, ev.take(np.flatnonzero(phase == FORWARD)))
-    return float(ev.dur.sum())
+    return _main(f, ev.take(np.flatnonzero(phase == FORWARD)))

@@ -1,0 +1,254 @@
+"""A parallel strategy's lever as a what-if replayed on the step's graph (analysis/critpath/
+lever.py): more microbatches for a pipeline's bubble, FSDP's prefetch, async TP. Each is
+parsed, in the default table where the trace shows its strategy, and the gain of the finding
+whose fix it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracegen import TraceBuilder, phased_training_trace
+from wallfinder import Options, analyze
+from wallfinder.analysis import _diagnosed
+from wallfinder.analysis.critpath import Change, covers, parse_what_if
+from wallfinder.analysis.critpath.change import default_changes
+from wallfinder.analysis.critpath.lever import hidden_by_compute
+from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding
+from wallfinder.errors import WallfinderError
+from wallfinder.trace import load_trace
+
+US = 1e-6
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_kernel"
+SENDRECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long)"
+
+
+# Parsing --------------------------------------------------------------------------------------
+
+
+def test_each_lever_parses_and_its_label_reads_back() -> None:
+    assert parse_what_if("microbatches") == [Change(microbatches=0)]
+    assert parse_what_if("microbatches:8") == [Change(microbatches=8)]
+    assert parse_what_if("prefetch") == [Change(prefetch=True)]
+    assert parse_what_if("async-tp") == [Change(async_tp=True)]
+    for text in ("microbatches", "microbatches:8", "prefetch", "async-tp"):
+        (change,) = parse_what_if(text)
+        assert change.label == text
+        assert parse_what_if(change.label) == [change]
+    *_, combined = parse_what_if("prefetch,async-tp,data")
+    assert combined.label == "data,prefetch,async-tp"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["microbatches:0", "microbatches:x", "microbatches:2.5", "microbatches:50%", "prefetch:2"],
+)
+def test_a_bad_lever_argument_is_one_clear_error(text: str) -> None:
+    with pytest.raises(WallfinderError) as e:
+        parse_what_if(text)
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("--what-if: ")
+
+
+def test_a_finding_covers_its_levers_row_only_at_the_same_microbatches() -> None:
+    assert covers(Change(prefetch=True), Change(prefetch=True))
+    assert not covers(Change(prefetch=True), Change(async_tp=True))
+    assert covers(Change(microbatches=0), Change(microbatches=0))
+    # More microbatches than the finding's is a larger change: the finding does not cap it.
+    assert not covers(Change(microbatches=0), Change(microbatches=16))
+
+
+def test_the_default_table_adds_the_levers_the_trace_shows_on_either_device() -> None:
+    cpu = default_changes("comm_exposed", False, levers=("async-tp", "microbatches"))
+    assert [c.label for c in cpu] == ["data", "host:2", "microbatches", "async-tp"]
+    gpu = default_changes("comm_exposed", True, levers=("prefetch",))
+    assert [c.label for c in gpu][-2:] == ["overlap", "prefetch"]
+    assert [c.label for c in default_changes("comm_exposed", True)][-1] == "overlap"
+
+
+# What a collective hides -----------------------------------------------------------------------
+
+
+def test_a_collective_hides_at_most_the_compute_before_it_taken_once() -> None:
+    # In time order: compute 100, a gather of 30 (hidden: 30), compute 20, a gather of 50
+    # (only the 20 before it: the 70 left of the first compute is not taken twice), then in
+    # the next step a gather of 40 with no compute before it in its step.
+    lever = np.array([0, 30, 0, 50, 40], dtype=float)
+    compute = np.array([100, 0, 20, 0, 0], dtype=float)
+    step = np.array([0, 0, 0, 0, 1])
+    assert hidden_by_compute(lever, compute, step).tolist() == [0, 30, 0, 20, 0]
+
+
+def test_a_stretch_of_several_pieces_shares_the_compute_before_it() -> None:
+    # A gather in two pieces (its call, then the wait after it) behind 40 of compute.
+    lever = np.array([0, 25, 25], dtype=float)
+    compute = np.array([40, 0, 0], dtype=float)
+    assert hidden_by_compute(lever, compute, np.zeros(3, np.intp)).tolist() == [0, 25, 15]
+
+
+# Pipeline: more microbatches --------------------------------------------------------------------
+
+
+def pipelined(*, wait_us: float = 50.0) -> TraceBuilder:
+    """Rank 1 of a 2-stage GPipe job whose host runs ahead: each 700 µs step launches its
+    work at once, then waits for the GPU (a stream synchronisation). Per microbatch (2), a
+    SendRecv waits `wait_us` for the activations and the forward GEMM (100 µs) starts when
+    it ends; then two backward GEMMs of 50 µs; the step ends 70 µs after the GPU drains."""
+    b = TraceBuilder(rank=1, world_size=2)
+    length = 30.0 + 2 * (wait_us + 100.0) + 2 * 50.0 + 71.0
+    for s in range(4):
+        t0 = s * length
+        b.step(s + 1, t0, length)
+        h = t0 + 2.0
+        t = t0 + 30.0
+        for i in range(2):
+            b.annotation(f"Forward {i}", h, 8.0)
+            b.nccl(t, wait_us, name=SENDRECV, launch_at=h + 1.0)
+            b.kernel(GEMM, t + wait_us, 100.0, launch_at=h + 4.0)
+            h += 9.0
+            t += wait_us + 100.0
+        for i in range(2):
+            b.annotation(f"Backward {i}", h, 5.0)
+            b.kernel(GEMM, t, 50.0, launch_at=h + 0.5)
+            h += 6.0
+            t += 50.0
+        b.sync(h, t + 1.0 - h)
+    return b
+
+
+def _path(d: Diagnosis) -> CriticalPath:
+    assert d.critical_path is not None, d.not_computed
+    return d.critical_path
+
+
+def _row(p: CriticalPath, change: str) -> float:
+    (row,) = [r for r in p.what_if if r.change == change]
+    return row.step_s
+
+
+def _finding(d: Diagnosis, id: str) -> Finding:
+    (f,) = [f for f in d.findings if f.id == id]
+    return f
+
+
+def test_more_microbatches_shrink_the_bubble_waits_by_m_over_big_m(tmp_path: Path) -> None:
+    path = pipelined().write(tmp_path / "t.json")
+    d, facts = _diagnosed(
+        load_trace(path), None, spec=None, model=None, what_if="microbatches,microbatches:8"
+    )
+    assert facts.whatif is not None
+    g, cuts = facts.whatif.graph, facts.whatif.cuts["microbatches"]
+    # The two 50 µs waits of a step are under the 1/3 of it the schedule explains: all of
+    # them bubble, and with m=2, M microbatches leave 2/M of it: M=4 takes 50 µs off each
+    # step's waits, M=8 75 µs.
+    assert float(cuts.op.sum()) / g.steps == pytest.approx(100_000)
+    assert float(cuts.at(Change(microbatches=0)).op.sum()) / g.steps == pytest.approx(50_000)
+    assert float(cuts.at(Change(microbatches=8)).op.sum()) / g.steps == pytest.approx(75_000)
+    # Fewer microbatches grow the bubble: one microbatch doubles it.
+    assert float(cuts.at(Change(microbatches=1)).op.sum()) / g.steps == pytest.approx(-100_000)
+    p = _path(d)
+    assert p.replayed_step_s == pytest.approx(p.measured_step_s, rel=1e-6)
+    # The replay takes what the graph lets it: the waits are on the step's path (the GEMMs
+    # wait for them), up to the launch path's latency the GEMMs keep.
+    four, eight = _row(p, "microbatches"), _row(p, "microbatches:8")
+    assert 0 < p.replayed_step_s - four <= 50 * US + 1e-9
+    assert 0 < four - eight <= 25 * US + 1e-9
+    assert facts.whatif.row(Change(microbatches=1)).step_s > p.replayed_step_s
+    # The finding's gain is the default row's replay (twice the microbatches).
+    bubble = _finding(d, "pipeline-bubble")
+    assert bubble.gain_basis == "replay"
+    assert bubble.replay_speedup == pytest.approx(p.replayed_step_s / four)
+    assert "--what-if microbatches:M" in bubble.fix
+    # In the default table, where the trace shows a pipeline.
+    default = _path(analyze(path))
+    assert "microbatches" in [r.change for r in default.what_if]
+
+
+def test_only_the_bubble_the_schedule_explains_shrinks(tmp_path: Path) -> None:
+    # 2 × 300 µs of waits a step: more than the 1/3 of the step the schedule explains, whose
+    # bubble alone shrinks; the rest (a slower neighbour, the transfers) stays.
+    path = pipelined(wait_us=300.0).write(tmp_path / "t.json")
+    _, facts = _diagnosed(load_trace(path), None, spec=None, model=None, what_if=None)
+    assert facts.whatif is not None
+    g, cuts = facts.whatif.graph, facts.whatif.cuts["microbatches"]
+    assert facts.step_s / 3 / 1e-9 < 600e3
+    assert float(cuts.op.sum()) / g.steps == pytest.approx(facts.step_s / 3 / 1e-9, rel=1e-6)
+
+
+def test_without_a_pipeline_microbatches_change_nothing_and_make_no_row(tmp_path: Path) -> None:
+    path = phased_training_trace(4).write(tmp_path / "t.json")
+    p = _path(analyze(path, Options(what_if="microbatches")))
+    assert _row(p, "microbatches") == pytest.approx(p.replayed_step_s)
+    assert "microbatches" not in [r.change for r in _path(analyze(path)).what_if]
+
+
+# FSDP prefetch, async TP ----------------------------------------------------------------------
+
+
+def _fsdp_exposed(b: TraceBuilder, t0: float) -> None:
+    # (As test_parallelism's: three units gathered on demand, 28 + 28 + 56 µs exposed.)
+    for unit, at, start, us in (
+        (0, 141.0, 132.0, 28.0),
+        (1, 281.0, 272.0, 28.0),
+        (2, 430.0, 452.0, 56.0),
+    ):
+        b.annotation(f"FSDP::pre_forward ({unit})", t0 + at - 10.0, 9.0)
+        b.annotation(f"FSDP::all_gather ({unit})", t0 + at - 9.0, 6.0)
+        b.cpu_op("c10d::_allgather_base_", t0 + at - 8.0, 4.0)
+        b.kernel(
+            "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long)",
+            t0 + start,
+            us,
+            launch_at=t0 + at - 7.0,
+            stream=28,
+        )
+
+
+def _tp_exposed(b: TraceBuilder, t0: float) -> None:
+    # (As test_parallelism's: three row-parallel layers' all-reduces, 28 + 38 + 56 µs.)
+    for call, start, us in ((131.0, 132.0, 28.0), (261.0, 262.0, 38.0), (397.0, 452.0, 56.0)):
+        b.cpu_op("c10d::allreduce_", t0 + call, 1.0)
+        b.kernel(
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)",
+            t0 + start,
+            us,
+            launch_at=t0 + call + 0.5,
+            stream=28,
+        )
+
+
+@pytest.mark.parametrize(
+    ("add", "lever", "id", "hidden_us"),
+    [
+        # The first gather has only the input copy before it in its step (no compute); the
+        # second hides behind Block_0's 100 µs GEMM (all 28 µs), the third behind Block_1's
+        # 150 (all 56).
+        (_fsdp_exposed, "prefetch", "fsdp-exposed-gather", 28 + 56),
+        # Likewise the all-reduces: the first has no compute before it, the others hide.
+        (_tp_exposed, "async-tp", "tp-allreduce-exposed", 38 + 56),
+    ],
+    ids=["fsdp", "tp"],
+)
+def test_a_hiding_lever_takes_off_each_collective_the_compute_before_it(
+    tmp_path: Path, add: object, lever: str, id: str, hidden_us: int
+) -> None:
+    b = phased_training_trace(4, builder=TraceBuilder(rank=0, world_size=2))
+    for s in range(4):
+        add(b, s * 1000.0)  # type: ignore[operator]
+    path = b.write(tmp_path / "t.json")
+    d, facts = _diagnosed(load_trace(path), None, spec=None, model=None, what_if=None)
+    assert facts.whatif is not None
+    cuts = facts.whatif.cuts[lever]
+    g = facts.whatif.graph
+    assert float(cuts.op.sum()) / g.steps == pytest.approx(hidden_us * 1000, abs=1)
+    # The row is in the default table; the finding's gain is its replay, never above the
+    # compute its collectives can hide behind (its Amdahl bound).
+    p = _path(d)
+    assert lever in [r.change for r in p.what_if]
+    assert _row(p, lever) <= p.replayed_step_s
+    f = _finding(d, id)
+    assert f.gain_basis == "replay"
+    assert f.replay_speedup is not None
+    assert 1.0 <= f.replay_speedup <= f.max_speedup

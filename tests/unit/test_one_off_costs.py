@@ -1,0 +1,128 @@
+"""One-off costs (issue 33): library start-up, module loading and JIT compiles, found by their
+signatures whether or not their op repeats, are idle cause `startup`, named once in the
+`warm-up` finding, and no bound or replay is computed over them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from invariants import assert_diagnosis_invariants
+from tracegen import TraceBuilder
+from wallfinder import Diagnosis, analyze
+
+H100 = Path(__file__).resolve().parents[1] / "data" / "h100"
+FUSED = "fused__autocast_to__15680171862954066917"
+
+
+def checked(path: Path) -> Diagnosis:
+    d = analyze(path, workers=1)
+    assert_diagnosis_invariants(d)
+    return d
+
+
+def torchscript_first_forward() -> TraceBuilder:
+    """A single forward at a new batch size, as the issue's trace shows it: eager ops, then
+    one TorchScript function of 297 ms whose children (`fallback_function` around a
+    `fused__autocast_to__…` op, 0.16 ms) are followed by a silent host stretch and the
+    `cuLaunchKernel` of the freshly built fused kernel; then eager ops again."""
+    b = TraceBuilder()
+    host = 0.0
+    for _ in range(3):
+        b.cpu_op("aten::linear", host, 40.0)
+        b.kernel("ampere_sgemm_64x64_nn", host + 30.0, 20.0, launch_at=host + 20.0)
+        host += 60.0
+    b.cpu_op("forward", 200.0, 297_000.0)
+    b.cpu_op("fallback_function", 210.0, 90.0)
+    b.cpu_op("fallback_function", 215.0, 80.0)
+    b.cpu_op(FUSED, 220.0, 70.0)
+    b.kernel(FUSED, 297_180.0, 7.0, launch_at=297_170.0, launch_dur=10.0, launcher="cuLaunchKernel")
+    host = 297_300.0
+    for _ in range(3):
+        b.cpu_op("aten::linear", host, 40.0)
+        b.kernel("ampere_sgemm_64x64_nn", host + 30.0, 20.0, launch_at=host + 20.0)
+        host += 60.0
+    return b
+
+
+def test_a_torchscript_compile_is_a_one_off_jit_compile(tmp_path: Path) -> None:
+    d = checked(torchscript_first_forward().write(tmp_path / "t.json"))
+    causes = d.breakdown.idle_causes
+    # The GPU waits 297 ms on the compile in a window of 297.5 ms: start-up, not host work.
+    assert causes["startup"] > 0.99
+    assert causes["host_overhead"] < 0.01
+    [once] = [f for f in d.findings if f.id == "warm-up"]
+    assert once.saves == "once"
+    assert "JIT compile in forward 297" in once.evidence
+    assert "keep shapes static or warm up each shape" in once.fix
+    # No bound over the compile: what remains is a few small kernels and their launches.
+    assert all(f.max_speedup < 5 for f in d.findings)
+    assert d.critical_path is None or d.critical_path.what_if == []
+
+
+def test_a_long_silent_stretch_before_an_eager_kernel_is_not_a_compile(tmp_path: Path) -> None:
+    # The same shape with the framework's own kernel through the runtime's launch: nothing
+    # says code was built or loaded, so the host's stretch stays host work.
+    b = torchscript_first_forward()
+    for e in b.events:
+        if e["name"] in (FUSED, "cuLaunchKernel"):
+            e["name"] = {"cuLaunchKernel": "cudaLaunchKernel"}.get(e["name"], "elementwise_kernel")
+    d = checked(b.write(tmp_path / "t.json"))
+    assert d.breakdown.idle_causes["startup"] == 0.0
+    assert d.breakdown.idle_causes["host_overhead"] > 0.9
+
+
+def library_first_call(repeats: bool) -> TraceBuilder:
+    """An op whose first call holds cuBLAS's start-up: a cudaFree, CUPTI's module-loading
+    record (on its own thread, as CUPTI writes it), then a long host stretch before its
+    kernel; with `repeats`, later calls as short as usual."""
+    b = TraceBuilder()
+    b.cpu_op("aten::mm", 0.0, 80_000.0)
+    b.runtime("cudaFree", 3_000.0, 30.0)
+    b.host("Runtime Triggered Module Loading", 5_000.0, 250.0, cat="overhead", tid=0)
+    b.kernel("ampere_sgemm_128x64_nn", 79_990.0, 7.0, launch_at=79_980.0)
+    host = 80_100.0
+    for _ in range(3 if repeats else 0):
+        b.cpu_op("aten::mm", host, 40.0)
+        b.kernel("ampere_sgemm_128x64_nn", host + 30.0, 20.0, launch_at=host + 20.0)
+        host += 60.0
+    b.cpu_op("aten::add", host, 40.0)
+    b.kernel("elementwise_kernel", host + 30.0, 20.0, launch_at=host + 20.0)
+    return b
+
+
+@pytest.mark.parametrize("repeats", [False, True])
+def test_library_start_up_is_one_off_whether_or_not_its_op_repeats(
+    tmp_path: Path, repeats: bool
+) -> None:
+    d = checked(library_first_call(repeats).write(tmp_path / "t.json"))
+    [once] = [f for f in d.findings if f.id == "warm-up"]
+    assert once.share > 0.95
+    assert all(f.max_speedup < 5 for f in d.findings)
+    if repeats:
+        # Its later calls are short: the whole-trace start-up trim sets the first aside.
+        assert "the first aten::mm took" in once.evidence
+        return
+    assert d.breakdown.idle_causes["startup"] > 0.95
+    assert "library start-up in aten::mm 80" in once.evidence
+    assert "(cudaFree, module loading)" in once.evidence
+    assert d.verdict.reason.startswith("the window holds almost only one-off start-up")
+
+
+def test_the_h100_first_run_is_library_start_up_never_a_600x_bound() -> None:
+    # Judged by hand (tests/data/h100/README.md): aten::mm holds 84 ms of cuBLAS start-up
+    # around a 7 µs kernel, aten::conv2d 450 ms of cuDNN's; every other op's first call
+    # loads its kernel's code (CUPTI's "Lazy Function Loading"). Before: "host overhead 97%
+    # ... 663.86x by replay".
+    d = checked(H100 / "first_run_startup.json.gz")
+    assert d.breakdown.idle_causes["startup"] > 0.99
+    assert d.verdict.reason.startswith("the window holds almost only one-off start-up")
+    assert all(f.max_speedup < 2 for f in d.findings)
+    assert all(f.replay_speedup is None for f in d.findings)
+    assert d.critical_path is not None
+    assert d.critical_path.what_if == []
+    [once] = [f for f in d.findings if f.id == "warm-up"]
+    assert (once.saves, once.max_speedup) == ("once", 1.0)
+    assert "library start-up in aten::conv2d 449.92 ms (cudaFree" in once.evidence
+    assert "aten::matmul 84.47 ms (cudaFree, cudaMalloc, module loading)" in once.evidence
