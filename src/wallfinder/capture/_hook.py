@@ -184,11 +184,13 @@ MODULE_PREFIX = "nn.Module: "
 
 
 class ModuleRanges:
-    """A `record_function` range around every `nn.Module` forward, named as the Python
-    tracer names it (class and instance number: `nn.Module: Linear_0`), from global forward
-    hooks: the module tree the phase and module analysis needs, at the cost of one range per
-    module call, without recording stacks (whose Python tracer costs far more host time).
-    Inside torch.compile'd code no range is opened (the compiled graph has no modules)."""
+    """A `record_function` range around every `nn.Module` forward, from global forward
+    hooks, named as the Python tracer names ranges (`nn.Module: NAME`): a model's root by
+    its class and instance number (`nn.Module: Net_0`), the modules under it by their
+    qualified names (`nn.Module: blocks.0.attn`, as `named_modules()` gives them). This is
+    the module tree the phase and module analysis needs, at the cost of one range per module
+    call, without recording stacks (whose Python tracer costs far more host time). Inside
+    torch.compile'd code no range is opened (the compiled graph has no modules)."""
 
     def __init__(self) -> None:
         self._names: dict[int, str] = {}
@@ -217,15 +219,28 @@ class ModuleRanges:
         if self._compiling():
             return
         name = self._names.get(id(mod))
+        stack = self._stack()
         if name is None:
             kind = type(mod).__name__
             number = self._counts.get(kind, 0)
             self._counts[kind] = number + 1
             name = self._names[id(mod)] = f"{MODULE_PREFIX}{kind}_{number}"
-        stack = self._stack()
+            if not stack:
+                self._name_children(mod)
+
         scope: Any = self._record(name)
         scope.__enter__()
         stack.append((id(mod), scope))
+
+    def _name_children(self, root: object) -> None:
+        """Name the modules under a root by their qualified names, as `named_modules()`
+        gives them (`blocks.0.attn`): the names the user's code holds."""
+        named = getattr(root, "named_modules", None)
+        if named is None:
+            return
+        for qualified, child in named():
+            if qualified and id(child) not in self._names:
+                self._names[id(child)] = f"{MODULE_PREFIX}{qualified}"
 
     def _exit(self, mod: object, _args: object, _out: object) -> None:
         stack = self._stack()
