@@ -212,3 +212,24 @@ def test_a_graph_break_in_the_steady_loop_is_a_finding_with_its_line(tmp_path: P
     del data["wallfinder_dynamo"]
     path.write_text(json.dumps(data))
     assert not [f for f in analyze(path, workers=1).findings if f.id == "graph-break"]
+
+
+def test_the_module_step_is_the_module_tables_and_no_timed_step(tmp_path: Path) -> None:
+    # `wallfinder run` records its timed steps without module hooks, then one module step
+    # with them, named in the trace: the steps are the timed ones, the table the module step's.
+    from tracegen import training_trace
+
+    b = training_trace(5)
+    period = 100.0 + 2 * 160.0  # training_trace's step: loader, then two kernels
+    b.annotation("nn.Module: Net_0", 4 * period + 1.0, period - 2.0)
+    b.annotation("nn.Module: blocks.0", 4 * period + 100.0, 160.0)
+    path = b.write(tmp_path / "t.json")
+    data = json.loads(path.read_text())
+    data["wallfinder_module_step"] = "ProfilerStep#5"
+    path.write_text(json.dumps(data))
+    d = analyze(path, workers=1)
+    assert_diagnosis_invariants(d)
+    assert d.steps.total == 4
+    assert d.modules is not None
+    assert "from step 5" in d.modules.note
+    assert {r.path for r in d.modules.rows} >= {"Net_0", "Net_0/blocks.0"}

@@ -80,7 +80,9 @@ def cpu_steps(trace: Trace, thresholds: StepThresholds | None = None) -> StepSpa
         labels = [f"step {i}" for i in range(rows.size)]
         source = f"{trace.step_range} ranges"
         return StepSpans(labels, marked.ts[rows], marked.end[rows], source)
-    codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
+    # (The module step, recorded with module ranges after the timed steps, is not one.)
+    untimed = (trace.cut_step, trace.module_step)
+    codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s not in untimed)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
     # A step range that lasts no time holds no step (a zero or negative duration).
     annotations = annotations.take(np.flatnonzero(annotations.end > annotations.ts))

@@ -103,6 +103,10 @@ def host_out_of_memory(exc: BaseException) -> bool:
 DYNAMO_KEY = "wallfinder_dynamo"
 """The trace's top-level key for what Dynamo counted (`trace.dynamo.DYNAMO_KEY` reads it)."""
 
+MODULE_STEP_KEY = "wallfinder_module_step"
+"""The trace's metadata naming the module step (`Recorder`): the `ProfilerStep#N` recorded
+with module ranges, not timed."""
+
 _REASON_CHARS = 300
 
 
@@ -265,9 +269,12 @@ class Recorder:
     discarded, `active` steps kept. `step()` ends a step; the trace is written to `trace_dir`
     when the active steps are done, or by `stop()` with the steps recorded so far.
 
-    Shapes are always recorded (the cost model needs them). `modules` puts a range around
-    each module's forward (`ModuleRanges`; the Python tracer of `stacks` records them itself,
-    so they are not added twice)."""
+    Shapes are always recorded (the cost model needs them). `modules` records one step more
+    than `active`, the module step, with a range around each module's forward
+    (`ModuleRanges`), and names it in the trace (`wallfinder_module_step`): the timed steps
+    run without the hooks, whose host time would add to what they measure, and the module
+    view reads the module step. (The Python tracer of `stacks` records module ranges itself,
+    in every step: no module step is added then.)"""
 
     def __init__(
         self,
@@ -287,6 +294,8 @@ class Recorder:
         self.stepped = 0
         self._profiler: Any = None
         self._modules = ModuleRanges() if modules and not stacks else None
+        self.recorded = active + (1 if self._modules is not None else 0)
+        """Steps recorded after the warm-up: the active ones, and the module step."""
 
     def start(self) -> None:
         import torch
@@ -298,14 +307,12 @@ class Recorder:
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         self._profiler = torch.profiler.profile(
             activities=activities,
-            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.recorded, repeat=1),
             on_trace_ready=self._save,
             record_shapes=True,
             profile_memory=self.memory,
             with_stack=self.stacks,
         )
-        if self._modules is not None:
-            self._modules.install()
         self._profiler.start()
 
     def step(self) -> None:
@@ -314,11 +321,16 @@ class Recorder:
             if self.done:  # this step writes the trace: Dynamo's counts go in it first
                 self._add_dynamo(self._profiler)
             self._profiler.step()
+            if self._modules is not None and self.stepped == self.wait + self.warmup + self.active:
+                # The timed steps are recorded: the next, the last, is the module step.
+                step = f"ProfilerStep#{self._profiler.step_num}"
+                self._profiler.add_metadata(MODULE_STEP_KEY, step)
+                self._modules.install()
 
     @property
     def done(self) -> bool:
-        """The active steps are recorded and written."""
-        return self.stepped >= self.wait + self.warmup + self.active
+        """The active steps (and the module step) are recorded and written."""
+        return self.stepped >= self.wait + self.warmup + self.recorded
 
     def stop(self) -> None:
         """Stop profiling; steps recorded so far are written (idempotent). Stopped inside
@@ -327,7 +339,7 @@ class Recorder:
         self._remove_module_ranges()
         if profiler is None:
             return
-        if self.wait + self.warmup <= self.stepped < self.wait + self.warmup + self.active:
+        if self.wait + self.warmup <= self.stepped < self.wait + self.warmup + self.recorded:
             profiler.add_metadata("wallfinder_cut_step", f"ProfilerStep#{profiler.step_num}")
             self._add_dynamo(profiler)
         profiler.stop()
@@ -460,7 +472,8 @@ class Session:
             self._time_step()
         else:
             self._profile_step()
-        if self.stop_after and self.steps >= self.warmup + self.active:
+        extra = self._recorder.recorded - self.active if self._recorder is not None else 0
+        if self.stop_after and self.steps >= self.warmup + self.active + extra:
             self.stopped = True
             self.finish()
             raise SystemExit(0)

@@ -242,6 +242,7 @@ def _build(
         memory=memory,
         cut_step=header.wallfinder_cut_step,
         dynamo=header.wallfinder_dynamo,
+        module_step=header.wallfinder_module_step,
         warnings=[assembler.join_note] if assembler.join_note else [],
     )
     _check_activity(trace)
