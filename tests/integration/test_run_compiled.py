@@ -78,6 +78,9 @@ def test_a_compiled_job_names_its_graph_break_recompile_and_compile_time(
     assert "one-off" in text
     # No machine path reaches the trace or the report.
     raw = outcome.traces[0].read_text()
+    # Compiled code opens no module range, and the hooks would make Dynamo recompile: no
+    # module step is recorded for a compiled program.
+    assert "wallfinder_module_step" not in raw
     assert str(tmp_path) not in d.compiled.to_json()
     assert str(tmp_path) not in text
     assert str(program) not in raw.split('"wallfinder_dynamo"', 1)[-1][:4000]

@@ -124,6 +124,18 @@ def _first(text: object) -> str:
     return _PATH.sub(r"\1", line)[:_REASON_CHARS]
 
 
+def _dynamo_compiled() -> bool:
+    """Dynamo has compiled a frame in this process."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    try:
+        from torch._dynamo import utils
+
+        return bool(utils.counters["frames"].get("total", 0))
+    except Exception:
+        return False
+
+
 def dynamo_report() -> dict[str, Any] | None:
     """What Dynamo counted in this process, when it compiled anything (None otherwise, or
     when this torch keeps its records elsewhere): frames, unique graphs, graph breaks by
@@ -318,6 +330,8 @@ class Recorder:
     def step(self) -> None:
         if self._profiler is not None:
             self.stepped += 1
+            if self.stepped == self.wait + self.warmup + self.active and self._no_module_step():
+                return
             if self.done:  # this step writes the trace: Dynamo's counts go in it first
                 self._add_dynamo(self._profiler)
             self._profiler.step()
@@ -343,6 +357,18 @@ class Recorder:
             profiler.add_metadata("wallfinder_cut_step", f"ProfilerStep#{profiler.step_num}")
             self._add_dynamo(profiler)
         profiler.stop()
+
+    def _no_module_step(self) -> bool:
+        """At the end of the timed steps of a program torch.compile compiled: no module step
+        (compiled code opens no module range, and installing the hooks makes Dynamo
+        recompile), so the trace is written now. False when a module step follows."""
+        if self._modules is None or not _dynamo_compiled():
+            return False
+        self._modules, self.recorded = None, self.active
+        profiler, self._profiler = self._profiler, None
+        self._add_dynamo(profiler)
+        profiler.stop()  # the timed steps are complete: this writes them (`_save`)
+        return True
 
     @staticmethod
     def _add_dynamo(profiler: Any) -> None:
