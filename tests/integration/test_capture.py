@@ -185,13 +185,51 @@ def test_module_ranges_close_when_a_forward_raises() -> None:
     finally:
         ranges.remove()
     ranges_ = {e.name: e.time_range for e in prof.events() if e.name.startswith("nn.Module: ")}
+    # The root by its class, the modules under it by their qualified names.
     assert set(ranges_) == {
         "nn.Module: Sequential_0",
+        "nn.Module: 0",
+        "nn.Module: 1",
         "nn.Module: Linear_0",
-        "nn.Module: Fails_0",
-        "nn.Module: Linear_1",
     }
     # The failed forward's ranges were closed: the next module's range is outside them.
-    assert ranges_["nn.Module: Linear_1"].start >= ranges_["nn.Module: Sequential_0"].end
-    assert ranges_["nn.Module: Linear_1"].start >= ranges_["nn.Module: Fails_0"].end
+    assert ranges_["nn.Module: Linear_0"].start >= ranges_["nn.Module: Sequential_0"].end
+    assert ranges_["nn.Module: Linear_0"].start >= ranges_["nn.Module: 1"].end
     assert not torch.nn.modules.module._global_forward_hooks
+
+
+def test_module_ranges_name_modules_by_their_qualified_names() -> None:
+    # Before: `Block_0`, `Linear_3`: names the user's code never holds.
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = torch.nn.Linear(4, 4)
+
+        def forward(self, x: Any) -> Any:
+            return self.attn(x)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, x: Any) -> Any:
+            for b in self.blocks:
+                x = b(x)
+            return x
+
+    ranges = ModuleRanges()
+    ranges.install()
+    try:
+        with torch.profiler.profile() as prof:
+            Net()(torch.randn(2, 4))
+    finally:
+        ranges.remove()
+    names = {e.name for e in prof.events() if e.name.startswith("nn.Module: ")}
+    assert names == {
+        "nn.Module: Net_0",
+        "nn.Module: blocks.0",
+        "nn.Module: blocks.0.attn",
+        "nn.Module: blocks.1",
+        "nn.Module: blocks.1.attn",
+    }

@@ -95,21 +95,31 @@ def test_an_unmodified_script_is_profiled_and_diagnosed(
     assert "traces kept in" in out.err
 
 
-def test_module_ranges_are_off_by_default_and_recorded_with_modules(
+def test_modules_are_recorded_by_default_in_one_untimed_step_after_the_timed_ones(
     tmp_path: Path, program: Path
 ) -> None:
-    code, d = run_cli(tmp_path / "on", program, "10", flags=("--modules",))
+    # Before: off by default, and with --modules their hooks ran in every timed step.
+    code, d = run_cli(tmp_path / "on", program, "10")
     assert code == 0
     assert d is not None
     assert d["modules"]["source"] == "modules"
     paths = {row["path"] for row in d["modules"]["rows"]}
     assert "Sequential_0" in paths
-    code, d = run_cli(tmp_path / "off", program, "10")
+    assert d["steps"]["total"] == 4  # the module step is not a timed step
+    trace = json.loads((tmp_path / "on" / "traces" / "trace_rank0.json").read_text())
+    module_step = trace["wallfinder_module_step"]
+    events = trace["traceEvents"]
+    steps = {e["name"]: e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")}
+    ranges = [e for e in events if str(e.get("name", "")).startswith("nn.Module: ")]
+    assert ranges
+    step = steps[module_step]
+    assert all(step["ts"] <= r["ts"] <= step["ts"] + step["dur"] for r in ranges)
+    code, d = run_cli(tmp_path / "off", program, "10", flags=("--no-modules",))
     assert code == 0
     assert d is not None
     assert d["modules"] is None or d["modules"]["source"] != "modules"
-    trace = tmp_path / "off" / "traces" / "trace_rank0.json"
-    assert "nn.Module: " not in trace.read_text()
+    off = tmp_path / "off" / "traces" / "trace_rank0.json"
+    assert "nn.Module: " not in off.read_text()
 
 
 def test_a_script_that_raises_passes_its_exit_code_and_the_completed_steps_are_analysed(

@@ -11,6 +11,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.compiled import compiled_code
 from wallfinder.analysis.counters import CounterPlacement, counter_report, place_counters
 from wallfinder.analysis.cpu import CpuDevice
 from wallfinder.analysis.critpath import (
@@ -82,6 +83,7 @@ from wallfinder.analysis.views import Views
 from wallfinder.diagnosis import (
     Breakdown,
     ClassShare,
+    CompiledCode,
     CriticalPath,
     Device,
     Diagnosis,
@@ -192,6 +194,8 @@ def _diagnosed(
     )
     if up[PARALLELISM] is not None:
         diagnosis = msgspec.structs.replace(diagnosis, parallelism=up[PARALLELISM])
+    if up[COMPILED] is not None:
+        diagnosis = msgspec.structs.replace(diagnosis, compiled=up[COMPILED])
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None
         # (Contained here, not as a stage: it reads the finished diagnosis.)
@@ -353,6 +357,9 @@ GRAPH: View[_Upstream, StepGraph | None] = View(
 MEMORY: View[_Upstream, MemoryProfile | None] = View(
     "memory", lambda scope, up: memory_profile(scope, *up[PARTS].capacity), frees=True
 )
+COMPILED: View[_Upstream, CompiledCode | None] = View(
+    "compiled", lambda scope, up: compiled_code(scope)
+)
 TYPICAL: Stage[_Upstream, Verdict] = Stage("verdict", _typical)
 CRITICAL_PATH: View[_Upstream, tuple[CriticalPath | None, WhatIf | None]] = View(
     "critical path", _critical_path, frees=True
@@ -369,6 +376,7 @@ STAGES: tuple[Stage[_Upstream, Any] | View[_Upstream, Any], ...] = (
     PARALLELISM,
     GRAPH,
     MEMORY,
+    COMPILED,
     TYPICAL,
     CRITICAL_PATH,
 )

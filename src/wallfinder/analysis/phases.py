@@ -728,7 +728,14 @@ def _modules(
     )
     has = owner >= 0
     module_of_work[has] = range_row[owner[has]]
-    sel = has & work.inside
+    # A module step (recorded with module ranges after the timed steps, untimed) is where the
+    # modules are: their table reads it alone; the timed steps ran without the ranges.
+    span = _module_step(trace)
+    chosen = work.inside
+    if span is not None:
+        chosen = (work.issued >= span[0]) & (work.issued < span[1])
+        steps = 1
+    sel = has & chosen
     dur = (work.end - work.ts).astype(np.float64)
     inst = range_inst[owner[sel]]
     n_inst = len(inst_names)
@@ -747,7 +754,7 @@ def _modules(
     bwd = per_instance(d * backward[sel])
     by_class = per_instance(d, work.cls[sel].astype(np.intp), k)
     by_bound = per_instance(d, work.bound[sel].astype(np.intp), 3)
-    total = float(dur[work.inside].sum()) or 1.0
+    total = float(dur[chosen].sum()) or 1.0
     rows = _module_rows(
         row_names, inst_names, row_of_path, fwd, bwd, by_class, by_bound, total, steps
     )
@@ -761,6 +768,11 @@ def _modules(
         CALL_SITES: "no module or record_function ranges: the user's call sites (Python "
         "frames, file(line): function) stand for modules",
     }.get(source, "no module records: record_function ranges stand for modules")
+    if span is not None:
+        note += (
+            f"; from {span[2]}, one step recorded with module ranges after the timed "
+            "steps (untimed: the hooks' host time is not in the verdict)"
+        )
     rows, keep = _top_rows(rows)
     remap = np.full(len(row_names), NONE, dtype=np.int64)
     remap[keep] = np.arange(len(keep))
@@ -772,6 +784,18 @@ def _modules(
         unattributed_s=max(total - attributed, 0.0) * NS / steps,
     )
     return modules, module_of_work, remap[range_row]
+
+
+def _module_step(trace: Trace) -> tuple[int, int, str] | None:
+    """The module step's span on the host and its label ("step N"); None: the trace has
+    none, or it was cut short."""
+    name = trace.module_step
+    if name is None or name == trace.cut_step:
+        return None
+    found = trace.named((Kind.ANNOTATION, Kind.CPU_OP), np.array([trace.code_of(name)], np.int32))
+    if len(found) == 0:
+        return None
+    return int(found.ts.min()), int(found.end.max()), name.replace("ProfilerStep#", "step ")
 
 
 def _roll_up(self_time: npt.NDArray[np.float64], parent: I64) -> npt.NDArray[np.float64]:

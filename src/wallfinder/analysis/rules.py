@@ -122,6 +122,7 @@ TOPICS = (
     "wallfinder.analysis.topics.fusion",
     "wallfinder.analysis.topics.steps",
     "wallfinder.analysis.topics.phases",
+    "wallfinder.analysis.topics.compiled",
     "wallfinder.analysis.memory_profile",
     "wallfinder.analysis.memory",
     "wallfinder.analysis.collectives",

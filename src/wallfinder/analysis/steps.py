@@ -8,6 +8,7 @@ belongs to that step.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.thresholds import StepThresholds
 from wallfinder.trace import Events, Kind, Trace
+from wallfinder.trace.dynamo import compile_range, dynamo_range, region_name
 
 I64 = npt.NDArray[np.int64]
 
@@ -44,6 +46,8 @@ class StepSpans:
     cpu_end: I64
     source: str
     startup: str | None = None
+    compile: tuple[int, str] | None = None
+    """The span that is torch.compile compiling (its index, and why), set aside as one-off."""
 
     @property
     def whole(self) -> bool:
@@ -76,7 +80,9 @@ def cpu_steps(trace: Trace, thresholds: StepThresholds | None = None) -> StepSpa
         labels = [f"step {i}" for i in range(rows.size)]
         source = f"{trace.step_range} ranges"
         return StepSpans(labels, marked.ts[rows], marked.end[rows], source)
-    codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s != trace.cut_step)
+    # (The module step, recorded with module ranges after the timed steps, is not one.)
+    untimed = (trace.cut_step, trace.module_step)
+    codes = trace.names_matching(lambda s: _STEP_NAME.match(s) is not None and s not in untimed)
     annotations = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
     # A step range that lasts no time holds no step (a zero or negative duration).
     annotations = annotations.take(np.flatnonzero(annotations.end > annotations.ts))
@@ -105,6 +111,21 @@ def cpu_steps(trace: Trace, thresholds: StepThresholds | None = None) -> StepSpa
         or trace.extent(Kind.OTHER, Kind.GPU_ANNOTATION)
         or (0, 0)
     )
+    compiling = _compile_span(trace, start, end)
+    if compiling is not None:
+        at, until, why = compiling
+        spans = list(itertools.pairwise(sorted({start, at, until, end})))
+        labels = [
+            "compile" if a == at else "before the compile" if b <= at else "after the compile"
+            for a, b in spans
+        ]
+        return StepSpans(
+            labels,
+            np.array([a for a, _ in spans], np.int64),
+            np.array([b for _, b in spans], np.int64),
+            WHOLE_TRACE,
+            compile=(labels.index("compile"), why),
+        )
     cut, why = start, ""
     while (found := _startup(trace, cut, end, th)) is not None:  # set-up often comes in stages
         cut, why = found[0], (f"{why}; then " if why else "") + found[1]
@@ -165,6 +186,34 @@ def _startup(
     return cut, why
 
 
+def _compile_span(trace: Trace, start: int, end: int) -> tuple[int, int, str] | None:
+    """In a trace without steps, the stretch torch.compile spent compiling (Dynamo's and
+    Inductor's ranges, and the region calls that overlap them: a first call's autotuning),
+    from the first of them to the last, when something is left on either side: (start, end,
+    why). None without compiler ranges."""
+    names = trace.names_matching(compile_range)
+    ranges = trace.named((Kind.CPU_OP, Kind.ANNOTATION), names)
+    if len(ranges) == 0:
+        return None
+    lo, hi = int(ranges.ts.min()), int(ranges.end.max())
+    regions = trace.named(
+        (Kind.CPU_OP, Kind.ANNOTATION),
+        trace.names_matching(lambda s: region_name(s) is not None),
+    )
+    # A region call that overlaps the compiler's ranges compiled (or autotuned) in it.
+    hit = (regions.ts < hi) & (regions.end > lo)
+    if hit.any():
+        hi = max(hi, int(regions.end[hit].max()))
+    if lo <= start and hi >= end:
+        return None
+    return (
+        max(lo, start),
+        min(hi, end),
+        f"torch.compile compiling for {(min(hi, end) - max(lo, start)) / 1e9:.2f} s "
+        "(Dynamo, AOT autograd, Inductor, autotuning): a one-off cost",
+    )
+
+
 def _optimizer_iterations(trace: Trace, min_iterations: int) -> StepSpans | None:
     """The training iterations of a trace without step markers: each ends where an optimizer
     step ends and begins where the previous one ended (the first, at the trace's first op, so
@@ -195,6 +244,9 @@ def _annotation_iterations(trace: Trace, min_iterations: int) -> StepSpans | Non
     iteration's; the first from the trace's first op (carrying the start-up), the last to the
     end of the job's last op, launch or kernel. None when no sequence repeats."""
     annotations = trace.of_kind(Kind.ANNOTATION)
+    # Dynamo's ranges (a guard check, a compiled region, the compiler's stages) mark compiled
+    # code and compiling, never a step (`analysis.compiled` reads them).
+    annotations = annotations.take(~np.isin(annotations.name, trace.names_matching(dynamo_range)))
     if len(annotations) < min_iterations:
         return None
     best: tuple[int, I64, I64, str] | None = None  # (first start, starts, ends, name)
@@ -325,6 +377,8 @@ def dropped_steps(
     dropped = (
         [(0, spans.startup)] if spans.startup is not None else warmup_steps(durations, thresholds)
     )
+    if spans.compile is not None:
+        dropped = [spans.compile]
     aside = {i for i, _ in dropped}
     empty = [(i, EMPTY_STEP) for i in np.flatnonzero(durations <= 0).tolist() if i not in aside]
     return sorted(dropped + empty)

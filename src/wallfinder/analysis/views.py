@@ -19,7 +19,16 @@ from wallfinder.errors import WallfinderError, debugging, describe
 
 T = TypeVar("T")
 
-VIEWS = ("phases", "modules", "fusion", "timeline", "critical path", "memory", "counters")
+VIEWS = (
+    "phases",
+    "modules",
+    "fusion",
+    "timeline",
+    "critical path",
+    "memory",
+    "counters",
+    "compiled",
+)
 """The optional views of a rank, by the names `not_computed` gives them; a rule that fails
 is said as `finding RULE`, a job's cross-rank view as `collectives`."""
 

@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -99,17 +100,113 @@ def host_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or any(w in str(exc).lower() for w in _HOST_OOM_WORDS)
 
 
+DYNAMO_KEY = "wallfinder_dynamo"
+"""The trace's top-level key for what Dynamo counted (`trace.dynamo.DYNAMO_KEY` reads it)."""
+
+MODULE_STEP_KEY = "wallfinder_module_step"
+"""The trace's metadata naming the module step (`Recorder`): the `ProfilerStep#N` recorded
+with module ranges, not timed."""
+
+_REASON_CHARS = 300
+
+
+_PATH = re.compile(r"(?:[\w.~-]*/)+([\w-][\w.-]*\.\w+)")
+"""A file path in a reason (a guard's source comment names the user's file in full)."""
+
+
+def _first(text: object) -> str:
+    """The first line of a reason Dynamo wrote, bounded, without the source comment a guard
+    carries, and with any path cut to its file's base name."""
+    if text is None:
+        return ""
+    lines = str(text).strip().splitlines()
+    line = lines[0].split("  #", 1)[0].rstrip() if lines else ""
+    return _PATH.sub(r"\1", line)[:_REASON_CHARS]
+
+
+def _dynamo_compiled() -> bool:
+    """Dynamo has compiled a frame in this process."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    try:
+        from torch._dynamo import utils
+
+        return bool(utils.counters["frames"].get("total", 0))
+    except Exception:
+        return False
+
+
+def dynamo_report() -> dict[str, Any] | None:
+    """What Dynamo counted in this process, when it compiled anything (None otherwise, or
+    when this torch keeps its records elsewhere): frames, unique graphs, graph breaks by
+    reason and the user's line, each frame compile with the guard failure that caused a
+    recompile, and the compile seconds. File names are base names: the trace is shared,
+    this machine's paths are not."""
+    if "torch._dynamo" not in sys.modules:
+        return None
+    try:
+        from torch._dynamo import utils
+
+        counters = utils.counters
+        frames = int(counters["frames"].get("total", 0))
+        if not frames:
+            return None
+        breaks: dict[tuple[str, str, int], int] = {}
+        for r in list(getattr(utils, "graph_break_reasons", [])):
+            stack = list(getattr(r, "user_stack", None) or [])
+            where = stack[-1] if stack else None
+            key = (
+                _first(r.reason),
+                os.path.basename(where.filename) if where is not None else "",
+                int(where.lineno or 0) if where is not None else 0,
+            )
+            breaks[key] = breaks.get(key, 0) + 1
+        if not breaks:  # an older torch: the reasons alone, from the counters
+            for reason, n in counters["graph_break"].items():
+                breaks[(_first(reason), "", 0)] = int(n)
+        compiles = [
+            {
+                "compile_id": str(m.compile_id),
+                "function": str(m.co_name),
+                "file": os.path.basename(str(m.co_filename or "")),
+                "line": int(m.co_firstlineno or 0),
+                "seconds": float(m.entire_frame_compile_time_s or 0.0),
+                "recompile_reason": _first(m.recompile_reason) or None,
+            }
+            for m in utils.get_compilation_metrics()
+            if getattr(m, "co_name", None) is not None
+        ]
+        times = utils.compilation_time_metrics
+        seconds = sum(
+            sum(v) for k, v in times.items() if k == "_compile.compile_inner" or "bw_compiler" in k
+        )
+        return {
+            "frames": frames,
+            "graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "graph_breaks": [
+                {"reason": reason, "file": file, "line": line, "count": n}
+                for (reason, file, line), n in breaks.items()
+            ],
+            "compiles": compiles,
+            "compile_s": float(seconds),
+        }
+    except Exception:  # a torch whose records moved: the trace is still written without them
+        return None
+
+
 MODULE_PREFIX = "nn.Module: "
 """The name the profiler's Python tracer gives a module's forward (`nn.Module: Linear_0`);
 `ModuleRanges` names its ranges the same way, so the analysis reads both alike."""
 
 
 class ModuleRanges:
-    """A `record_function` range around every `nn.Module` forward, named as the Python
-    tracer names it (class and instance number: `nn.Module: Linear_0`), from global forward
-    hooks: the module tree the phase and module analysis needs, at the cost of one range per
-    module call, without recording stacks (whose Python tracer costs far more host time).
-    Inside torch.compile'd code no range is opened (the compiled graph has no modules)."""
+    """A `record_function` range around every `nn.Module` forward, from global forward
+    hooks, named as the Python tracer names ranges (`nn.Module: NAME`): a model's root by
+    its class and instance number (`nn.Module: Net_0`), the modules under it by their
+    qualified names (`nn.Module: blocks.0.attn`, as `named_modules()` gives them). This is
+    the module tree the phase and module analysis needs, at the cost of one range per module
+    call, without recording stacks (whose Python tracer costs far more host time). Inside
+    torch.compile'd code no range is opened (the compiled graph has no modules)."""
 
     def __init__(self) -> None:
         self._names: dict[int, str] = {}
@@ -138,15 +235,28 @@ class ModuleRanges:
         if self._compiling():
             return
         name = self._names.get(id(mod))
+        stack = self._stack()
         if name is None:
             kind = type(mod).__name__
             number = self._counts.get(kind, 0)
             self._counts[kind] = number + 1
             name = self._names[id(mod)] = f"{MODULE_PREFIX}{kind}_{number}"
-        stack = self._stack()
+            if not stack:
+                self._name_children(mod)
+
         scope: Any = self._record(name)
         scope.__enter__()
         stack.append((id(mod), scope))
+
+    def _name_children(self, root: object) -> None:
+        """Name the modules under a root by their qualified names, as `named_modules()`
+        gives them (`blocks.0.attn`): the names the user's code holds."""
+        named = getattr(root, "named_modules", None)
+        if named is None:
+            return
+        for qualified, child in named():
+            if qualified and id(child) not in self._names:
+                self._names[id(child)] = f"{MODULE_PREFIX}{qualified}"
 
     def _exit(self, mod: object, _args: object, _out: object) -> None:
         stack = self._stack()
@@ -171,9 +281,12 @@ class Recorder:
     discarded, `active` steps kept. `step()` ends a step; the trace is written to `trace_dir`
     when the active steps are done, or by `stop()` with the steps recorded so far.
 
-    Shapes are always recorded (the cost model needs them). `modules` puts a range around
-    each module's forward (`ModuleRanges`; the Python tracer of `stacks` records them itself,
-    so they are not added twice)."""
+    Shapes are always recorded (the cost model needs them). `modules` records one step more
+    than `active`, the module step, with a range around each module's forward
+    (`ModuleRanges`), and names it in the trace (`wallfinder_module_step`): the timed steps
+    run without the hooks, whose host time would add to what they measure, and the module
+    view reads the module step. (The Python tracer of `stacks` records module ranges itself,
+    in every step: no module step is added then.)"""
 
     def __init__(
         self,
@@ -193,6 +306,8 @@ class Recorder:
         self.stepped = 0
         self._profiler: Any = None
         self._modules = ModuleRanges() if modules and not stacks else None
+        self.recorded = active + (1 if self._modules is not None else 0)
+        """Steps recorded after the warm-up: the active ones, and the module step."""
 
     def start(self) -> None:
         import torch
@@ -204,25 +319,32 @@ class Recorder:
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         self._profiler = torch.profiler.profile(
             activities=activities,
-            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.recorded, repeat=1),
             on_trace_ready=self._save,
             record_shapes=True,
             profile_memory=self.memory,
             with_stack=self.stacks,
         )
-        if self._modules is not None:
-            self._modules.install()
         self._profiler.start()
 
     def step(self) -> None:
         if self._profiler is not None:
             self.stepped += 1
+            if self.stepped == self.wait + self.warmup + self.active and self._no_module_step():
+                return
+            if self.done:  # this step writes the trace: Dynamo's counts go in it first
+                self._add_dynamo(self._profiler)
             self._profiler.step()
+            if self._modules is not None and self.stepped == self.wait + self.warmup + self.active:
+                # The timed steps are recorded: the next, the last, is the module step.
+                step = f"ProfilerStep#{self._profiler.step_num}"
+                self._profiler.add_metadata(MODULE_STEP_KEY, step)
+                self._modules.install()
 
     @property
     def done(self) -> bool:
-        """The active steps are recorded and written."""
-        return self.stepped >= self.wait + self.warmup + self.active
+        """The active steps (and the module step) are recorded and written."""
+        return self.stepped >= self.wait + self.warmup + self.recorded
 
     def stop(self) -> None:
         """Stop profiling; steps recorded so far are written (idempotent). Stopped inside
@@ -231,9 +353,28 @@ class Recorder:
         self._remove_module_ranges()
         if profiler is None:
             return
-        if self.wait + self.warmup <= self.stepped < self.wait + self.warmup + self.active:
+        if self.wait + self.warmup <= self.stepped < self.wait + self.warmup + self.recorded:
             profiler.add_metadata("wallfinder_cut_step", f"ProfilerStep#{profiler.step_num}")
+            self._add_dynamo(profiler)
         profiler.stop()
+
+    def _no_module_step(self) -> bool:
+        """At the end of the timed steps of a program torch.compile compiled: no module step
+        (compiled code opens no module range, and installing the hooks makes Dynamo
+        recompile), so the trace is written now. False when a module step follows."""
+        if self._modules is None or not _dynamo_compiled():
+            return False
+        self._modules, self.recorded = None, self.active
+        profiler, self._profiler = self._profiler, None
+        self._add_dynamo(profiler)
+        profiler.stop()  # the timed steps are complete: this writes them (`_save`)
+        return True
+
+    @staticmethod
+    def _add_dynamo(profiler: Any) -> None:
+        report = dynamo_report()
+        if report is not None:
+            profiler.add_metadata_json(DYNAMO_KEY, json.dumps(report))
 
     def _save(self, prof: Any) -> None:
         self._remove_module_ranges()  # the recorded steps are done
@@ -357,7 +498,8 @@ class Session:
             self._time_step()
         else:
             self._profile_step()
-        if self.stop_after and self.steps >= self.warmup + self.active:
+        extra = self._recorder.recorded - self.active if self._recorder is not None else 0
+        if self.stop_after and self.steps >= self.warmup + self.active + extra:
             self.stopped = True
             self.finish()
             raise SystemExit(0)

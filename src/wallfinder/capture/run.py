@@ -76,14 +76,16 @@ class RunSettings:
     newest `memory_entries` allocations and frees) for a snapshot should the program run out
     of device memory. `stacks` records Python stacks in the profiler; None (the default)
     records them with `memory`, whose call sites are Python functions only with them.
-    `modules` puts a range around each `nn.Module` forward (the phase and module view; the
-    Python tracer of `stacks` records them itself)."""
+    `modules` (on by default) records one step more, after the timed steps, with a range
+    around each `nn.Module` forward: the module view's step, untimed, so the hooks' host time
+    is not in what the timed steps measure (the Python tracer of `stacks` records module
+    ranges itself)."""
 
     steps: int = 5
     warmup: int = 3
     memory: bool = False
     stacks: bool | None = None
-    modules: bool = False
+    modules: bool = True
     stop_after: bool = False
     timer_only: bool = False
     memory_entries: int = MEMORY_ENTRIES

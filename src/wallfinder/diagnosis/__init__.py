@@ -25,6 +25,14 @@ from wallfinder.diagnosis._checks import (
     STEP_TOLERANCE_S,
     SUM_TOLERANCE,
 )
+from wallfinder.diagnosis._compiled import (
+    CodeRegion,
+    CompiledCode,
+    DynamoBreak,
+    DynamoCompile,
+    DynamoRecord,
+    FusedKernel,
+)
 from wallfinder.diagnosis._counters import (
     COUNTERS_SCHEMA,
     CounterCheck,
@@ -133,7 +141,9 @@ __all__ = [
     "Calculation",
     "CategoryChange",
     "ClassShare",
+    "CodeRegion",
     "CollectiveRow",
+    "CompiledCode",
     "CounterCheck",
     "CounterKernel",
     "CounterReport",
@@ -145,8 +155,12 @@ __all__ = [
     "Diagnosis",
     "DiagnosisDiff",
     "DroppedStep",
+    "DynamoBreak",
+    "DynamoCompile",
+    "DynamoRecord",
     "Finding",
     "FindingChange",
+    "FusedKernel",
     "FusionCandidate",
     "JobSummary",
     "KernelRow",

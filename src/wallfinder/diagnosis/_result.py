@@ -15,6 +15,7 @@ from wallfinder.diagnosis._base import (
     _upgrade_memory_findings,
 )
 from wallfinder.diagnosis._checks import _violations
+from wallfinder.diagnosis._compiled import CompiledCode
 from wallfinder.diagnosis._counters import CounterReport
 from wallfinder.diagnosis._memory import DeviceMemoryProfile, MemoryProfile
 from wallfinder.diagnosis._parallel import Parallelism
@@ -143,6 +144,9 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     parallelism: Parallelism | None = None
     """The parallelism strategies the trace shows, with their evidence (null: not computed,
     or a diagnosis saved before it was kept)."""
+    compiled: CompiledCode | None = None
+    """torch.compile in the trace: compiled and eager regions, fused kernels, the compile
+    (one-off), Dynamo's own counts (null: no compiled code, or saved before it was kept)."""
     not_computed: dict[str, str] = {}
     """The optional views an internal error left out (a bug in wallfinder, never in the
     input), each with why: {"modules": "internal error: KeyError 'x'; rerun with --debug"}.

@@ -34,6 +34,7 @@ from wallfinder.diagnosis import (
     StepTimeline,
 )
 from wallfinder.report import _format as fmt
+from wallfinder.report._compiled import compiled_head, compiled_lines
 from wallfinder.report._figures import (
     CLASS_COLOR,
     COUNTER_PLOT,
@@ -235,6 +236,8 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "job": _job_view(d.job) if d.job is not None else None,
         "parallelism_head": parallelism_head(d),
         "parallelism": parallelism_lines(d),
+        "compiled_head": compiled_head(d),
+        "compiled": compiled_lines(d),
         "not_computed": fmt.not_computed_lines(d),
         "memory": _memory_view(d, figures),
         "phases": [

@@ -11,6 +11,7 @@ import re
 
 from wallfinder.diagnosis import CounterReport, Diagnosis
 from wallfinder.report import _format as fmt
+from wallfinder.report._compiled import compiled_head, compiled_lines
 from wallfinder.report._parallel import parallelism_head, parallelism_lines
 
 __all__ = ["render_counters_markdown", "render_markdown"]
@@ -66,6 +67,7 @@ def render_markdown(d: Diagnosis) -> str:
     ]
     out += _job(d)
     out += _parallelism(d)
+    out += _compiled(d)
     out += _counters(d)
     if d.not_computed:
         out += ["", *(f"- **{text(line)}**" for line in fmt.not_computed_lines(d))]
@@ -130,6 +132,13 @@ def _what_if(d: Diagnosis) -> list[str]:
         "|---|---|---|---|",
         *(f"| {' | '.join(text(c) for c in row)} |" for row in rows),
     ]
+
+
+def _compiled(d: Diagnosis) -> list[str]:
+    head = compiled_head(d)
+    if not head:
+        return []
+    return ["", f"**{text(head)}**", "", *(f"- {text(line)}" for line in compiled_lines(d))]
 
 
 def _parallelism(d: Diagnosis) -> list[str]:

@@ -13,6 +13,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from wallfinder.diagnosis import Calculation, Diagnosis, KernelRow, OpRow, Steps
+from wallfinder.report._compiled import compiled_head, compiled_lines
 from wallfinder.report._format import (
     COLLECTIVE_COLUMNS,
     CPU_IDLE_LABEL,
@@ -104,6 +105,8 @@ def _parts(d: Diagnosis) -> Iterator[RenderableType | None]:
         yield from _job(d)
     if d.parallelism is not None:
         yield _parallelism(d)
+    if d.compiled is not None:
+        yield _compiled(d)
     if d.counters is not None:
         from wallfinder.report.counters import counter_parts
 
@@ -737,6 +740,14 @@ def _parallelism(d: Diagnosis) -> Hanging:
     """The strategies and their evidence, each item's wrapped lines under its indent."""
     text = Text(parallelism_head(d), style="bold")
     for line in parallelism_lines(d):
+        text.append(f"\n  {line}", style="")
+    return Hanging(text)
+
+
+def _compiled(d: Diagnosis) -> Hanging:
+    """torch.compile's regions, kernels and counts, each item's wrapped lines indented."""
+    text = Text(compiled_head(d), style="bold")
+    for line in compiled_lines(d):
         text.append(f"\n  {line}", style="")
     return Hanging(text)
 

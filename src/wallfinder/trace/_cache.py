@@ -234,6 +234,8 @@ class _Header(msgspec.Struct):
     cut_step: str | None
     events: list[_Column]
     memory: list[_Column]
+    dynamo: dict[str, Any] | None = None
+    module_step: str | None = None
 
 
 _decode_header = msgspec.msgpack.Decoder(_Header).decode
@@ -307,6 +309,8 @@ def _load(fd: int, key: str, source: str) -> Trace:
         memory=MemoryEvents(**memory),
         warnings=header.warnings,
         cut_step=header.cut_step,
+        dynamo=header.dynamo,
+        module_step=header.module_step,
     )
 
 
@@ -375,6 +379,8 @@ def _save(target: Path, key: str, trace: Trace) -> None:
         cut_step=trace.cut_step,
         events=specs["events"],
         memory=specs["memory"],
+        dynamo=trace.dynamo,
+        module_step=trace.module_step,
     )
     # Offsets depend on the header's length, which depends on the offsets' digits: place the
     # columns after room for the header with offsets of the widest encoding.

@@ -85,3 +85,9 @@ class Header(msgspec.Struct):
     wallfinder_cut_step: str | None = None
     """Written by wallfinder's capture when the program stopped inside a profiled step: the
     `ProfilerStep#N` that was cut short."""
+    wallfinder_module_step: str | None = None
+    """Written by wallfinder's capture: the `ProfilerStep#N` recorded with module ranges after
+    the timed steps (not a timed step)."""
+    wallfinder_dynamo: dict[str, object] | None = None
+    """Written by `wallfinder run` when the program used torch.compile: what Dynamo counted
+    (`trace.dynamo`)."""

@@ -232,6 +232,12 @@ class Trace:
     warnings: list[str] = field(default_factory=list)
     cut_step: str | None = None
     """The `ProfilerStep#N` the program stopped inside, when wallfinder's capture says so."""
+    module_step: str | None = None
+    """The `ProfilerStep#N` wallfinder's capture recorded with module ranges after the timed
+    steps: the module view's step, never a timed one."""
+    dynamo: dict[str, object] | None = None
+    """What Dynamo counted in the program, when `wallfinder run` recorded it (the JSON
+    object as written: `analysis.compiled` reads it as a `diagnosis.DynamoRecord`)."""
     format: str = "kineto"
     """What wrote the trace: the name of its reader (`trace.readers`), "kineto"
     (torch.profiler) or "nsys" (an Nsight Systems export)."""

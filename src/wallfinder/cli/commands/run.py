@@ -42,9 +42,9 @@ Steps are counted by optimizer.step() (the first optimizer's, when there are sev
 first step is always a warm-up step. The program's exit code is passed on.
 
 What is recorded, and what it costs (README, "What `wallfinder run` records"): input shapes
-always (the roofline needs them); a range around each nn.Module forward for the module view
-only with --modules (tens of µs per module call, which would add to the host overhead the
-verdict measures); Python stacks only
+always (the roofline needs them); a range around each nn.Module forward for the module view,
+in one extra step after the timed ones (--no-modules leaves it out: the ranges cost tens of
+µs per module call, kept out of the steps the verdict measures); Python stacks only
 with --stacks or --memory (the profiler's Python tracer: often tens of percent of host time,
 which would inflate the host overhead the verdict measures).
 
@@ -90,8 +90,8 @@ def prepare_parser(parser: argparse.ArgumentParser) -> None:
         "--modules",
         action=argparse.BooleanOptionalAction,
         default=DEFAULTS.modules,
-        help="a range around each nn.Module forward, for the module view; tens of µs per "
-        "module call, added to the host time the verdict measures (default: off)",
+        help="one extra step after the timed ones with a range around each nn.Module "
+        "forward, for the module view (the timed steps run without them; default: on)",
     )
     parser.add_argument(
         "--stop-after",

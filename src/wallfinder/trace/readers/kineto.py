@@ -241,6 +241,8 @@ def _build(
         process_labels=assembler.process_labels,
         memory=memory,
         cut_step=header.wallfinder_cut_step,
+        dynamo=header.wallfinder_dynamo,
+        module_step=header.wallfinder_module_step,
         warnings=[assembler.join_note] if assembler.join_note else [],
     )
     _check_activity(trace)
