@@ -251,13 +251,15 @@ def test_trace_without_profiler_steps_sets_its_start_up_aside() -> None:
 def test_first_launches_loading_code_are_start_up_not_launch_latency() -> None:
     # No markers, no optimizer: the annotated sequence of ten norm layers repeats 3 times.
     # The first iteration holds 1.09 s of first launches loading code objects (the slowest a
-    # reduce kernel's first hipLaunchKernel, 21.69 ms; later launches take 3-10 µs): start-up,
-    # set aside with its iteration. It was "launch latency", and the launch-bound bound 35.26x.
+    # reduce kernel's first hipLaunchKernel, 21.69 ms; later launches take 3-10 µs), and 66 ms
+    # more of host work inside the ops around them (the one-off stretch is the op that loads,
+    # issue 33): start-up, set aside with its iteration. It was "launch latency", and the
+    # launch-bound bound 35.26x.
     _, d = loaded(real_trace("tracelens/mi300x_normalization_layers.json.gz"))
     assert d.steps.source == "repeated annotations (no ProfilerStep)"
     first = d.breakdown.steps[0]
     assert first.warmup
-    assert first.idle_causes_s["startup"] == pytest.approx(1.090, abs=0.005)
+    assert first.idle_causes_s["startup"] == pytest.approx(1.156, abs=0.005)
     assert first.idle_causes_s["launch_latency"] < 1e-3
     causes = d.breakdown.idle_causes
     assert causes["startup"] == 0.0
