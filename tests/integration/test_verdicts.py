@@ -86,7 +86,8 @@ VERDICTS = [
     row(
         "hta/v100_ns_resolution_rank0.json.gz",
         "compute",
-        "matmul-bound (how near peak: unknown)",
+        # Its convolutions carry no shapes: their bound is unknown, as a GEMM's (issue 33).
+        "matmul-bound (GEMM bound unknown: no shapes)",
         "fusable-pointwise",
     ),
     # Two ranks of a 128-rank job, analysed as one job: idle with work queued 32% (the waits

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
+from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_kernel, classify_op
 
 K = KernelClass
 
@@ -127,11 +127,12 @@ def test_unknown_kernel_name_is_other() -> None:
     assert classify_kernel("") is K.OTHER
 
 
-def test_every_class_value_is_one_of_the_ten_names() -> None:
+def test_every_class_value_is_one_of_the_eleven_names() -> None:
     assert {c.value for c in KernelClass} == {
         "gemm",
         "attention",
         "convolution",
+        "depthwise_conv",
         "elementwise",
         "reduction",
         "normalization",
@@ -225,3 +226,16 @@ def test_a_cutlass_gemm_built_by_fbgemm_is_still_gemm() -> None:
 )
 def test_fbgemm_embedding_and_permute_ops_get_their_class(name: str, expected: KernelClass) -> None:
     assert classify_op(name) is expected
+
+
+def test_depthwise_convolutions_are_their_own_class_not_a_matmul() -> None:
+    """Depthwise kernels are stencils per channel, memory-bound, with no tensor cores: not a
+    matmul class (issue 33). The native kernels and their op by name."""
+    for name in (
+        "void at::native::(anonymous namespace)::conv_depthwise2d_forward_kernel<5, float, int>",
+        "void at::native::(anonymous namespace)::conv_depthwise2d_grad_weight_kernel<float>",
+    ):
+        assert classify_kernel(name) is K.DEPTHWISE
+    assert classify_op("aten::_conv_depthwise2d") is K.DEPTHWISE
+    assert K.DEPTHWISE not in MATMUL_CLASSES
+    assert classify_kernel("implicit_convolve_sgemm") is K.CONVOLUTION

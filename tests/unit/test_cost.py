@@ -26,7 +26,7 @@ from wallfinder.trace.args import read_op_args
 BF16, FP16, FP32, FP8, I64 = "c10::BFloat16", "c10::Half", "float", "c10::Float8_e4m3fn", "long int"
 MODELS = {
     "gemm", "conv", "attention", "norm", "softmax", "elementwise", "reduction", "embedding",
-    "loss", "optimizer", "copy",
+    "loss", "optimizer", "copy", "grouped_conv",
 }  # fmt: skip
 
 
@@ -119,9 +119,35 @@ def test_grouped_strided_conv2d() -> None:
     out = (32 + 2 * 1 - 1 * (3 - 1) - 1) // 2 + 1  # 16
     assert c.flops == 2 * 8 * 32 * (16 // 2) * 3 * 3 * out * out
     assert c.bytes == (8 * 16 * 32 * 32 + 32 * 8 * 3 * 3 + 8 * 32 * out * out) * 2
-    assert c.model == "conv"
+    # Two groups: a grouped convolution, not a tensor-core matmul.
+    assert c.model == "grouped_conv"
     # Without Concrete Inputs the output size is unknown: no cost.
     assert cost("aten::convolution", dims, CONV_TYPES) is None
+
+
+def test_depthwise_conv_is_costed_with_its_groups_and_is_memory_bound() -> None:
+    """FLOPs = 2·N·C_out·H_out·W_out·(C_in/groups)·K_h·K_w; bytes of input, weight, output.
+    A 3×3 depthwise convolution in fp32 has AI ≈ 2 (issue 33)."""
+    n, c, h, k = 32, 256, 56, 3
+    dims = [[n, c, h, h], [c, 1, k, k], [], [], [], [], []]
+    concrete = ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", str(c)]
+    conv2d = known("aten::conv2d", dims, [FP32, FP32, *CONV_TYPES[2:7]], concrete)
+    assert conv2d.flops == 2 * n * c * h * h * (c // c) * k * k
+    assert conv2d.bytes == (2 * n * c * h * h + c * k * k) * 4
+    assert conv2d.model == "grouped_conv"
+    assert 2.0 < conv2d.flops / conv2d.bytes < 2.3
+    # The native CUDA kernels' op records no groups: a depthwise op has one per channel.
+    native = known(
+        "aten::_conv_depthwise2d",
+        [[n, c, h, h], [c, 1, k, k], [], [], [], [], []],
+        [FP32, FP32, "ScalarList", "", "ScalarList", "ScalarList", "ScalarList"],
+        ["", "", f"[{k}, {k}]", "", "[1, 1]", "[1, 1]", "[1, 1]"],
+    )
+    assert (native.flops, native.bytes, native.model) == (
+        conv2d.flops,
+        conv2d.bytes,
+        "grouped_conv",
+    )
 
 
 def test_transposed_conv_counts_input_positions() -> None:

@@ -15,6 +15,9 @@ class KernelClass(str, Enum):
     GEMM = "gemm"
     ATTENTION = "attention"
     CONVOLUTION = "convolution"
+    DEPTHWISE = "depthwise_conv"
+    """A depthwise convolution (one group per channel): a stencil over each channel, memory-
+    bound (AI about 2 for a 3×3 in fp32), not a matmul: no tensor cores, no TF32."""
     ELEMENTWISE = "elementwise"
     REDUCTION = "reduction"
     NORMALIZATION = "normalization"
@@ -72,12 +75,17 @@ COMM_FAMILIES: tuple[tuple[str, tuple[str, ...], str], ...] = (
 A kernel matching one is communication, so that overlapped transfers stay hidden and exposed
 ones count as exposed communication, not as compute."""
 
+_DEPTHWISE = ("depthwise", "dwconv", "dw_conv")
+"""Depthwise convolution kernels and ops: PyTorch's native `conv_depthwise2d_*` kernels
+(`aten::_conv_depthwise2d`), MIOpen's depthwise op, cuDNN/CUTLASS `dwconv` kernels."""
+
 _KERNEL_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
     (KernelClass.COMMUNICATION, tuple(p for _, patterns, _ in COMM_FAMILIES for p in patterns)),
     (
         KernelClass.ATTENTION,
         ("flash", "fmha", "attention", "attn", "sdpa", "xformers", "mha_fwd", "mha_bwd"),
     ),
+    (KernelClass.DEPTHWISE, _DEPTHWISE),
     (
         KernelClass.CONVOLUTION,
         (
@@ -226,6 +234,7 @@ _OP_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
         KernelClass.ATTENTION,
         ("scaled_dot_product", "flash_attention", "efficient_attention", "_flash_", "attention"),
     ),
+    (KernelClass.DEPTHWISE, _DEPTHWISE),
     (KernelClass.CONVOLUTION, ("conv", "cudnn_convolution", "miopen_convolution")),
     (
         KernelClass.GEMM,

@@ -3,6 +3,7 @@ and the causes of idle time."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -346,6 +347,15 @@ def idle_pieces(
     launch = np.where(has_next, dev.launch_ts[nxt], NO_LAUNCH)
     launched = np.where(has_next, dev.launch_end[nxt], NO_LAUNCH)
     thread = np.where(has_next, dev.launch_thread[nxt], NONE)
+    # A gap no recorded launch ends (past the device's last op, or before an op whose launch
+    # was not recorded) is still the host's while its thread works through it: a loop on CPU
+    # tensors after the last kernel leaves the GPU idle by design, and the ops it runs are host
+    # work, not time the trace cannot explain. The whole gap is read as a host wait on the
+    # thread that launched the work before it.
+    blind = launch == NO_LAUNCH
+    before = np.searchsorted(op_starts, gap_start, side="left") - 1
+    last_thread = np.where(before >= 0, dev.launch_thread[np.maximum(before, 0)], NONE)
+    thread = np.where(blind, last_thread, thread)
     # A launch that loaded its code, or one made inside a one-off stretch (a library's first
     # call, a compile): the GPU's wait for its launch path is start-up.
     one_off = has_next & (dev.one_off[nxt] | dev.one_offs.holds(thread, launch))
@@ -365,11 +375,14 @@ def idle_pieces(
     g0 = gap_start[owner]
     lt = launch[owner]
     known = lt != NO_LAUNCH
+    blind_host = ~known & (thread[owner] != NONE)
     # A one-off launch queues nothing until its call returns: the GPU waits for the code to
     # load even when the call began before the gap.
     first = one_off[owner]
     queued = known & (np.where(first, launched[owner], lt) < g0 - slack.queued_ns)
-    host_end = np.where(known, np.clip(lt, piece_start, piece_end), piece_start)
+    host_end = np.where(
+        known, np.clip(lt, piece_start, piece_end), np.where(blind_host, piece_end, piece_start)
+    )
     # The launch path: the call itself, then at most `queued_ns` until the work starts.
     # Past that the work sat launched while the GPU waited on something else.
     path_end = np.clip(launched[owner] + slack.queued_ns, host_end, piece_end)
@@ -378,7 +391,7 @@ def idle_pieces(
     out["startup"] += np.where(late & first, path_end - host_end, 0)
     out["dependency_wait"] += np.where(queued, piece_end - piece_start, 0)
     out["dependency_wait"] += np.where(late, piece_end - path_end, 0)
-    out["other"] += np.where(known, 0, piece_end - piece_start)
+    out["other"] += np.where(known | blind_host, 0, piece_end - piece_start)
 
     host = host_end > piece_start
     if host.any():
@@ -392,6 +405,7 @@ def idle_pieces(
             out,
             slack.drain_ns,
             dev.one_offs,
+            blind_host[host],
         )
     op = np.where(has_next, nxt, -1).astype(np.intp)
     return IdlePieces(piece_start, piece_end, window, out, host_end, thread[owner], op[owner])
@@ -407,17 +421,21 @@ def _attribute_host_waits(
     out: dict[str, npt.NDArray[np.float64]],
     drain_ns: int,
     one_offs: OneOffs,
+    blind: npt.NDArray[np.bool_],
 ) -> None:
     """Split each host wait [a, b) (of idle piece `piece`) by what the launching thread was
     doing (`drain_ns`: `SlackThresholds.drain_ns`). A one-off stretch of the thread
     (`one_offs`) comes first: whatever it holds (a first cudaFree, a cudaMalloc, its own
-    work), the GPU waits for it once per run."""
+    work), the GPU waits for it once per run. A `blind` wait (no recorded launch ends it) is
+    read without the thread's generic ranges and Python frames: one around it (a benchmark's
+    whole-run range, the script's main frame) does not say the thread was busy when no launch
+    shows it was about to issue work; its ops and runtime calls do."""
     threads = np.unique(thread)
     # Per kind of host row, each sorted by start and read in place: its ends, its category
     # and its launching thread (the index in `threads`; -1 for the other threads). A
     # coverage is the union of those of each kind's chosen rows (on a large trace a copy of
     # the rows, or a sort of them all, is tens of MB).
-    kinds: list[tuple[I64, I64, npt.NDArray[np.int8], npt.NDArray[np.integer[Any]]]] = []
+    kinds: list[tuple[I64, I64, npt.NDArray[np.int8], npt.NDArray[np.integer[Any]], bool]] = []
     for kind in (Kind.CPU_OP, Kind.ANNOTATION, Kind.PYTHON, Kind.RUNTIME):
         rows = trace.of_kind(kind)
         if len(rows) == 0:
@@ -426,14 +444,23 @@ def _attribute_host_waits(
         for i, t in enumerate(threads.tolist()):
             if t >= 0:  # (NONE: the gap's work was launched from no recorded thread)
                 which[thread_mask(rows.pid, rows.tid, t)] = i
-        kinds.append((rows.ts, rows.end, host_categories(trace, rows.name), which))
+        spans = kind in (Kind.ANNOTATION, Kind.PYTHON)
+        kinds.append((rows.ts, rows.end, host_categories(trace, rows.name), which, spans))
 
-    def covering(i: int, upto: int, only: bool = False) -> Coverage:
+    def covering(i: int, upto: int, only: bool = False, ops: bool = False) -> Coverage:
         """Thread `i`'s host rows of category `upto` (`only`), or of it and those below (and
-        the thread's one-off stretches, below them all)."""
+        the thread's one-off stretches, below them all); with `ops`, no range or Python frame
+        of other host work (3): those of the DataLoader, a sync or a collective still say
+        what the thread did."""
         parts = [
-            Coverage.of_sorted(ts, end, (which == i) & ((cat == upto) if only else (cat <= upto)))
-            for ts, end, cat, which in kinds
+            Coverage.of_sorted(
+                ts,
+                end,
+                (which == i)
+                & ((cat == upto) if only else (cat <= upto))
+                & ~(ops & spans & (cat == 3)),
+            )
+            for ts, end, cat, which, spans in kinds
         ]
         if not only:
             parts.append(once[i])
@@ -443,19 +470,21 @@ def _attribute_host_waits(
         Coverage.of(one_offs.start[one_offs.thread == t], one_offs.end[one_offs.thread == t])
         for t in threads.tolist()
     ]
-    for i, t in enumerate(threads.tolist()):
-        mine = thread == t
+    for (i, t), ops in itertools.product(enumerate(threads.tolist()), (False, True)):
+        mine = (thread == t) & (blind == ops)
+        if not mine.any():
+            continue
         pa, pb, pw = a[mine], b[mine], piece[mine]
         startup = once[i].covered(pa, pb)
         np.add.at(out["startup"], pw, startup)
         # A sync that drained the queue cost the GPU at most the time the host was blocked in
         # it: without the sync, the host's next work would have overlapped that much queued
         # GPU work. The wait past that is what the host did after the sync, split as any other.
-        blocked = covering(i, 1, only=True).lead(g0[mine], drain_ns)
+        blocked = covering(i, 1, only=True, ops=ops).lead(g0[mine], drain_ns)
         cut = np.clip(g0[mine] + blocked, pa, pb)
         # Time in the DataLoader is data loading even after a sync drained the queue: the GPU
         # would have run dry during a long wait for the next batch anyway.
-        data = covering(i, 0)
+        data = covering(i, 0, ops=ops)
         np.add.at(out["data_loading"], pw, data.covered(pa, pb) - startup)
         np.add.at(out["synchronization"], pw, (cut - pa) - data.covered(pa, cut))
         previous = data.covered(cut, pb)
@@ -463,7 +492,7 @@ def _attribute_host_waits(
         # Each cause takes what the host work up to its category covers past the ones before
         # (one coverage at a time: on a large trace each is tens of MB).
         for k, cause in enumerate(IDLE_CAUSES[1:4], start=1):
-            upto = covering(i, k).covered(cut, pb)
+            upto = covering(i, k, ops=ops).covered(cut, pb)
             np.add.at(out[cause], pw, upto - previous)
             previous = upto
         np.add.at(out["other"], pw, (pb - cut) - previous)

@@ -43,15 +43,17 @@ NS = 1e-9
 TOP_OPS = 15
 MORE_OPS = 2000
 """Costed op signatures kept beyond the top `TOP_OPS` (the roofline plot's other points)."""
-_CLASS_BOUND = {KernelClass.CONVOLUTION: "compute", KernelClass.ATTENTION: "compute"} | {
+_CLASS_BOUND = {KernelClass.ATTENTION: "compute"} | {
     c: "bandwidth"
     for c in KernelClass
     if c not in MATMUL_CLASSES and c not in (KernelClass.COMMUNICATION, KernelClass.OTHER)
 }
-"""The bound a kernel class has when its op has no cost model. A GEMM's is unknown: the same
-kernel family is compute-bound on a training batch and streams its weights in a decode step
-(small M), and only shapes tell; communication and other have none. A matmul-class kernel
-whose name says it is built for skinny shapes (`streams_operands`) is bandwidth-bound."""
+"""The bound a kernel class has when its op has no cost model. A GEMM's or a convolution's
+is unknown: the same kernel family is compute-bound on a training batch and streams its
+weights in a decode step (small M), and a convolution's groups, channels and kernel size
+decide its AI (a depthwise one is about 2), and only shapes tell; communication and other
+have none. A matmul-class kernel whose name says it is built for skinny shapes
+(`streams_operands`) is bandwidth-bound; a depthwise kernel (its own class) is too."""
 _MATMUL_MODELS = ("gemm", "conv", "attention")
 """The cost models of matmul-class ops (the FLOPs MFU counts)."""
 _MATMUL = np.array([c in MATMUL_CLASSES for c in CLASSES])

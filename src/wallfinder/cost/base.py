@@ -24,7 +24,8 @@ class Cost:
     main inputs ("fp64", "fp32", "bf16", "fp16", "fp8", "int8" have datasheet peaks; integer
     and bool tensors give keys such as "int64"); a trace cannot show TF32, so fp32 matmuls say
     "fp32". `model` names the cost model that produced it: "gemm", "conv", "attention", "norm",
-    "softmax", "elementwise", "reduction", "embedding", "loss", "optimizer" or "copy".
+    "softmax", "elementwise", "reduction", "embedding", "loss", "optimizer", "copy", or
+    "grouped_conv" (a grouped or depthwise convolution: no tensor-core matmul).
     """
 
     flops: float

@@ -9,6 +9,8 @@ Backward (`convolution_backward`): the gradient of the input and the gradient of
 each cost one forward convolution, so both together (the usual output mask) are 2× forward.
 flop_counter counts the weight gradient of a grouped convolution `groups` times too high (it
 multiplies by the full C_in·C_out); this model does not.
+
+A grouped or depthwise convolution's cost says model "grouped_conv": not a tensor-core matmul.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from wallfinder.cost.base import Cost, Model, make_cost
 from wallfinder.trace import OpArgs, Tensor
 
 MODEL = "conv"
+GROUPED = "grouped_conv"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Signature:
     groups: int | None
     output_padding: int | None = None
     transposed: int | bool = False  # a position, or the fixed answer for this op
+    depthwise: bool = False  # one group per input channel, which the op does not record
 
 
 _CONVOLUTION = Signature(
@@ -49,6 +53,9 @@ _CUDNN_TRANSPOSE = Signature(
 )
 _MIOPEN = Signature(bias=2, padding=3, stride=4, dilation=5, groups=6)  # also mkldnn
 _SLOW = Signature(bias=3, stride=4, padding=5, dilation=None, groups=None)
+# `_conv_depthwise2d(self, weight, kernel_size, bias, stride, padding, dilation)`, the native
+# CUDA depthwise kernels' op (`conv_depthwise3d` likewise): groups = C_in.
+_DEPTHWISE = Signature(bias=3, stride=4, padding=5, dilation=6, groups=None, depthwise=True)
 _MIOPEN_TRANSPOSE = Signature(
     bias=2, padding=3, output_padding=4, stride=5, dilation=6, groups=7, transposed=True
 )
@@ -94,7 +101,7 @@ def convolution(sig: Signature, args: OpArgs) -> Cost | None:
     stride = _spatial(args, sig.stride, rank, None)
     padding = _spatial(args, sig.padding, rank, None)
     dilation = _spatial(args, sig.dilation, rank, None) if sig.dilation is not None else (1,) * rank
-    groups = args.integer(sig.groups) if sig.groups is not None else 1
+    groups = args.integer(sig.groups) if sig.groups is not None else c_in if sig.depthwise else 1
     if transposed is None or stride is None or dilation is None or padding is None:
         return None
     if groups is None or groups < 1 or min(stride) < 1 or min(dilation) < 1:
@@ -128,7 +135,14 @@ def convolution(sig: Signature, args: OpArgs) -> Cost | None:
         out_numel = n * w.shape[1] * groups * math.prod(out)
     bias = args.tensor(sig.bias) if sig.bias is not None else None
     reads = x.nbytes + w.nbytes + (bias.nbytes if bias is not None else 0)
-    return make_cost(flops, reads + out_numel * x.itemsize, x.dtype, MODEL)
+    return make_cost(flops, reads + out_numel * x.itemsize, x.dtype, _model(groups))
+
+
+def _model(groups: int) -> str:
+    """A grouped (or depthwise) convolution is "grouped_conv": each group is a matmul too
+    narrow for the tensor cores (a depthwise one has AI ≈ k²/(2·itemsize), about 2 for a 3×3 in
+    fp32), so neither its FLOPs nor TF32 advice are a matmul's."""
+    return MODEL if groups == 1 else GROUPED
 
 
 def convolution_backward(args: OpArgs) -> Cost | None:
@@ -174,7 +188,9 @@ def convolution_backward(args: OpArgs) -> Cost | None:
         writes += w.nbytes
     if grad_bias:
         writes += c_out * grad.itemsize
-    return make_cost(flops, reads + writes, grad.dtype, MODEL)
+    # The weight's channel count against the input's gives the groups.
+    groups = (c_out if transposed else c_in) // w1
+    return make_cost(flops, reads + writes, grad.dtype, _model(groups))
 
 
 _FORWARD: dict[str, Signature] = {
@@ -192,6 +208,8 @@ _FORWARD: dict[str, Signature] = {
     "aten::miopen_depthwise_convolution": _MIOPEN,
     "aten::miopen_convolution_transpose": _MIOPEN_TRANSPOSE,
     "aten::mkldnn_convolution": _MIOPEN,
+    "aten::_conv_depthwise2d": _DEPTHWISE,
+    "aten::conv_depthwise3d": _DEPTHWISE,
     "aten::thnn_conv2d": _SLOW,
     "aten::_slow_conv2d_forward": _SLOW,
 }

@@ -34,6 +34,7 @@ CLASS_COLOR = {
     "gemm": "#1f77b4",
     "attention": "#6f42c1",
     "convolution": "#0f8b8d",
+    "depthwise_conv": "#7fc4c5",
     "elementwise": "#ff7f0e",
     "reduction": "#c9a227",
     "normalization": "#e377c2",

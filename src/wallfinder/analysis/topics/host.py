@@ -4,6 +4,7 @@ overhead on the CPU, and device memory allocated and freed every step."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from wallfinder.analysis.critpath import Change
 from wallfinder.analysis.findings import (
@@ -117,14 +118,18 @@ def _host_work_ranges(f: Facts) -> str:
     are left out where narrower ones say more."""
     assert f.dev is not None
     kinds = (Kind.ANNOTATION, Kind.CPU_OP)
-    ts, dur, name, pid, tid = f.trace.columns_of_kinds(kinds, "ts", "dur", "name", "pid", "tid")
+    ts, dur, name, pid, tid, kind = f.trace.columns_of_kinds(
+        kinds, "ts", "dur", "name", "pid", "tid", "kind"
+    )
+    thread = thread_key(pid, tid)
     window = np.searchsorted(f.scope.window_start, ts, side="right") - 1
     keep = (
         (window >= 0)
-        & np.isin(thread_key(pid, tid), f.dev.launch_thread)
+        & np.isin(thread, f.dev.launch_thread)
         & ~np.isin(name, f.trace.step_rows().name)
     )
     ts, dur, name, window = ts[keep], dur[keep], name[keep], window[keep]
+    thread, kind = thread[keep], kind[keep]
     end = np.minimum(ts + dur, f.scope.window_end[window])
     busy = f.busy
     idle = np.maximum((end - ts) - busy.covered(ts, end), 0)
@@ -143,6 +148,7 @@ def _host_work_ranges(f: Facts) -> str:
     steps = max(f.steps.count, 1)
     listed = ", ".join(
         f"{short_frame(f.trace.strings[int(codes[i])])} {ms_text(total[i] * 1e-9 / steps)}/step"
+        f"{_on_cpu(f, (inverse == i) & (kind == Kind.CPU_OP), ts, end, thread)}"
         for i in top
     )
     named = total[inverse] > 0
@@ -154,6 +160,25 @@ def _host_work_ranges(f: Facts) -> str:
         )
         listed = f"{listed}, and {untraced}" if listed else untraced
     return f"; the host was in {listed} while the GPU waited" if listed else ""
+
+
+def _on_cpu(
+    f: Facts,
+    rows: npt.NDArray[np.bool_],
+    ts: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64],
+    thread: npt.NDArray[np.int64],
+) -> str:
+    """ " (CPU tensors: ...)" when the CPU op calls at `rows` launched no device work: their
+    time is compute on the host (a loop on CPU tensors), which no launch-side fix shortens."""
+    assert f.dev is not None
+    if not rows.any():
+        return ""
+    launches = f.dev.launch_ts[np.isin(f.dev.launch_thread, thread[rows])]
+    calls = Coverage.of(ts[rows], end[rows])
+    if calls.covered(launches, launches + 1).any():
+        return ""
+    return " (launched no GPU work: compute on CPU tensors)"
 
 
 def _slow_launches(f: Facts, kernels: np.ndarray) -> str:
