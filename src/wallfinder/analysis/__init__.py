@@ -57,6 +57,7 @@ from wallfinder.analysis.roofline import (
 )
 from wallfinder.analysis.rules import claimed
 from wallfinder.analysis.scope import ModelFlops, Scope
+from wallfinder.analysis.serving import serving, serving_verdict
 from wallfinder.analysis.spikes import find_spikes
 from wallfinder.analysis.steps import (
     ANNOTATION_ITERATIONS,
@@ -92,6 +93,7 @@ from wallfinder.diagnosis import (
     KernelRow,
     MemoryProfile,
     Parallelism,
+    Serving,
     Spike,
     StepBreakdown,
     Steps,
@@ -196,6 +198,11 @@ def _diagnosed(
         diagnosis = msgspec.structs.replace(diagnosis, parallelism=up[PARALLELISM])
     if up[COMPILED] is not None:
         diagnosis = msgspec.structs.replace(diagnosis, compiled=up[COMPILED])
+    found = up[SERVING]
+    if found is not None:
+        diagnosis = msgspec.structs.replace(
+            diagnosis, serving=found, verdict=serving_verdict(diagnosis.verdict, found)
+        )
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None
         # (Contained here, not as a stage: it reads the finished diagnosis.)
@@ -360,6 +367,7 @@ MEMORY: View[_Upstream, MemoryProfile | None] = View(
 COMPILED: View[_Upstream, CompiledCode | None] = View(
     "compiled", lambda scope, up: compiled_code(scope)
 )
+SERVING: View[_Upstream, Serving | None] = View("serving", lambda scope, up: serving(scope))
 TYPICAL: Stage[_Upstream, Verdict] = Stage("verdict", _typical)
 CRITICAL_PATH: View[_Upstream, tuple[CriticalPath | None, WhatIf | None]] = View(
     "critical path", _critical_path, frees=True
@@ -377,6 +385,7 @@ STAGES: tuple[Stage[_Upstream, Any] | View[_Upstream, Any], ...] = (
     GRAPH,
     MEMORY,
     COMPILED,
+    SERVING,
     TYPICAL,
     CRITICAL_PATH,
 )

@@ -85,6 +85,13 @@ from wallfinder.diagnosis._result import (
     TraceMarks,
     WhatIfRow,
 )
+from wallfinder.diagnosis._serving import (
+    DecodeBandwidth,
+    IterationKind,
+    IterationKinds,
+    Serving,
+    ServingIteration,
+)
 from wallfinder.diagnosis._step import (
     Breakdown,
     CalculatedOp,
@@ -149,6 +156,7 @@ __all__ = [
     "CounterReport",
     "CpuActivity",
     "CriticalPath",
+    "DecodeBandwidth",
     "Device",
     "DeviceMemory",
     "DeviceMemoryProfile",
@@ -162,6 +170,8 @@ __all__ = [
     "FindingChange",
     "FusedKernel",
     "FusionCandidate",
+    "IterationKind",
+    "IterationKinds",
     "JobSummary",
     "KernelRow",
     "MatchCount",
@@ -190,6 +200,8 @@ __all__ = [
     "Question",
     "RankSummary",
     "Roofline",
+    "Serving",
+    "ServingIteration",
     "Spike",
     "StepBreakdown",
     "StepChange",

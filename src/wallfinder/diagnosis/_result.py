@@ -19,6 +19,7 @@ from wallfinder.diagnosis._compiled import CompiledCode
 from wallfinder.diagnosis._counters import CounterReport
 from wallfinder.diagnosis._memory import DeviceMemoryProfile, MemoryProfile
 from wallfinder.diagnosis._parallel import Parallelism
+from wallfinder.diagnosis._serving import Serving
 from wallfinder.diagnosis._step import (
     Breakdown,
     ClassShare,
@@ -147,6 +148,9 @@ class Diagnosis(_Base, frozen=True, kw_only=True):
     compiled: CompiledCode | None = None
     """torch.compile in the trace: compiled and eager regions, fused kernels, the compile
     (one-off), Dynamo's own counts (null: no compiled code, or saved before it was kept)."""
+    serving: Serving | None = None
+    """An LLM serving trace's engine iterations, prefill/decode, decode's MBU and the host
+    time between iterations (null: not a serving trace, or saved before it was kept)."""
     not_computed: dict[str, str] = {}
     """The optional views an internal error left out (a bug in wallfinder, never in the
     input), each with why: {"modules": "internal error: KeyError 'x'; rerun with --debug"}.

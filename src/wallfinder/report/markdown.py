@@ -13,6 +13,7 @@ from wallfinder.diagnosis import CounterReport, Diagnosis
 from wallfinder.report import _format as fmt
 from wallfinder.report._compiled import compiled_head, compiled_lines
 from wallfinder.report._parallel import parallelism_head, parallelism_lines
+from wallfinder.report._serving import serving_head, serving_lines
 
 __all__ = ["render_counters_markdown", "render_markdown"]
 
@@ -68,6 +69,7 @@ def render_markdown(d: Diagnosis) -> str:
     out += _job(d)
     out += _parallelism(d)
     out += _compiled(d)
+    out += _serving(d)
     out += _counters(d)
     if d.not_computed:
         out += ["", *(f"- **{text(line)}**" for line in fmt.not_computed_lines(d))]
@@ -139,6 +141,13 @@ def _compiled(d: Diagnosis) -> list[str]:
     if not head:
         return []
     return ["", f"**{text(head)}**", "", *(f"- {text(line)}" for line in compiled_lines(d))]
+
+
+def _serving(d: Diagnosis) -> list[str]:
+    head = serving_head(d)
+    if not head:
+        return []
+    return ["", f"**{text(head)}**", "", *(f"- {text(line)}" for line in serving_lines(d))]
 
 
 def _parallelism(d: Diagnosis) -> list[str]:

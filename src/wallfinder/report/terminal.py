@@ -60,6 +60,7 @@ from wallfinder.report._format import (
     what_if_cells,
 )
 from wallfinder.report._parallel import parallelism_head, parallelism_lines
+from wallfinder.report._serving import serving_head, serving_lines
 from wallfinder.report._table import Col, Row, fit_table
 
 DEFAULT_WIDTH = 100
@@ -107,6 +108,8 @@ def _parts(d: Diagnosis) -> Iterator[RenderableType | None]:
         yield _parallelism(d)
     if d.compiled is not None:
         yield _compiled(d)
+    if d.serving is not None:
+        yield _serving(d)
     if d.counters is not None:
         from wallfinder.report.counters import counter_parts
 
@@ -748,6 +751,14 @@ def _compiled(d: Diagnosis) -> Hanging:
     """torch.compile's regions, kernels and counts, each item's wrapped lines indented."""
     text = Text(compiled_head(d), style="bold")
     for line in compiled_lines(d):
+        text.append(f"\n  {line}", style="")
+    return Hanging(text)
+
+
+def _serving(d: Diagnosis) -> Hanging:
+    """The serving iterations, decode's MBU and the host's time, each item indented."""
+    text = Text(serving_head(d), style="bold")
+    for line in serving_lines(d):
         text.append(f"\n  {line}", style="")
     return Hanging(text)
 

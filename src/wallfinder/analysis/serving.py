@@ -1,0 +1,456 @@
+"""LLM serving traces: the engine's iterations, prefill or decode, decode against the memory
+bandwidth that bounds it.
+
+A serving engine's unit of work is an iteration: one forward pass over the running batch.
+They are found, in this order, from the engine's own ranges (vLLM's
+`execute_N_context_C(...)_generation_G(...)`, SGLang's `step[DECODE bs=B]`, `execute_model`,
+`forward_batch`), else from what each forward pass starts with: a CUDA/HIP graph launch (a
+decode iteration replayed from its graph) or the model's embedding lookup (an eager forward,
+whose token ids' shape says prefill or decode). A trace with a backward pass or an optimizer
+step is training, never serving.
+
+Decode reads every weight and the KV cache once per iteration for a handful of tokens: its
+bound is the memory bandwidth, and its measure MBU (bytes read per iteration / its time /
+peak bandwidth), the counterpart of prefill's MFU. The bytes are an estimate, said with their
+basis: weights from the eager forwards' linear layers (a graph replay records no shapes) or
+the user's parameter count, KV from the attention's K and V inputs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from wallfinder.analysis.gpu import GRAPH_LAUNCHES, breakdown
+from wallfinder.analysis.scope import Scope
+from wallfinder.analysis.steps import StepSpans, gpu_windows
+from wallfinder.diagnosis import (
+    DecodeBandwidth,
+    IterationKind,
+    IterationKinds,
+    Serving,
+    ServingIteration,
+    Verdict,
+)
+from wallfinder.trace import Events, Kind, Trace
+
+I64 = npt.NDArray[np.int64]
+NS = 1e-9
+
+SERVING_ITERATIONS = "serving iterations"
+
+_VLLM_EXECUTE = re.compile(
+    r"^execute_(\d+)_context_(\d+)\(sq(\d+)sk\d+.*?\)_generation_(\d+)\(sq(\d+)sk(\d+)"
+)
+"""vLLM's iteration range: tokens, then prefill (context) requests with their query tokens,
+then decode (generation) requests with theirs and their KV length."""
+_SGLANG_STEP = re.compile(r"^step\[(\w+)(?:\s+bs=(\d+))?")
+"""SGLang's iteration range: its forward mode (DECODE, EXTEND, MIXED, IDLE) and batch size."""
+_ENGINE_RANGE = re.compile(r"^(execute_model|forward_batch\w*|forward_(?:extend|decode)\w*)$")
+"""Engine ranges that mark an iteration without saying its kind."""
+_MODES: dict[str, IterationKind] = {
+    "decode": "decode",
+    "extend": "prefill",
+    "prefill": "prefill",
+    "mixed": "mixed",
+}
+_EMBEDDING = "aten::embedding"
+_LINEAR = "aten::linear"
+_ATTENTION = frozenset({"aten::scaled_dot_product_attention"})
+_GEMMS = frozenset({_LINEAR, "aten::mm", "aten::addmm", "aten::matmul", "aten::bmm"})
+_ENGINES = (("vllm/", "vLLM"), ("sglang/", "SGLang"))
+"""Python source paths that name the engine."""
+
+
+@dataclass(frozen=True)
+class _Found:
+    """Iterations on the host, in time order: where each starts, its kind where the evidence
+    says it, its tokens where recorded, whether a graph replayed it."""
+
+    start: I64
+    kind: list[IterationKind]
+    tokens: list[int | None]
+    graph: list[bool]
+    evidence: str
+
+
+def serving(scope: Scope) -> Serving | None:
+    """The scope's trace read as an LLM serving trace (None: it is not one)."""
+    trace = scope.trace
+    engine = _engine(trace)
+    if _training(trace):
+        return None
+    found = _engine_ranges(trace) or _forward_passes(trace)
+    if scope.dev is None or found is None:
+        if engine is None:
+            return None
+        return Serving(
+            engine=engine,
+            evidence=f"Python frames of {engine}'s sources",
+            note=(
+                f"{engine}'s front-end process, with no device work: its iterations run in "
+                "the engine core's worker process (profile that one, e.g. with "
+                "VLLM_TORCH_PROFILER_DIR or SGLang's /start_profile)"
+            ),
+        )
+    return _judged(scope, engine, found)
+
+
+def _engine(trace: Trace) -> str | None:
+    """The engine the trace's Python frames or ranges name (None: none named)."""
+    codes = trace.of_kind(Kind.PYTHON, Kind.ANNOTATION).name
+    names = [trace.strings[c] for c in np.unique(codes).tolist()]
+    for path, engine in _ENGINES:
+        if any(path in n for n in names):
+            return engine
+    if any(_SGLANG_STEP.match(n) for n in names):
+        return "SGLang"
+    return None
+
+
+def _training(trace: Trace) -> bool:
+    """The trace runs a backward pass or an optimizer step: training, not serving."""
+    codes = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION).name
+    return any(
+        "Backward" in (s := trace.strings[c]) or s.startswith("Optimizer.")
+        for c in np.unique(codes).tolist()
+    )
+
+
+def _engine_ranges(trace: Trace) -> _Found | None:
+    """Iterations from the engine's own ranges (the family with the most instances)."""
+    rows = trace.of_kind(Kind.ANNOTATION, Kind.CPU_OP)
+    families: dict[str, list[tuple[int, IterationKind, int | None]]] = {}
+    for code in np.unique(rows.name).tolist():
+        name = trace.strings[code]
+        parsed = _parse_range(name)
+        if parsed is None:
+            continue
+        family, kind, tokens = parsed
+        for ts in rows.ts[rows.name == code].tolist():
+            families.setdefault(family, []).append((int(ts), kind, tokens))
+    if not families:
+        return None
+    family = max(families, key=lambda f: len(families[f]))
+    found = sorted(families[family])
+    graphs = _graph_launches(trace)
+    start = np.array([f[0] for f in found], np.int64)
+    ends = np.concatenate([start[1:], [np.iinfo(np.int64).max]])
+    graph = [bool(((graphs >= a) & (graphs < b)).any()) for a, b in zip(start, ends, strict=True)]
+    kinds: list[IterationKind] = [
+        ("decode" if g else "unknown") if k == "unknown" else k
+        for (_, k, _), g in zip(found, graph, strict=True)
+    ]
+    return _Found(start, kinds, [f[2] for f in found], graph, f"the engine's {family} ranges")
+
+
+def _parse_range(name: str) -> tuple[str, IterationKind, int | None] | None:
+    """(family, kind, tokens) of an engine range's name; None: not one."""
+    m = _VLLM_EXECUTE.match(name)
+    if m is not None:
+        tokens, prefills, decodes = int(m[1]), int(m[2]), int(m[4])
+        kind: IterationKind = (
+            "mixed" if prefills and decodes else "prefill" if prefills else "decode"
+        )
+        return "execute_<tokens>_context_<n>_generation_<n>", kind, tokens
+    m = _SGLANG_STEP.match(name)
+    if m is not None:
+        return "step[<mode>]", _MODES.get(m[1].lower(), "unknown"), None
+    m = _ENGINE_RANGE.match(name)
+    if m is not None:
+        mode = next((k for k in _MODES if k in name.lower()), None)
+        return m[1], _MODES[mode] if mode else "unknown", None
+    return None
+
+
+def _graph_launches(trace: Trace) -> I64:
+    runtime = trace.named((Kind.RUNTIME,), trace.names_matching(GRAPH_LAUNCHES.__contains__))
+    return np.sort(runtime.ts.astype(np.int64))
+
+
+def _forward_passes(trace: Trace) -> _Found | None:
+    """Iterations from what each forward pass starts with: a graph launch (decode replayed)
+    or the model's embedding lookup (eager: one token per sequence is decode, more is
+    prefill). None unless the trace shows decode: graph replays of a model with an
+    embedding or attention, or an eager forward of one token per sequence."""
+    graphs = _graph_launches(trace)
+    ops = trace.of_kind(Kind.CPU_OP)
+    embedding = ops.take(np.flatnonzero(ops.name == trace.code_of(_EMBEDDING)))
+    gemm_ts = np.sort(ops.ts[np.isin(ops.name, _codes(trace, _GEMMS))].astype(np.int64))
+    rows: list[tuple[int, IterationKind, int | None, bool]] = [
+        (int(ts), "decode", None, True) for ts in graphs.tolist()
+    ]
+    last = None
+    for i in range(len(embedding)):
+        ts = int(embedding.ts[i])
+        # A second lookup before any matmul (a position embedding) is the same forward's.
+        if last is not None and not _between(gemm_ts, last, ts) and not _between(graphs, last, ts):
+            continue
+        last = ts
+        rows.append((ts, *_eager_kind(trace, embedding, i), False))
+    rows.sort()
+    eager_decode = any(k == "decode" and not g for _, k, _, g in rows)
+    llm = len(embedding) > 0 or bool(np.isin(ops.name, _codes(trace, _ATTENTION)).any())
+    if len(rows) < 2 or not (eager_decode or (graphs.size >= 2 and llm)):
+        return None
+    evidence = " and ".join(
+        w
+        for w, n in (
+            ("CUDA/HIP graph launches (decode replayed)", graphs.size),
+            (f"the model's first op ({_EMBEDDING}: its token ids)", len(embedding)),
+        )
+        if n
+    )
+    return _Found(
+        np.array([r[0] for r in rows], np.int64),
+        [r[1] for r in rows],
+        [r[2] for r in rows],
+        [r[3] for r in rows],
+        evidence,
+    )
+
+
+def _codes(trace: Trace, names: frozenset[str]) -> npt.NDArray[np.int32]:
+    return trace.names_matching(names.__contains__)
+
+
+def _between(sorted_ts: I64, a: int, b: int) -> bool:
+    return bool(np.searchsorted(sorted_ts, b) > np.searchsorted(sorted_ts, a, side="right"))
+
+
+def _eager_kind(trace: Trace, embedding: Events, i: int) -> tuple[IterationKind, int | None]:
+    """An eager forward's kind and tokens from its embedding's token ids: [batch, tokens]."""
+    args = trace.op_args(int(embedding.input_dims[i]), int(embedding.input_type[i]))
+    ids = args.tensor(1) if args is not None and args.size > 1 else None
+    if ids is None or ids.ndim == 0:
+        return "unknown", None
+    if ids.ndim == 1:  # flattened tokens (varlen engines): the kind is not in the shape
+        return "unknown", ids.numel
+    return ("decode" if ids.shape[-1] == 1 else "prefill"), ids.numel
+
+
+@dataclass(frozen=True)
+class _Bytes:
+    """What one eager forward's recorded shapes say it reads and computes."""
+
+    weights: float
+    kv: float
+    flops: float
+    dtype: str | None
+
+
+def _shapes(trace: Trace, start: I64, end: I64) -> list[_Bytes | None]:
+    """Per host span [start, end): the bytes of its linear layers' weights, of its
+    attention's K and V, and the linear layers' FLOPs (None: no linear layer recorded)."""
+    ops = trace.of_kind(Kind.CPU_OP)
+    linear = ops.take(np.flatnonzero(ops.name == trace.code_of(_LINEAR)))
+    attention = ops.take(np.flatnonzero(np.isin(ops.name, _codes(trace, _ATTENTION))))
+    out: list[_Bytes | None] = []
+    for a, b in zip(start.tolist(), end.tolist(), strict=True):
+        weights = flops = kv = 0.0
+        dtype = None
+        lo, hi = np.searchsorted(linear.ts, [a, b])
+        for j in range(int(lo), int(hi)):
+            args = trace.op_args(int(linear.input_dims[j]), int(linear.input_type[j]))
+            x, w = (args.tensor(0), args.tensor(1)) if args and args.size > 1 else (None, None)
+            if x is None or w is None or w.ndim != 2:
+                continue
+            weights += w.nbytes
+            flops += 2.0 * (x.numel // max(x.shape[-1], 1)) * w.shape[0] * w.shape[1]
+            dtype = w.dtype
+        lo, hi = np.searchsorted(attention.ts, [a, b])
+        for j in range(int(lo), int(hi)):
+            args = trace.op_args(int(attention.input_dims[j]), int(attention.input_type[j]))
+            for t in (args.tensor(1), args.tensor(2)) if args and args.size > 2 else ():
+                kv += t.nbytes if t is not None else 0
+        out.append(_Bytes(weights, kv, flops, dtype) if weights > 0 else None)
+    return out
+
+
+def _judged(scope: Scope, engine: str | None, found: _Found) -> Serving:
+    trace, dev = scope.trace, scope.gpu
+    host = trace.extent(Kind.CPU_OP, Kind.RUNTIME, Kind.ANNOTATION, Kind.PYTHON)
+    last = max(host[1] if host else 0, int(found.start[-1]) + 1)
+    cpu_end = np.concatenate([found.start[1:], [last]]).astype(np.int64)
+    labels = [f"iteration {k}" for k in range(found.start.size)]
+    spans = StepSpans(labels, found.start, cpu_end, SERVING_ITERATIONS)
+    start, end = gpu_windows(spans, dev.ops, dev.launch_ts)
+    wb = breakdown(trace, dev, start, end, scope.thresholds.slack)
+    duration = (end - start).astype(np.float64) * NS
+    idle = wb.idle.astype(np.float64) * NS
+    busy = duration - idle
+    # The first iteration of a kind whose time is mostly one-off start-up (library set-up,
+    # code loading on first launches) is set aside: it says nothing of the steady ones.
+    startup = wb.idle_causes.get("startup", np.zeros(start.size)) * NS
+    first = np.zeros(start.size, dtype=bool)
+    first[[found.kind.index(k) for k in set(found.kind)]] = True
+    warmup = first & (startup > 0.5 * duration)
+    shapes = _shapes(trace, found.start, cpu_end)
+    iterations = [
+        ServingIteration(
+            kind=found.kind[i],
+            start_s=float(start[i] - start[0]) * NS,
+            duration_s=float(duration[i]),
+            busy_s=float(busy[i]),
+            tokens=found.tokens[i],
+            graph=found.graph[i],
+            warmup=bool(warmup[i]),
+        )
+        for i in range(start.size)
+    ]
+    kinds = []
+    for kind in ("prefill", "decode", "mixed", "unknown"):
+        every = [i for i in range(start.size) if found.kind[i] == kind]
+        if not every:
+            continue
+        mine = [i for i in every if not warmup[i]] or every
+        tokens = [found.tokens[i] for i in mine]
+        kinds.append(
+            IterationKinds(
+                kind=kind,
+                count=len(every),
+                time_s=float(duration[mine].sum()),
+                median_s=float(np.median(duration[mine])),
+                busy_s=float(busy[mine].sum()),
+                tokens=sum(t for t in tokens if t is not None) if None not in tokens else None,
+                warmup=len(every) - len(mine),
+            )
+        )
+    steady = ~warmup if (~warmup).any() else np.ones(start.size, dtype=bool)
+    total = float(duration[steady].sum()) or 1.0
+    decodes = [i for i in range(start.size) if found.kind[i] == "decode" and steady[i]]
+    mfu, mfu_basis = _prefill(scope, found, shapes, np.where(steady, duration, 0.0))
+    return Serving(
+        engine=engine,
+        evidence=found.evidence,
+        iterations=iterations,
+        kinds=kinds,
+        decode=_decode(scope, found, shapes, duration, busy, decodes),
+        prefill_mfu=mfu,
+        prefill_basis=mfu_basis,
+        host_share=float(idle[steady].sum()) / total,
+        host_causes={
+            k: float(v[steady].sum()) * NS / total
+            for k, v in wb.idle_causes.items()
+            if v[steady].sum() > 0
+        },
+        graph_coverage=sum(found.graph[i] for i in decodes) / len(decodes) if decodes else None,
+    )
+
+
+def _decode(
+    scope: Scope,
+    found: _Found,
+    shapes: list[_Bytes | None],
+    duration: npt.NDArray[np.float64],
+    busy: npt.NDArray[np.float64],
+    decodes: list[int],
+) -> DecodeBandwidth | None:
+    """Bytes per decode iteration, from its own shapes, else from the eager forward before
+    it (a graph replay records none), else weights from the user's parameter count."""
+    if not decodes:
+        return None
+    weights: list[float] = []
+    kv: list[float] = []
+    borrowed = own = 0
+    # A graph replay's own shapes are only its eager remainder (the LM head, sampling): the
+    # whole model's are those of an eager forward.
+    eager = [s if not g else None for s, g in zip(shapes, found.graph, strict=True)]
+    for i in decodes:
+        mine = eager[i]
+        if mine is None:
+            before = [s for s in eager[:i] if s is not None]
+            mine = before[-1] if before else next((s for s in eager if s is not None), None)
+            borrowed += mine is not None
+        else:
+            own += 1
+        if mine is not None:
+            weights.append(mine.weights)
+            kv.append(mine.kv)
+    params = scope.model.params
+    if weights:
+        basis = "weights from the linear layers' shapes and KV from the attention's K and V " + (
+            "in each eager decode iteration"
+            if not borrowed
+            else "in the eager forward before each graph replay (a replay records no "
+            "shapes; its KV may differ)"
+            if not own
+            else "in the eager iterations (graph replays take the forward before theirs)"
+        )
+        w, k = float(np.median(weights)), float(np.median(kv))
+    elif params is not None:
+        w, k = 2.0 * params, 0.0
+        basis = "weights from --params at 2 bytes each (16-bit); KV cache not known (no shapes)"
+    else:
+        return None
+    total = w + k
+    median = float(np.median(duration[decodes]))
+    busy_median = float(np.median(busy[decodes]))
+    peak = scope.spec.mem_bandwidth if scope.spec is not None else None
+    bandwidth = total / median if median > 0 else 0.0
+    return DecodeBandwidth(
+        bytes_per_iteration=total,
+        weight_bytes=w,
+        kv_bytes=k if weights else None,
+        basis=basis,
+        median_s=median,
+        bandwidth=bandwidth,
+        mbu=bandwidth / peak if peak else None,
+        busy_mbu=total / busy_median / peak if peak and busy_median > 0 else None,
+    )
+
+
+def _prefill(
+    scope: Scope, found: _Found, shapes: list[_Bytes | None], duration: npt.NDArray[np.float64]
+) -> tuple[float | None, str]:
+    """Prefill's MFU: its linear layers' FLOPs over its time, at the peak of their dtype."""
+    mine = [
+        i
+        for i, k in enumerate(found.kind)
+        if k == "prefill" and shapes[i] is not None and duration[i] > 0
+    ]
+    spec = scope.spec
+    if not mine or spec is None:
+        return None, ""
+    flops = sum(s.flops for i in mine if (s := shapes[i]) is not None)
+    dtype = next(s.dtype for i in mine if (s := shapes[i]) is not None)
+    peak = spec.peak(dtype) if dtype else None
+    if not peak:
+        return None, f"no peak for {dtype}"
+    return (
+        flops / float(duration[mine].sum()) / peak,
+        f"linear layers' FLOPs (2·M·N·K, attention not counted) at the {dtype} peak",
+    )
+
+
+def serving_verdict(verdict: Verdict, found: Serving) -> Verdict:
+    """The verdict of a serving trace: its third and fourth questions asked of prefill and
+    decode (decode by MBU, prefill by MFU) where the trace shows them; the wall unchanged."""
+    if not found.kinds or len(verdict.questions) < 4:
+        return verdict
+    total = sum(k.busy_s for k in found.kinds) or 1.0
+    split = ", ".join(f"{k.kind} {k.busy_s / total:.0%} ({k.count})" for k in found.kinds)
+    q1, q2, q3, q4 = verdict.questions[:4]
+    q3 = msgspec.structs.replace(
+        q3,
+        detail=f"{q3.detail}; serving: busy time by iteration kind (count): {split}",
+    )
+    words = []
+    d = found.decode
+    if d is not None:
+        words.append(
+            f"decode reads ~{d.bytes_per_iteration / 1e9:.2f} GB per iteration in "
+            f"{d.median_s * 1e3:.2f} ms: {d.bandwidth / 1e12:.2f} TB/s"
+            + (f", MBU {d.mbu:.0%} of peak bandwidth" if d.mbu is not None else "")
+            + (f" ({d.busy_mbu:.0%} over its busy time)" if d.busy_mbu is not None else "")
+            + f" (estimate: {d.basis})"
+        )
+    if found.prefill_mfu is not None:
+        words.append(f"prefill at MFU {found.prefill_mfu:.0%} ({found.prefill_basis})")
+    if words:
+        q4 = msgspec.structs.replace(q4, detail=f"{q4.detail}; serving: {'; '.join(words)}")
+    return msgspec.structs.replace(verdict, questions=[q1, q2, q3, q4, *verdict.questions[4:]])

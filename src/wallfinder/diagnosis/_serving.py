@@ -1,0 +1,80 @@
+"""LLM serving in a diagnosis: the engine's iterations (forward passes over the running
+batch), each prefill, decode or mixed; decode judged by the memory bandwidth it needs (MBU),
+prefill by MFU; the host's time between iterations; decode's CUDA-graph coverage."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from wallfinder.diagnosis._base import _Base
+
+IterationKind = Literal["prefill", "decode", "mixed", "unknown"]
+
+
+class ServingIteration(_Base, frozen=True):
+    """One engine iteration: its window on the device's clock (from the end of the one before
+    to the end of its own device work), the device's busy time in it, the tokens it ran
+    (null: not recorded) and whether a CUDA/HIP graph replayed it."""
+
+    kind: IterationKind
+    start_s: float
+    """From the first iteration's start."""
+    duration_s: float
+    busy_s: float
+    tokens: int | None = None
+    graph: bool = False
+    warmup: bool = False
+    """Most of its time is the device waiting on one-off start-up (the first forward's
+    library set-up and code loading): set aside from the figures of its kind."""
+
+
+class IterationKinds(_Base, frozen=True):
+    """The iterations of one kind: how many, their time, median and device-busy time, and
+    the tokens they ran (null: not recorded)."""
+
+    kind: IterationKind
+    count: int
+    time_s: float
+    median_s: float
+    busy_s: float
+    tokens: int | None = None
+    warmup: int = 0
+    """Iterations set aside as start-up (not in `time_s`, `median_s`, `busy_s`)."""
+
+
+class DecodeBandwidth(_Base, frozen=True):
+    """Decode against the memory bandwidth that bounds it, an estimate: the bytes one decode
+    iteration reads (weights and KV cache, `basis` says from what) over its median time; `mbu`
+    is that rate over the device's peak bandwidth (null: device unknown), `busy_mbu` the same
+    over the device's busy time in the iteration (what its kernels achieved)."""
+
+    bytes_per_iteration: float
+    weight_bytes: float | None
+    kv_bytes: float | None
+    basis: str
+    median_s: float
+    bandwidth: float
+    """Achieved B/s over the median decode iteration."""
+    mbu: float | None = None
+    busy_mbu: float | None = None
+
+
+class Serving(_Base, frozen=True):
+    """An LLM serving trace read as engine iterations (`evidence`: what they were found
+    from). `host_share` is the part of the iterations' time the device idled (the engine's
+    host work between forward passes: scheduling, sampling, detokenisation, Python), split
+    by cause in `host_causes` (fractions of the iterations' time); `graph_coverage` the share
+    of decode iterations replayed from a CUDA/HIP graph."""
+
+    engine: str | None
+    evidence: str
+    iterations: list[ServingIteration] = []
+    kinds: list[IterationKinds] = []
+    decode: DecodeBandwidth | None = None
+    prefill_mfu: float | None = None
+    prefill_basis: str = ""
+    host_share: float = 0.0
+    host_causes: dict[str, float] = {}
+    graph_coverage: float | None = None
+    note: str = ""
+    """What the trace cannot show (a front-end process with no device work)."""
