@@ -138,3 +138,41 @@ def test_the_h100_first_run_is_library_start_up_never_a_600x_bound() -> None:
     assert (once.saves, once.max_speedup) == ("once", 1.0)
     assert "library start-up in aten::conv2d 449.92 ms (cudaFree" in once.evidence
     assert "aten::matmul 84.47 ms (cudaFree, cudaMalloc, module loading)" in once.evidence
+
+
+def code_built_per_shape(calls: int) -> TraceBuilder:
+    """A decode loop whose attention builds its kernel for each new sequence length (cuDNN's
+    SDPA on an H100, as the project's Hugging Face capture shows): every call of
+    `aten::_cudnn_attention_forward` spends 50 ms on the host, CUPTI records a lazy function
+    load inside it, then one 5 µs runtime-generated kernel; a short matmul after it."""
+    b = TraceBuilder()
+    t = 0.0
+    for _ in range(calls):
+        b.cpu_op("aten::_cudnn_attention_forward", t, 50_000.0)
+        b.host("Lazy Function Loading", t + 49_900.0, 45.0, cat="overhead", tid=0)
+        b.kernel(
+            "cudnn_generated_fort_native_sdpa_sm80_flash_fprop",
+            t + 49_990.0,
+            5.0,
+            launch_at=t + 49_960.0,
+        )
+        b.cpu_op("aten::mm", t + 50_010.0, 40.0)
+        b.kernel("ampere_sgemm_128x64_nn", t + 50_040.0, 20.0, launch_at=t + 50_030.0)
+        t += 50_100.0
+    return b
+
+
+def test_code_built_for_every_new_shape_recurs_and_is_not_start_up(tmp_path: Path) -> None:
+    """Start-up happens once per library or kernel: an op that loads code call after call
+    builds it per shape, which recurs while shapes change. Only its first call is a one-off;
+    the rest is the host's recurring time, named with the fix (static shapes)."""
+    d = checked(code_built_per_shape(6).write(tmp_path / "t.json"))
+    assert d.breakdown.idle_causes["startup"] < 0.25  # the first of six calls
+    assert d.breakdown.idle_causes["host_overhead"] > 0.7
+    host = next(f for f in d.findings if f.id in ("launch-bound", "host-work"))
+    assert "aten::_cudnn_attention_forward in 6 calls" in host.evidence
+    assert "building code for each new shape" in host.evidence
+    assert host.fix.startswith("keep shapes static where code is built per shape")
+    # Twice is still start-up (a first call, and a first call at one more shape).
+    d2 = checked(code_built_per_shape(2).write(tmp_path / "t2.json"))
+    assert d2.breakdown.idle_causes["startup"] > 0.9

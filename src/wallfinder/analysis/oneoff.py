@@ -12,7 +12,7 @@ the steady state (analysis/gpu.py) and named by the `warm-up` finding.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -91,6 +91,12 @@ class OneOffs:
     op: I64
     kind: list[str]
     what: list[str]
+    recurring: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Ops (name codes) whose calls held the signatures again and again (`recurring_one_off`
+    times or more on one thread): a library or compiler building code for each new shape,
+    which recurs as long as shapes change (cuDNN attention per sequence length in a decode
+    loop). Each: (its calls holding a signature, their time in ns). Only the first call of
+    each is a one-off stretch; the others are the steady state's."""
 
     @classmethod
     def none(cls) -> OneOffs:
@@ -188,6 +194,7 @@ def one_offs(
         same = cpu.thread[prev] == cpu.thread[rows[i]]
         outer[i] = not bool((same & (cpu.end[prev] >= cpu.end[rows[i]])).any())
     rows, is_jit = rows[outer], is_jit[outer]
+    rows, is_jit, recurring = _recurring(cpu, rows, is_jit, t.recurring_one_off)
     what = _what(trace, cpu, rows, runtime)
     return OneOffs(
         cpu.thread[rows].astype(np.int64),
@@ -196,7 +203,31 @@ def one_offs(
         cpu.name[rows].astype(np.int64),
         [JIT if j else LIBRARY for j in is_jit.tolist()],
         what,
+        recurring,
     )
+
+
+def _recurring(
+    cpu: Events, rows: I64, is_jit: npt.NDArray[np.bool_], least: int
+) -> tuple[I64, npt.NDArray[np.bool_], dict[int, tuple[int, int]]]:
+    """`rows` (stretches, in (thread, start) order) less the repeats of an op that holds the
+    signatures at least `least` times on one thread: start-up happens once per library or
+    kernel, so an op that loads or builds code call after call builds it per shape, and that
+    recurs (its first call stays a one-off). Also those ops: (calls, time in ns)."""
+    keep = np.ones(rows.size, bool)
+    recurring: dict[int, tuple[int, int]] = {}
+    pairs = np.stack([cpu.thread[rows], cpu.name[rows].astype(np.int64)], axis=1)
+    if not rows.size:
+        return rows, is_jit, recurring
+    groups, inverse, counts = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    for g in np.flatnonzero(counts >= least).tolist():
+        members = np.flatnonzero(inverse.ravel() == g)
+        keep[members[1:]] = False
+        op = int(groups[g][1])
+        calls, total = recurring.get(op, (0, 0))
+        spent = int((cpu.end[rows[members]] - cpu.ts[rows[members]]).sum())
+        recurring[op] = (calls + int(members.size), total + spent)
+    return rows[keep], is_jit[keep], recurring
 
 
 def _codes(trace: Trace, names: frozenset[str]) -> npt.NDArray[np.int32]:

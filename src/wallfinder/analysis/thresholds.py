@@ -131,6 +131,9 @@ class TimeThresholds:
     the median call of its launch API loads the kernel's code (a code object, a lazily
     loaded module, a JIT-compiled kernel): a one-off cost, so the GPU's wait for it is
     start-up, not launch latency."""
+    recurring_one_off: int = 3
+    """An op whose calls hold start-up or JIT signatures this many times or more on one
+    thread builds code per shape, again and again: only its first such call is a one-off."""
     jit_stretch_ns: int = 1_000_000
     """The first launch of a kernel built at run time (through the driver API, or named
     `fused_*`/`triton_*`) after at least this long in which its thread recorded nothing is a

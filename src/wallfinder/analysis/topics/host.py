@@ -52,7 +52,7 @@ def launch_bound(f: Facts) -> Finding | None:
             else "a deep queue: the host runs ahead, so launches are not what the GPU waits for"
         )
         queue = f"; launch-to-start median {lag / 1e3:.1f} µs ({depth})"
-    queue += _slow_launches(f, kernels)
+    queue += _slow_launches(f, kernels) + _per_shape(f)
     replayed = f.breakdown.graph_replayed
     if replayed >= 0.5:
         queue += (
@@ -74,6 +74,8 @@ def launch_bound(f: Facts) -> Finding | None:
             "graphs (torch.compile(mode='reduce-overhead')), larger batches, fused/foreach "
             "optimizers"
         )
+    if f.dev.one_offs.recurring:
+        fix = _PER_SHAPE_FIX + fix
     return make_finding(
         f,
         "launch-bound",
@@ -104,11 +106,37 @@ def _host_work(
         f"and {per_launch_ns / 1e6:.2f} ms of host time per launch: the host is busy with "
         f"its own work, not with launching (the launch path costs microseconds)"
         f"{_host_work_ranges(f)}{queue}",
-        "move that work off the GPU's path: do it on the GPU, overlap it with GPU work (a "
+        (_PER_SHAPE_FIX if f.dev is not None and f.dev.one_offs.recurring else "")
+        + "move that work off the GPU's path: do it on the GPU, overlap it with GPU work (a "
         "background thread or DataLoader workers, prefetching with non_blocking copies from "
         "pinned memory), or batch it; cutting launches (torch.compile, CUDA graphs) would "
         "not help",
         speedup=amdahl(share),
+    )
+
+
+_PER_SHAPE_FIX = (
+    "keep shapes static where code is built per shape (pad or bucket sequence lengths, a "
+    "static KV cache; for attention, a backend that builds nothing per shape: "
+    "torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION)); "
+)
+
+
+def _per_shape(f: Facts) -> str:
+    """The ops that loaded or built code call after call (`OneOffs.recurring`), in words:
+    per-shape code, part of the host's recurring time, not start-up."""
+    assert f.dev is not None
+    recurring = sorted(f.dev.one_offs.recurring.items(), key=lambda kv: -kv[1][1])
+    if not recurring:
+        return ""
+    named = ", ".join(
+        f"{f.trace.strings[op]} in {calls} calls ({ms_text(ns * 1e-9)})"
+        for op, (calls, ns) in recurring[:3]
+    )
+    return (
+        f"; code loaded or built again and again: {named}: a library or compiler building "
+        "code for each new shape (cuDNN attention per sequence length, a JIT per input "
+        "shape), recurring while shapes change, so not start-up (only the first is)"
     )
 
 
