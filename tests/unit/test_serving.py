@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from invariants import assert_diagnosis_invariants
@@ -190,3 +191,54 @@ def test_h100_decode_loop_reads_as_its_facts() -> None:
     assert s.decode.mbu is not None
     assert 0.2 < s.decode.mbu < 1
     assert "MBU" in d.verdict.questions[3].detail
+    # Decode is most of the busy time, at one token per sequence (the facts' batch, read from
+    # the prefill before the graph replays): ~6 FLOPs per byte read, far below the H100's
+    # bf16 ridge (989.5 TFLOP/s over 3.35 TB/s = 295): the bandwidth wall, though the graph's
+    # GEMMs, with no shapes, read as matmuls at peak.
+    assert {i.tokens for i in s.iterations if i.kind == "decode"} == {facts["batch"]}
+    assert (d.verdict.wall, d.verdict.cause) == ("bandwidth", "decode")
+    assert "for 8 tokens: about 6 FLOPs per byte against the device's ridge of 295" in (
+        d.verdict.reason
+    )
+
+
+def test_a_compute_bound_prefill_heavy_trace_keeps_its_wall(tmp_path: Path) -> None:
+    """The decode wall needs decode to hold most of the busy time: a trace that is mostly
+    prefill keeps the kernels' verdict."""
+    from wallfinder.analysis.serving import _decode_wall
+    from wallfinder.diagnosis import (
+        DecodeBandwidth,
+        Device,
+        IterationKinds,
+        Serving,
+        ServingIteration,
+        Verdict,
+    )
+
+    verdict = Verdict(wall="compute", cause="at peak", reason="", questions=[])
+    decode = DecodeBandwidth(
+        bytes_per_iteration=2e9,
+        weight_bytes=1.5e9,
+        kv_bytes=0.5e9,
+        basis="",
+        median_s=1e-3,
+        bandwidth=2e12,
+    )
+    device = Device(name="H100", kind="gpu", peak_flops={"bf16": 989.5e12}, mem_bandwidth=3.35e12)
+
+    def served(decode_busy: float) -> Serving:
+        return Serving(
+            engine=None,
+            evidence="",
+            iterations=[ServingIteration("decode", 0.0, 1e-3, 1e-3, tokens=8)],
+            kinds=[
+                IterationKinds("prefill", 1, 1.0, 1.0, 1.0 - decode_busy),
+                IterationKinds("decode", 10, 1.0, 1e-3, decode_busy),
+            ],
+            decode=decode,
+        )
+
+    assert _decode_wall(verdict, served(0.3), device, 1.0).wall == "compute"
+    assert _decode_wall(verdict, served(0.7), device, 1.0).wall == "bandwidth"
+    overhead = msgspec.structs.replace(verdict, wall="overhead")
+    assert _decode_wall(overhead, served(0.7), device, 1.0).wall == "overhead"

@@ -201,7 +201,9 @@ def _diagnosed(
     found = up[SERVING]
     if found is not None:
         diagnosis = msgspec.structs.replace(
-            diagnosis, serving=found, verdict=serving_verdict(diagnosis.verdict, found)
+            diagnosis,
+            serving=found,
+            verdict=serving_verdict(diagnosis.verdict, found, diagnosis.device),
         )
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None

@@ -30,6 +30,7 @@ from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import StepSpans, gpu_windows
 from wallfinder.diagnosis import (
     DecodeBandwidth,
+    Device,
     IterationKind,
     IterationKinds,
     Serving,
@@ -185,13 +186,28 @@ def _forward_passes(trace: Trace) -> _Found | None:
         (int(ts), "decode", None, True) for ts in graphs.tolist()
     ]
     last = None
+    sequences: list[tuple[int, int]] = []
     for i in range(len(embedding)):
         ts = int(embedding.ts[i])
         # A second lookup before any matmul (a position embedding) is the same forward's.
         if last is not None and not _between(gemm_ts, last, ts) and not _between(graphs, last, ts):
             continue
         last = ts
-        rows.append((ts, *_eager_kind(trace, embedding, i), False))
+        kind, tokens, seqs = _eager_kind(trace, embedding, i)
+        rows.append((ts, kind, tokens, False))
+        if seqs is not None:
+            sequences.append((ts, seqs))
+    # A graph replay records no shapes: it decodes one token for each sequence of the eager
+    # forward before it (the prefill that started them, or the eager decode it was captured
+    # from), an inference the evidence says.
+    replayed_tokens = False
+    if sequences:
+        at = np.array([t for t, _ in sequences], np.int64)
+        for r, (ts, kind, tokens, graph) in enumerate(rows):
+            j = int(np.searchsorted(at, ts, side="right")) - 1
+            if graph and tokens is None and j >= 0:
+                rows[r] = (ts, kind, sequences[j][1], graph)
+                replayed_tokens = True
     rows.sort()
     eager_decode = any(k == "decode" and not g for _, k, _, g in rows)
     llm = len(embedding) > 0 or bool(np.isin(ops.name, _codes(trace, _ATTENTION)).any())
@@ -204,6 +220,10 @@ def _forward_passes(trace: Trace) -> _Found | None:
             (f"the model's first op ({_EMBEDDING}: its token ids)", len(embedding)),
         )
         if n
+    ) + (
+        "; a replay's tokens: one per sequence of the eager forward before it"
+        if replayed_tokens
+        else ""
     )
     return _Found(
         np.array([r[0] for r in rows], np.int64),
@@ -222,15 +242,18 @@ def _between(sorted_ts: I64, a: int, b: int) -> bool:
     return bool(np.searchsorted(sorted_ts, b) > np.searchsorted(sorted_ts, a, side="right"))
 
 
-def _eager_kind(trace: Trace, embedding: Events, i: int) -> tuple[IterationKind, int | None]:
-    """An eager forward's kind and tokens from its embedding's token ids: [batch, tokens]."""
+def _eager_kind(
+    trace: Trace, embedding: Events, i: int
+) -> tuple[IterationKind, int | None, int | None]:
+    """An eager forward's kind, tokens and sequences from its embedding's token ids:
+    [sequences, tokens each]."""
     args = trace.op_args(int(embedding.input_dims[i]), int(embedding.input_type[i]))
     ids = args.tensor(1) if args is not None and args.size > 1 else None
     if ids is None or ids.ndim == 0:
-        return "unknown", None
+        return "unknown", None, None
     if ids.ndim == 1:  # flattened tokens (varlen engines): the kind is not in the shape
-        return "unknown", ids.numel
-    return ("decode" if ids.shape[-1] == 1 else "prefill"), ids.numel
+        return "unknown", ids.numel, None
+    return ("decode" if ids.shape[-1] == 1 else "prefill"), ids.numel, int(ids.shape[0])
 
 
 @dataclass(frozen=True)
@@ -427,7 +450,7 @@ def _prefill(
     )
 
 
-def serving_verdict(verdict: Verdict, found: Serving) -> Verdict:
+def serving_verdict(verdict: Verdict, found: Serving, device: Device) -> Verdict:
     """The verdict of a serving trace: its third and fourth questions asked of prefill and
     decode (decode by MBU, prefill by MFU) where the trace shows them; the wall unchanged."""
     if not found.kinds or len(verdict.questions) < 4:
@@ -453,4 +476,46 @@ def serving_verdict(verdict: Verdict, found: Serving) -> Verdict:
         words.append(f"prefill at MFU {found.prefill_mfu:.0%} ({found.prefill_basis})")
     if words:
         q4 = msgspec.structs.replace(q4, detail=f"{q4.detail}; serving: {'; '.join(words)}")
-    return msgspec.structs.replace(verdict, questions=[q1, q2, q3, q4, *verdict.questions[4:]])
+    verdict = msgspec.structs.replace(verdict, questions=[q1, q2, q3, q4, *verdict.questions[4:]])
+    return _decode_wall(verdict, found, device, total)
+
+
+def _decode_wall(verdict: Verdict, found: Serving, device: Device, busy_s: float) -> Verdict:
+    """A busy serving step that is mostly decode is on the bandwidth wall, whatever share of
+    it the matmul classes take: a decode iteration reads every weight and the KV cache to
+    compute a few tokens, about `tokens` FLOPs per byte of bf16 weights, far below the
+    device's ridge (its peak FLOP/s over its bandwidth) at any batch an engine runs. Its
+    matmuls carry no shapes when a graph replays them, so the kernel roofline alone reads
+    them as compute at peak. Only a verdict of the compute wall moves: overhead stays."""
+    d = found.decode
+    decode = next((k for k in found.kinds if k.kind == "decode"), None)
+    if verdict.wall != "compute" or d is None or decode is None or not d.weight_bytes:
+        return verdict
+    if decode.busy_s < 0.5 * busy_s:
+        return verdict
+    tokens = [i.tokens for i in found.iterations if i.kind == "decode" and i.tokens]
+    peaks = device.peak_flops or {}
+    peak = peaks.get("bf16") or max(peaks.values(), default=0.0)  # the weights' 2-byte dtype
+    if not tokens or not peak or not device.mem_bandwidth:
+        return verdict
+    batch = float(np.median(tokens))
+    # 2 FLOPs per weight per token; bf16/fp16 weights: 2 bytes each.
+    intensity = 2.0 * batch * (d.weight_bytes / 2.0) / d.bytes_per_iteration
+    ridge = peak / device.mem_bandwidth
+    if intensity >= ridge:
+        return verdict
+    mbu = "" if d.busy_mbu is None else f", MBU {d.busy_mbu:.0%} over its busy time"
+    return msgspec.structs.replace(
+        verdict,
+        wall="bandwidth",
+        cause="decode",
+        reason=(
+            f"decode takes {decode.busy_s / busy_s:.0%} of the serving busy time, streaming "
+            f"weights and KV cache: each decode iteration reads "
+            f"~{d.bytes_per_iteration / 1e9:.2f} GB for {batch:.0f} tokens: "
+            f"about {intensity:.0f} FLOPs per byte against the device's ridge of "
+            f"{ridge:.0f}, so decode is bound by memory bandwidth{mbu} (an estimate: "
+            f"{d.basis}); the matmul kernels' own roofline read it as compute "
+            f"({verdict.cause}) for want of shapes"
+        ),
+    )
