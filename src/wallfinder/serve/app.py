@@ -68,6 +68,7 @@ def create_app(runs: Runs) -> Starlette:
         routes=[
             Route("/", pages.index),
             Route("/api/runs", pages.api_runs),
+            Route("/favicon.ico", pages.no_icon),
             Route("/static/{asset}", pages.static),
             Route("/compare", pages.compare),
             Route("/history/{job}", pages.history),
@@ -170,6 +171,10 @@ class _Pages:
         return JSONResponse(
             {"stamp": _stamp(runs), "waiting": self.runs.waiting(), "runs": [_row(r) for r in runs]}
         )
+
+    async def no_icon(self, request: Request) -> Response:
+        """No icon (browsers ask for one): an empty answer, not a 404 in the console."""
+        return Response(status_code=204)
 
     async def static(self, request: Request) -> Response:
         asset = request.path_params["asset"]

@@ -88,7 +88,8 @@
     window.setTimeout(ask, POLL_MS);
   }
 
-  document.querySelectorAll("main table.data").forEach(tableTools);
+  // The tables the report makes sortable are its long ones: those get a filter and pages.
+  document.querySelectorAll("main table.sortable").forEach(tableTools);
 
   var page = document.body.getAttribute("data-page");
   if (page === "index") {
