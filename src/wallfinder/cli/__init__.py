@@ -34,6 +34,8 @@ COMMANDS = {
     "snapshot",
     "counters": "each kernel's bound from Nsight Compute counters (ncu --csv), checked against "
     "a trace",
+    "serve": "browse a folder of runs in a local web app: verdicts, each run's views, compare, "
+    "history; new traces picked up as they are written",
 }
 """Each subcommand's one-line help. Its module, `wallfinder.cli.commands.<name>` with
 `prepare_parser(parser)` and `run(args)`, is imported only when that command is asked for:

@@ -57,18 +57,22 @@ TOP_GAPS = 10
 
 def render_html(d: Diagnosis) -> str:
     """The report as one self-contained HTML page."""
+    figures, context = report_context(d)
+    return render_page("report.html", figures, webgl=_uses_webgl(figures), **context)
+
+
+def report_context(d: Diagnosis) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The report's figures and what `report.html` shows, formatted from the diagnosis: the
+    page above, and `wallfinder serve`'s views of a run, which frame the same template."""
     figures = diagnosis_figures(d)
-    return render_page(
-        "report.html",
-        figures,
-        webgl=_uses_webgl(figures),
-        d=d,
-        v=_view(d, figures),
-        wall_color=WALL_COLOR,
-        cause_label=fmt.cause_label,
-        ranks_memory=fmt.ranks_have_memory(d),
-        counter_plot=COUNTER_PLOT in figures,
-    )
+    return figures, {
+        "d": d,
+        "v": _view(d, figures),
+        "wall_color": WALL_COLOR,
+        "cause_label": fmt.cause_label,
+        "ranks_memory": fmt.ranks_have_memory(d),
+        "counter_plot": COUNTER_PLOT in figures,
+    }
 
 
 def render_counters_html(r: CounterReport) -> str:
@@ -428,3 +432,22 @@ def _roofline_lines(d: Diagnosis) -> list[str]:
         return []
     lines = [fmt.roofline_summary(r), *fmt.roof_lines(r, matmul=True), *fmt.roofline_notes(r)]
     return [line[0].upper() + line[1:] + "." for line in lines]
+
+
+# What `wallfinder serve` frames differently (its pages load these scripts from itself) -------
+
+
+def template_environment() -> jinja2.Environment:
+    """The report's template environment (its loader, filters and escaping), for a caller
+    that overlays its own templates on the report's (`wallfinder serve`)."""
+    return _environment()
+
+
+def figures_json(figures: dict[str, Any]) -> Markup:
+    """`figures` as the inert JSON every wallfinder page reads its plots from."""
+    return Markup(_script_json(figures))
+
+
+def uses_webgl(figures: dict[str, Any]) -> bool:
+    """Whether a page of `figures` needs WebGL (and so 'unsafe-eval' in its policy)."""
+    return _uses_webgl(figures)
