@@ -11,10 +11,6 @@ under pytest's temporary folder (`--basetemp`), in `report-screenshots/`, and pr
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +19,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from browsers import LOAD_TIMEOUT_MS
 from realtraces import real_trace
 from tracegen import DATALOADER, TraceBuilder, training_trace
 from wallfinder import Diagnosis, analyze
 from wallfinder.diagnosis import OpRoofRow
 from wallfinder.report._figures import GL_POINTS
 from wallfinder.report.html import render_html
-
-CHROMIUMS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-LOAD_TIMEOUT_MS = 20_000
 
 pytestmark = pytest.mark.slow
 
@@ -41,84 +35,6 @@ ALERT_NAME = "<svg onload=alert(1)>'\"&amp;$x$"
 FILE_NAME = "<img src=y onerror=window.pwned=3>.json"
 GEMM = "sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage4_warpsize2x2x1"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add>()"
-
-
-# Chromium ---------------------------------------------------------------------------------------
-
-
-def find_chromium() -> str | None:
-    given = os.environ.get("WALLFINDER_CHROMIUM")
-    if given:
-        return given if Path(given).exists() else None
-    for name in CHROMIUMS:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-def install_chromium() -> tuple[str | None, str]:
-    """Debian's chromium through apt-get, only where that is clearly possible and quick: on
-    Linux, as root, with apt already knowing the package (no index download). The path, or
-    None and why not."""
-    if os.environ.get("WALLFINDER_NO_BROWSER_INSTALL"):
-        return None, "WALLFINDER_NO_BROWSER_INSTALL is set"
-    if not sys.platform.startswith("linux") or shutil.which("apt-get") is None:
-        return None, "no apt-get to install it with"
-    if os.geteuid() != 0:
-        return None, "not root, so apt-get cannot install it"
-    try:
-        policy = subprocess.run(
-            ["apt-cache", "policy", "chromium"], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"apt-cache failed ({exc})"
-    if "Candidate:" not in policy.stdout or "Candidate: (none)" in policy.stdout:
-        return None, "apt knows no chromium package (apt-get update first)"
-    try:
-        done = subprocess.run(
-            ["apt-get", "install", "-y", "-q", "chromium"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"apt-get install chromium failed ({exc})"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        return None, f"apt-get install chromium failed: {last}"
-    path = find_chromium()
-    return path, "" if path else "apt-get installed chromium but it is not on PATH"
-
-
-@pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')"
-    )
-    path = find_chromium()
-    if path is None:
-        path, why = install_chromium()
-        if path is None:
-            pytest.skip(
-                f"no Chromium for the browser tests: {why}. Install Debian's chromium "
-                "(apt-get install -y chromium) or set WALLFINDER_CHROMIUM"
-            )
-    with sync_api.sync_playwright() as playwright:
-        try:
-            chromium = playwright.chromium.launch(executable_path=path)
-        except sync_api.Error as exc:
-            pytest.skip(f"Chromium at {path} does not start: {str(exc).splitlines()[0]}")
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="session")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.getbasetemp() / "report-screenshots"
-    folder.mkdir(exist_ok=True)
-    return folder
 
 
 @dataclass

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report_browser import LOAD_TIMEOUT_MS, browser, screenshots  # noqa: F401
 
+from browsers import LOAD_TIMEOUT_MS
 from servedirs import make_logdir
 from tracegen import training_trace
 
@@ -60,8 +60,8 @@ def server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def test_a_person_browses_the_runs_and_a_runs_overview(
-    browser: Any,  # noqa: F811
-    screenshots: Path,  # noqa: F811
+    browser: Any,
+    screenshots: Path,
     server: tuple[str, Path],
 ) -> None:
     url, logdir = server

@@ -63,6 +63,7 @@ def _as_v1(d: dict[str, Any]) -> dict[str, Any]:
     skip += ("more_kernels",)  # the kernel table past the top rows: kept from /2 on
     skip += ("parallelism",)  # the strategies found: kept from /2 on
     skip += ("compiled",)  # torch.compile's regions and counts: kept from /2 on
+    skip += ("serving",)  # a serving trace's iterations, prefill/decode and MBU: from /2 on
     out = {k: v for k, v in d.items() if k not in skip}
     out["schema"] = "wallfinder.diagnosis/1"
     added = ("graph_replayed", "comm_hidden")
