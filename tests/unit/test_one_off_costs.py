@@ -140,18 +140,21 @@ def test_the_h100_first_run_is_library_start_up_never_a_600x_bound() -> None:
     assert "aten::matmul 84.47 ms (cudaFree, cudaMalloc, module loading)" in once.evidence
 
 
-def code_built_per_shape(calls: int) -> TraceBuilder:
+def code_built_per_shape(calls: int, *, same_kernel: bool = True) -> TraceBuilder:
     """A decode loop whose attention builds its kernel for each new sequence length (cuDNN's
     SDPA on an H100, as the project's Hugging Face capture shows): every call of
     `aten::_cudnn_attention_forward` spends 50 ms on the host, CUPTI records a lazy function
-    load inside it, then one 5 µs runtime-generated kernel; a short matmul after it."""
+    load inside it, then one 5 µs runtime-generated kernel; a short matmul after it. With
+    `same_kernel` False each call loads a kernel of its own (first launches, as a GEMM's
+    first shapes each load a new cuBLAS kernel)."""
     b = TraceBuilder()
     t = 0.0
     for _ in range(calls):
         b.cpu_op("aten::_cudnn_attention_forward", t, 50_000.0)
         b.host("Lazy Function Loading", t + 49_900.0, 45.0, cat="overhead", tid=0)
         b.kernel(
-            "cudnn_generated_fort_native_sdpa_sm80_flash_fprop",
+            "cudnn_generated_fort_native_sdpa_sm80_flash_fprop"
+            + ("" if same_kernel else f"_{int(t)}"),
             t + 49_990.0,
             5.0,
             launch_at=t + 49_960.0,
@@ -176,3 +179,7 @@ def test_code_built_for_every_new_shape_recurs_and_is_not_start_up(tmp_path: Pat
     # Twice is still start-up (a first call, and a first call at one more shape).
     d2 = checked(code_built_per_shape(2).write(tmp_path / "t2.json"))
     assert d2.breakdown.idle_causes["startup"] > 0.9
+    # The same op loading a different kernel at each of its first calls (a GEMM whose shapes
+    # each take a new cuBLAS kernel, loaded lazily) is start-up in each: each kernel loads once.
+    d3 = checked(code_built_per_shape(6, same_kernel=False).write(tmp_path / "t3.json"))
+    assert d3.breakdown.idle_causes["startup"] > 0.9

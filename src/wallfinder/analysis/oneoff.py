@@ -194,7 +194,8 @@ def one_offs(
         same = cpu.thread[prev] == cpu.thread[rows[i]]
         outer[i] = not bool((same & (cpu.end[prev] >= cpu.end[rows[i]])).any())
     rows, is_jit = rows[outer], is_jit[outer]
-    rows, is_jit, recurring = _recurring(cpu, rows, is_jit, t.recurring_one_off)
+    loaded = _built_in(cpu, rows, kernels, launch_ts, launch_thread)
+    rows, is_jit, recurring = _recurring(cpu, rows, is_jit, loaded, t.recurring_one_off)
     what = _what(trace, cpu, rows, runtime)
     return OneOffs(
         cpu.thread[rows].astype(np.int64),
@@ -207,16 +208,40 @@ def one_offs(
     )
 
 
+def _built_in(cpu: Events, rows: I64, kernels: Events, launch_ts: I64, launch_thread: I64) -> I64:
+    """Per stretch, the name of the first kernel launched inside it (NONE: none)."""
+    out = np.full(rows.size, NONE, np.int64)
+    order = np.argsort(launch_ts, kind="stable")
+    ts, thread = launch_ts[order], launch_thread[order]
+    for i, r in enumerate(rows.tolist()):
+        lo = int(np.searchsorted(ts, cpu.ts[r], side="left"))
+        hi = int(np.searchsorted(ts, cpu.end[r], side="right"))
+        mine = np.flatnonzero(thread[lo:hi] == cpu.thread[r])
+        if mine.size:
+            out[i] = int(kernels.name[order[lo + int(mine[0])]])
+    return out
+
+
 def _recurring(
-    cpu: Events, rows: I64, is_jit: npt.NDArray[np.bool_], least: int
+    cpu: Events, rows: I64, is_jit: npt.NDArray[np.bool_], built: I64, least: int
 ) -> tuple[I64, npt.NDArray[np.bool_], dict[int, tuple[int, int]]]:
-    """`rows` (stretches, in (thread, start) order) less the repeats of an op that holds the
-    signatures at least `least` times on one thread: start-up happens once per library or
-    kernel, so an op that loads or builds code call after call builds it per shape, and that
-    recurs (its first call stays a one-off). Also those ops: (calls, time in ns)."""
+    """`rows` (stretches, in (thread, start) order) less the repeats of an op that loads or
+    builds the same kernel (`built`: the kernel each stretch launches) at least `least` times
+    on one thread: start-up loads each kernel once, so the same kernel's code loaded call
+    after call is code built per shape (cuDNN's attention plans), which recurs (its first
+    call stays a one-off). An op whose first calls load different kernels (a GEMM's shapes
+    each taking a new cuBLAS kernel) is start-up in each. Also those ops: (calls, time, ns)."""
     keep = np.ones(rows.size, bool)
     recurring: dict[int, tuple[int, int]] = {}
-    pairs = np.stack([cpu.thread[rows], cpu.name[rows].astype(np.int64)], axis=1)
+    known = built != NONE
+    pairs = np.stack(
+        [
+            cpu.thread[rows],
+            cpu.name[rows].astype(np.int64),
+            np.where(known, built, -1 - np.arange(rows.size)),
+        ],
+        axis=1,
+    )
     if not rows.size:
         return rows, is_jit, recurring
     groups, inverse, counts = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
