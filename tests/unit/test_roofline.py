@@ -460,3 +460,19 @@ def test_a_fused_chain_is_never_promised_faster_than_its_roofline_time(tmp_path:
     assert c.time_s - c.max_saving_s == pytest.approx(roof)
     f = next(x for x in d.findings if x.id == "fusable-pointwise")
     assert f.share * d.breakdown.per_step_ms["step"] * 1e-3 == pytest.approx(c.max_saving_s)
+
+
+def test_each_op_row_names_its_kernels_and_the_html_table_shows_them(tmp_path: Path) -> None:
+    """The operators table (the report's, and `serve`'s Operators view) lists each op's
+    kernels, by their time in it."""
+    from wallfinder.report.html import render_html
+    from wallfinder.report._format import short_kernel
+
+    d = analyze(model_trace().write(tmp_path / "t.json"))
+    assert d.roofline is not None
+    mm = next(o for o in d.roofline.ops if o.name == "aten::mm")
+    add = next(o for o in d.roofline.ops if o.name == "aten::add")
+    assert mm.kernels == [GEMM_KERNEL]
+    assert add.kernels == [ADD_KERNEL]
+    html = render_html(d)
+    assert f"kernels: {short_kernel(GEMM_KERNEL)}" in html

@@ -315,6 +315,7 @@ def place(scope: Scope, costed: Costed) -> Placement:
                 spec,
                 CLASSES[int(np.argmax(by_class))].value,
             )
+            row = msgspec.structs.replace(row, kernels=_kernels_of(scope, in_group, dur))
             rows.append(row)
             row_group.append(gi)
             b = 1 if row.bound == "compute" else 2 if row.bound == "bandwidth" else 0
@@ -445,6 +446,20 @@ def _summary(
         ops=rows[:TOP_OPS],
         more_ops=rows[TOP_OPS : TOP_OPS + MORE_OPS],
     )
+
+
+OP_KERNELS = 5
+"""The kernels an op's roofline row names (`OpRoofRow.kernels`), the longest first."""
+
+
+def _kernels_of(
+    scope: Scope, rows: npt.NDArray[np.bool_], dur: npt.NDArray[np.float64]
+) -> list[str]:
+    """The names of the kernels at `rows`, by their time there, the longest first."""
+    names, index = np.unique(scope.gpu.ops.name[rows], return_inverse=True)
+    time = np.bincount(index, weights=dur[rows], minlength=names.size)
+    order = np.argsort(-time, kind="stable")[:OP_KERNELS]
+    return [scope.trace.strings[int(names[i])] for i in order.tolist()]
 
 
 def _calls_per_group(

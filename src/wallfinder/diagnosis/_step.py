@@ -286,6 +286,9 @@ class OpRoofRow(_Base, frozen=True):
     bound_basis: str | None = None
     """"counters" when hardware counters (`--counters`) refuted the estimated bound for most
     of the op's kernel time: `bound` and `pct_of_roof` are then the counted ones."""
+    kernels: list[str] = []
+    """The kernels the op launched, by their time in it, the longest first (at most
+    `roofline.OP_KERNELS`)."""
     fits_l2: bool | None = None
     """One call's bytes (its working set, by the cost model) fit in the device's L2: read
     back while still resident, its operands see L2's bandwidth, not memory's (None: no L2

@@ -321,6 +321,8 @@ def _op_row(d: Diagnosis, o: OpRoofRow) -> dict[str, Any]:
         else fmt.si(o.achieved_bandwidth, "B/s"),
         "bound": o.bound or "?",
         "pct": o.pct_of_roof,
+        "kernels": [fmt.short_kernel(k) for k in o.kernels],
+        "kernel_names": o.kernels,
     }
 
 
