@@ -465,8 +465,8 @@ def test_a_fused_chain_is_never_promised_faster_than_its_roofline_time(tmp_path:
 def test_each_op_row_names_its_kernels_and_the_html_table_shows_them(tmp_path: Path) -> None:
     """The operators table (the report's, and `serve`'s Operators view) lists each op's
     kernels, by their time in it."""
-    from wallfinder.report.html import render_html
     from wallfinder.report._format import short_kernel
+    from wallfinder.report.html import render_html
 
     d = analyze(model_trace().write(tmp_path / "t.json"))
     assert d.roofline is not None
