@@ -70,6 +70,11 @@ def test_a_compiled_job_names_its_graph_break_recompile_and_compile_time(
     sizes = [r for r in dyn.recompiles if "size mismatch" in (r.recompile_reason or "")]
     assert sizes
     assert all(r.file == "train.py" for r in sizes)
+    # The step that recompiled for the new batch size is a one-off, set aside, never read
+    # as the steady state (it made the steps "unstable").
+    recompiled = [s for s in d.steps.dropped if s.reason.startswith("compiled for ")]
+    assert recompiled, d.steps.dropped
+    assert "unstable-steps" not in [f.id for f in d.findings]
     # The break runs in every steady step: a finding, with its line.
     [finding] = [f for f in d.findings if f.id == "graph-break"]
     assert f"train.py:{BREAK_LINE}" in finding.evidence

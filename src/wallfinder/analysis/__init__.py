@@ -64,6 +64,7 @@ from wallfinder.analysis.steps import (
     NO_LAUNCH,
     OPTIMIZER_ITERATIONS,
     StepSpans,
+    compiling_steps,
     cpu_steps,
     dropped_steps,
     gpu_windows,
@@ -233,7 +234,9 @@ def _scope(
     wb = device.breakdown(start, end)
     release_free_memory()
     durations = (end - start).astype(np.float64) * NS
-    dropped = dropped_steps(spans, durations, thresholds.steps)
+    dropped = dropped_steps(
+        spans, durations, thresholds.steps, compiling_steps(trace, spans, thresholds.steps)
+    )
     kept = np.ones(durations.size, dtype=bool)
     kept[[i for i, _ in dropped]] = False
     if not kept.any():

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.thresholds import StepThresholds
 from wallfinder.trace import Events, Kind, Trace
 from wallfinder.trace.dynamo import compile_range, dynamo_range, region_name
@@ -366,19 +367,55 @@ def waiting(waits: tuple[I64, I64, I64], ts: int, end: int, thread: int | None =
     return 2 * int(inside.sum()) > end - ts
 
 
+def compiling_steps(
+    trace: Trace, spans: StepSpans, thresholds: StepThresholds | None = None
+) -> list[tuple[int, str]]:
+    """Steps in which torch.compile compiled (a recompile in the steady loop, after a new
+    shape or a guard failure): the compiler's own ranges (Dynamo, AOT autograd, Inductor,
+    autotuning) cover at least `compile_share` of the step on the host. A one-off cost per
+    shape, set aside like the warm-up, never read as the steady state."""
+    th = thresholds or StepThresholds()
+    codes = trace.names_matching(compile_range)
+    if codes.size == 0 or spans.cpu_start.size == 0:
+        return []
+    ranges = trace.named((Kind.ANNOTATION, Kind.CPU_OP, Kind.PYTHON), codes)
+    if not len(ranges):
+        return []
+    out: list[tuple[int, str]] = []
+    for thread in np.unique(ranges.thread).tolist():
+        mine = ranges.take(np.flatnonzero(ranges.thread == thread))
+        cover = Coverage.of(mine.ts, mine.end)
+        held = cover.covered(spans.cpu_start, spans.cpu_end)
+        span = np.maximum(spans.cpu_end - spans.cpu_start, 1)
+        out.extend(
+            (
+                i,
+                f"compiled for {held[i] / 1e6:.1f} ms (torch.compile: Dynamo, AOT autograd and "
+                "Inductor at work, a recompile for a new shape or a failed guard): a one-off "
+                "cost, not the steady state",
+            )
+            for i in np.flatnonzero(held >= th.compile_share * span).tolist()
+        )
+    return sorted(dict(out).items())
+
+
 def dropped_steps(
     spans: StepSpans,
     durations: npt.NDArray[np.float64],
     thresholds: StepThresholds | None = None,
+    compiling: list[tuple[int, str]] | None = None,
 ) -> list[tuple[int, str]]:
     """The steps set aside: the start-up span of a trace without steps, else the leading
-    warm-up steps; and any step whose window is empty (the device's windows tile the
-    timeline, so a step whose work all ended before the last step's window did has none)."""
+    warm-up steps; steps in which torch.compile compiled (`compiling`); and any step whose
+    window is empty (the device's windows tile the timeline, so a step whose work all ended
+    before the last step's window did has none)."""
     dropped = (
         [(0, spans.startup)] if spans.startup is not None else warmup_steps(durations, thresholds)
     )
     if spans.compile is not None:
         dropped = [spans.compile]
+    aside = {i for i, _ in dropped}
+    dropped += [(i, why) for i, why in compiling or [] if i not in aside]
     aside = {i for i, _ in dropped}
     empty = [(i, EMPTY_STEP) for i in np.flatnonzero(durations <= 0).tolist() if i not in aside]
     return sorted(dropped + empty)

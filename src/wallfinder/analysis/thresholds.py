@@ -40,6 +40,9 @@ class StepThresholds:
     """Which steps are the steady state: warm-up, start-up and spikes; and how a trace without
     step markers is cut into iterations."""
 
+    compile_share: float = 0.25
+    """A step whose host time is at least this share in torch.compile's compiler ranges
+    compiled in it (a recompile): set aside as a one-off (`steps.compiling_steps`)."""
     warmup_factor: float = 1.5
     """A leading step is warm-up when it takes this many times the median of the later steps."""
     max_warmup_share: float = 0.5
