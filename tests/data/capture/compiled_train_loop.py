@@ -1,0 +1,54 @@
+"""The compiled training loop of compiled_train.py without a profiler of its own, for
+`wallfinder run` to measure: a graph break inside the model (a data-dependent branch) and a
+batch size that changes once (a recompile).
+
+    wallfinder run --steps 4 --warmup 3 -- python compiled_train_loop.py"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.up = nn.Linear(d, 4 * d)
+        self.down = nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Net(nn.Module):
+    def __init__(self, d: int = 512) -> None:
+        super().__init__()
+        self.a = Block(d)
+        self.b = Block(d)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if float(h.mean()) > 1e9:  # a data-dependent branch: Dynamo breaks the graph here
+            h = h * 0
+        return self.head(self.b(h))
+
+
+def main() -> None:
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    model = Net().to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step_fn = torch.compile(model)
+    for n in [64] * 5 + [96] * 5:  # the batch size changes once: a recompile
+        x = torch.randn(n, 128, 512, device=dev)
+        t = torch.randint(0, 10, (n, 128), device=dev)
+        loss = nn.functional.cross_entropy(step_fn(x).flatten(0, 1), t.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+if __name__ == "__main__":
+    main()
