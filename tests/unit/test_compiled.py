@@ -233,3 +233,36 @@ def test_the_module_step_is_the_module_tables_and_no_timed_step(tmp_path: Path) 
     assert d.modules is not None
     assert "from step 5" in d.modules.note
     assert {r.path for r in d.modules.rows} >= {"Net_0", "Net_0/blocks.0"}
+
+
+def test_a_training_loops_eager_code_leaves_out_its_compiled_calls_and_recompiles(
+    tmp_path: Path,
+) -> None:
+    """A loop of 5 steps: each runs `aten::randn` (eager, 100 µs, one kernel), the compiled
+    model (its region, 300 µs, one kernel) and `aten::add_` (eager, 100 µs, one kernel); step
+    4 recompiles inside its region call (Dynamo's range, 5 ms). The eager code per step is its
+    own 200 µs and 2 kernels: not the region's time, kernels or the compile, and the step that
+    recompiled is set aside as a one-off."""
+    b = TraceBuilder()
+    t = 0.0
+    for s in range(5):
+        compiling = 5000.0 if s == 3 else 0.0
+        length = 600.0 + compiling
+        b.step(s + 1, t, length)
+        b.cpu_op("aten::randn", t + 10.0, 100.0)
+        b.kernel("elementwise_kernel", t + 20.0, 50.0, launch_at=t + 15.0)
+        b.cpu_op("Torch-Compiled Region: 0/0", t + 120.0, 300.0 + compiling)
+        if compiling:
+            b.annotation("entire_frame_compile", t + 125.0, compiling - 10.0)
+        b.kernel(GEMM, t + 130.0 + compiling, 250.0, launch_at=t + 125.0 + compiling)
+        b.cpu_op("aten::add_", t + 430.0 + compiling, 100.0)
+        b.kernel("elementwise_kernel", t + 440.0 + compiling, 50.0, launch_at=t + 435.0 + compiling)
+        t += length
+    d = analyze(b.write(tmp_path / "t.json"), workers=1)
+    assert any(s.reason.startswith("compiled for ") for s in d.steps.dropped)
+    assert d.compiled is not None
+    eager = d.compiled.eager
+    assert eager is not None
+    assert eager.calls == 4  # the step that recompiled is the compile's
+    assert eager.kernels_per_call == 2
+    assert eager.time_per_call_s < 0.3e-3  # its own 200 µs and the gaps, not the region's

@@ -101,6 +101,21 @@ def test_without_module_records_record_function_ranges_stand_in(tmp_path: Path) 
     assert row.spread.outlier == "layers.1"
 
 
+def test_the_compilers_own_ranges_are_not_modules(tmp_path: Path) -> None:
+    """torch.compile's compiler at work records ranges of its own (Inductor's autotuning,
+    Dynamo's `dynamo_timed` stages): a one-off, never a module row beside the model's."""
+    b = phased_training_trace(4, modules=False)
+    for s in range(4):
+        b.annotation(
+            "CachingAutotuner.benchmark_all_configs_data: kernel_name=triton_poi_fused_0",
+            s * 1000.0 + 140.0,
+            50.0,
+        )
+    d = analysed(b, tmp_path)
+    assert d.modules is not None
+    assert [r.path for r in d.modules.rows] == ["layers.*"]
+
+
 def test_a_trace_without_backward_says_what_it_could_not_split(tmp_path: Path) -> None:
     d = analysed(phased_training_trace(4, modules=False, backward=False), tmp_path)
     p = d.phases

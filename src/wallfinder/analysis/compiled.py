@@ -180,7 +180,31 @@ def _eager(scope: Scope, regions: Events, compiles: Events) -> CodeRegion | None
         [int(top.end[k * period : (k + 1) * period].max()) for k in range(calls)], np.int64
     )
     names = [_short(trace.strings[c]) for c in top.name[:period]]
-    return _region(scope, "eager", _Calls(starts, ends), names)
+    # A call that holds a compile (a training step that recompiled) is the compile's, a
+    # one-off; the region calls inside an eager call (a training loop's compiled model inside
+    # its step) are not eager: their time and kernels are left out of the eager call's.
+    keep = ~_overlaps(Coverage.of(compiles.ts, compiles.end), starts, ends)
+    if not keep.any():
+        return None
+    starts, ends = starts[keep], ends[keep]
+    eager = _region(scope, "eager", _Calls(starts, ends), names)
+    inner = Coverage.of(regions.ts.astype(np.int64), regions.end.astype(np.int64))
+    held = inner.covered(starts, ends)
+    if not held.any():
+        return eager
+    dev, n = scope.dev, starts.size
+    device_s, kernels = eager.device_per_call_s * n, eager.kernels_per_call * n
+    if dev is not None:
+        mine = np.flatnonzero(_launched(scope, _Calls(starts, ends)))
+        inside = inner.covered(dev.launch_ts[mine], dev.launch_ts[mine] + 1) > 0
+        device_s -= float(dev.ops.dur[mine[inside]].sum()) * NS
+        kernels -= int(inside.sum())
+    return msgspec.structs.replace(
+        eager,
+        time_per_call_s=max(eager.time_per_call_s - float(held.mean()) * NS, 0.0),
+        device_per_call_s=max(device_s, 0.0) / n,
+        kernels_per_call=max(kernels, 0) / n,
+    )
 
 
 def _period(names: npt.NDArray[np.int32]) -> int | None:

@@ -42,6 +42,7 @@ from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
 from wallfinder.diagnosis import ModuleRow, Modules, ModuleSpread, Phases, StepPhases
 from wallfinder.trace import NONE, Events, Kind, Trace, step_key, thread_key
+from wallfinder.trace.dynamo import compile_range
 from wallfinder.trace.names import module_name
 from wallfinder.units import is_user_path
 
@@ -352,6 +353,9 @@ def _is_user_range(name: str) -> bool:
         name.startswith(("ProfilerStep#", "Optimizer.", "##", "cuda", "hip"))
         or is_data_loading(name)
         or classify_op(name) is KernelClass.COMMUNICATION
+        # torch.compile's compiler at work (Dynamo, Inductor, autotuning): a one-off, not
+        # a part of the model.
+        or compile_range(name)
     )
 
 
