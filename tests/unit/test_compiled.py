@@ -260,6 +260,8 @@ def test_a_training_loops_eager_code_leaves_out_its_compiled_calls_and_recompile
         t += length
     d = analyze(b.write(tmp_path / "t.json"), workers=1)
     assert any(s.reason.startswith("compiled for ") for s in d.steps.dropped)
+    [once] = [f for f in d.findings if f.id == "warm-up"]
+    assert once.title == "Compiling takes a share of the profiled time"
     assert d.compiled is not None
     eager = d.compiled.eager
     assert eager is not None

@@ -89,6 +89,8 @@ def warmup_cost(f: Facts) -> Finding | None:
         wall="overhead",
         title="Start-up takes a share of the profiled time"
         if startup
+        else "Compiling takes a share of the profiled time"
+        if any(d.reason.startswith("compiled for ") for d in s.dropped)
         else "The first steps pay a warm-up cost",
         share=share,
         max_speedup=1.0,
