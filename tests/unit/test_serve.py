@@ -195,6 +195,24 @@ def test_a_saved_diagnosis_is_a_run(tmp_path: Path) -> None:
     assert run.diagnosis.verdict.wall == "overhead"
 
 
+def test_a_workers_profiling_cycles_are_its_latest_cycle_not_a_job(tmp_path: Path) -> None:
+    """tensorboard_trace_handler writes one file per worker and profiling cycle
+    (`{worker}.{ms}.pt.trace.json`): two cycles of one worker are not two ranks; the run is
+    its newest cycle, as the profiler plugin opened it, and each rank's newest in a job."""
+    folder = tmp_path / "log" / "cycles"
+    training_trace(loader_us=LOADER_HEAVY).write(folder / "host_7.1700000001.pt.trace.json")
+    training_trace(loader_us=5.0).write(folder / "host_7.1700000999.pt.trace.json")
+    runs = Runs.of(tmp_path / "log")
+    runs.poll()
+    runs.work()
+    run = runs.get("cycles")
+    assert run is not None
+    assert run.traces == ["cycles/host_7.1700000999.pt.trace.json"]
+    assert run.diagnosis is not None
+    assert not [w for w in run.diagnosis.warnings if "not one job" in w]
+    assert run.diagnosis.verdict.cause != "data_loading"  # the newest cycle's, loader fixed
+
+
 @pytest.mark.parametrize(
     "url",
     [

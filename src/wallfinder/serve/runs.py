@@ -12,6 +12,7 @@ waiting. The server calls both from one background thread; tests call them direc
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -179,7 +180,7 @@ class Runs:
         except OSError:
             return None
         saved = next((p for p in children if p.name == SAVED and saved_schema(p) is not None), None)
-        traces = [p for p in children if p != saved and _is_trace(p.name)]
+        traces = _latest_cycles([p for p in children if p != saved and _is_trace(p.name)])
         if saved is None and not traces:
             return None
         return self._run(folder.name, ([saved] if saved else []) + traces, saved=saved)
@@ -211,3 +212,26 @@ class Runs:
 
 def _is_trace(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES + NSYS_SUFFIXES) and name != SAVED
+
+
+_CYCLE = re.compile(r"^(?P<worker>.+)\.(?P<stamp>\d+)\.pt\.trace\.json(\.gz)?$")
+"""`tensorboard_trace_handler`'s file name: `{worker}.{time in ms}.pt.trace.json[.gz]`, one
+file per worker and profiling cycle."""
+
+
+def _latest_cycles(traces: list[Path]) -> list[Path]:
+    """Of the files `tensorboard_trace_handler` wrote for one worker in several profiling
+    cycles, the newest (the run's latest cycle, as the profiler plugin opened by default):
+    the others are the same worker at other steps, not other ranks of a job."""
+    newest: dict[str, tuple[int, Path]] = {}
+    kept: list[Path] = []
+    for path in traces:
+        cycle = _CYCLE.match(path.name)
+        if cycle is None:
+            kept.append(path)
+            continue
+        stamp = int(cycle["stamp"])
+        seen = newest.get(cycle["worker"])
+        if seen is None or stamp > seen[0]:
+            newest[cycle["worker"]] = (stamp, path)
+    return sorted(kept + [p for _, p in newest.values()])
