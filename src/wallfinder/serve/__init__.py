@@ -58,7 +58,8 @@ def serve(logdir: str | Path, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     _check_free(host, port)
     runs.poll()  # the list is there at the first request; the diagnoses follow
     shown = f"[{host}]" if ":" in host else host
-    print(f"wallfinder serve: {len(runs.all())} runs in {logdir}", file=sys.stderr)
+    n = len(runs.all())
+    print(f"wallfinder serve: {n} run{'' if n == 1 else 's'} in {logdir}", file=sys.stderr)
     print(f"wallfinder serve: open http://{shown}:{port}/  (Ctrl-C stops it)", file=sys.stderr)
     stop = threading.Event()
     watch(runs, stop)
