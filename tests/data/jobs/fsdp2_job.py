@@ -3,11 +3,9 @@ on the root, two gloo ranks on the CPU. Under `wallfinder run -- torchrun --npro
 fsdp2_job.py` its trace holds FSDP's own ranges (`FSDP::all_gather_copy_in`,
 `FSDP::post_backward_reduce`, ...) and the gloo all-gathers and reduce-scatters they call."""
 
-import atexit
-import os
-
 import torch
 import torch.distributed as dist
+from gloo_job import finish, train
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
@@ -18,15 +16,5 @@ model = nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ 
 for block in model:
     fully_shard(block)
 fully_shard(model)
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-x = torch.randn(64, width)
-for _ in range(int(os.environ.get("STEPS", "8"))):
-    opt.zero_grad()
-    model(x).square().mean().backward()
-    opt.step()
-dist.barrier()
-dist.destroy_process_group()
-# torch 2.13's gloo can abort in its C++ teardown after the program is done: run the exit
-# handlers (wallfinder's hook writes its status there), then skip that teardown.
-atexit._run_exitfuncs()
-os._exit(0)
+train(model, width)
+finish()

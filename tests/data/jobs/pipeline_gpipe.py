@@ -9,12 +9,11 @@ the stages are balanced and the time a stage waits for its neighbour is the sche
 theory, (p-1)/(M+p-1); torch 2.13's Schedule1F1B records no ranges around its microbatches).
 """
 
-import atexit
-import os
 import sys
 
 import torch
 import torch.distributed as dist
+from gloo_job import finish
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 STEPS = 8
@@ -41,9 +40,4 @@ for _ in range(STEPS):
     else:
         schedule.step(target=torch.randn(BATCH, WIDTH))
     opt.step()
-dist.barrier()
-dist.destroy_process_group()
-# torch's gloo can abort in its C++ teardown after the program is done (see
-# tests/integration/test_run.py GLOO_SAFE_EXIT): run the exit handlers, then skip it.
-atexit._run_exitfuncs()
-os._exit(0)
+finish()
