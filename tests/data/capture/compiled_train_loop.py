@@ -1,38 +1,14 @@
-"""The compiled training loop of compiled_train.py without a profiler of its own, for
-`wallfinder run` to measure: a graph break inside the model (a data-dependent branch) and a
-batch size that changes once (a recompile).
+"""The compiled training loop of compiled_train.py (its model, imported) without a profiler of
+its own, for `wallfinder run` to measure: a graph break inside the model (a data-dependent
+branch, compiled_train.py's `Net.forward`) and a batch size that changes once (a recompile).
 
     wallfinder run --steps 4 --warmup 3 -- python compiled_train_loop.py"""
 
 from __future__ import annotations
 
 import torch
+from compiled_train import Net
 from torch import nn
-
-
-class Block(nn.Module):
-    def __init__(self, d: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-        self.up = nn.Linear(d, 4 * d)
-        self.down = nn.Linear(4 * d, d)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-class Net(nn.Module):
-    def __init__(self, d: int = 512) -> None:
-        super().__init__()
-        self.a = Block(d)
-        self.b = Block(d)
-        self.head = nn.Linear(d, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.a(x)
-        if float(h.mean()) > 1e9:  # a data-dependent branch: Dynamo breaks the graph here
-            h = h * 0
-        return self.head(self.b(h))
 
 
 def main() -> None:
