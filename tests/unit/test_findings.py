@@ -124,21 +124,7 @@ def test_exposed_nccl_is_found(tmp_path: Path) -> None:
 
 
 def test_fp32_matmuls_get_a_bound_from_the_devices_peaks(tmp_path: Path) -> None:
-    b = TraceBuilder(device_name=A100)
-    for s in range(3):
-        t0 = s * 2100.0
-        b.step(s + 1, t0, 2100.0)
-        op_with_kernel(
-            b,
-            "aten::mm",
-            MM_DIMS,
-            ["float", "float"],
-            t0,
-            "volta_sgemm_128x64_nn",
-            t0 + 10.0,
-            2000.0,
-        )
-    d = analyze(b.write(tmp_path / "t.json"))
+    d = analyze(_fp32_gemm_trace(A100).write(tmp_path / "t.json"))
     f = next(x for x in d.findings if x.id == "fp32-matmul")
     assert f.wall == "compute"
     # A100: tf32 156 TFLOP/s over fp32 19.5 → 8x; the matmuls are ~95% of the step.
