@@ -118,26 +118,36 @@ def _launched(scope: Scope, calls: _Calls) -> npt.NDArray[np.bool_]:
     return in_windows(dev.launch_ts, calls.ts, calls.end)
 
 
-def _region(scope: Scope, name: str, calls: _Calls, ops: list[str] | None = None) -> CodeRegion:
+def _region(
+    scope: Scope,
+    name: str,
+    calls: _Calls,
+    ops: list[str] | None = None,
+    inner: Coverage | None = None,
+) -> CodeRegion:
     """Each call lasts from its start to the end of its host work and the device work it
     launched, cut at the next call's start (back-to-back calls overlap on the device): the
     region's time per call is their mean, whether the calls run back to back or once a
-    step."""
+    step. `inner`: other code's host time inside the calls (compiled regions inside an eager
+    call), left out of their time, with the kernels it launched."""
     n = calls.ts.size
     ends = calls.end.copy()
     device_s, kernels = 0.0, 0
     dev = scope.dev
     if dev is not None:
         mine = np.flatnonzero(_launched(scope, calls))
-        kernels = int(mine.size)
-        device_s = float(dev.ops.dur[mine].sum()) * NS
         owner = np.searchsorted(calls.ts, dev.launch_ts[mine], side="right") - 1
         np.maximum.at(ends, owner, dev.ops.end[mine])
+        if inner is not None:
+            mine = mine[inner.covered(dev.launch_ts[mine], dev.launch_ts[mine] + 1) == 0]
+        kernels = int(mine.size)
+        device_s = float(dev.ops.dur[mine].sum()) * NS
     ends[:-1] = np.minimum(ends[:-1], calls.ts[1:])
+    held = 0.0 if inner is None else float(inner.covered(calls.ts, calls.end).mean())
     return CodeRegion(
         name=name,
         calls=n,
-        time_per_call_s=float((ends - calls.ts).mean()) * NS,
+        time_per_call_s=max(float((ends - calls.ts).mean()) - held, 0.0) * NS,
         device_per_call_s=device_s / n,
         kernels_per_call=kernels / n,
         ops=ops or [],
@@ -187,24 +197,8 @@ def _eager(scope: Scope, regions: Events, compiles: Events) -> CodeRegion | None
     if not keep.any():
         return None
     starts, ends = starts[keep], ends[keep]
-    eager = _region(scope, "eager", _Calls(starts, ends), names)
     inner = Coverage.of(regions.ts.astype(np.int64), regions.end.astype(np.int64))
-    held = inner.covered(starts, ends)
-    if not held.any():
-        return eager
-    dev, n = scope.dev, starts.size
-    device_s, kernels = eager.device_per_call_s * n, eager.kernels_per_call * n
-    if dev is not None:
-        mine = np.flatnonzero(_launched(scope, _Calls(starts, ends)))
-        inside = inner.covered(dev.launch_ts[mine], dev.launch_ts[mine] + 1) > 0
-        device_s -= float(dev.ops.dur[mine[inside]].sum()) * NS
-        kernels -= int(inside.sum())
-    return msgspec.structs.replace(
-        eager,
-        time_per_call_s=max(eager.time_per_call_s - float(held.mean()) * NS, 0.0),
-        device_per_call_s=max(device_s, 0.0) / n,
-        kernels_per_call=max(kernels, 0) / n,
-    )
+    return _region(scope, "eager", _Calls(starts, ends), names, inner)
 
 
 def _period(names: npt.NDArray[np.int32]) -> int | None:
