@@ -314,8 +314,8 @@ def place(scope: Scope, costed: Costed) -> Placement:
                 nbytes,
                 spec,
                 CLASSES[int(np.argmax(by_class))].value,
+                kernels=_kernels_of(scope, in_group, dur),
             )
-            row = msgspec.structs.replace(row, kernels=_kernels_of(scope, in_group, dur))
             rows.append(row)
             row_group.append(gi)
             b = 1 if row.bound == "compute" else 2 if row.bound == "bandwidth" else 0
@@ -484,6 +484,7 @@ def _roof_row(
     nbytes: float,
     spec: DeviceSpec | None,
     cls: str | None = None,
+    kernels: list[str] | None = None,
 ) -> OpRoofRow:
     ai = flops / nbytes if nbytes > 0 else None
     l2 = spec.l2_roof() if spec else None
@@ -521,6 +522,7 @@ def _roof_row(
         bound=bound,
         pct_of_roof=pct,
         cls=cls,
+        kernels=kernels or [],
         fits_l2=fits,
         pct_of_l2_roof=_l2_pct(flops, nbytes, time_s, peak, l2[0]) if fits and l2 else None,
     )
