@@ -3,7 +3,7 @@ change covers which (a finding's fix against a table row)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from wallfinder.errors import WallfinderError
 
@@ -56,32 +56,43 @@ class Change:
     async_tp: bool = False
     """Tensor parallel's forward all-reduces beside the compute before them."""
 
+    def items(self) -> list[tuple[str, str]]:
+        """The what-ifs this change makes, in order: each one's name in `WHAT_IFS` and its
+        item as `--what-if` writes it (`host:2`, `microbatches:8`)."""
+        inf = float("inf")
+        m = self.microbatches
+        made = (
+            ("data", "data" if self.data else ""),
+            (
+                "host",
+                "" if self.host == 1.0 else "host" if self.host == inf else f"host:{self.host:g}",
+            ),
+            ("sync", "sync" if self.sync else ""),
+            ("fuse", "fuse" if self.fuse else ""),
+            ("matmul", "" if self.matmul is None else f"matmul:{self.matmul:g}"),
+            ("overlap", "overlap" if self.overlap else ""),
+            ("accum", "accum" if self.accum else ""),
+            ("microbatches", "" if m is None else f"microbatches:{m}" if m else "microbatches"),
+            ("prefetch", "prefetch" if self.prefetch else ""),
+            ("async-tp", "async-tp" if self.async_tp else ""),
+        )
+        return [(name, item) for name, item in made if item]
+
     @property
     def label(self) -> str:
-        parts = []
-        if self.data:
-            parts.append("data")
-        if self.host != 1.0:
-            parts.append("host" if self.host == float("inf") else f"host:{self.host:g}")
-        if self.sync:
-            parts.append("sync")
-        if self.fuse:
-            parts.append("fuse")
-        if self.matmul is not None:
-            parts.append(f"matmul:{self.matmul:g}")
-        if self.overlap:
-            parts.append("overlap")
-        if self.accum:
-            parts.append("accum")
-        if self.microbatches is not None:
-            parts.append(
-                f"microbatches:{self.microbatches}" if self.microbatches else "microbatches"
-            )
-        if self.prefetch:
-            parts.append("prefetch")
-        if self.async_tp:
-            parts.append("async-tp")
-        return ",".join(parts) or "unchanged"
+        return ",".join(item for _, item in self.items()) or "unchanged"
+
+
+_FLAGS = {
+    "data": "data",
+    "sync": "sync",
+    "fuse": "fuse",
+    "overlap": "overlap",
+    "accum": "accum",
+    "prefetch": "prefetch",
+    "async-tp": "async_tp",
+}
+"""The what-ifs that take no argument, and their `Change` fields."""
 
 
 def parse_what_if(text: str) -> list[Change]:
@@ -95,17 +106,12 @@ def parse_what_if(text: str) -> list[Change]:
         return singles
     combined = Change()
     for c in singles:
-        combined = Change(
-            data=combined.data or c.data,
+        combined = replace(
+            combined,
             host=max(combined.host, c.host),
-            sync=combined.sync or c.sync,
-            fuse=combined.fuse or c.fuse,
             matmul=c.matmul if c.matmul is not None else combined.matmul,
-            overlap=combined.overlap or c.overlap,
-            accum=combined.accum or c.accum,
             microbatches=c.microbatches if c.microbatches is not None else combined.microbatches,
-            prefetch=combined.prefetch or c.prefetch,
-            async_tp=combined.async_tp or c.async_tp,
+            **{f: True for f in _FLAGS.values() if getattr(c, f)},
         )
     # (A combination that is one of the items, `microbatches,microbatches:8`, is no new row.)
     return singles if combined in singles else [*singles, combined]
@@ -140,15 +146,7 @@ def _parse_item(item: str) -> Change:
         return Change(microbatches=int(value))
     if value is not None:
         raise WallfinderError(f"--what-if: {name!r} takes no argument")
-    return Change(
-        data=name == "data",
-        sync=name == "sync",
-        fuse=name == "fuse",
-        overlap=name == "overlap",
-        accum=name == "accum",
-        prefetch=name == "prefetch",
-        async_tp=name == "async-tp",
-    )
+    return Change(**{_FLAGS[name]: True})
 
 
 UNCHANGED = Change()
@@ -190,15 +188,7 @@ replays it (`critpath.lever`)."""
 
 def levers_of(change: Change) -> tuple[str, ...]:
     """The strategy levers `change` pulls (names in LEVERS)."""
-    return tuple(
-        name
-        for name, on in (
-            ("microbatches", change.microbatches is not None),
-            ("prefetch", change.prefetch),
-            ("async-tp", change.async_tp),
-        )
-        if on
-    )
+    return tuple(name for name, _ in change.items() if name in LEVERS)
 
 
 def default_changes(
@@ -221,19 +211,7 @@ def default_changes(
 
 
 def _kinds(change: Change) -> frozenset[str]:
-    return frozenset(
-        k
-        for k, on in (
-            ("data", change.data),
-            ("host", change.host != 1.0),
-            ("sync", change.sync),
-            ("fuse", change.fuse),
-            ("matmul", change.matmul is not None),
-            ("overlap", change.overlap),
-            ("accum", change.accum),
-        )
-        if on
-    ) | frozenset(levers_of(change))
+    return frozenset(name for name, _ in change.items())
 
 
 def covers(finding: Change, row: Change) -> bool:
