@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_parallelism import _fsdp_exposed, _tp_exposed
 
 from tracegen import TraceBuilder, phased_training_trace
 from wallfinder import Options, analyze
@@ -185,38 +186,6 @@ def test_without_a_pipeline_microbatches_change_nothing_and_make_no_row(tmp_path
 
 
 # FSDP prefetch, async TP ----------------------------------------------------------------------
-
-
-def _fsdp_exposed(b: TraceBuilder, t0: float) -> None:
-    # (As test_parallelism's: three units gathered on demand, 28 + 28 + 56 µs exposed.)
-    for unit, at, start, us in (
-        (0, 141.0, 132.0, 28.0),
-        (1, 281.0, 272.0, 28.0),
-        (2, 430.0, 452.0, 56.0),
-    ):
-        b.annotation(f"FSDP::pre_forward ({unit})", t0 + at - 10.0, 9.0)
-        b.annotation(f"FSDP::all_gather ({unit})", t0 + at - 9.0, 6.0)
-        b.cpu_op("c10d::_allgather_base_", t0 + at - 8.0, 4.0)
-        b.kernel(
-            "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long)",
-            t0 + start,
-            us,
-            launch_at=t0 + at - 7.0,
-            stream=28,
-        )
-
-
-def _tp_exposed(b: TraceBuilder, t0: float) -> None:
-    # (As test_parallelism's: three row-parallel layers' all-reduces, 28 + 38 + 56 µs.)
-    for call, start, us in ((131.0, 132.0, 28.0), (261.0, 262.0, 38.0), (397.0, 452.0, 56.0)):
-        b.cpu_op("c10d::allreduce_", t0 + call, 1.0)
-        b.kernel(
-            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)",
-            t0 + start,
-            us,
-            launch_at=t0 + call + 0.5,
-            stream=28,
-        )
 
 
 @pytest.mark.parametrize(
