@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -40,25 +41,30 @@ class Net(nn.Module):
         return self.head(self.b(h))
 
 
-def main(out: str, counters_out: str) -> None:
-    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def train(dev: torch.device, each_step: Callable[[], object] = lambda: None) -> None:
+    """The compiled model trained for 10 steps, its batch size 64 then 96 (a recompile);
+    `each_step` runs after every step."""
     torch.manual_seed(0)
     model = Net().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step_fn = torch.compile(model)
-    batches = [64] * 5 + [96] * 5  # the batch size changes once: a recompile
+    for n in [64] * 5 + [96] * 5:  # the batch size changes once: a recompile
+        x = torch.randn(n, 128, 512, device=dev)
+        t = torch.randint(0, 10, (n, 128), device=dev)
+        loss = nn.functional.cross_entropy(step_fn(x).flatten(0, 1), t.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        each_step()
+
+
+def main(out: str, counters_out: str) -> None:
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     acts = [torch.profiler.ProfilerActivity.CPU]
     if dev.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=acts, record_shapes=True, with_stack=False) as prof:
-        for n in batches:
-            x = torch.randn(n, 128, 512, device=dev)
-            t = torch.randint(0, 10, (n, 128), device=dev)
-            loss = nn.functional.cross_entropy(step_fn(x).flatten(0, 1), t.flatten())
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            prof.step()
+        train(dev, prof.step)
     prof.export_chrome_trace(out)
     from torch._dynamo.utils import compile_times, counters
 
