@@ -4,7 +4,7 @@ between iterations and decode's CUDA-graph coverage. Every figure is the diagnos
 
 from __future__ import annotations
 
-from wallfinder.diagnosis import Diagnosis, IterationKinds
+from wallfinder.diagnosis import Diagnosis, IterationKinds, Serving
 
 
 def serving_head(d: Diagnosis) -> str:
@@ -54,11 +54,8 @@ def serving_lines(d: Diagnosis) -> list[str]:
             f"({', '.join(parts)}) in {b.median_s * 1e3:.2f} ms: "
             f"{b.bandwidth / 1e12:.2f} TB/s, {mbu} — an estimate: {b.basis}"
         )
-    elif any(k.kind == "decode" for k in s.kinds):
-        out.append(
-            "decode's bytes per iteration unknown: its graph replays record no shapes and no "
-            "eager forward of the model is in the trace (give --params for the weights)"
-        )
+    if s.decode_note:
+        out.append(s.decode_note)
     if s.prefill_mfu is not None:
         out.append(f"prefill at MFU {s.prefill_mfu:.0%} ({s.prefill_basis})")
     causes = ", ".join(
@@ -66,9 +63,31 @@ def serving_lines(d: Diagnosis) -> list[str]:
         for k, v in sorted(s.host_causes.items(), key=lambda kv: -kv[1])
     )
     out.append(
-        f"the GPU idles {s.host_share:.0%} of the iterations' time (the engine's host work "
-        f"between forward passes: scheduling, sampling, Python)" + (f": {causes}" if causes else "")
+        f"the GPU idles {s.host_share:.0%} of the iterations' time for the host (the engine's "
+        f"work between forward passes: scheduling, sampling, Python)"
+        + (
+            f" and {s.wait_share:.0%} with its next work queued (waiting on an event or "
+            "another stream: not host time)"
+            if s.wait_share
+            else ""
+        )
+        + (f"; every idle cause: {causes}" if causes else "")
     )
+    if s.overlap:
+        out.append(f"overlapped: the engine's host work runs beside the GPU's ({s.overlap})")
     if s.graph_coverage is not None:
         out.append(f"{s.graph_coverage:.0%} of decode iterations replayed from a CUDA/HIP graph")
+    out.append(_per_token_line(s))
     return out
+
+
+def _per_token_line(s: Serving) -> str:
+    figures = [
+        f"{name} ~{v * 1e3:.2f} ms"
+        for name, v in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s))
+        if v is not None
+    ]
+    if s.tokens_per_s is not None:
+        figures.append(f"{s.tokens_per_s:,.0f} decode tokens/s")
+    head = f"per token (estimates): {', '.join(figures)}" if figures else "per token"
+    return f"{head} — {s.per_token_basis}"
