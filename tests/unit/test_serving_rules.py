@@ -222,3 +222,11 @@ def test_html_report_has_the_serving_section(tmp_path: Path) -> None:
     assert "per token (estimates)" in html
     plain = analyze(training_trace(3).write(tmp_path / "train.json"))
     assert '<section id="serving"' not in render(plain, "html")
+
+
+def test_b200_vllm_worker_is_a_prefill_of_888_tokens() -> None:
+    s = analyze(real_trace("tracelens/b200_eager_rank0.json.gz")).serving
+    assert s is not None
+    assert not s.note
+    assert [(k.kind, k.tokens) for k in s.kinds] == [("prefill", 888)]
+    assert s.ttft_s == s.kinds[0].median_s
