@@ -39,6 +39,7 @@ from wallfinder.diagnosis import (
     Verdict,
 )
 from wallfinder.trace import NONE, Events, Kind, Trace
+from wallfinder.units import util_pct
 
 I64 = npt.NDArray[np.int64]
 NS = 1e-9
@@ -446,7 +447,7 @@ def _judged(scope: Scope, engine: str | None, found: _Found) -> Serving:
         prefill_basis=mfu_basis,
         # The device waiting on work already queued (an event another thread records, a
         # stream) is not the host's time between iterations: an overlap scheduler's wait.
-        host_share=sum(v for k, v in causes.items() if k not in _NOT_HOST),
+        host_share=sum(v for k, v in causes.items() if k not in NOT_HOST),
         wait_share=sum(v for k, v in causes.items() if k in _WAITS),
         host_causes=causes,
         graph_coverage=sum(found.graph[i] for i in decodes) / len(decodes) if decodes else None,
@@ -456,7 +457,7 @@ def _judged(scope: Scope, engine: str | None, found: _Found) -> Serving:
 
 
 _WAITS = frozenset({"dependency_wait", "communication_wait"})
-_NOT_HOST = _WAITS | {"startup"}
+NOT_HOST = _WAITS | {"startup"}
 """Idle causes that are not the engine's host work between iterations: queued work waiting
 (on an event, a stream, a peer) and one-off start-up."""
 
@@ -660,12 +661,12 @@ def serving_verdict(verdict: Verdict, found: Serving, device: Device) -> Verdict
         words.append(
             f"decode reads ~{d.bytes_per_iteration / 1e9:.2f} GB per iteration in "
             f"{d.median_s * 1e3:.2f} ms: {d.bandwidth / 1e12:.2f} TB/s"
-            + (f", MBU {d.mbu:.0%} of peak bandwidth" if d.mbu is not None else "")
-            + (f" ({d.busy_mbu:.0%} over its busy time)" if d.busy_mbu is not None else "")
+            + (f", MBU {util_pct(d.mbu)} of peak bandwidth" if d.mbu is not None else "")
+            + (f" ({util_pct(d.busy_mbu)} over its busy time)" if d.busy_mbu is not None else "")
             + f" (estimate: {d.basis})"
         )
     if found.prefill_mfu is not None:
-        words.append(f"prefill at MFU {found.prefill_mfu:.0%} ({found.prefill_basis})")
+        words.append(f"prefill at MFU {util_pct(found.prefill_mfu)} ({found.prefill_basis})")
     if words:
         q4 = msgspec.structs.replace(q4, detail=f"{q4.detail}; serving: {'; '.join(words)}")
     verdict = msgspec.structs.replace(verdict, questions=[q1, q2, q3, q4, *verdict.questions[4:]])
@@ -696,7 +697,7 @@ def _decode_wall(verdict: Verdict, found: Serving, device: Device, busy_s: float
     ridge = peak / device.mem_bandwidth
     if intensity >= ridge:
         return verdict
-    mbu = "" if d.busy_mbu is None else f", MBU {d.busy_mbu:.0%} over its busy time"
+    mbu = "" if d.busy_mbu is None else f", MBU {util_pct(d.busy_mbu)} over its busy time"
     return msgspec.structs.replace(
         verdict,
         wall="bandwidth",

@@ -5,6 +5,7 @@ between iterations and decode's CUDA-graph coverage. Every figure is the diagnos
 from __future__ import annotations
 
 from wallfinder.diagnosis import Diagnosis, IterationKinds, Serving
+from wallfinder.units import util_pct
 
 
 def serving_head(d: Diagnosis) -> str:
@@ -44,8 +45,12 @@ def serving_lines(d: Diagnosis) -> list[str]:
         if b.kv_bytes is not None:
             parts.append(f"KV cache {b.kv_bytes / 1e9:.2f} GB")
         mbu = (
-            f"MBU {b.mbu:.0%} of the peak bandwidth"
-            + (f" ({b.busy_mbu:.0%} over the GPU's busy time)" if b.busy_mbu is not None else "")
+            f"MBU {util_pct(b.mbu)} of the peak bandwidth"
+            + (
+                f" ({util_pct(b.busy_mbu)} over the GPU's busy time)"
+                if b.busy_mbu is not None
+                else ""
+            )
             if b.mbu is not None
             else "MBU unknown (device unknown)"
         )
@@ -57,7 +62,7 @@ def serving_lines(d: Diagnosis) -> list[str]:
     if s.decode_note:
         out.append(s.decode_note)
     if s.prefill_mfu is not None:
-        out.append(f"prefill at MFU {s.prefill_mfu:.0%} ({s.prefill_basis})")
+        out.append(f"prefill at MFU {util_pct(s.prefill_mfu)} ({s.prefill_basis})")
     causes = ", ".join(
         f"{k.replace('_', ' ')} {v:.0%}"
         for k, v in sorted(s.host_causes.items(), key=lambda kv: -kv[1])

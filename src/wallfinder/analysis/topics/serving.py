@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from wallfinder.analysis.findings import Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.rules import rule
+from wallfinder.analysis.serving import NOT_HOST
 from wallfinder.diagnosis import Finding, IterationKinds, Serving
 
 _FP8_KV = frozenset({"bf16", "fp16", "fp32"})
@@ -113,7 +114,10 @@ def serving_host_bound(f: Facts) -> Finding | None:
     if s is None or s.engine is None or not s.kinds:
         return None
     seconds = s.host_share * _steady_seconds(s)
-    share = _share(f, seconds)
+    # Never more than the step's own host-caused idle: the iterations may hold time the
+    # step leaves out (a one-off start-up inside the first one), and the bound is of the step.
+    host = sum(v for k, v in f.breakdown.idle_causes.items() if k not in NOT_HOST)
+    share = min(_share(f, seconds), f.share(host))
     causes = ", ".join(
         f"{k.replace('_', ' ')} {v:.0%}"
         for k, v in sorted(s.host_causes.items(), key=lambda kv: -kv[1])
