@@ -46,6 +46,16 @@ def pct(x: float | None, digits: int = 1) -> str:
     return "?" if x is None else f"{x * 100:.{digits}f}%"
 
 
+def util_pct(x: float) -> str:
+    """A utilisation (MFU, MBU) as a percentage with two significant figures below 10%
+    ("0.12%", "3.4%", "32%"): a whole-percent figure would print a small one as "0%"."""
+    if x <= 0:
+        return "0%"
+    if x >= 0.1:
+        return f"{x:.0%}"
+    return f"{x * 100:.2g}%" if x >= 0.001 else "<0.1%"
+
+
 def ms(seconds: float) -> str:
     """Seconds as milliseconds with two decimals, no unit ("12.50"): the reports' unit."""
     return f"{seconds * 1e3:.2f}"

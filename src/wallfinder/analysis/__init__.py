@@ -321,6 +321,7 @@ def _facts(scope: Scope, up: _Upstream, whatif: WhatIf | None) -> Facts:
         whatif,
         up[PHASES],
         parts.main_thread,
+        up[SERVING],
     )
 
 

@@ -34,6 +34,7 @@ from wallfinder.diagnosis import (
     FusionCandidate,
     MemoryProfile,
     Roofline,
+    Serving,
     Steps,
     Wall,
 )
@@ -58,6 +59,8 @@ class Facts:
     """Each unit of work's phase and module (`phases.attribute`)."""
     main_thread: int | None = None
     """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
+    serving: Serving | None = None
+    """An LLM serving trace's engine iterations (`serving.serving`; None: not one)."""
 
     @property
     def trace(self) -> Trace:

@@ -123,6 +123,7 @@ TOPICS = (
     "wallfinder.analysis.topics.steps",
     "wallfinder.analysis.topics.phases",
     "wallfinder.analysis.topics.compiled",
+    "wallfinder.analysis.topics.serving",
     "wallfinder.analysis.memory_profile",
     "wallfinder.analysis.memory",
     "wallfinder.analysis.collectives",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -37,7 +38,8 @@ from wallfinder.diagnosis import (
     ServingIteration,
     Verdict,
 )
-from wallfinder.trace import Events, Kind, Trace
+from wallfinder.trace import NONE, Events, Kind, Trace
+from wallfinder.units import util_pct
 
 I64 = npt.NDArray[np.int64]
 NS = 1e-9
@@ -49,6 +51,9 @@ _VLLM_EXECUTE = re.compile(
 )
 """vLLM's iteration range: tokens, then prefill (context) requests with their query tokens,
 then decode (generation) requests with theirs and their KV length."""
+_VLLM_EXECUTE_OLD = re.compile(r"^execute_context_(\d+)\((\d+)_\d+\)_generation_(\d+)\((\d+)\)")
+"""vLLM's older iteration range: prefill (context) requests with their tokens (and the sum of
+their squares), then decode (generation) requests with theirs."""
 _SGLANG_STEP = re.compile(r"^step\[(\w+)(?:\s+bs=(\d+))?")
 """SGLang's iteration range: its forward mode (DECODE, EXTEND, MIXED, IDLE) and batch size."""
 _ENGINE_RANGE = re.compile(r"^(execute_model|forward_batch\w*|forward_(?:extend|decode)\w*)$")
@@ -85,10 +90,17 @@ def serving(scope: Scope) -> Serving | None:
     engine = _engine(trace)
     if _training(trace):
         return None
-    found = _engine_ranges(trace) or _forward_passes(trace)
+    found = _engine_ranges(trace) or _forward_passes(trace) or _layer_passes(trace)
     if scope.dev is None or found is None:
         if engine is None:
             return None
+        if scope.dev is not None:
+            return Serving(
+                engine=engine,
+                evidence=f"Python frames of {engine}'s sources",
+                note=f"{engine}'s worker, but no engine iteration was found in its ranges, "
+                "graph launches or the model's first ops",
+            )
         return Serving(
             engine=engine,
             evidence=f"Python frames of {engine}'s sources",
@@ -158,6 +170,11 @@ def _parse_range(name: str) -> tuple[str, IterationKind, int | None] | None:
             "mixed" if prefills and decodes else "prefill" if prefills else "decode"
         )
         return "execute_<tokens>_context_<n>_generation_<n>", kind, tokens
+    m = _VLLM_EXECUTE_OLD.match(name)
+    if m is not None:
+        prefills, decodes = int(m[1]), int(m[3])
+        kind = "mixed" if prefills and decodes else "prefill" if prefills else "decode"
+        return "execute_context_<n>_generation_<n>", kind, int(m[2]) + int(m[4])
     m = _SGLANG_STEP.match(name)
     if m is not None:
         return "step[<mode>]", _MODES.get(m[1].lower(), "unknown"), None
@@ -234,6 +251,70 @@ def _forward_passes(trace: Trace) -> _Found | None:
     )
 
 
+_LAYER_FORWARD = re.compile(
+    r"^(?:model\.)?(?:layers?|blocks?|decoder_layers?|transformer_blocks?)[._\[]?(\d+)\]?"
+    r"[._ ]?(?:forward|fwd)$",
+    re.IGNORECASE,
+)
+"""A range around one decoder layer's forward (`layer_3_forward`, `layers.3.forward`): the
+model's repeated layer sequence, where the engine names no iteration."""
+_KV_READ = re.compile(r"kv[_ ]?(?:cache[_ ]?)?(?:fetch|read|load|h2d)", re.IGNORECASE)
+"""A range that brings a layer's KV cache in before its attention: a forward over cached
+tokens (decode), not the prompt's first pass, which writes the cache."""
+_PHASE_WORDS: tuple[tuple[str, IterationKind], ...] = (
+    ("prefill", "prefill"),
+    ("prompt", "prefill"),
+    ("decode", "decode"),
+    ("generat", "decode"),
+)
+
+
+def _layer_passes(trace: Trace) -> _Found | None:
+    """Iterations from the model's repeated layer sequence in the ranges (an Nsight export's
+    NVTX `layer_<i>_forward`): a forward pass runs its layers in order, and the next pass
+    starts where the layer index falls back. Its kind from the ranges inside it: a phase's
+    name (prefill, decode), else a KV-cache read before attention (decode); else, with
+    several passes, the first is the prompt's (prefill) and the rest per-token (decode)."""
+    rows = trace.of_kind(Kind.ANNOTATION)
+    codes = np.unique(rows.name).tolist()
+    layer = {c: int(m[1]) for c in codes if (m := _LAYER_FORWARD.match(trace.strings[c]))}
+    if len(set(layer.values())) < 2:
+        return None
+    mine = rows.take(np.flatnonzero(np.isin(rows.name, list(layer))))
+    index = [layer[c] for c in mine.name.tolist()]
+    starts = [0] + [i for i in range(1, len(index)) if index[i] <= index[i - 1]]
+    start = mine.ts[starts].astype(np.int64)
+    ends = np.concatenate([start[1:], [np.iinfo(np.int64).max]])
+    kv = np.isin(rows.name, [c for c in codes if _KV_READ.search(trace.strings[c])])
+    kinds: list[IterationKind] = []
+    why = set()
+    for a, b in zip(start.tolist(), ends.tolist(), strict=True):
+        inside = rows.name[(rows.ts >= a) & (rows.ts < b)]
+        names = " ".join(trace.strings[c].lower() for c in np.unique(inside).tolist())
+        kind = next((k for w, k in _PHASE_WORDS if w in names), None)
+        if kind is not None:
+            why.add("the phase its ranges name")
+        elif kv[(rows.ts >= a) & (rows.ts < b)].any():
+            kind = "decode"
+            why.add("a KV-cache read before attention (a forward over cached tokens: decode)")
+        kinds.append(kind or "unknown")
+    if "unknown" in kinds and len(kinds) > 1:
+        kinds = [
+            "prefill" if i == 0 else "decode" if k == "unknown" else k for i, k in enumerate(kinds)
+        ]
+        why.add("the first pass over the prompt, one token per pass after it (inferred)")
+    first = trace.strings[int(mine.name[0])]
+    return _Found(
+        start,
+        kinds,
+        [None] * len(kinds),
+        [False] * len(kinds),
+        f"the model's repeated layer sequence (ranges like {first!r}, layers "
+        f"{min(index)}-{max(index)} per pass)"
+        + (f"; kind from {' and '.join(sorted(why))}" if why else "; kind not shown"),
+    )
+
+
 def _codes(trace: Trace, names: frozenset[str]) -> npt.NDArray[np.int32]:
     return trace.names_matching(names.__contains__)
 
@@ -264,6 +345,7 @@ class _Bytes:
     kv: float
     flops: float
     dtype: str | None
+    kv_dtype: str | None = None
 
 
 def _shapes(trace: Trace, start: I64, end: I64) -> list[_Bytes | None]:
@@ -275,7 +357,7 @@ def _shapes(trace: Trace, start: I64, end: I64) -> list[_Bytes | None]:
     out: list[_Bytes | None] = []
     for a, b in zip(start.tolist(), end.tolist(), strict=True):
         weights = flops = kv = 0.0
-        dtype = None
+        dtype = kv_dtype = None
         lo, hi = np.searchsorted(linear.ts, [a, b])
         for j in range(int(lo), int(hi)):
             args = trace.op_args(int(linear.input_dims[j]), int(linear.input_type[j]))
@@ -290,7 +372,8 @@ def _shapes(trace: Trace, start: I64, end: I64) -> list[_Bytes | None]:
             args = trace.op_args(int(attention.input_dims[j]), int(attention.input_type[j]))
             for t in (args.tensor(1), args.tensor(2)) if args and args.size > 2 else ():
                 kv += t.nbytes if t is not None else 0
-        out.append(_Bytes(weights, kv, flops, dtype) if weights > 0 else None)
+                kv_dtype = t.dtype if t is not None else kv_dtype
+        out.append(_Bytes(weights, kv, flops, dtype, kv_dtype) if weights > 0 else None)
     return out
 
 
@@ -347,22 +430,101 @@ def _judged(scope: Scope, engine: str | None, found: _Found) -> Serving:
     total = float(duration[steady].sum()) or 1.0
     decodes = [i for i in range(start.size) if found.kind[i] == "decode" and steady[i]]
     mfu, mfu_basis = _prefill(scope, found, shapes, np.where(steady, duration, 0.0))
+    causes = {
+        k: float(v[steady].sum()) * NS / total
+        for k, v in wb.idle_causes.items()
+        if v[steady].sum() > 0
+    }
+    decode, decode_note = _decode(scope, found, shapes, duration, busy, decodes)
     return Serving(
         engine=engine,
         evidence=found.evidence,
         iterations=iterations,
         kinds=kinds,
-        decode=_decode(scope, found, shapes, duration, busy, decodes),
+        decode=decode,
+        decode_note=decode_note,
         prefill_mfu=mfu,
         prefill_basis=mfu_basis,
-        host_share=float(idle[steady].sum()) / total,
-        host_causes={
-            k: float(v[steady].sum()) * NS / total
-            for k, v in wb.idle_causes.items()
-            if v[steady].sum() > 0
-        },
+        # The device waiting on work already queued (an event another thread records, a
+        # stream) is not the host's time between iterations: an overlap scheduler's wait.
+        host_share=sum(v for k, v in causes.items() if k not in NOT_HOST),
+        wait_share=sum(v for k, v in causes.items() if k in _WAITS),
+        host_causes=causes,
         graph_coverage=sum(found.graph[i] for i in decodes) / len(decodes) if decodes else None,
+        overlap=_overlap(trace, found.start, end),
+        **_per_token(kinds, iterations),
     )
+
+
+_WAITS = frozenset({"dependency_wait", "communication_wait"})
+NOT_HOST = _WAITS | {"startup"}
+"""Idle causes that are not the engine's host work between iterations: queued work waiting
+(on an event, a stream, a peer) and one-off start-up."""
+
+_OVERLAP_NAMES = (
+    (
+        "overlap_utils.py",
+        "SGLang's overlap scheduler: its future token ids let it schedule the next batch "
+        "while the GPU runs this one",
+    ),
+    ("record_batch_in_overlap", "SGLang's overlap scheduler"),
+    ("event_loop_overlap", "SGLang's overlap scheduler"),
+    ("async_scheduling", "vLLM's async scheduling"),
+    ("AsyncGPUModelRunnerOutput", "vLLM's async output processing"),
+    ("async_output", "vLLM's async output processing"),
+)
+"""Host frames or ranges that say the engine overlaps its host work with the device's."""
+
+
+def _overlap(trace: Trace, start: I64, gpu_end: I64) -> str:
+    """Evidence that the engine's host work runs beside the device's: an overlap
+    scheduler's own frames, or the next iteration's host work starting before the device
+    has finished this one ("" when neither)."""
+    codes = trace.of_kind(Kind.PYTHON, Kind.ANNOTATION, Kind.KERNEL).name
+    names = [trace.strings[c] for c in np.unique(codes).tolist()]
+    said = next((w for key, w in _OVERLAP_NAMES if any(key in n for n in names)), "")
+    early = int((start[1:] < gpu_end[:-1]).sum()) if start.size > 1 else 0
+    timed = (
+        f"the next iteration's host work starts before the device finishes the current one "
+        f"in {early} of {start.size - 1}"
+        if early and 2 * early >= start.size - 1
+        else ""
+    )
+    return "; ".join(w for w in (said, timed) if w)
+
+
+def _per_token(kinds: list[IterationKinds], iterations: list[ServingIteration]) -> dict[str, Any]:
+    """TTFT, TPOT and decode tokens/s estimated from the iterations (None: the trace cannot
+    say), with how."""
+    by = {k.kind: k for k in kinds}
+    prefill, decode = by.get("prefill"), by.get("decode")
+    ttft = prefill.median_s if prefill is not None else None
+    tpot = decode.median_s if decode is not None and decode.count - decode.warmup >= 2 else None
+    rate = (
+        decode.tokens / decode.time_s
+        if decode is not None and decode.tokens is not None and decode.time_s > 0
+        else None
+    )
+    words = []
+    words.append(
+        "TTFT ~ the median prefill iteration (queueing before it not seen)"
+        if ttft is not None
+        else "TTFT unknown: no prefill iteration in the trace"
+    )
+    words.append(
+        "TPOT ~ the median decode iteration (one token per running sequence each)"
+        if tpot is not None
+        else "TPOT unknown: fewer than two decode iterations (a token's time is the time "
+        "between iterations)"
+    )
+    if rate is not None:
+        words.append("tokens/s: decode's tokens over its iterations' time")
+    return {
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "tokens_per_s": rate,
+        "per_token_basis": "; ".join(words),
+    }
 
 
 def _decode(
@@ -372,13 +534,15 @@ def _decode(
     duration: npt.NDArray[np.float64],
     busy: npt.NDArray[np.float64],
     decodes: list[int],
-) -> DecodeBandwidth | None:
+) -> tuple[DecodeBandwidth | None, str]:
     """Bytes per decode iteration, from its own shapes, else from the eager forward before
-    it (a graph replay records none), else weights from the user's parameter count."""
+    it (a graph replay records none), else weights from the user's parameter count; and why
+    the bytes or the MBU are not known, or known only in part."""
     if not decodes:
-        return None
+        return None, ""
     weights: list[float] = []
     kv: list[float] = []
+    kv_dtypes: list[str] = []
     borrowed = own = 0
     # A graph replay's own shapes are only its eager remainder (the LM head, sampling): the
     # whole model's are those of an eager forward.
@@ -394,6 +558,7 @@ def _decode(
         if mine is not None:
             weights.append(mine.weights)
             kv.append(mine.kv)
+            kv_dtypes += [mine.kv_dtype] if mine.kv_dtype else []
     params = scope.model.params
     if weights:
         basis = "weights from the linear layers' shapes and KV from the attention's K and V " + (
@@ -409,12 +574,22 @@ def _decode(
         w, k = 2.0 * params, 0.0
         basis = "weights from --params at 2 bytes each (16-bit); KV cache not known (no shapes)"
     else:
-        return None
+        return None, _no_bytes(scope.trace, found, decodes)
     total = w + k
     median = float(np.median(duration[decodes]))
     busy_median = float(np.median(busy[decodes]))
     peak = scope.spec.mem_bandwidth if scope.spec is not None else None
     bandwidth = total / median if median > 0 else 0.0
+    note = (
+        ""
+        if peak
+        else "MBU unknown: the device's peak bandwidth is not known (name it with --device); "
+        "the achieved bandwidth stands"
+    )
+    if not weights:
+        note = "; ".join(
+            w for w in (note, "the KV cache's bytes are not counted (no attention shapes)") if w
+        )
     return DecodeBandwidth(
         bytes_per_iteration=total,
         weight_bytes=w,
@@ -424,6 +599,24 @@ def _decode(
         bandwidth=bandwidth,
         mbu=bandwidth / peak if peak else None,
         busy_mbu=total / busy_median / peak if peak and busy_median > 0 else None,
+        kv_dtype=kv_dtypes[-1] if kv_dtypes else None,
+    ), note
+
+
+def _no_bytes(trace: Trace, found: _Found, decodes: list[int]) -> str:
+    """Why decode's bytes per iteration are not known."""
+    shaped = bool((trace.of_kind(Kind.CPU_OP).input_dims != NONE).any())
+    why = (
+        "its iterations are CUDA/HIP graph replays, which record no shapes, and the trace "
+        "holds no eager forward of the model to read the weights from"
+        if all(found.graph[i] for i in decodes) and shaped
+        else "the trace records no op shapes (record_shapes off, or an Nsight export)"
+        if not shaped
+        else "no linear layer with recorded shapes runs in its iterations"
+    )
+    return (
+        f"decode's bytes per iteration, so its MBU, unknown: {why}; give the parameter count "
+        "(--params N) to count the weights"
     )
 
 
@@ -468,12 +661,12 @@ def serving_verdict(verdict: Verdict, found: Serving, device: Device) -> Verdict
         words.append(
             f"decode reads ~{d.bytes_per_iteration / 1e9:.2f} GB per iteration in "
             f"{d.median_s * 1e3:.2f} ms: {d.bandwidth / 1e12:.2f} TB/s"
-            + (f", MBU {d.mbu:.0%} of peak bandwidth" if d.mbu is not None else "")
-            + (f" ({d.busy_mbu:.0%} over its busy time)" if d.busy_mbu is not None else "")
+            + (f", MBU {util_pct(d.mbu)} of peak bandwidth" if d.mbu is not None else "")
+            + (f" ({util_pct(d.busy_mbu)} over its busy time)" if d.busy_mbu is not None else "")
             + f" (estimate: {d.basis})"
         )
     if found.prefill_mfu is not None:
-        words.append(f"prefill at MFU {found.prefill_mfu:.0%} ({found.prefill_basis})")
+        words.append(f"prefill at MFU {util_pct(found.prefill_mfu)} ({found.prefill_basis})")
     if words:
         q4 = msgspec.structs.replace(q4, detail=f"{q4.detail}; serving: {'; '.join(words)}")
     verdict = msgspec.structs.replace(verdict, questions=[q1, q2, q3, q4, *verdict.questions[4:]])
@@ -504,7 +697,7 @@ def _decode_wall(verdict: Verdict, found: Serving, device: Device, busy_s: float
     ridge = peak / device.mem_bandwidth
     if intensity >= ridge:
         return verdict
-    mbu = "" if d.busy_mbu is None else f", MBU {d.busy_mbu:.0%} over its busy time"
+    mbu = "" if d.busy_mbu is None else f", MBU {util_pct(d.busy_mbu)} over its busy time"
     return msgspec.structs.replace(
         verdict,
         wall="bandwidth",

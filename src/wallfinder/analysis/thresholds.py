@@ -250,6 +250,23 @@ class PipelineThresholds:
 
 
 @dataclass(frozen=True)
+class ServingThresholds:
+    """When an LLM serving trace's iterations make a serving finding."""
+
+    low_mbu: float = 0.5
+    """Decode reading its bytes at less than this share of the peak bandwidth (over its busy
+    time) runs below the bandwidth that bounds it."""
+    small_batch: int = 64
+    """Decode iterations of at most this many tokens (one per running sequence) leave the
+    weights' read to few tokens: a larger batch shares it."""
+    interference: float = 1.5
+    """Mixed (chunked-prefill) iterations at least this many times the pure decode's median
+    hold the running sequences' tokens back."""
+    kv_share: float = 0.2
+    """KV cache bytes at least this share of a decode iteration's are worth halving (fp8)."""
+
+
+@dataclass(frozen=True)
 class Thresholds:
     """Named, documented thresholds: the verdict's at the top level, the findings' in groups.
     See the module's docstring."""
@@ -287,3 +304,4 @@ class Thresholds:
     job: JobThresholds = field(default_factory=JobThresholds)
     counters: CounterThresholds = field(default_factory=CounterThresholds)
     pipeline: PipelineThresholds = field(default_factory=PipelineThresholds)
+    serving: ServingThresholds = field(default_factory=ServingThresholds)

@@ -57,13 +57,16 @@ class DecodeBandwidth(_Base, frozen=True):
     """Achieved B/s over the median decode iteration."""
     mbu: float | None = None
     busy_mbu: float | None = None
+    kv_dtype: str | None = None
+    """The KV cache's dtype, from the attention's K and V (null: not recorded)."""
 
 
 class Serving(_Base, frozen=True):
     """An LLM serving trace read as engine iterations (`evidence`: what they were found
-    from). `host_share` is the part of the iterations' time the device idled (the engine's
-    host work between forward passes: scheduling, sampling, detokenisation, Python), split
-    by cause in `host_causes` (fractions of the iterations' time); `graph_coverage` the share
+    from). `host_share` is the part of the iterations' time the device idled for the host
+    (the engine's host work between forward passes: scheduling, sampling, detokenisation,
+    Python, synchronisation), every idle cause in `host_causes` (fractions of the
+    iterations' time); `graph_coverage` the share
     of decode iterations replayed from a CUDA/HIP graph."""
 
     engine: str | None
@@ -78,3 +81,23 @@ class Serving(_Base, frozen=True):
     graph_coverage: float | None = None
     note: str = ""
     """What the trace cannot show (a front-end process with no device work)."""
+    wait_share: float = 0.0
+    """The part of the iterations' time the device idled with its next work already queued
+    (waiting on an event, another stream or thread): not the host's time between iterations,
+    which `host_share` counts (from schema 2's later files: before, `host_share` held both)."""
+    overlap: str = ""
+    """The evidence that the engine's host work runs beside the device's (SGLang's overlap
+    scheduler, vLLM's async scheduling, the next iteration's host work starting before the
+    device finishes this one): overlap, not a wall ("": none seen)."""
+    decode_note: str = ""
+    """Why decode's bytes per iteration or its MBU are not known, or known only in part."""
+    ttft_s: float | None = None
+    """Time to first token, an estimate: the median prefill iteration (a request's first
+    token is sampled at its end), queueing before it not seen (null: no prefill iteration)."""
+    tpot_s: float | None = None
+    """Time per output token, an estimate: the median decode iteration (each decodes one
+    token per running sequence; null: fewer than two decode iterations)."""
+    tokens_per_s: float | None = None
+    """Decode's output tokens per second over its iterations (null: tokens not recorded)."""
+    per_token_basis: str = ""
+    """How the per-token estimates were made, or why they are unknown."""

@@ -4,7 +4,8 @@ between iterations and decode's CUDA-graph coverage. Every figure is the diagnos
 
 from __future__ import annotations
 
-from wallfinder.diagnosis import Diagnosis, IterationKinds
+from wallfinder.diagnosis import Diagnosis, IterationKinds, Serving
+from wallfinder.units import util_pct
 
 
 def serving_head(d: Diagnosis) -> str:
@@ -44,8 +45,12 @@ def serving_lines(d: Diagnosis) -> list[str]:
         if b.kv_bytes is not None:
             parts.append(f"KV cache {b.kv_bytes / 1e9:.2f} GB")
         mbu = (
-            f"MBU {b.mbu:.0%} of the peak bandwidth"
-            + (f" ({b.busy_mbu:.0%} over the GPU's busy time)" if b.busy_mbu is not None else "")
+            f"MBU {util_pct(b.mbu)} of the peak bandwidth"
+            + (
+                f" ({util_pct(b.busy_mbu)} over the GPU's busy time)"
+                if b.busy_mbu is not None
+                else ""
+            )
             if b.mbu is not None
             else "MBU unknown (device unknown)"
         )
@@ -54,21 +59,40 @@ def serving_lines(d: Diagnosis) -> list[str]:
             f"({', '.join(parts)}) in {b.median_s * 1e3:.2f} ms: "
             f"{b.bandwidth / 1e12:.2f} TB/s, {mbu} — an estimate: {b.basis}"
         )
-    elif any(k.kind == "decode" for k in s.kinds):
-        out.append(
-            "decode's bytes per iteration unknown: its graph replays record no shapes and no "
-            "eager forward of the model is in the trace (give --params for the weights)"
-        )
+    if s.decode_note:
+        out.append(s.decode_note)
     if s.prefill_mfu is not None:
-        out.append(f"prefill at MFU {s.prefill_mfu:.0%} ({s.prefill_basis})")
+        out.append(f"prefill at MFU {util_pct(s.prefill_mfu)} ({s.prefill_basis})")
     causes = ", ".join(
         f"{k.replace('_', ' ')} {v:.0%}"
         for k, v in sorted(s.host_causes.items(), key=lambda kv: -kv[1])
     )
     out.append(
-        f"the GPU idles {s.host_share:.0%} of the iterations' time (the engine's host work "
-        f"between forward passes: scheduling, sampling, Python)" + (f": {causes}" if causes else "")
+        f"the GPU idles {s.host_share:.0%} of the iterations' time for the host (the engine's "
+        f"work between forward passes: scheduling, sampling, Python)"
+        + (
+            f" and {s.wait_share:.0%} with its next work queued (waiting on an event or "
+            "another stream: not host time)"
+            if s.wait_share
+            else ""
+        )
+        + (f"; every idle cause: {causes}" if causes else "")
     )
+    if s.overlap:
+        out.append(f"overlapped: the engine's host work runs beside the GPU's ({s.overlap})")
     if s.graph_coverage is not None:
         out.append(f"{s.graph_coverage:.0%} of decode iterations replayed from a CUDA/HIP graph")
+    out.append(_per_token_line(s))
     return out
+
+
+def _per_token_line(s: Serving) -> str:
+    figures = [
+        f"{name} ~{v * 1e3:.2f} ms"
+        for name, v in (("TTFT", s.ttft_s), ("TPOT", s.tpot_s))
+        if v is not None
+    ]
+    if s.tokens_per_s is not None:
+        figures.append(f"{s.tokens_per_s:,.0f} decode tokens/s")
+    head = f"per token (estimates): {', '.join(figures)}" if figures else "per token"
+    return f"{head} — {s.per_token_basis}"

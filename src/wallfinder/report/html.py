@@ -48,6 +48,7 @@ from wallfinder.report._figures import (
     diagnosis_figures,
 )
 from wallfinder.report._parallel import parallelism_head, parallelism_lines
+from wallfinder.report._serving import serving_head, serving_lines
 
 __all__ = ["render_html"]
 
@@ -242,6 +243,8 @@ def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
         "parallelism": parallelism_lines(d),
         "compiled_head": compiled_head(d),
         "compiled": compiled_lines(d),
+        "serving_head": serving_head(d),
+        "serving": serving_lines(d),
         "not_computed": fmt.not_computed_lines(d),
         "memory": _memory_view(d, figures),
         "phases": [
