@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from paralleljobs import megatron_rank
+from paralleljobs import megatron_rank, zero_rank
 from wallfinder import analyze
 from wallfinder.diagnosis import Diagnosis, Finding
 
@@ -113,3 +113,40 @@ def test_the_job_names_its_slowest_stage_and_what_a_balanced_split_saves(
     bubble = finding(d, "pipeline-bubble")
     assert bubble is not None
     assert wait is None or wait.share < bubble.share / 2
+
+
+def test_a_zero1_jobs_exposed_gradient_reduction_leads_when_it_is_the_wall(
+    tmp_path: Path,
+) -> None:
+    """A DeepSpeed ZeRO-1 job (2 ranks) whose reduce-scatters run after the whole backward,
+    25% of the step with nothing beside them: the wall is that exposed communication, so
+    its finding leads the job's findings, ahead of the casts' larger bound (30% of the step
+    in copy kernels, the bandwidth wall's finding). The job's findings were ranked by bound
+    alone, the casts first."""
+    for rank in range(2):
+        zero_rank(rank).write(tmp_path / f"rank{rank}.json")
+    d = analyze(tmp_path)
+    assert d.verdict.wall == "overhead"
+    assert d.verdict.cause == "comm_exposed"
+    ids = [f.id for f in d.findings]
+    assert ids.index("exposed-comm") < ids.index("repeated-casts")
+    casts, comm = finding(d, "repeated-casts"), finding(d, "exposed-comm")
+    assert casts is not None
+    assert comm is not None
+    assert casts.max_speedup > comm.max_speedup
+    # The same order as the rank's own.
+    alone = analyze(tmp_path / "rank0.json")
+    mine = [f.id for f in alone.findings]
+    assert [i for i in ids if i in mine] == [i for i in mine if i in ids]
+
+
+def test_a_zero1_reduction_after_the_backward_is_communication_not_other(tmp_path: Path) -> None:
+    """The bucket's scaling inside `average_tensor` (on the main thread after backward(), in
+    no module and no autograd node) was "other": it is the gradient sync's work."""
+    d = analyze(zero_rank(0).write(tmp_path / "rank0.json"))
+    assert d.phases is not None
+    assert d.phases.exposed_s["other"] == 0.0
+    # The reduce-scatter (25 ms) and the scaling before it (0.15 ms, and the 0.02 ms the GPU
+    # waited for its launch) a step.
+    assert d.phases.gpu_s["communication"] == pytest.approx(0.02515, abs=1e-9)
+    assert any("gradient reduction frames" in e for e in d.phases.evidence)

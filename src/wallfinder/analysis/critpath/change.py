@@ -240,9 +240,9 @@ def _kinds(change: Change) -> frozenset[str]:
 
 def covers(finding: Change, row: Change) -> bool:
     """The finding's change is the row's, or a larger one of the same kind (all host work
-    gone against half of it, matmuls at their roof against 80% of it); microbatches only at
-    the same count (more of them is a larger change, fewer a smaller one), and units merged
-likewise."""
+        gone against half of it, matmuls at their roof against 80% of it); microbatches only at
+        the same count (more of them is a larger change, fewer a smaller one), and units merged
+    likewise."""
     return (
         _kinds(finding) == _kinds(row)
         and finding.host >= row.host
