@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from paralleljobs import megatron_rank, zero_rank
-from wallfinder import analyze
+from wallfinder import Options, analyze
 from wallfinder.diagnosis import Diagnosis, Finding
 
 
@@ -150,3 +150,24 @@ def test_a_zero1_reduction_after_the_backward_is_communication_not_other(tmp_pat
     # waited for its launch) a step.
     assert d.phases.gpu_s["communication"] == pytest.approx(0.02515, abs=1e-9)
     assert any("gradient reduction frames" in e for e in d.phases.evidence)
+
+
+def test_a_jobs_lever_what_if_is_the_rank_that_gains_least(tmp_path: Path) -> None:
+    """`--what-if microbatches:4` on the 8-rank job: stage 0 (the path's rank 0) replays its
+    154 ms a step of bubble waits shrunk to half, stage 1 only its 63 ms; the ranks meet at
+    every step's collectives, so the job's row is stage 1's (it was rank 0's alone)."""
+    for rank in range(8):
+        megatron_rank(rank).write(tmp_path / f"rank{rank}.json")
+    options = Options(what_if="microbatches:4")
+    job = analyze(tmp_path, options)
+    assert job.critical_path is not None
+    (row,) = [r for r in job.critical_path.what_if if r.change == "microbatches:4"]
+    speedups = {}
+    for rank in (0, 4):
+        alone = analyze(tmp_path / f"rank{rank}.json", options).critical_path
+        assert alone is not None
+        (mine,) = [r for r in alone.what_if if r.change == "microbatches:4"]
+        speedups[rank] = mine.speedup
+    assert speedups[4] < speedups[0]
+    assert row.speedup == pytest.approx(speedups[4])
+    assert any("microbatches:4 (rank 4's" in n for n in job.critical_path.notes)
