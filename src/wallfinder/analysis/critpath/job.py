@@ -132,8 +132,8 @@ def job_path(
             # straggler at the median takes that off every rank's step.
             saving = waits[0]
     rows, slowest = _slowest_rows(straggler, path, known)
-    if slowest:
-        notes.append(slowest)
+    if slowest:  # (before the cross-rank replay's own note, which says where the path runs)
+        notes.insert(0, slowest)
     if saving is not None:
         step = max(path.measured_step_s - saving, 1e-12)
         rows.append(

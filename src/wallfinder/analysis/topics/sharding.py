@@ -397,7 +397,7 @@ def fsdp_small_units(f: Facts) -> Finding | None:
         "overhead",
         "FSDP's units are small: each collective pays its fixed cost",
         share,
-        f"{merge.units} FSDP units, {count:g} all-gathers and reduce-scatters per step taking "
+        f"{merge.units} FSDP units, {count:g} of their collectives per step taking "
         f"{ms_text(total)} (median per unit: {sizes}); at {merge.link}'s peak "
         f"({merge.link_bps / 1e9:.0f} GB/s one way) their bytes move in "
         f"{ms_text(total - fixed)}, leaving {ms_text(fixed)} of fixed cost (latency, launch, "
