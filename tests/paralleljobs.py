@@ -222,3 +222,53 @@ def megatron_rank(rank: int, *, descs: bool = True, stacks: bool = True) -> Rank
         b.annotation("Optimizer.step#FusedAdam.step", t0 + 619.9, 2.0)
         b.kernel(ADAM, t0 + 620.0, 2.0, launch_at=t0 + 619.95)
     return b
+
+
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::DivFunctor<float>>"
+CAST = "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>"
+STAGE_1_AND_2 = "deepspeed/runtime/zero/stage_1_and_2.py(1180): "
+ZERO_STEP_MS = 100.0
+
+
+def zero_rank(rank: int, *, reduce_ms: float = 25.0, cast_ms: float = 30.0) -> RankBuilder:
+    """Rank `rank` of a DeepSpeed ZeRO-1 job on 2 A800s (no overlap_comm): 4 steps of 100 ms.
+    The forward (25 ms) and the backward (40 ms) are GEMMs with fp32→bf16 casts between them
+    (`cast_ms` of copy kernels a step, on the compute stream); after the whole backward, on the
+    main thread, `reduce_ipg_grads` > `average_tensor` scale the gradient buckets and
+    reduce-scatter them, `reduce_ms` with nothing beside them; then Adam."""
+    b = RankBuilder(device_name=A800, rank=rank, world_size=2)
+    dp = ("0", "default_pg", 2)
+
+    def run(at: float, name: str, ms: float, tid: int | None = None) -> None:
+        b.host(name, at - 0.05, 0.04, tid=tid)
+        b.kernel(GEMM if name == "aten::mm" else CAST, at, ms, launch_at=at - 0.02, launch_tid=tid)
+
+    for s in range(4):
+        t0 = s * ZERO_STEP_MS
+        b.step(s + 1, t0 - 0.1, ZERO_STEP_MS)
+        b.host("deepspeed/runtime/engine.py(1900): forward", t0, 25.0, cat="python_function")
+        run(t0 + 0.1, "aten::_to_copy", cast_ms / 4)
+        run(t0 + 0.1 + cast_ms / 4, "aten::mm", 24.9 - cast_ms / 4)
+        back = t0 + 25.0
+        b.host(NODE + "MmBackward0", back, 40.0, tid=AUTOGRAD_TID, args={"Fwd thread id": 1})
+        run(back + 0.1, "aten::_to_copy", 3 * cast_ms / 4, AUTOGRAD_TID)
+        run(back + 0.1 + 3 * cast_ms / 4, "aten::mm", 39.9 - 3 * cast_ms / 4, AUTOGRAD_TID)
+        tail = t0 + 65.0
+        b.host(STAGE_1_AND_2 + "reduce_ipg_grads", tail, reduce_ms + 0.5, cat="python_function")
+        b.host(STAGE_1_AND_2 + "average_tensor", tail + 0.1, reduce_ms, cat="python_function")
+        # The bucket scaled by 1/world size before it is reduced: no module, no autograd node.
+        b.host("aten::div_", tail + 0.11, 0.02)
+        b.kernel(ELEMENTWISE, tail + 0.12, 0.15, launch_at=tail + 0.115)
+        b.host("c10d::_reduce_scatter_base_", tail + 0.2, 0.02)
+        b.kernel(
+            REDUCE_SCATTER,
+            tail + 0.3,
+            reduce_ms,
+            launch_at=tail + 0.21,
+            stream=28,
+            args=_args(dp, "_reduce_scatter_base", 1 << 26),
+        )
+        opt = tail + reduce_ms + 1.0
+        b.annotation("Optimizer.step#DeepSpeedZeroOptimizer.step", opt, 2.0)
+        b.kernel(ADAM, opt + 0.1, 2.0, launch_at=opt + 0.05)
+    return b

@@ -5,7 +5,9 @@ whose fix it is."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from wallfinder.analysis.critpath.change import default_changes
 from wallfinder.analysis.critpath.lever import hidden_by_compute
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding
 from wallfinder.errors import WallfinderError
+from wallfinder.hardware import get_spec
 from wallfinder.trace import load_trace
 
 US = 1e-6
@@ -221,3 +224,102 @@ def test_a_hiding_lever_takes_off_each_collective_the_compute_before_it(
     assert f.gain_basis == "replay"
     assert f.replay_speedup is not None
     assert 1.0 <= f.replay_speedup <= f.max_speedup
+
+
+# FSDP: units merged ---------------------------------------------------------------------------
+
+GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long)"
+UNIT_ELEMS = 1 << 20
+"""Each unit's all-gather: 1 Mi bf16 elements, 2 MiB; on 2 H100s (NVLink 450 GB/s one way)
+each rank's link carries half of it, 2.33 µs."""
+TRANSFER_US = (UNIT_ELEMS * 2) / 2 / 450e9 / US
+
+
+def _fsdp_units(*, args: bool) -> Callable[[TraceBuilder, float], None]:
+    def add(b: TraceBuilder, t0: float) -> None:
+        # _fsdp_exposed's three units (28, 28, 56 µs gathered on demand with nothing beside
+        # them), each gather's kernel carrying its collective's arguments (`args`).
+        for unit, at, start, us in (
+            (0, 141.0, 132.0, 28.0),
+            (1, 281.0, 272.0, 28.0),
+            (2, 430.0, 452.0, 56.0),
+        ):
+            b.annotation(f"FSDP::pre_forward ({unit})", t0 + at - 10.0, 9.0)
+            b.annotation(f"FSDP::all_gather ({unit})", t0 + at - 9.0, 6.0)
+            b.cpu_op("c10d::_allgather_base_", t0 + at - 8.0, 4.0)
+            b.nccl(
+                t0 + start,
+                us,
+                name=GATHER,
+                launch_at=t0 + at - 7.0,
+                collective="_allgather_base" if args else None,
+                nelems=UNIT_ELEMS,
+            )
+
+    return add
+
+
+def _fsdp_job(tmp_path: Path, *, args: bool, what_if: str | None = None) -> tuple[Diagnosis, Any]:
+    b = phased_training_trace(4, builder=TraceBuilder(rank=0, world_size=2))
+    for s in range(4):
+        _fsdp_units(args=args)(b, s * 1000.0)
+    return _diagnosed(
+        load_trace(b.write(tmp_path / "t.json")),
+        None,
+        spec=get_spec(b.device_name or ""),
+        model=None,
+        what_if=what_if,
+    )
+
+
+def test_merging_units_saves_each_merged_collectives_fixed_cost(tmp_path: Path) -> None:
+    """Each gather's fixed cost is its time less its bytes at the link's peak; merging units
+    in pairs leaves unit 1's (the second of the first pair) unpaid, in threes units 1's and
+    2's: 28 − 2.33 µs, then 56 − 2.33 more."""
+    d, facts = _fsdp_job(tmp_path, args=True, what_if="units-merged,units-merged:3")
+    assert facts.whatif is not None
+    cuts, g = facts.whatif.cuts["units-merged"], facts.whatif.graph
+    pairs = (28 - TRANSFER_US) * 1000
+    threes = pairs + (56 - TRANSFER_US) * 1000
+    assert float(cuts.at(Change(units_merged=0)).op.sum()) / g.steps == pytest.approx(pairs)
+    assert float(cuts.at(Change(units_merged=3)).op.sum()) / g.steps == pytest.approx(threes)
+    p = _path(d)
+    two, three = _row(p, "units-merged"), _row(p, "units-merged:3")
+    # (The trace records no event wait from the gathers' stream to the compute's: the replay
+    # moves what its edges let it, never more than the cut.)
+    assert three <= two <= p.replayed_step_s
+    assert p.replayed_step_s - two <= pairs * 1e-9 + 1e-12
+    f = _finding(d, "fsdp-small-units")
+    assert f.share == pytest.approx(pairs * 1e-9 / facts.step_s, rel=1e-6)
+    assert f.gain_basis == "replay"
+    assert f.replay_speedup is not None
+    assert 1.0 <= f.replay_speedup <= f.max_speedup
+    assert "3 FSDP units, 3 of their collectives per step taking 0.11 ms" in f.evidence
+    assert "(median per unit: all-gather 2.00 MiB)" in f.evidence
+    assert "NVLink's peak (450 GB/s one way)" in f.evidence
+    gather = _finding(d, "fsdp-exposed-gather")
+    assert "merging adjacent units in pairs saves 0.03 ms per step" in gather.evidence
+    # In the default table where the trace shows what the estimate needs.
+    assert "units-merged" in [r.change for r in _path(analyze(tmp_path / "t.json")).what_if]
+
+
+def test_without_message_sizes_merging_units_is_said_unknown(tmp_path: Path) -> None:
+    d, facts = _fsdp_job(tmp_path, args=False)
+    assert facts.whatif is not None
+    assert "units-merged" not in facts.whatif.cuts
+    assert not [f for f in d.findings if f.id == "fsdp-small-units"]
+    gather = _finding(d, "fsdp-exposed-gather")
+    assert (
+        "merging adjacent units: what it saves is unknown here (the collectives record no "
+        "message size" in gather.evidence
+    )
+
+
+def test_units_merged_parses_with_its_k() -> None:
+    assert parse_what_if("units-merged") == [Change(units_merged=0)]
+    assert parse_what_if("units-merged:4") == [Change(units_merged=4)]
+    assert parse_what_if("units-merged:4")[0].label == "units-merged:4"
+    for bad in ("units-merged:1", "units-merged:2.5", "units-merged:x"):
+        with pytest.raises(WallfinderError):
+            parse_what_if(bad)
+    assert not covers(Change(units_merged=0), Change(units_merged=4))

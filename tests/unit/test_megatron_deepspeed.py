@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from paralleljobs import megatron_rank
-from wallfinder import analyze
+from paralleljobs import megatron_rank, zero_rank
+from wallfinder import Options, analyze
 from wallfinder.diagnosis import Diagnosis, Finding
 
 
@@ -113,3 +113,61 @@ def test_the_job_names_its_slowest_stage_and_what_a_balanced_split_saves(
     bubble = finding(d, "pipeline-bubble")
     assert bubble is not None
     assert wait is None or wait.share < bubble.share / 2
+
+
+def test_a_zero1_jobs_exposed_gradient_reduction_leads_when_it_is_the_wall(
+    tmp_path: Path,
+) -> None:
+    """A DeepSpeed ZeRO-1 job (2 ranks) whose reduce-scatters run after the whole backward,
+    25% of the step with nothing beside them: the wall is that exposed communication, so
+    its finding leads the job's findings, ahead of the casts' larger bound (30% of the step
+    in copy kernels, the bandwidth wall's finding). The job's findings were ranked by bound
+    alone, the casts first."""
+    for rank in range(2):
+        zero_rank(rank).write(tmp_path / f"rank{rank}.json")
+    d = analyze(tmp_path)
+    assert d.verdict.wall == "overhead"
+    assert d.verdict.cause == "comm_exposed"
+    ids = [f.id for f in d.findings]
+    assert ids.index("exposed-comm") < ids.index("repeated-casts")
+    casts, comm = finding(d, "repeated-casts"), finding(d, "exposed-comm")
+    assert casts is not None
+    assert comm is not None
+    assert casts.max_speedup > comm.max_speedup
+    # The same order as the rank's own.
+    alone = analyze(tmp_path / "rank0.json")
+    mine = [f.id for f in alone.findings]
+    assert [i for i in ids if i in mine] == [i for i in mine if i in ids]
+
+
+def test_a_zero1_reduction_after_the_backward_is_communication_not_other(tmp_path: Path) -> None:
+    """The bucket's scaling inside `average_tensor` (on the main thread after backward(), in
+    no module and no autograd node) was "other": it is the gradient sync's work."""
+    d = analyze(zero_rank(0).write(tmp_path / "rank0.json"))
+    assert d.phases is not None
+    assert d.phases.exposed_s["other"] == 0.0
+    # The reduce-scatter (25 ms) and the scaling before it (0.15 ms, and the 0.02 ms the GPU
+    # waited for its launch) a step.
+    assert d.phases.gpu_s["communication"] == pytest.approx(0.02515, abs=1e-9)
+    assert any("gradient reduction frames" in e for e in d.phases.evidence)
+
+
+def test_a_jobs_lever_what_if_is_the_rank_that_gains_least(tmp_path: Path) -> None:
+    """`--what-if microbatches:4` on the 8-rank job: stage 0 (the path's rank 0) replays its
+    154 ms a step of bubble waits shrunk to half, stage 1 only its 63 ms; the ranks meet at
+    every step's collectives, so the job's row is stage 1's (it was rank 0's alone)."""
+    for rank in range(8):
+        megatron_rank(rank).write(tmp_path / f"rank{rank}.json")
+    options = Options(what_if="microbatches:4")
+    job = analyze(tmp_path, options)
+    assert job.critical_path is not None
+    (row,) = [r for r in job.critical_path.what_if if r.change == "microbatches:4"]
+    speedups = {}
+    for rank in (0, 4):
+        alone = analyze(tmp_path / f"rank{rank}.json", options).critical_path
+        assert alone is not None
+        (mine,) = [r for r in alone.what_if if r.change == "microbatches:4"]
+        speedups[rank] = mine.speedup
+    assert speedups[4] < speedups[0]
+    assert row.speedup == pytest.approx(speedups[4])
+    assert any("microbatches:4 (rank 4's" in n for n in job.critical_path.notes)

@@ -282,7 +282,7 @@ def join(
         thresholds,
         _Arrivals(late, lead, m.step[matched]),
     )
-    link, peak = _link(spec)
+    link, peak = fastest_link(spec)
     n_matched = int(matched.sum())
     notes += _clock_notes(cols, has_offset)
     findings = evaluate(
@@ -717,7 +717,7 @@ def _steady(late_steps: int, steps: int, lateness: float, noise: float, th: JobT
     )
 
 
-def _link(spec: DeviceSpec | None) -> tuple[str | None, float | None]:
+def fastest_link(spec: DeviceSpec | None) -> tuple[str | None, float | None]:
     """The device's fastest GPU-to-GPU link and one direction of its bandwidth."""
     if spec is None:
         return None, None

@@ -34,7 +34,7 @@ from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_
 from wallfinder.analysis.collectives import DEFAULT_GROUP, collective_name
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import in_windows
-from wallfinder.analysis.phases import BACKWARD, FORWARD, Attribution
+from wallfinder.analysis.phases import BACKWARD, FORWARD, Attribution, is_grad_reducer
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH
@@ -95,19 +95,6 @@ _ZERO = {
 }
 """DeepSpeed's names for the data-parallel layouts, where its frames are in the trace."""
 
-_GRAD_REDUCERS = (
-    "reduce_ipg_grads",
-    "average_tensor",
-    "allreduce_and_copy",
-    "allreduce_bucket",
-    "reduce_independent_p_g_buckets_and_remove_grads",
-    "finish_grad_sync",
-    "start_grad_sync",
-)
-"""The functions DeepSpeed ZeRO-1/2 (stage_1_and_2.py) and Megatron's DDP
-(distributed_data_parallel.py, param_and_grad_buffer.py) reduce gradients in."""
-
-
 _MEGATRON_TP = (
     "ColumnParallelLinear",
     "RowParallelLinear",
@@ -121,13 +108,6 @@ frames and backward nodes carry."""
 
 def _is_megatron_tp(name: str) -> bool:
     return any(n in name for n in _MEGATRON_TP)
-
-
-def _is_grad_reducer(name: str) -> bool:
-    low = name.lower()
-    return ("deepspeed" in low or "megatron" in low) and name.endswith(
-        tuple(f": {f}" for f in _GRAD_REDUCERS)
-    )
 
 
 def _is_dp_group(group: ProcessGroup) -> bool:
@@ -268,7 +248,7 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     # layers), and data parallel beside it shows its own ranges or its own group.
     # Megatron's and DeepSpeed's own gradient reduction (their frames, with Python stacks),
     # and a data-parallel group `pg_config` names beside tensor parallel's.
-    reducer = _said(scope, _is_grad_reducer, steps)
+    reducer = _said(scope, is_grad_reducer, steps)
     if reducer:
         evidence.setdefault("DDP", []).append(f"the gradient reduction's own frames ({reducer})")
     dp_group = next((g for g in groups if _is_dp_group(g)), None)

@@ -5,7 +5,10 @@ main thread) is placed in one phase, from what the trace records around the call
 it: inside an autograd node (`autograd::engine::evaluate_function: …Backward`, or any op
 carrying a backward `Fwd thread id`) it is backward, whatever thread ran it; inside an
 `Optimizer.step#…`/`Optimizer.zero_grad#…` range it is the optimizer's; a host-to-device
-memcpy is the input copy; a collective is communication; inside an `nn.Module` range, or
+memcpy is the input copy; a collective is communication, and so is the work of the
+frameworks' gradient reduction (DeepSpeed ZeRO-1/2's `reduce_ipg_grads`, Megatron's
+`finish_grad_sync`: bucket scaling and copies, after the backward where it does not overlap
+it); inside an `nn.Module` range, or
 issued in the step before its first backward op, it is forward; the rest is other. The
 DataLoader's `__next__` is data wait: GPU idle time while the host waits for a batch.
 
@@ -278,6 +281,9 @@ class _Ranges:
     data: Events
     modules: Events
     module_source: str
+    reducers: Events
+    """The frameworks' gradient reduction frames (`is_grad_reducer`): their work is the
+    gradient sync's, communication."""
 
 
 CALL_SITES = "call sites"
@@ -303,6 +309,27 @@ def _site(frame: str) -> str:
     tree's separator)."""
     path, paren, rest = frame.partition("(")
     return path.replace("\\", "/").rpartition("/")[2] + paren + rest.replace("/", "∕")
+
+
+_GRAD_REDUCERS = (
+    "reduce_ipg_grads",
+    "average_tensor",
+    "allreduce_and_copy",
+    "allreduce_bucket",
+    "reduce_independent_p_g_buckets_and_remove_grads",
+    "finish_grad_sync",
+    "start_grad_sync",
+)
+"""The functions DeepSpeed ZeRO-1/2 (stage_1_and_2.py) and Megatron's DDP
+(distributed_data_parallel.py, param_and_grad_buffer.py) reduce gradients in."""
+
+
+def is_grad_reducer(name: str) -> bool:
+    """A Python frame of DeepSpeed's or Megatron's gradient reduction (`_GRAD_REDUCERS`)."""
+    low = name.lower()
+    return ("deepspeed" in low or "megatron" in low) and name.endswith(
+        tuple(f": {f}" for f in _GRAD_REDUCERS)
+    )
 
 
 def optimizer_codes(trace: Trace) -> npt.NDArray[np.int32]:
@@ -333,7 +360,8 @@ def _ranges(trace: Trace) -> _Ranges:
     if len(modules) == 0:
         # Neither: the user's own Python frames (traces recorded with stacks) stand for them.
         modules, source = user_frames(trace), CALL_SITES
-    return _Ranges(backward, _outermost(backward), optimizer, data, modules, source)
+    reducers = trace.named((Kind.PYTHON,), trace.names_matching(is_grad_reducer))
+    return _Ranges(backward, _outermost(backward), optimizer, data, modules, source, reducers)
 
 
 def _outermost(ranges: _Nodes) -> _Nodes:
@@ -389,6 +417,10 @@ def _place(scope: Scope, r: _Ranges, work: Work) -> tuple[npt.NDArray[np.int8], 
     phase[work.input_copy] = COPY_IN
     phase[in_opt] = OPTIMIZER
     phase[in_backward | (in_node >= 0)] = BACKWARD
+    # The gradient sync's own work (a ZeRO-1 bucket scaled and copied after the backward, on
+    # the main thread: it was "other") is communication, as its collectives are.
+    if len(r.reducers):
+        phase[issued[_inside(r.reducers, work, issued) >= 0]] = COMMUNICATION
     phase[work.cls == COMM] = COMMUNICATION
     return phase, in_module, in_node
 
@@ -434,6 +466,11 @@ def attribute(scope: Scope, work: Work) -> Attribution:
         )
     if len(r.optimizer):
         evidence.append("Optimizer.step#/zero_grad# ranges")
+    if len(r.reducers):
+        evidence.append(
+            "gradient reduction frames (DeepSpeed reduce_ipg_grads, Megatron "
+            "finish_grad_sync, ...): their work is communication"
+        )
     if len(r.data):
         evidence.append("DataLoader __next__ ranges (data wait)")
     if work.input_copy.any():

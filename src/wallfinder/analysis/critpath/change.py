@@ -27,6 +27,10 @@ WHAT_IFS = {
     "async-tp": "async tensor parallel: each forward all-reduce (reduce-scatter) of a "
     "row-parallel layer runs beside the compute before it (its layer's matmuls, in chunks), "
     "hiding at most that compute's time",
+    "units-merged": "FSDP/ZeRO-3 units merged K at a time (units-merged:K, default 2): each "
+    "group of K adjacent units' all-gathers (reduce-scatters) is one collective of their bytes, "
+    "paying one collective's fixed cost instead of K (each one's fixed cost estimated as its "
+    "time less its bytes at the link's peak; GPUs with a known link and message sizes only)",
 }
 """The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
 
@@ -55,12 +59,15 @@ class Change:
     """FSDP's all-gathers beside the compute before them (`critpath.lever`)."""
     async_tp: bool = False
     """Tensor parallel's forward all-reduces beside the compute before them."""
+    units_merged: int | None = None
+    """FSDP's units merged this many at a time (0: two; None: unchanged): each merged
+    group's collectives pay one fixed cost (`critpath.lever`)."""
 
     def items(self) -> list[tuple[str, str]]:
         """The what-ifs this change makes, in order: each one's name in `WHAT_IFS` and its
         item as `--what-if` writes it (`host:2`, `microbatches:8`)."""
         inf = float("inf")
-        m = self.microbatches
+        m, k = self.microbatches, self.units_merged
         made = (
             ("data", "data" if self.data else ""),
             (
@@ -75,6 +82,7 @@ class Change:
             ("microbatches", "" if m is None else f"microbatches:{m}" if m else "microbatches"),
             ("prefetch", "prefetch" if self.prefetch else ""),
             ("async-tp", "async-tp" if self.async_tp else ""),
+            ("units-merged", "" if k is None else f"units-merged:{k}" if k else "units-merged"),
         )
         return [(name, item) for name, item in made if item]
 
@@ -111,6 +119,7 @@ def parse_what_if(text: str) -> list[Change]:
             host=max(combined.host, c.host),
             matmul=c.matmul if c.matmul is not None else combined.matmul,
             microbatches=c.microbatches if c.microbatches is not None else combined.microbatches,
+            units_merged=c.units_merged if c.units_merged is not None else combined.units_merged,
             **{f: True for f in _FLAGS.values() if getattr(c, f)},
         )
     # (A combination that is one of the items, `microbatches,microbatches:8`, is no new row.)
@@ -144,6 +153,12 @@ def _parse_item(item: str) -> Change:
         if not (value >= 1 and value == int(value) and not arg.endswith("%")):
             raise WallfinderError(f"--what-if: {item!r}: M is a whole number of microbatches")
         return Change(microbatches=int(value))
+    if name == "units-merged":
+        if value is None:
+            return Change(units_merged=0)
+        if not (value >= 2 and value == int(value) and not arg.endswith("%")):
+            raise WallfinderError(f"--what-if: {item!r}: K is a whole number of units, at least 2")
+        return Change(units_merged=int(value))
     if value is not None:
         raise WallfinderError(f"--what-if: {name!r} takes no argument")
     return Change(**{_FLAGS[name]: True})
@@ -181,7 +196,16 @@ ASYNC_TP = Change(async_tp=True)
 """The what-if of tensor parallel's exposed all-reduces' fix: in the default table where the
 trace shows them."""
 
-LEVERS = {"microbatches": MICROBATCHES, "prefetch": PREFETCH, "async-tp": ASYNC_TP}
+UNITS_MERGED = Change(units_merged=0)
+"""The what-if of FSDP's small units' fix (adjacent units merged in pairs): in the default
+table where the trace shows their collectives' sizes and the device's link."""
+
+LEVERS = {
+    "microbatches": MICROBATCHES,
+    "prefetch": PREFETCH,
+    "async-tp": ASYNC_TP,
+    "units-merged": UNITS_MERGED,
+}
 """A parallel strategy's lever by name: the work each changes is selected by the rule that
 replays it (`critpath.lever`)."""
 
@@ -216,11 +240,13 @@ def _kinds(change: Change) -> frozenset[str]:
 
 def covers(finding: Change, row: Change) -> bool:
     """The finding's change is the row's, or a larger one of the same kind (all host work
-    gone against half of it, matmuls at their roof against 80% of it); microbatches only at
-    the same count (more of them is a larger change, fewer a smaller one)."""
+        gone against half of it, matmuls at their roof against 80% of it); microbatches only at
+        the same count (more of them is a larger change, fewer a smaller one), and units merged
+    likewise."""
     return (
         _kinds(finding) == _kinds(row)
         and finding.host >= row.host
         and (row.matmul is None or (finding.matmul or 0.0) >= row.matmul)
         and finding.microbatches == row.microbatches
+        and finding.units_merged == row.units_merged
     )

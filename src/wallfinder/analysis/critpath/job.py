@@ -131,7 +131,9 @@ def job_path(
             # Every other rank waits for the straggler at least the least of their waits: the
             # straggler at the median takes that off every rank's step.
             saving = waits[0]
-    rows = list(path.what_if)
+    rows, slowest = _slowest_rows(straggler, path, known)
+    if slowest:  # (before the cross-rank replay's own note, which says where the path runs)
+        notes.insert(0, slowest)
     if saving is not None:
         step = max(path.measured_step_s - saving, 1e-12)
         rows.append(
@@ -148,6 +150,39 @@ def job_path(
         what_if=rows,
         notes=[*path.notes, *notes],
         rank_shares=shares,
+    )
+
+
+def _slowest_rows(
+    at: int | None, path: CriticalPath, known: Sequence[tuple[int | None, CriticalPath]]
+) -> tuple[list[WhatIfRow], str]:
+    """The job's what-if rows: each change of `path`'s table (rank `at`'s), at the rank that
+    gains least from it among the ranks that replayed it, and the note that says so ("" where
+    no row moved). Every rank replays a change, the strategy levers (microbatches, prefetch,
+    async TP, units merged) as the rest, on its own graph, where its waits for the other
+    ranks stay as measured; the ranks meet at every step's collectives, so the job's step
+    under a change is at least its slowest rank's (the cross-rank replay, `JobReplay`, takes
+    each rank's work between two collectives as measured: the straggler row alone)."""
+    rows: list[WhatIfRow] = []
+    moved: list[str] = []
+    for row in path.what_if:
+        least, by = row, at
+        for r, other in known:
+            theirs = next((x for x in other.what_if if x.change == row.change), None)
+            if theirs is not None and theirs.speedup < least.speedup:
+                least, by = theirs, r
+        if by != at:
+            moved.append(f"{row.change} (rank {by}'s {least.speedup:.2f}x)")
+            least = msgspec.structs.replace(
+                least, step_s=path.measured_step_s / max(least.speedup, 1e-12)
+            )
+        rows.append(least)
+    if not moved:
+        return rows, ""
+    return rows, (
+        f"across ranks: each what-if is the rank that gains least from it, the job's step being "
+        f"its slowest rank's (each rank replays its own graph, its waits for the others as "
+        f"measured): {', '.join(moved)}"
     )
 
 

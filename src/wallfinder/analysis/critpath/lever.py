@@ -9,6 +9,10 @@ whose fix it is (`@lever` in the rule's topic module), and what it takes off eac
   beside the compute before it (the previous unit's, the layer's matmuls) instead of after it;
   it hides at most that compute's time, taken once (a collective is prefetched one unit ahead,
   not two).
+- `units-merged` (FSDP/ZeRO-3): each group of K adjacent units' collectives (of one kind, in
+  one phase of a step) becomes one, which pays one fixed cost instead of K: every collective
+  but the first of its group loses its fixed cost, estimated by its rule as its time less its
+  bytes at the link's peak (its transfer stays: the merged collective moves the same bytes).
 
 The graph is then replayed with those nodes' weights cut: the rest of the step (what waited
 for them, what they waited for) follows from its edges."""
@@ -23,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.critpath.change import Change, levers_of
-from wallfinder.analysis.critpath.model import CATEGORIES, F64, StepGraph
+from wallfinder.analysis.critpath.model import CATEGORIES, F64, I64, StepGraph
 from wallfinder.analysis.gpu import COMM, COPY
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.rules import rules_for
@@ -48,6 +52,12 @@ class LeverWork:
     bubble_ns: float = 0.0
     """The pipeline's bubble per step the schedule explains (its theory's share of the step,
     at most the stage's wait): the part of the waits that more microbatches shrink."""
+    fixed_ns: F64 | None = None
+    """Per device op: the fixed cost (ns) a merged collective no longer pays (units merged;
+    0 outside the lever's ops)."""
+    merge_pos: I64 | None = None
+    """Per device op: its place in its run of adjacent units' collectives (0, 1, 2, ...; the
+    first of every K keeps its fixed cost)."""
 
 
 def on_host(*evs: Events, main: int | None, **pipeline: Any) -> LeverWork:
@@ -92,9 +102,16 @@ class Cuts:
     gap: F64
     microbatches: int = 0
     """A pipeline lever's m: its cuts are the bubble, of which M microbatches leave m/M."""
+    merge_pos: I64 | None = None
+    """Units merged: per op, its place in its run of collectives (`LeverWork.merge_pos`);
+    `op` is then each op's fixed cost, cut where it is not the first of its group of K."""
 
     def at(self, change: Change) -> Cuts:
-        """The cuts under `change` (a pipeline's with its M: 0, twice m)."""
+        """The cuts under `change` (a pipeline's with its M: 0, twice m; units merged with
+        its K: 0, two)."""
+        if self.merge_pos is not None:
+            k = change.units_merged or 2
+            return Cuts(np.where(self.merge_pos % k != 0, self.op, 0.0), self.call, self.gap)
         if not self.microbatches:
             return self
         m = self.microbatches
@@ -126,6 +143,9 @@ def lever_cuts(g: StepGraph, scope: Scope, work: LeverWork) -> Cuts | None:
             return None
         if work.microbatches:
             return _bubble(g, lever_op, zeros, zeros, work)
+        if work.fixed_ns is not None and work.merge_pos is not None:
+            fixed = np.where(lever, np.minimum(work.fixed_ns[g.row], g.dur), 0.0)
+            return Cuts(fixed.astype(np.float64), zeros, zeros, merge_pos=work.merge_pos[g.row])
         order = np.argsort(ts, kind="stable")
         cut = np.zeros(g.dur.size)
         cut[order] = hidden_by_compute(lever_op[order], compute[order], step[order])

@@ -4,11 +4,14 @@ that the step waits for, each with its strategy's own levers (not the DDP bucket
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.collectives import collective_name
+from wallfinder.analysis.collectives import bus_factor, collective_name, fastest_link
 from wallfinder.analysis.critpath import ASYNC_TP, PREFETCH
+from wallfinder.analysis.critpath.change import UNITS_MERGED
 from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
 from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.gpu import COMM, COPY
@@ -213,6 +216,15 @@ def fsdp_exposed_gather(f: Facts) -> Finding | None:
         if len(issued)
         else ""
     )
+    merge = _merge(f)
+    merging = ""
+    if isinstance(merge, str):
+        merging = f"; merging adjacent units: {merge}"
+    elif merge is not None and merge.saved_s(2) > 0:
+        merging = (
+            f"; merging adjacent units in pairs saves {ms_text(merge.saved_s(2))} per step of "
+            "their collectives' fixed cost (fsdp-small-units)"
+        )
     prefetching = f.trace.names_matching(lambda s: s.startswith("FSDP::backward_prefetch"))
     backward = (
         "; backward prefetch seen"
@@ -232,6 +244,7 @@ def fsdp_exposed_gather(f: Facts) -> Finding | None:
         + prefetch
         + backward
         + _backward_costs(f)
+        + merging
         + f"; the compute they could hide behind is {reach:.0%} of the step (the bound)",
         "prefetch the next unit's parameters while this one computes: FSDP2 "
         "`unit.set_modules_to_forward_prefetch([next_unit])` and "
@@ -243,6 +256,164 @@ def fsdp_exposed_gather(f: Facts) -> Finding | None:
         speedup=amdahl(reach),
         reach=reach,
     )
+
+
+# fsdp-small-units ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Merge:
+    """FSDP's units' collectives on the GPU, each with its fixed cost: its time less its bytes
+    at the link's peak (what a merged collective pays once instead of once per unit)."""
+
+    rows: npt.NDArray[np.bool_]
+    """The units' all-gather and reduce-scatter kernels in the steady steps."""
+    fixed_ns: npt.NDArray[np.float64]
+    """Per device op: its fixed cost (0 outside `rows`)."""
+    pos: npt.NDArray[np.int64]
+    """Per device op: its place in its run (one collective kind, one phase, one step)."""
+    units: int
+    link: str
+    link_bps: float
+    sizes: dict[str, int]
+    """Per collective kind: its median message, bytes."""
+    steps: int
+
+    def saved_s(self, k: int) -> float:
+        """Seconds per step that merging `k` adjacent units saves at most: the fixed cost of
+        every collective but the first of its group."""
+        cut = self.fixed_ns[self.rows & (self.pos % k != 0)]
+        return float(cut.sum()) * NS / max(self.steps, 1)
+
+
+def _merge(f: Facts) -> _Merge | str | None:
+    """FSDP's units' collectives with their fixed costs, or why merging's gain is unknown
+    here (words); None: no FSDP units' collectives in the trace."""
+    units = fsdp_ranges(f.scope, "all_gather")
+    if not len(units):
+        return None
+    if f.dev is None:
+        return (
+            "what it saves is unknown here (collectives on the CPU, gloo: no link peak "
+            "splits a collective's fixed cost from its transfer)"
+        )
+    rows = _kernels(f, ("allgather", "reducescatter"), None)
+    if not rows.any():
+        return None
+    link, bps = fastest_link(f.scope.spec)
+    if bps is None or link is None:
+        return (
+            "what it saves is unknown here (the device's link is unknown: no peak splits a "
+            "collective's fixed cost from its transfer)"
+        )
+    ops, trace = f.dev.ops, f.trace
+    codes, index = np.unique(ops.comm[rows], return_inverse=True)
+    args = [trace.collective(int(c)) if c else None for c in codes.tolist()]
+    nbytes = np.array([a.nbytes if a is not None else -1 for a in args], dtype=np.int64)
+    if (nbytes <= 0).any():
+        return (
+            "what it saves is unknown here (the collectives record no message size: no "
+            "transfer time to split from their fixed cost)"
+        )
+    # The collective's kind from its arguments, else its kernel's name; its bus factor per
+    # distinct (kind, group size): what each rank's link carries per byte of message.
+    named, named_at = np.unique(ops.name[rows], return_inverse=True)
+    kind = np.array([collective_name(trace.strings[int(c)]) for c in named.tolist()])
+    kind = kind[named_at.reshape(-1)]
+    from_args = np.array(
+        [collective_name(a.name) if a is not None and a.name else "" for a in args]
+    )
+    kind = np.where(from_args[index] != "", from_args[index], kind)
+    group = np.array([a.group_size if a is not None else -1 for a in args])[index]
+    pairs, pair = np.unique(np.stack([kind, group.astype(str)]), axis=1, return_inverse=True)
+    factor = np.array([bus_factor(str(k), int(n)) for k, n in pairs.T.tolist()])
+    factor = factor[pair.reshape(-1)]
+    at = np.flatnonzero(rows)
+    transfer = nbytes[index] * factor / bps * 1e9
+    fixed = np.zeros(ops.ts.size)
+    fixed[at] = np.maximum(ops.dur[at] - transfer, 0.0)
+    # Runs of adjacent units: one kind, issued in one phase (the forward's gathers, the
+    # backward's re-gathers, its reduce-scatters), in one step, in time order.
+    phase = np.zeros(at.size, np.int64)
+    if f.attribution is not None:
+        launched = f.dev.launch_ts[at] != NO_LAUNCH
+        placed, _ = f.attribution.place_calls(f.dev.launch_thread[at], f.dev.launch_ts[at])
+        phase = np.where(launched, placed, -1).astype(np.int64)
+    step = np.searchsorted(f.scope.start, ops.ts[at], "right")
+    _, run = np.unique(
+        np.stack([step, phase, np.unique(kind, return_inverse=True)[1]]),
+        axis=1,
+        return_inverse=True,
+    )
+    run = run.reshape(-1)
+    order = np.lexsort((ops.ts[at], run))
+    first = np.r_[True, run[order][1:] != run[order][:-1]]
+    seq = np.arange(at.size) - np.maximum.accumulate(np.where(first, np.arange(at.size), 0))
+    pos = np.zeros(ops.ts.size, np.int64)
+    pos[at[order]] = seq
+    sizes = {str(k): int(np.median(nbytes[index][kind == k])) for k in np.unique(kind).tolist()}
+    count = int(np.unique(unit_of(trace, units)).size)
+    return _Merge(rows, fixed, pos, count, link, bps, sizes, max(f.steps.count, 1))
+
+
+@lever("units-merged")
+def _units_merged_work(f: Facts) -> LeverWork | None:
+    """The `units-merged` what-if's work: FSDP's units' collectives with their fixed costs
+    (None: none, or their fixed costs unknown: the CPU, no link, no message sizes)."""
+    merge = _merge(f)
+    if not isinstance(merge, _Merge):
+        return None
+    return LeverWork(ops=merge.rows, fixed_ns=merge.fixed_ns, merge_pos=merge.pos)
+
+
+def _merge_rows(f: Facts) -> npt.NDArray[np.bool_]:
+    merge = _merge(f)
+    return merge.rows if isinstance(merge, _Merge) else NO_ROWS
+
+
+@rule(Facts, id="fsdp-small-units", replay=UNITS_MERGED, work=_merge_rows)
+def fsdp_small_units(f: Facts) -> Finding | None:
+    """FSDP's units' collectives that each pay a fixed cost (latency, launch, the ranks'
+    handshake) larger than what merging units would leave: fewer, larger units pay it less
+    often. On the GPU where the link and the message sizes are known (else its gain is
+    unknown, said in `fsdp-exposed-gather`'s evidence)."""
+    merge = _merge(f)
+    if not isinstance(merge, _Merge) or f.step_s <= 0:
+        return None
+    saved = merge.saved_s(2)
+    # Only the fixed cost where no compute runs beside the collectives can shorten the step.
+    exposed = exposed_s(f, merge.rows)
+    share = f.share(min(saved, exposed) / f.step_s)
+    if share < f.thresholds.time.min_share:
+        return None
+    assert f.dev is not None
+    total = float(f.dev.ops.dur[merge.rows].sum()) * NS / merge.steps
+    fixed = float(merge.fixed_ns[merge.rows].sum()) * NS / merge.steps
+    count = int(merge.rows.sum()) / merge.steps
+    sizes = ", ".join(f"{_KIND_WORDS.get(k, k)} {size(b)}" for k, b in sorted(merge.sizes.items()))
+    return make_finding(
+        f,
+        "fsdp-small-units",
+        "overhead",
+        "FSDP's units are small: each collective pays its fixed cost",
+        share,
+        f"{merge.units} FSDP units, {count:g} of their collectives per step taking "
+        f"{ms_text(total)} (median per unit: {sizes}); at {merge.link}'s peak "
+        f"({merge.link_bps / 1e9:.0f} GB/s one way) their bytes move in "
+        f"{ms_text(total - fixed)}, leaving {ms_text(fixed)} of fixed cost (latency, launch, "
+        f"the ranks' handshake; an estimate: each one's time less its bytes at the peak); "
+        f"merging adjacent units in pairs (`--what-if units-merged:K` for K) saves "
+        f"{ms_text(saved)} per step, {share:.0%} of the step where no compute runs beside "
+        "them (the bound)",
+        "wrap fewer, larger units: FSDP2 `fully_shard` on groups of blocks rather than each "
+        "block (FSDP1: a ModuleWrapPolicy over larger modules, or a larger min_num_params), "
+        "at the memory of the larger unit gathered at once; prefetch the next unit (the "
+        "`prefetch` what-if) so what is left runs beside compute",
+        speedup=amdahl(share),
+    )
+
+
+_KIND_WORDS = {"allgather": "all-gather", "reducescatter": "reduce-scatter"}
 
 
 def _backward_costs(f: Facts) -> str:
