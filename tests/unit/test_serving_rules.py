@@ -63,6 +63,33 @@ def test_host_work_between_engine_iterations_is_host_bound(tmp_path: Path) -> No
     found = next(f for f in d.findings if f.id == "serving-host-bound")
     assert "--async-scheduling" in found.fix
     assert found.share == pytest.approx(s.host_share, rel=0.2)
+    assert s.between_share == pytest.approx(s.host_share, rel=0.1)
+
+
+def test_idle_between_one_forwards_launches_is_not_the_engines_loop(tmp_path: Path) -> None:
+    """A forward pass whose launches leave the GPU idle (an eager forward held up by its host)
+    is the launch path's: CUDA graphs, not the engine's scheduling. Only the idle between
+    two forward passes is `serving-host-bound`'s."""
+    b = TraceBuilder()
+    t = 0.0
+    frame = "vllm/v1/worker/gpu_model_runner.py(2000): execute_model"
+    for _ in range(8):
+        b.annotation(DECODE, t, 1000.0)
+        b.host(frame, t + 1.0, 5.0, cat="python_function")
+        b.cpu_op("aten::mm", t + 5.0, 10.0)
+        b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32", t + 20.0, 200.0, launch_at=t + 5.0)
+        # The host works 400 µs inside the forward before its second launch.
+        b.cpu_op("aten::add", t + 220.0, 400.0)
+        b.cpu_op("aten::mm", t + 620.0, 10.0)
+        b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32", t + 635.0, 300.0, launch_at=t + 620.0)
+        t += 940.0
+    d = analyze(b.write(tmp_path / "inside.json"))
+    s = d.serving
+    assert s is not None
+    assert s.host_share > 0.3
+    assert s.between_share < 0.05
+    host = [f for f in d.findings if f.id == "serving-host-bound"]
+    assert not host or host[0].share < 0.05
 
 
 def test_an_overlap_scheduler_is_said_as_overlap(tmp_path: Path) -> None:

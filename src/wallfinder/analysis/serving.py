@@ -26,9 +26,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.gpu import GRAPH_LAUNCHES, breakdown
+from wallfinder.analysis.gpu import GRAPH_LAUNCHES, DeviceOps, breakdown
 from wallfinder.analysis.scope import Scope
-from wallfinder.analysis.steps import StepSpans, gpu_windows
+from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, gpu_windows
 from wallfinder.diagnosis import (
     DecodeBandwidth,
     Device,
@@ -388,6 +388,7 @@ def _judged(scope: Scope, engine: str | None, found: _Found) -> Serving:
     wb = breakdown(trace, dev, start, end, scope.thresholds.slack)
     duration = (end - start).astype(np.float64) * NS
     idle = wb.idle.astype(np.float64) * NS
+    between = np.minimum(_before_first_op(found.start, cpu_end, dev, start, end) * NS, idle)
     busy = duration - idle
     # The first iteration of a kind whose time is mostly one-off start-up (library set-up,
     # code loading on first launches) is set aside: it says nothing of the steady ones.
@@ -448,12 +449,28 @@ def _judged(scope: Scope, engine: str | None, found: _Found) -> Serving:
         # The device waiting on work already queued (an event another thread records, a
         # stream) is not the host's time between iterations: an overlap scheduler's wait.
         host_share=sum(v for k, v in causes.items() if k not in NOT_HOST),
+        between_share=float(between[steady].sum()) / total,
         wait_share=sum(v for k, v in causes.items() if k in _WAITS),
         host_causes=causes,
         graph_coverage=sum(found.graph[i] for i in decodes) / len(decodes) if decodes else None,
         overlap=_overlap(trace, found.start, end),
         **_per_token(kinds, iterations),
     )
+
+
+def _before_first_op(cpu_start: I64, cpu_end: I64, dev: DeviceOps, start: I64, end: I64) -> I64:
+    """Per iteration window [start, end): the time before its first device op starts, from
+    the last one of the iteration before (the windows' start): the device idle between two
+    forward passes, while the engine schedules, prepares inputs, samples and processes
+    output. A device op belongs to the iteration whose host span launched it."""
+    ops = dev.ops
+    when = np.where(dev.launch_ts != NO_LAUNCH, dev.launch_ts, ops.ts)
+    of = np.searchsorted(cpu_start, when, side="right") - 1
+    mine = (of >= 0) & (when < cpu_end[np.maximum(of, 0)])
+    first = end.copy()
+    np.minimum.at(first, of[mine], ops.ts[mine])
+    gap: I64 = np.clip(first, start, end) - start
+    return gap
 
 
 _WAITS = frozenset({"dependency_wait", "communication_wait"})

@@ -85,6 +85,11 @@ class Serving(_Base, frozen=True):
     """The part of the iterations' time the device idled with its next work already queued
     (waiting on an event, another stream or thread): not the host's time between iterations,
     which `host_share` counts (from schema 2's later files: before, `host_share` held both)."""
+    between_share: float = 0.0
+    """The part of the iterations' time the device idled between forward passes: from one
+    iteration's last device op to the next one's first (the engine's scheduling, input
+    preparation, sampling, output processing). The rest of `host_share` is idle inside the
+    forward passes, between its launches: the launch path's, not the engine's loop."""
     overlap: str = ""
     """The evidence that the engine's host work runs beside the device's (SGLang's overlap
     scheduler, vLLM's async scheduling, the next iteration's host work starting before the

@@ -68,8 +68,9 @@ def serving_lines(d: Diagnosis) -> list[str]:
         for k, v in sorted(s.host_causes.items(), key=lambda kv: -kv[1])
     )
     out.append(
-        f"the GPU idles {s.host_share:.0%} of the iterations' time for the host (the engine's "
-        f"work between forward passes: scheduling, sampling, Python)"
+        f"the GPU idles {s.host_share:.0%} of the iterations' time for the host, "
+        f"{min(s.between_share, s.host_share):.0%} between forward passes (the engine's "
+        "scheduling, input preparation, sampling, Python)"
         + (
             f" and {s.wait_share:.0%} with its next work queued (waiting on an event or "
             "another stream: not host time)"

@@ -113,16 +113,16 @@ def serving_host_bound(f: Facts) -> Finding | None:
     s = f.serving
     if s is None or s.engine is None or not s.kinds:
         return None
-    seconds = s.host_share * _steady_seconds(s)
+    # Only the idle between forward passes is the engine's loop: idle between one forward's
+    # launches is the launch path's (`launch-bound`, CUDA graphs), whatever engine runs it.
+    seconds = min(s.between_share, s.host_share) * _steady_seconds(s)
     # Never more than the step's own host-caused idle: the iterations may hold time the
     # step leaves out (a one-off start-up inside the first one), and the bound is of the step.
     host = sum(v for k, v in f.breakdown.idle_causes.items() if k not in NOT_HOST)
     share = min(_share(f, seconds), f.share(host))
-    causes = ", ".join(
-        f"{k.replace('_', ' ')} {v:.0%}"
-        for k, v in sorted(s.host_causes.items(), key=lambda kv: -kv[1])
-        if k not in ("dependency_wait", "communication_wait", "startup") and v > 0
-    )
+    if share <= 0:
+        return None
+    inside = max(s.host_share - s.between_share, 0.0)
     overlap = (
         f"; the engine already overlaps ({s.overlap}): what is left is host work it does not hide"
         if s.overlap
@@ -134,8 +134,15 @@ def serving_host_bound(f: Facts) -> Finding | None:
         "overhead",
         f"{s.engine}'s host work between iterations leaves the GPU idle",
         share,
-        f"the GPU idles {s.host_share:.0%} of the iterations' time ({ms_text(seconds)}) while "
-        f"{s.engine}'s host prepares, schedules and samples ({causes}){overlap}",
+        f"between forward passes the GPU idles {min(s.between_share, s.host_share):.0%} of the "
+        f"iterations' time ({ms_text(seconds)}) while {s.engine}'s host prepares inputs, "
+        f"schedules and samples{overlap}"
+        + (
+            f"; the GPU's other {inside:.0%} idle for the host is inside the forward passes, "
+            "between their launches (the launch path's)"
+            if inside >= 0.005
+            else ""
+        ),
         "overlap the host with the GPU: vLLM --async-scheduling (the next step scheduled "
         "while this one runs) and its output processing off the loop; SGLang's overlap "
         "scheduler (on unless --disable-overlap-schedule); fewer host calls per iteration "
