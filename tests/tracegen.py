@@ -111,12 +111,53 @@ class TraceBuilder:
         *,
         correlation: int | None = None,
         tid: int | None = None,
+        cbid: int = 211,
     ) -> None:
         """A CUDA runtime call (renamed to its HIP twin by `write(hip=True)`)."""
-        args = {"cbid": 211}
+        args = {"cbid": cbid}
         if correlation is not None:
             args["correlation"] = correlation
         self.host(name, start, dur, cat="cuda_runtime", tid=tid, args=args)
+
+    def event_record(self, start: float, *, tid: int | None = None) -> int:
+        """`cudaEventRecord` (CUPTI's cbid 135): an event marking the work queued so far on
+        a stream, for another stream to wait on. Returns its correlation id, which the
+        waits name."""
+        correlation = self.new_id()
+        self.runtime("cudaEventRecord", start, 1.0, correlation=correlation, tid=tid, cbid=135)
+        return correlation
+
+    def stream_wait(
+        self, start: float, *, stream: int, on_stream: int, record: int, tid: int | None = None
+    ) -> None:
+        """`stream` waits for the event `record` (an `event_record`'s correlation) recorded
+        on `on_stream`: the `cudaStreamWaitEvent` call (cbid 147) and the `cuda_sync`
+        activity CUPTI records for it (`Stream Wait Event`, at the call, as Kineto writes
+        it: the device does the waiting later, when it reaches the wait)."""
+        correlation = self.new_id()
+        self.runtime("cudaStreamWaitEvent", start, 1.0, correlation=correlation, tid=tid, cbid=147)
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_sync",
+                "name": "Stream Wait Event",
+                "pid": self.device,
+                "tid": stream,
+                "ts": start + 0.5,
+                "dur": 0.5,
+                "args": {
+                    "External id": correlation,
+                    "cuda_sync_kind": "Stream Wait Event",
+                    "wait_on_stream": on_stream,
+                    "wait_on_cuda_event_record_corr_id": record,
+                    "wait_on_cuda_event_id": record,
+                    "stream": stream,
+                    "correlation": correlation,
+                    "device": self.device,
+                    "context": 1,
+                },
+            }
+        )
 
     def sync(self, start: float, dur: float, *, name: str = "cudaStreamSynchronize") -> None:
         """The host blocked until the GPU drains its stream."""
@@ -241,6 +282,7 @@ class TraceBuilder:
         dtype: str = "BFloat16",
         group: str = "0",
         group_size: int = 2,
+        launch_tid: int | None = None,
     ) -> int:
         """An NCCL collective kernel on its own stream; with `collective`, with the arguments
         recent PyTorch releases record on it (`Collective name`, `In msg nelems`, ...)."""
@@ -258,7 +300,9 @@ class TraceBuilder:
                 "Process Group Description": "default_pg",
                 "Process Group Ranks": str(list(range(group_size))),
             }
-        return self.kernel(name, start, dur, launch_at=launch_at, stream=stream, args=args)
+        return self.kernel(
+            name, start, dur, launch_at=launch_at, stream=stream, args=args, launch_tid=launch_tid
+        )
 
     def memcpy(
         self,
@@ -615,6 +659,141 @@ def phased_training_trace(
                 at = kernel_at + kernel_us + 10.0
         b.annotation("Optimizer.step#SGD.step", t0 + 850.0, 100.0)
         b.kernel("vectorized_elementwise_kernel", t0 + 870.0, 50.0, launch_at=t0 + 860.0)
+    return b
+
+
+FSDP_GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long)"
+FSDP_REDUCE_SCATTER = "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)"
+FSDP_UNITS = ((28.0, 100.0, 100.0), (28.0, 150.0, 200.0), (56.0, 100.0, 100.0))
+"""Per FSDP unit of `fsdp_gpu_trace`: its all-gather's, forward GEMM's and backward GEMM's µs."""
+FSDP_REDUCE_SCATTER_US = 30.0
+FSDP_UNIT_ELEMS = 1 << 20
+"""Each unit's parameters: 1 Mi bf16 elements (2 MiB gathered, 2 MiB reduce-scattered)."""
+
+
+def fsdp_gpu_trace(
+    steps: int = 4,
+    *,
+    prefetch: bool = False,
+    args: bool = True,
+    builder: TraceBuilder | None = None,
+) -> TraceBuilder:
+    """Rank 0 of a 2-rank FSDP2 job on a GPU whose host runs ahead (`FSDP_UNITS`: three units,
+    reshard_after_forward=False, so no backward re-gathers), with the stream waits the job
+    records, as CUPTI writes them (`cudaEventRecord`, `cudaStreamWaitEvent` and its
+    `Stream Wait Event`):
+
+    - each unit's forward GEMM (compute stream 7) waits for its all-gather (NCCL stream 28):
+      the all-gather's event, waited on in `FSDP::all_gather_copy_out (i)`;
+    - on demand (`prefetch` False) each all-gather is issued in its own unit's
+      `FSDP::pre_forward (i)` from the compute stream, so the NCCL stream first waits for the
+      compute queued before it: every gather runs after the previous unit's GEMM, exposed.
+      With `prefetch` each unit's pre-forward issues the next unit's all-gather from its own
+      stream, which runs beside this unit's GEMM (the first unit's alone is exposed);
+    - in the backward (the autograd thread), each unit's reduce-scatter waits for its
+      gradients (an event after its backward GEMM) and runs beside the next backward GEMM;
+      the optimizer waits for the last one (an event after it), and the host waits for the
+      GPU at the step's end (`cudaStreamSynchronize`): the GPU sets the step's pace.
+
+    With `args` the collective kernels carry their arguments (`Collective name`, sizes)."""
+    b = builder or TraceBuilder(rank=0, world_size=2)
+    gemm = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_kernel"
+    compute, nccl = 7, 28
+    full = {"grid": [1056, 1, 1]}  # (grids that fill the H100's 132 SMs: no small-grid finding)
+
+    free = {compute: 0.0, nccl: 0.0}  # when each stream's queued work ends
+    gathered: list[float] = []  # per unit of the step: when its all-gather ends
+
+    def gather(unit: int, h: float, on_demand: bool) -> None:
+        b.annotation(f"FSDP::all_gather ({unit})", h, 9.0)
+        b.cpu_op("c10d::_allgather_base_", h + 1.0, 7.0)
+        after = 0.0
+        if on_demand:
+            # Issued from the compute stream: the NCCL stream waits for its queued work.
+            record = b.event_record(h + 1.5)
+            b.stream_wait(h + 2.5, stream=nccl, on_stream=compute, record=record)
+            after = free[compute]
+        start = max(h + 7.5, free[nccl], after)
+        us = FSDP_UNITS[unit][0]
+        b.nccl(
+            start,
+            us,
+            name=FSDP_GATHER,
+            launch_at=h + 4.0,
+            collective="_allgather_base" if args else None,
+            nelems=FSDP_UNIT_ELEMS,
+        )
+        free[nccl] = start + us
+        gathered.append(free[nccl])
+
+    t0 = 0.0
+    for s in range(steps):
+        seq = 10 + len(FSDP_UNITS) * s
+        h = t0 + 2.0  # the host's cursor
+        gathered.clear()
+        b.annotation("FSDP::root_pre_forward", h, 1.0)
+        h += 2.0
+        module_start = h
+        for unit, (_, fwd_us, _) in enumerate(FSDP_UNITS):
+            b.annotation(f"FSDP::pre_forward ({unit})", h, 20.0)
+            if not prefetch or unit == 0:
+                gather(unit, h + 1.0, not prefetch)
+            if prefetch and unit + 1 < len(FSDP_UNITS):
+                gather(unit + 1, h + 1.0 + (10.0 if unit == 0 else 0.0), False)
+            # The unit's compute waits for its gather: the gather stream's event after it.
+            b.annotation(f"FSDP::all_gather_copy_out ({unit})", h + 21.0, 4.0)
+            record = b.event_record(h + 21.5, tid=None)
+            b.stream_wait(h + 22.5, stream=compute, on_stream=nccl, record=record)
+            b.host(MODULE + f"Block_{unit}", h + 26.0, 12.0, cat="python_function")
+            b.host(
+                "aten::mm", h + 27.0, 9.0, args={"Sequence number": seq + unit, "Fwd thread id": 0}
+            )
+            start = max(h + 32.0, free[compute], gathered[unit])
+            b.kernel(gemm, start, fwd_us, launch_at=h + 28.0, args=full)
+            free[compute] = start + fwd_us
+            h += 40.0
+        b.host(MODULE + "Net_0", module_start, h - module_start, cat="python_function")
+        # The backward on the autograd thread, the last unit first.
+        at = h + 5.0
+        for unit in reversed(range(len(FSDP_UNITS))):
+            node = "autograd::engine::evaluate_function: MmBackward0"
+            node_args = {"Sequence number": seq + unit, "Fwd thread id": 1}
+            b.host(node, at, 30.0, tid=AUTOGRAD_TID, args=node_args)
+            bwd_us = FSDP_UNITS[unit][2]
+            start = max(at + 6.0, free[compute])
+            b.kernel(gemm, start, bwd_us, launch_at=at + 2.0, launch_tid=AUTOGRAD_TID, args=full)
+            free[compute] = start + bwd_us
+            # The reduce-scatter waits for the unit's gradients: an event after its GEMM.
+            b.annotation(f"FSDP::post_backward_reduce ({unit})", at + 12.0, 16.0, tid=AUTOGRAD_TID)
+            b.cpu_op("c10d::_reduce_scatter_base_", at + 13.0, 12.0, tid=AUTOGRAD_TID)
+            record = b.event_record(at + 13.5, tid=AUTOGRAD_TID)
+            b.stream_wait(
+                at + 14.5, stream=nccl, on_stream=compute, record=record, tid=AUTOGRAD_TID
+            )
+            start = max(at + 20.0, free[nccl], free[compute])
+            b.nccl(
+                start,
+                FSDP_REDUCE_SCATTER_US,
+                name=FSDP_REDUCE_SCATTER,
+                launch_at=at + 16.0,
+                collective="_reduce_scatter_base" if args else None,
+                nelems=FSDP_UNIT_ELEMS,
+                launch_tid=AUTOGRAD_TID,
+            )
+            free[nccl] = start + FSDP_REDUCE_SCATTER_US
+            at += 35.0
+        # The optimizer waits for the last reduce-scatter, then the host for the GPU.
+        h = at + 5.0
+        b.annotation("Optimizer.step#AdamW.step", h, 20.0)
+        record = b.event_record(h + 1.0)
+        b.stream_wait(h + 2.0, stream=compute, on_stream=nccl, record=record)
+        start = max(h + 8.0, free[compute], free[nccl])
+        b.kernel("vectorized_elementwise_kernel", start, 50.0, launch_at=h + 4.0, args=full)
+        free[compute] = start + 50.0
+        b.sync(h + 21.0, free[compute] + 1.0 - (h + 21.0))
+        length = free[compute] + 10.0 - t0
+        b.step(s + 1, t0, length)
+        t0 += length
     return b
 
 

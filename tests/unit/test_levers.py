@@ -5,7 +5,6 @@ whose fix it is."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,14 @@ import numpy as np
 import pytest
 from test_parallelism import _fsdp_exposed, _tp_exposed
 
-from tracegen import TraceBuilder, phased_training_trace
+from tracegen import (
+    FSDP_REDUCE_SCATTER_US,
+    FSDP_UNIT_ELEMS,
+    FSDP_UNITS,
+    TraceBuilder,
+    fsdp_gpu_trace,
+    phased_training_trace,
+)
 from wallfinder import Options, analyze
 from wallfinder.analysis import _diagnosed
 from wallfinder.analysis.critpath import Change, covers, parse_what_if
@@ -228,41 +234,19 @@ def test_a_hiding_lever_takes_off_each_collective_the_compute_before_it(
 
 # FSDP: units merged ---------------------------------------------------------------------------
 
-GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long)"
-UNIT_ELEMS = 1 << 20
-"""Each unit's all-gather: 1 Mi bf16 elements, 2 MiB; on 2 H100s (NVLink 450 GB/s one way)
-each rank's link carries half of it, 2.33 µs."""
-TRANSFER_US = (UNIT_ELEMS * 2) / 2 / 450e9 / US
+UNIT_TRANSFER_US = (FSDP_UNIT_ELEMS * 2) / 2 / 450e9 / US
+"""Each unit's all-gather and reduce-scatter: 2 MiB of bf16; on 2 H100s (NVLink 450 GB/s one
+way) each rank's link carries half of it, 2.33 µs: the rest of the kernel is its fixed cost."""
 
 
-def _fsdp_units(*, args: bool) -> Callable[[TraceBuilder, float], None]:
-    def add(b: TraceBuilder, t0: float) -> None:
-        # _fsdp_exposed's three units (28, 28, 56 µs gathered on demand with nothing beside
-        # them), each gather's kernel carrying its collective's arguments (`args`).
-        for unit, at, start, us in (
-            (0, 141.0, 132.0, 28.0),
-            (1, 281.0, 272.0, 28.0),
-            (2, 430.0, 452.0, 56.0),
-        ):
-            b.annotation(f"FSDP::pre_forward ({unit})", t0 + at - 10.0, 9.0)
-            b.annotation(f"FSDP::all_gather ({unit})", t0 + at - 9.0, 6.0)
-            b.cpu_op("c10d::_allgather_base_", t0 + at - 8.0, 4.0)
-            b.nccl(
-                t0 + start,
-                us,
-                name=GATHER,
-                launch_at=t0 + at - 7.0,
-                collective="_allgather_base" if args else None,
-                nelems=UNIT_ELEMS,
-            )
-
-    return add
+def _fixed_ns(us: float) -> float:
+    return (us - UNIT_TRANSFER_US) * 1000
 
 
-def _fsdp_job(tmp_path: Path, *, args: bool, what_if: str | None = None) -> tuple[Diagnosis, Any]:
-    b = phased_training_trace(4, builder=TraceBuilder(rank=0, world_size=2))
-    for s in range(4):
-        _fsdp_units(args=args)(b, s * 1000.0)
+def _fsdp_job(
+    tmp_path: Path, *, args: bool = True, prefetch: bool = False, what_if: str | None = None
+) -> tuple[Diagnosis, Any]:
+    b = fsdp_gpu_trace(4, prefetch=prefetch, args=args)
     return _diagnosed(
         load_trace(b.write(tmp_path / "t.json")),
         None,
@@ -273,34 +257,59 @@ def _fsdp_job(tmp_path: Path, *, args: bool, what_if: str | None = None) -> tupl
 
 
 def test_merging_units_saves_each_merged_collectives_fixed_cost(tmp_path: Path) -> None:
-    """Each gather's fixed cost is its time less its bytes at the link's peak; merging units
-    in pairs leaves unit 1's (the second of the first pair) unpaid, in threes units 1's and
-    2's: 28 − 2.33 µs, then 56 − 2.33 more."""
-    d, facts = _fsdp_job(tmp_path, args=True, what_if="units-merged,units-merged:3")
-    assert facts.whatif is not None
+    """Each collective's fixed cost is its time less its bytes at the link's peak; merging
+    units in pairs leaves the second of each run of a kind unpaid: unit 1's all-gather and
+    the backward's second reduce-scatter (unit 1's); in threes also unit 2's all-gather and
+    unit 0's reduce-scatter. The trace's stream waits put the gathers on the step's path (each
+    runs after the previous unit's GEMM, which its own unit's GEMM waits for) and the last
+    reduce-scatter (the optimizer waits for it); the others run beside a backward GEMM."""
+    d, facts = _diagnosed_units(tmp_path, "units-merged,units-merged:3")
     cuts, g = facts.whatif.cuts["units-merged"], facts.whatif.graph
-    pairs = (28 - TRANSFER_US) * 1000
-    threes = pairs + (56 - TRANSFER_US) * 1000
+    (g0, _, _), (g1, _, _), (g2, _, _) = FSDP_UNITS
+    rs = FSDP_REDUCE_SCATTER_US
+    pairs = _fixed_ns(g1) + _fixed_ns(rs)
+    threes = pairs + _fixed_ns(g2) + _fixed_ns(rs)
     assert float(cuts.at(Change(units_merged=0)).op.sum()) / g.steps == pytest.approx(pairs)
     assert float(cuts.at(Change(units_merged=3)).op.sum()) / g.steps == pytest.approx(threes)
     p = _path(d)
+    assert p.replayed_step_s == pytest.approx(p.measured_step_s, rel=1e-6)
     two, three = _row(p, "units-merged"), _row(p, "units-merged:3")
-    # (The trace records no event wait from the gathers' stream to the compute's: the replay
-    # moves what its edges let it, never more than the cut.)
-    assert three <= two <= p.replayed_step_s
-    assert p.replayed_step_s - two <= pairs * 1e-9 + 1e-12
+    # The replay shortens the step by the fixed costs on its path, not the hidden ones.
+    on_path_two = _fixed_ns(g1) * 1e-9
+    on_path_three = (_fixed_ns(g1) + _fixed_ns(g2) + _fixed_ns(rs)) * 1e-9
+    assert p.replayed_step_s - two == pytest.approx(on_path_two, rel=0.02)
+    assert p.replayed_step_s - three == pytest.approx(on_path_three, rel=0.02)
     f = _finding(d, "fsdp-small-units")
-    assert f.share == pytest.approx(pairs * 1e-9 / facts.step_s, rel=1e-6)
     assert f.gain_basis == "replay"
-    assert f.replay_speedup is not None
-    assert 1.0 <= f.replay_speedup <= f.max_speedup
-    assert "3 FSDP units, 3 of their collectives per step taking 0.11 ms" in f.evidence
-    assert "(median per unit: all-gather 2.00 MiB)" in f.evidence
+    assert f.replay_speedup == pytest.approx(p.replayed_step_s / two)
+    assert 1.0 < f.replay_speedup <= f.max_speedup
+    total_ms = (g0 + g1 + g2 + 3 * rs) / 1000
+    assert f"3 FSDP units, 6 of their collectives per step taking {total_ms:.2f} ms" in f.evidence
+    assert "(median per unit: all-gather 2.00 MiB, reduce-scatter 2.00 MiB)" in f.evidence
     assert "NVLink's peak (450 GB/s one way)" in f.evidence
     gather = _finding(d, "fsdp-exposed-gather")
-    assert "merging adjacent units in pairs saves 0.03 ms per step" in gather.evidence
+    assert f"merging adjacent units in pairs saves {pairs / 1e6:.2f} ms per step" in gather.evidence
     # In the default table where the trace shows what the estimate needs.
     assert "units-merged" in [r.change for r in _path(analyze(tmp_path / "t.json")).what_if]
+
+
+def test_merging_prefetched_units_gains_nothing_where_their_gathers_are_hidden(
+    tmp_path: Path,
+) -> None:
+    # Prefetched, unit 1's all-gather runs beside unit 0's GEMM and the second
+    # reduce-scatter beside a backward GEMM: what merging pairs cuts is off the step's path.
+    d, facts = _diagnosed_units(tmp_path, "units-merged", prefetch=True)
+    p = _path(d)
+    assert float(facts.whatif.cuts["units-merged"].at(Change(units_merged=0)).op.sum()) > 0
+    assert _row(p, "units-merged") == pytest.approx(p.replayed_step_s, rel=1e-9)
+
+
+def _diagnosed_units(
+    tmp_path: Path, what_if: str, *, prefetch: bool = False
+) -> tuple[Diagnosis, Any]:
+    d, facts = _fsdp_job(tmp_path, prefetch=prefetch, what_if=what_if)
+    assert facts.whatif is not None
+    return d, facts
 
 
 def test_without_message_sizes_merging_units_is_said_unknown(tmp_path: Path) -> None:
