@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_critpath import comm_exposed
 from test_parallelism import _fsdp_exposed, _tp_exposed
 
 from tracegen import (
@@ -332,3 +333,19 @@ def test_units_merged_parses_with_its_k() -> None:
         with pytest.raises(WallfinderError):
             parse_what_if(bad)
     assert not covers(Change(units_merged=0), Change(units_merged=4))
+
+
+def test_exposed_gradient_sync_gets_the_levers_of_the_strategy_the_trace_shows(
+    tmp_path: Path,
+) -> None:
+    """FSDP's last reduce-scatter, exposed before the optimizer, is told FSDP's levers, not
+    DDP's bucket sizes; a job whose strategy is DDP keeps the bucket advice."""
+    d = analyze(fsdp_gpu_trace(4).write(tmp_path / "fsdp.json"))
+    assert d.parallelism is not None
+    assert "FSDP" in {s.name for s in d.parallelism.strategies}
+    exposed = next(f for f in d.findings if f.id == "exposed-comm")
+    assert "reduce_dtype" in exposed.fix
+    assert "bucket_cap_mb" not in exposed.fix
+    ddp = analyze(comm_exposed().write(tmp_path / "ddp.json"))
+    advice = next(f for f in ddp.findings if f.id == "exposed-comm").fix
+    assert "bucket_cap_mb" in advice

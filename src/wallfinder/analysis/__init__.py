@@ -322,6 +322,7 @@ def _facts(scope: Scope, up: _Upstream, whatif: WhatIf | None) -> Facts:
         up[PHASES],
         parts.main_thread,
         up[SERVING],
+        up[PARALLELISM],
     )
 
 

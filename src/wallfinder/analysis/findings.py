@@ -33,6 +33,7 @@ from wallfinder.diagnosis import (
     Finding,
     FusionCandidate,
     MemoryProfile,
+    Parallelism,
     Roofline,
     Serving,
     Steps,
@@ -61,6 +62,13 @@ class Facts:
     """The CPU as the device: the thread (`thread_key`) whose time is the step's."""
     serving: Serving | None = None
     """An LLM serving trace's engine iterations (`serving.serving`; None: not one)."""
+    parallelism: Parallelism | None = None
+    """The job's parallel strategies seen in this rank's trace (None: none, or not known)."""
+
+    def strategies(self) -> frozenset[str]:
+        """The names of the strategies seen ("DDP", "FSDP", "TP", ...)."""
+        p = self.parallelism
+        return frozenset(s.name for s in p.strategies) if p is not None else frozenset()
 
     @property
     def trace(self) -> Trace:

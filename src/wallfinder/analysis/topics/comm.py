@@ -114,11 +114,7 @@ def exposed_communication(f: Facts) -> Finding | None:
     if share < f.thresholds.time.min_share:
         return None
     reach = min(share, f.hideable)
-    overlap = (
-        "overlap communication with the backward pass: DDP bucket_cap_mb (smaller first "
-        "buckets), gradient_as_bucket_view=True, no find_unused_parameters; FSDP "
-        "backward_prefetch/forward_prefetch; check the slowest rank (stragglers)"
-    )
+    overlap = f"overlap communication with the backward pass: {_overlap_levers(f)}"
     cheaper = (
         "make the collectives cheaper: fewer bytes (a bf16/fp16 compression or PowerSGD "
         "comm hook), fewer and larger calls, a faster backend or interconnect, and no slower "
@@ -153,6 +149,29 @@ def exposed_communication(f: Facts) -> Finding | None:
         speedup=amdahl(reach),
         reach=reach,
     )
+
+
+_OVERLAP_LEVERS = {
+    "DDP": "DDP bucket_cap_mb (smaller first buckets), gradient_as_bucket_view=True, no "
+    "find_unused_parameters",
+    "ZeRO-1/2": "DeepSpeed overlap_comm=True with a smaller reduce_bucket_size, "
+    "contiguous_gradients=True",
+    "FSDP": "FSDP reduce-scatters each unit's gradients after that unit's backward, so only "
+    "the last units' cannot hide: a smaller last unit (wrap the final blocks on their own), "
+    "reduce in bf16 (MixedPrecisionPolicy reduce_dtype), and on accumulation micro-batches "
+    "no sync (set_requires_gradient_sync(False)); backward_prefetch/forward_prefetch",
+    "ZeRO-3": "DeepSpeed overlap_comm=True, a smaller reduce_bucket_size and "
+    "stage3_prefetch_bucket_size",
+}
+"""Each data-parallel layout's levers for overlapping its gradient reduction with the
+backward pass, by the strategy's name in `Parallelism`."""
+
+
+def _overlap_levers(f: Facts) -> str:
+    """The overlap levers of the strategies the trace shows (every layout's where it shows
+    none), and the stragglers to check."""
+    seen = [k for k in _OVERLAP_LEVERS if k in f.strategies()] or ["DDP", "FSDP"]
+    return "; ".join(_OVERLAP_LEVERS[k] for k in seen) + "; check the slowest rank (stragglers)"
 
 
 def _collectives_beside(f: Facts) -> str:
