@@ -257,3 +257,37 @@ def test_b200_vllm_worker_is_a_prefill_of_888_tokens() -> None:
     assert not s.note
     assert [(k.kind, k.tokens) for k in s.kinds] == [("prefill", 888)]
     assert s.ttft_s == s.kinds[0].median_s
+
+
+def _decodes(path: Path, busy: list[float]) -> Path:
+    """vLLM decode iterations whose ranges differ as a running engine's do (the KV length
+    grows by one each), so no repeated range reads as the profiler's steps."""
+    b = TraceBuilder()
+    t = 0.0
+    for i, us in enumerate(busy):
+        kv = 5000 + i
+        name = f"execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk{kv}sqsq32sqsk{kv})"
+        b.annotation(name, t, us + 30.0)
+        b.cpu_op("aten::mm", t + 5.0, 10.0)
+        b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32", t + 20.0, us, launch_at=t + 5.0)
+        t += 70.0 + us
+    return b.write(path)
+
+
+def test_too_few_steps_ask_whether_the_work_is_stable_of_the_iterations(tmp_path: Path) -> None:
+    """A serving trace with no ProfilerStep is one step; its unit of work is the iteration,
+    so the first question is asked of its iterations, and one step no longer thins the
+    verdict's evidence."""
+    d = analyze(_decodes(tmp_path / "steady.json", [500.0] * 8))
+    q1 = d.verdict.questions[0]
+    assert d.steps.count == 1
+    assert q1.answer == "yes"
+    assert q1.value is not None
+    assert q1.value < 0.05
+    assert "decode iterations' CV" in q1.detail
+    assert not any("steady-state step" in t for t in d.verdict.thin_evidence)
+    uneven = analyze(_decodes(tmp_path / "uneven.json", [500.0, 500.0, 1500.0] * 2))
+    uneven = uneven.verdict.questions[0]
+    assert uneven.answer == "no"
+    assert uneven.value is not None
+    assert uneven.value > 0.3

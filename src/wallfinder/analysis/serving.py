@@ -29,6 +29,7 @@ import numpy.typing as npt
 from wallfinder.analysis.gpu import GRAPH_LAUNCHES, DeviceOps, breakdown
 from wallfinder.analysis.scope import Scope
 from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, gpu_windows
+from wallfinder.analysis.thresholds import Thresholds
 from wallfinder.diagnosis import (
     DecodeBandwidth,
     Device,
@@ -660,11 +661,15 @@ def _prefill(
     )
 
 
-def serving_verdict(verdict: Verdict, found: Serving, device: Device) -> Verdict:
-    """The verdict of a serving trace: its third and fourth questions asked of prefill and
-    decode (decode by MBU, prefill by MFU) where the trace shows them; the wall unchanged."""
+def serving_verdict(
+    verdict: Verdict, found: Serving, device: Device, thresholds: Thresholds
+) -> Verdict:
+    """The verdict of a serving trace: its first question asked of its iterations where the
+    steps are too few to answer it, its third and fourth of prefill and decode (decode by
+    MBU, prefill by MFU) where the trace shows them; the wall unchanged."""
     if not found.kinds or len(verdict.questions) < 4:
         return verdict
+    verdict = _stable_iterations(verdict, found, thresholds)
     total = sum(k.busy_s for k in found.kinds) or 1.0
     split = ", ".join(f"{k.kind} {k.busy_s / total:.0%} ({k.count})" for k in found.kinds)
     q1, q2, q3, q4 = verdict.questions[:4]
@@ -688,6 +693,35 @@ def serving_verdict(verdict: Verdict, found: Serving, device: Device) -> Verdict
         q4 = msgspec.structs.replace(q4, detail=f"{q4.detail}; serving: {'; '.join(words)}")
     verdict = msgspec.structs.replace(verdict, questions=[q1, q2, q3, q4, *verdict.questions[4:]])
     return _decode_wall(verdict, found, device, total)
+
+
+def _stable_iterations(verdict: Verdict, found: Serving, thresholds: Thresholds) -> Verdict:
+    """A serving trace's unit of work is the engine iteration: where the profiled steps are
+    too few to say whether the work is stable (a trace with no ProfilerStep is one window),
+    the first question is asked of the iterations of its most common kind (each kind apart:
+    a prefill and a decode are different work), and the steps' count no longer makes the
+    verdict rest on thin evidence."""
+    q1 = verdict.questions[0]
+    if q1.answer != "unknown":
+        return verdict
+    kind = max(found.kinds, key=lambda k: k.count - k.warmup)
+    times = np.array(
+        [i.duration_s for i in found.iterations if i.kind == kind.kind and not i.warmup]
+    )
+    if times.size < thresholds.min_steps or times.mean() <= 0:
+        return verdict
+    cv = float(times.std() / times.mean())
+    q1 = msgspec.structs.replace(
+        q1,
+        answer="yes" if cv <= thresholds.max_cv else "no",
+        value=cv,
+        detail=f"{q1.detail}; serving: {kind.kind} iterations' CV {cv:.1%} over {times.size} "
+        "(an iteration is the engine's unit of work)",
+    )
+    thin = [t for t in verdict.thin_evidence if "steady-state step" not in t]
+    return msgspec.structs.replace(
+        verdict, questions=[q1, *verdict.questions[1:]], thin_evidence=thin
+    )
 
 
 def _decode_wall(verdict: Verdict, found: Serving, device: Device, busy_s: float) -> Verdict:
