@@ -106,6 +106,24 @@ def replay(
     return _timing(g, change, host, device, op_end, drain_w, rounds)
 
 
+def moves(g: StepGraph, change: Change, cuts: Cuts | None = None) -> bool:
+    """Whether `change` (with a lever's `cuts`) moves anything the replay reads on `g`: its
+    weights (host gaps, call costs, op durations, launch latencies), its sync edges, the
+    collectives an overlap starts early (and the floor it takes without them), or the host
+    work after the last call. A change that moves nothing replays to the unchanged graph's
+    times, so it need not be replayed."""
+    if change.sync and bool(((g.drained_by >= 0) & ~g.blocked[np.maximum(g.drained_by, 0)]).any()):
+        return True
+    if change.overlap and bool((g.cls == COMM).any()):
+        return True
+    if change.host != 1.0 and g.tail > 0:
+        return True
+    base = _weights(g, UNCHANGED, None)
+    return not all(
+        np.array_equal(a, b) for a, b in zip(_weights(g, change, cuts), base, strict=True)
+    )
+
+
 def _weights(g: StepGraph, change: Change, cuts: Cuts | None) -> tuple[I64, I64, I64, I64]:
     """The graph's weights with `change` applied, in whole ns: per call the host gap before
     it and its cost; per op its duration and its launch path's latency."""
