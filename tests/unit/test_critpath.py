@@ -33,6 +33,7 @@ from wallfinder.analysis.critpath import (
 from wallfinder.analysis.critpath import path as critpath_path
 from wallfinder.analysis.critpath import rank as critpath_rank
 from wallfinder.analysis.critpath import timing as critpath_timing
+from wallfinder.analysis.critpath import whatif as critpath_whatif
 from wallfinder.analysis.critpath.drawn import fewest
 from wallfinder.analysis.pipeline import timings
 from wallfinder.analysis.thresholds import Thresholds, TimeThresholds
@@ -657,7 +658,8 @@ def test_the_one_pass_replay_gives_the_iterations_timing_and_rounds(
             made.append(Timing(**fields))  # noqa: B023
             return made[-1]  # noqa: B023
 
-        monkeypatch.setattr(critpath_timing, "ONE_PASS_AFTER", after)
+        for module in (critpath_timing, critpath_whatif):
+            monkeypatch.setattr(module, "one_pass_pays", lambda nodes, at=after: at)
         monkeypatch.setattr(critpath_timing, "Timing", recording)
         analyze(path, Options(what_if="data,host:3,sync,fuse,matmul,overlap"))
         timings[after] = made
