@@ -142,15 +142,15 @@ def reference(
 
 
 @st.composite
-def graphs(draw: st.DrawFn) -> tuple[StepGraph, dict[str, list[int]]]:
+def graphs(draw: st.DrawFn, acyclic: bool = False) -> tuple[StepGraph, dict[str, list[int]]]:
     """A step's graph with its edges drawn at random: calls on one or two chains, ops on up
     to three streams, each op launched by a call (or placed where it ran), some released by
     a later call, after or waiting for ops on other streams, drained by a sync. Edges go
-    forward in a drawn time (acyclic) unless `backward` lets a few go back (a cycle, which
-    both must refuse)."""
+    forward in a drawn time (acyclic) unless a few go back (a cycle, which both must refuse;
+    never where `acyclic`)."""
     n_calls = draw(st.integers(1, 14))
     n_ops = draw(st.integers(1, 14))
-    backward = draw(st.booleans()) and draw(st.integers(0, 9)) == 0
+    backward = not acyclic and draw(st.booleans()) and draw(st.integers(0, 9)) == 0
     # Calls at even times, ops at odd ones: an edge goes from an earlier time to a later.
     split = draw(st.integers(0, n_calls - 1))
     first = [i == 0 or i == split for i in range(n_calls)]
