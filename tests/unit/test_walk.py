@@ -58,10 +58,14 @@ BUILDERS: list[Any] = [
 ]
 
 
+@pytest.mark.parametrize("block", [4096, 2])
 @pytest.mark.parametrize("builder", BUILDERS)
 def test_the_walk_gives_the_node_by_node_walks_path_under_every_what_if(
-    builder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    builder: Any, block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """(`block`: the nodes whose events are laid out at once; 2 cuts every path into many
+    blocks, each starting where the one before left the path.)"""
+    monkeypatch.setattr(critpath_path, "WALK_NODES", block)
     built: list[StepGraph] = []
     build_graph = critpath_rank.build_graph
 

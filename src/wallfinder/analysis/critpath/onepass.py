@@ -82,19 +82,19 @@ def dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | Non
     op_in, head_in, wait_of = _inputs(g, s, group_of)
     n_ops = g.dur.size
     nodes = n_ops + s.heads.size
-    src = np.concatenate([*op_in, *head_in, synced_rows])
+    # Node ids fit 32 bits (the replayed range is capped far below), which halves the edges.
+    ids = np.int32 if nodes < 2**31 else np.int64
+    src = np.concatenate([*op_in, *head_in, synced_rows], dtype=ids)
     dst = np.concatenate(
-        [np.arange(n_ops)] * len(op_in) + [n_ops + np.arange(s.heads.size), wait_of]
+        [np.arange(n_ops)] * len(op_in) + [n_ops + np.arange(s.heads.size), wait_of], dtype=ids
     )
     real = src < nodes
     src, dst = src[real], dst[real]
-    # Node ids fit 32 bits (the replayed range is capped far below), which halves the edges.
-    ids = np.int32 if nodes < 2**31 else np.int64
     indeg = np.bincount(dst, minlength=nodes).tolist()
     sptr = np.zeros(nodes + 1, np.int64)
     np.cumsum(np.bincount(src, minlength=nodes), out=sptr[1:])
     # Each node's successors (memoryviews, read one element at a time, not lists of ints).
-    succ = dst[np.argsort(src, kind="stable")].astype(ids).data
+    succ = dst[np.argsort(src, kind="stable")].data
     del src, dst
     ptr = sptr.data
     order = array("q")
@@ -169,15 +169,19 @@ def longest_path(
     )
     # Per head, its drained ops (grouped by their wait, in the order of the heads).
     wait_seg = s.seg[group_of]
-    dptr = np.searchsorted(wait_seg, np.arange(n_heads + 1)).tolist()
-    drained = np.asarray(synced_rows).tolist()
-    ls, hs, af, dp, pv = (x.tolist() for x in (launch, release, after, dep, prev))
+    # Read one element at a time from memoryviews, not lists: a list holds a Python int per
+    # element (some 30 bytes more each, tens of MB over a large graph's columns).
+    dptr = np.searchsorted(wait_seg, np.arange(n_heads + 1)).data
+    drained = np.ascontiguousarray(synced_rows, np.int64).data
+    ls, hs, af, dp, pv = (
+        np.ascontiguousarray(x, np.int64).data for x in (launch, release, after, dep, prev)
+    )
     # Few ops are released by a later call or wait for an op across streams: the others
     # skip those two inputs.
-    rare = ((g.host >= 0) | (g.dep >= 0)).tolist()
-    hp = head_prev.tolist()
+    rare = ((g.host >= 0) | (g.dep >= 0)).data
+    hp = np.ascontiguousarray(head_prev, np.int64).data
     x_of: list[int] = [0] * (n_ops + n_heads) + [never, 0]
-    for v in order.tolist():
+    for v in order.data:
         if v < n_ops:
             x = x_of[ls[v]] + lc[v]
             if rare[v]:
@@ -217,9 +221,9 @@ def longest_path(
     return ends, rounds
 
 
-def _scaled(x: I64, m: int, plus: int = 0) -> list[int]:
-    """`x * m + plus`, as Python integers (exact: through int64 where it fits)."""
+def _scaled(x: I64, m: int, plus: int = 0) -> memoryview | list[int]:
+    """`x * m + plus`, read one element at a time: an int64 memoryview where it fits, else
+    Python integers (exact either way)."""
     if x.size and int(np.abs(x).max()) >= (1 << 62) // m:
         return [int(v) * m + plus for v in x.tolist()]
-    out: list[int] = (x * m + plus).tolist()
-    return out
+    return np.ascontiguousarray(x * m + plus, np.int64).data

@@ -51,18 +51,16 @@ class Walk:
         self._took = np.zeros(len(CATEGORIES))
         self._kept: list[I64] = []
 
-    def add(self, rows: I64) -> None:
-        """Add `rows` (start, end, category index; latest first) to the sums and the
-        window."""
+    def add(self, start: I64, end: I64, category: npt.NDArray[np.int8]) -> None:
+        """Add segments (their starts, ends and category indices; latest first) to the sums
+        and the window."""
         self._took += np.bincount(
-            rows[:, 2],
-            weights=(rows[:, 1] - rows[:, 0]).astype(np.float64),
-            minlength=len(CATEGORIES),
+            category, weights=(end - start).astype(np.float64), minlength=len(CATEGORIES)
         )
         lo, hi = self._keep
-        inside = (rows[:, 1] > lo) & (rows[:, 0] < hi)
+        inside = (end > lo) & (start < hi)
         if inside.any():
-            self._kept.append(rows[inside])
+            self._kept.append(np.stack([start[inside], end[inside], category[inside]], axis=1))
 
     @property
     def out(self) -> dict[str, float]:
@@ -106,11 +104,19 @@ def walk_path(g: StepGraph, t: Timing, keep: tuple[int, int] = (0, 0)) -> Walk:
     if cur <= 0:
         return walk
     b = _Binding(g, t)
-    ev = _Events(g, t, b, _route(g, t, b, cur))
-    rows = ev.segments(cur)
-    for i in range(0, len(rows), FOLD_STEPS):
-        walk.add(rows[i : i + FOLD_STEPS])
+    kinds, ids = _nodes(_route(g, t, b, cur))
+    # A block of nodes at a time: their events' tables stay small (the position carried from
+    # one block to the next is all a block reads of those before it).
+    at: int | None = cur
+    for i in range(0, kinds.size, WALK_NODES):
+        if at is None:
+            break
+        at = _Events(g, t, b, kinds[i : i + WALK_NODES], ids[i : i + WALK_NODES]).walk(at, walk)
     return walk
+
+
+WALK_NODES = 4096
+"""The nodes of the path whose events are laid out at once."""
 
 
 # A node's kind on the path: an op; a call (its own time, then the host work before it); a
@@ -220,8 +226,9 @@ class _Events:
     the part of the gap the path crosses). Those are solved by iterating from the other
     events' positions until no position moves."""
 
-    def __init__(self, g: StepGraph, t: Timing, b: _Binding, route: list[Stretch]) -> None:
-        kinds, ids = _nodes(route)
+    def __init__(
+        self, g: StepGraph, t: Timing, b: _Binding, kinds: npt.NDArray[np.int8], ids: I64
+    ) -> None:
         n = kinds.size
         lo = np.full((n, SLOTS), NO, np.int64)
         cat = np.zeros((n, SLOTS), np.int8)
@@ -283,11 +290,11 @@ class _Events:
         check[s] = True
         self.lo, self.cat, self.check = lo, cat, check
 
-    def segments(self, end: int) -> I64:
-        """The path's segments (start, end, category), latest first, from `end`: where it
-        is after each event, the running minimum of the events' times; the events that
-        depend on the position solved by iterating; the path cut where it reaches 0 at a
-        node (as the walk stops there)."""
+    def walk(self, end: int, walk: Walk) -> int | None:
+        """The path's segments from `end` into `walk`: where it is after each event is the
+        running minimum of the events' times; the events that depend on the position are
+        solved by iterating; the path is cut where it reaches 0 at a node (as the walk stops
+        there). Returns where the path is after the nodes (None: it stopped)."""
         lo = self.lo
         flat = lo.reshape(-1)
         split_at = self.split_rows * SLOTS + 2
@@ -300,8 +307,12 @@ class _Events:
             g_data > 0, np.minimum(g.after_data[self.split_calls], total - g_data - g_comm), 0
         )
         parts = np.stack([tail, g_data, g_comm], axis=1).astype(np.float64)
+        # pos[i]: where the path is before event i (pos[i + 1]: after it).
+        pos = np.empty(flat.size + 1, np.int64)
         while True:
-            pos = np.minimum.accumulate(np.concatenate([[end], flat]))
+            pos[0] = end
+            pos[1:] = flat
+            np.minimum.accumulate(pos, out=pos)
             # Where the path is as each position-dependent event comes.
             at_split, at_launch = pos[split_at], pos[launch_at]
             crossed = at_split > self.split_before
@@ -315,16 +326,16 @@ class _Events:
                 break
             lo[self.split_rows, 2:5] = new_split
             lo[self.launch_rows, 2] = new_launch
-        before = pos[:-1]
-        after = pos[1:]
+        del self.lo, lo, flat
         # The walk stops at the first node it reaches at or before 0.
-        stop = np.flatnonzero(self.check & (before.reshape(-1, SLOTS)[:, 0] <= 0))
-        n = stop[0] * SLOTS if stop.size else flat.size
-        moved = after[:n] < before[:n]
-        return np.stack(
-            [after[:n][moved], before[:n][moved], self.cat.reshape(-1)[:n][moved].astype(np.int64)],
-            axis=1,
-        )
+        stop = np.flatnonzero(self.check & (pos[:-1:SLOTS] <= 0))
+        n = int(stop[0]) * SLOTS if stop.size else pos.size - 1
+        moved = np.flatnonzero(pos[1 : n + 1] < pos[:n])
+        category = self.cat.reshape(-1)[moved]
+        for i in range(0, moved.size, FOLD_STEPS):
+            at = moved[i : i + FOLD_STEPS]
+            walk.add(pos[at + 1], pos[at], category[i : i + FOLD_STEPS])
+        return None if stop.size else int(pos[-1])
 
 
 def _nodes(route: list[Stretch]) -> tuple[npt.NDArray[np.int8], I64]:
