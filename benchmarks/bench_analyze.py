@@ -93,6 +93,43 @@ del text
 print(sys.argv[2] + '{"events": %d}' % len(events))
 """
 
+# Where wallfinder's time goes on one trace, in one process: the imports, the parse (the cache
+# off), the device's spec, each stage of the diagnosis and each what-if replay (recorded by
+# `pipeline.timings()`, the analysis's opt-in timing hook), and the render to JSON.
+STAGES_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+t0 = time.perf_counter()
+from wallfinder.analysis import diagnose
+from wallfinder.analysis.pipeline import timings
+from wallfinder.api import Options
+from wallfinder.report import render
+from wallfinder.trace import load_traces
+rows = [("stage", "imports", time.perf_counter() - t0)]
+
+def timed(name, make):
+    start = time.perf_counter()
+    out = make()
+    rows.append(("stage", name, time.perf_counter() - start))
+    return out
+
+options = Options()
+traces = timed("parse", lambda: load_traces(Path(sys.argv[1]), cache=False))
+if len(traces) != 1:
+    sys.exit("one trace per file: a capture of several processes is a job")
+trace = traces[0]
+given = timed("device spec", lambda: options.diagnose_options(trace))
+with timings() as made:
+    start = time.perf_counter()
+    diagnosis = diagnose(trace, options.thresholds, **given)
+    total = time.perf_counter() - start
+rows += [(t.kind, t.name, t.seconds) for t in made]
+staged = sum(t.seconds for t in made if t.kind == "stage")
+rows.append(("stage", "diagnosis, unrecorded", total - staged))
+timed("render", lambda: render(diagnosis, "json"))
+print(sys.argv[2] + json.dumps({"rows": rows}))
+"""
+
 # Whether this wallfinder has a cache of parsed traces (then the parse is timed with it off,
 # and the second look with it on).
 CACHE_PROBE_SCRIPT = "from wallfinder.cli import main; main(['analyze', '--help'])"
@@ -355,10 +392,12 @@ def benchmark_file(
     median: bool = False,
     cached: bool = True,
     footprint: float | None = None,
+    stages: bool = True,
 ) -> dict[str, Any]:
     size = uncompressed_size(trace)
     print(f"\n{trace.name}: {size / MB:.1f} MB uncompressed", flush=True)
     runs: list[Run] = []
+    costed: list[tuple[str, str, float]] = []
     if run_wallfinder:
         command = [
             sys.executable,
@@ -382,6 +421,14 @@ def benchmark_file(
             devices = [["--device", d] for d in NEW_QUESTION_DEVICES]
             runs.append(best_of("wf new q", command, size, repeat, timeout, median, devices))
             print(f"  wf new q:   {describe(runs[-1])}", flush=True)
+        if stages:
+            command = [sys.executable, "-c", STAGES_SCRIPT, str(trace), RESULT_MARKER]
+            cost = best_of("stages", command, size, repeat, timeout, median)
+            if cost.details is None:
+                print(f"  stages:     {cost.status}: {cost.note}", flush=True)
+            else:
+                costed = [tuple(row) for row in cost.details["rows"]]
+                print(stage_table(costed), flush=True)
         if floor:
             schema = REPO_ROOT / "src" / "wallfinder" / "trace" / "_schema.py"
             command = [sys.executable, "-c", FLOOR_SCRIPT, str(trace), RESULT_MARKER, str(schema)]
@@ -407,6 +454,7 @@ def benchmark_file(
         "file": trace.name,
         "uncompressed_mb": size / MB,
         "runs": [asdict(r) for r in runs],
+        "stages": [{"kind": k, "name": n, "seconds": t} for k, n, t in costed],
         "throughput_ratio_wallfinder_over_hta": ratio,
         "wall_ratio_wallfinder_over_msgspec_floor": over_floor,
         # wallfinder's workers count: its whole process tree against HTA's.
@@ -434,6 +482,34 @@ def benchmark_file(
             else None
         ),
     }
+
+
+def stage_table(rows: list[tuple[str, str, float]]) -> str:
+    """Where one process's time went: each stage (the imports, the parse, each stage of the
+    diagnosis, the render) with its seconds and share of the whole, the parts recorded inside
+    the critical path's stage under it, then the what-if replays (each one's replay and walk),
+    how many and their total."""
+    # (A name twice, the CPU's graph and the critical path both "critical path", is one row.)
+    stages: dict[str, float] = {}
+    for kind, name, t in rows:
+        if kind == "stage":
+            stages[name] = stages.get(name, 0.0) + t
+    total = sum(stages.values()) or 1.0
+    lines = [f"  {'stage':34} {'seconds':>8} {'share':>6}"]
+    lines += [f"  {name:34} {t:8.3f} {t / total:6.1%}" for name, t in stages.items()]
+    parts = [(n, t) for kind, n, t in rows if kind == "part"]
+    if parts:
+        lines.append("  inside the critical path:")
+        lines += [f"    {n:32} {t:8.3f} {t / total:6.1%}" for n, t in parts]
+    replays = [(n, t) for kind, n, t in rows if kind == "replay"]
+    spent = sum(t for _, t in replays)
+    lines.append(
+        f"  what-if replays: {len(replays)}, {spent:.3f} s in all ({spent / total:.1%})"
+        + ("" if replays else " (each what-if here moves nothing on the graph)")
+    )
+    lines += [f"    {n:32} {t:8.3f} {t / total:6.1%}" for n, t in replays]
+    lines.append(f"  {'total':34} {total:8.3f}")
+    return "\n".join(lines)
 
 
 def describe(run: Run) -> str:
@@ -527,6 +603,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the second look (the run with the cache of parsed traces filled)",
     )
+    parser.add_argument(
+        "--no-stages",
+        action="store_true",
+        help="skip the per-stage table (one more process per trace: the parse, each stage of "
+        "the diagnosis, each what-if replay and the render, timed inside it)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -598,6 +680,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.median,
                 not args.no_cached,
                 footprint,
+                not args.no_stages,
             )
             for trace in files
         ]

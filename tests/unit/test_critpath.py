@@ -33,7 +33,9 @@ from wallfinder.analysis.critpath import (
 from wallfinder.analysis.critpath import path as critpath_path
 from wallfinder.analysis.critpath import rank as critpath_rank
 from wallfinder.analysis.critpath import timing as critpath_timing
+from wallfinder.analysis.critpath import whatif as critpath_whatif
 from wallfinder.analysis.critpath.drawn import fewest
+from wallfinder.analysis.pipeline import timings
 from wallfinder.analysis.thresholds import Thresholds, TimeThresholds
 from wallfinder.diagnosis import CriticalPath, Diagnosis, Finding, WhatIfRow
 from wallfinder.errors import WallfinderError
@@ -656,12 +658,14 @@ def test_the_one_pass_replay_gives_the_iterations_timing_and_rounds(
             made.append(Timing(**fields))  # noqa: B023
             return made[-1]  # noqa: B023
 
-        monkeypatch.setattr(critpath_timing, "ONE_PASS_AFTER", after)
+        for module in (critpath_timing, critpath_whatif):
+            monkeypatch.setattr(module, "one_pass_pays", lambda nodes, at=after: at)
         monkeypatch.setattr(critpath_timing, "Timing", recording)
         analyze(path, Options(what_if="data,host:3,sync,fuse,matmul,overlap"))
         timings[after] = made
     iterated, one_pass = timings[critpath.MAX_ROUNDS + 1], timings[1]
-    assert len(iterated) == len(one_pass) >= 8
+    # (The unchanged graph, and each what-if that moves something on it: at least host:3.)
+    assert len(iterated) == len(one_pass) >= 2
     if builder not in (host_bound, gpu_bound):  # syncs or waits settle over several rounds
         assert max(t.rounds for t in iterated) > 2
     for a, b in zip(iterated, one_pass, strict=True):
@@ -861,3 +865,51 @@ def test_under_overlap_the_accum_what_if_leaves_the_compute_floor_where_it_is(
     g = replace(g, busy_other_s=floor)
     step = critpath_timing.replay(g, Change(overlap=True, accum=True)).step_s
     assert step == pytest.approx(floor)
+
+
+def test_a_what_if_that_touches_nothing_on_the_graph_is_not_replayed(tmp_path: Path) -> None:
+    """host_bound has no DataLoader, no sync, no collective: its data, sync and overlap
+    what-ifs keep the unchanged replay's step (a 1.00x gain) without a replay of their own
+    (counted by the timing hook, which records each replay by its change); the host cut and
+    the combination (which holds it) are replayed."""
+    path = host_bound().write(tmp_path / "t.json")
+    with timings() as made:
+        p = _path(analyze(path, Options(what_if="data,sync,overlap,host:2")))
+    replayed = [t.name for t in made if t.kind == "replay"]
+    # (Then the findings' own changes: the whole host cut, the fusion of the chain.)
+    assert replayed[:2] == ["host:2", "data,host:2,sync,overlap"]
+    assert not {"data", "sync", "overlap"} & set(replayed)
+    for change in ("data", "sync", "overlap"):
+        row = next(r for r in p.what_if if r.change == change)
+        assert row.step_s == p.replayed_step_s
+        assert row.speedup == 1.0
+        assert row.wall_after == p.wall
+    assert _row(p, "host:2") < p.replayed_step_s
+
+
+def test_a_what_if_moves_the_graph_only_where_it_has_what_the_change_removes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`moves`: a sync what-if moves a graph with a sync and not one without; overlap one
+    with a collective; data one whose host waited for the DataLoader; a host cut any."""
+    built: list[critpath.StepGraph] = []
+    build_graph = critpath_rank.build_graph
+
+    def keep(*args: Any, **kwargs: Any) -> critpath.StepGraph | None:
+        g = build_graph(*args, **kwargs)
+        assert g is not None
+        built.append(g)
+        return g
+
+    monkeypatch.setattr(critpath_rank, "build_graph", keep)
+    for builder in (host_bound, sync_bound, comm_exposed):
+        analyze(builder().write(tmp_path / "t.json"))
+    host, sync, comm = built
+    moves = critpath_timing.moves
+    assert not moves(host, Change(sync=True))
+    assert moves(sync, Change(sync=True))
+    assert not moves(host, Change(overlap=True))
+    assert moves(comm, Change(overlap=True))
+    assert not moves(host, Change(data=True))
+    assert not moves(comm, Change(data=True))
+    assert moves(host, Change(host=2.0))

@@ -14,7 +14,7 @@ import wallfinder.analysis as analysis
 from tracegen import training_trace
 from wallfinder import WallfinderError
 from wallfinder.analysis import diagnose
-from wallfinder.analysis.pipeline import Stage, Upstream, View, run
+from wallfinder.analysis.pipeline import Stage, Upstream, View, run, timings
 from wallfinder.analysis.views import Views
 from wallfinder.trace import load_trace
 
@@ -85,3 +85,29 @@ def test_a_diagnosis_runs_each_declared_stage_once(
     assert counts == [1] * len(wrapped)
     assert d.critical_path is not None
     assert d.phases is not None
+
+
+def test_the_timing_hook_records_every_stage_by_name_and_nothing_when_off(
+    tmp_path: Path,
+) -> None:
+    """Inside `timings()` each stage of the list (and the steps around it: the scope, the
+    findings) is recorded under its name, in the order it ran; outside it nothing is."""
+    trace = load_trace(training_trace(4).write(tmp_path / "t.json"))
+    with timings() as made:
+        diagnose(trace)
+    stages = [t.name for t in made if t.kind == "stage"]
+    assert stages == [
+        "cpu steps",
+        "device ops",
+        "scope",
+        *(s.name for s in analysis.STAGES),
+        "findings",
+    ]
+    assert {"graph", "replay unchanged", "walk unchanged"} <= {
+        t.name for t in made if t.kind == "part"
+    }
+    outside: list[object] = []
+    with timings() as outside_made:
+        pass
+    diagnose(trace)
+    assert outside_made == outside == []

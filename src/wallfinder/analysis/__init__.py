@@ -40,7 +40,7 @@ from wallfinder.analysis.marks import trace_marks
 from wallfinder.analysis.memory_profile import memory_profile
 from wallfinder.analysis.parallelism import detect as detect_parallelism
 from wallfinder.analysis.phases import Attribution, attribute, device_work
-from wallfinder.analysis.pipeline import Stage, Upstream, View
+from wallfinder.analysis.pipeline import Stage, Upstream, View, timed
 from wallfinder.analysis.pipeline import run as run_stages
 from wallfinder.analysis.roofline import (
     COUNTED_BOUND,
@@ -175,9 +175,9 @@ def _diagnosed(
 ) -> tuple[Diagnosis, Facts]:
     changes = parse_what_if(what_if) if what_if is not None else None
     thresholds = thresholds or Thresholds()
-    spans = cpu_steps(trace, thresholds.steps)
+    spans = timed("cpu steps", lambda: cpu_steps(trace, thresholds.steps))
     warnings = _step_warnings(trace, spans)
-    dev = device_ops(trace, thresholds.time)
+    dev = timed("device ops", lambda: device_ops(trace, thresholds.time))
     # Each stage's temporaries go back to the C heap, which keeps their pages: they are given
     # back between the stages, or each stage's peak would stack on the last one's (on a large
     # trace, tens of MB; glibc only, a few ms each).
@@ -187,13 +187,18 @@ def _diagnosed(
         if dev is not None
         else CpuDevice(trace, spec, thresholds)
     )
-    scope, up, placement = _scope(trace, spans, dev, device, thresholds, model, counters, changes)
+    scope, up, placement = timed(
+        "scope", lambda: _scope(trace, spans, dev, device, thresholds, model, counters, changes)
+    )
     run_stages(STAGES, scope, up)
     parts = up[PARTS]
     path, whatif = up[CRITICAL_PATH] or (None, None)
     facts = _facts(scope, up, whatif)
-    diagnosis = _result(
-        facts, parts, up[TYPICAL], warnings + parts.warnings, up[TIMELINE], critical_path=path
+    diagnosis = timed(
+        "findings",
+        lambda: _result(
+            facts, parts, up[TYPICAL], warnings + parts.warnings, up[TIMELINE], critical_path=path
+        ),
     )
     if up[PARALLELISM] is not None:
         diagnosis = msgspec.structs.replace(diagnosis, parallelism=up[PARALLELISM])

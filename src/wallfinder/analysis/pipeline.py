@@ -5,14 +5,20 @@ parts of the stages before it, which it reads as `upstream[STAGE]`. An optional 
 (`View`: phases, fusion, the critical path, ...) is contained by the runner: an internal
 error inside it leaves its part None and is said in the diagnosis's `not_computed`
 (`analysis.views`), and the stages after it go on.
+
+What each stage costs is recorded only when asked (`timings()`, which the benchmark opens):
+otherwise the runner reads no clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Generic, TypeVar, overload
+from time import perf_counter
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from wallfinder.analysis.scope import Scope
 from wallfinder.trace import release_free_memory
@@ -68,8 +74,59 @@ def run(stages: Sequence[Stage[U, Any] | View[U, Any]], scope: Scope, upstream: 
     (`scope.views`)."""
     for stage in stages:
         make = partial(stage.run, scope, upstream)
+        if _TIMINGS.get() is not None:
+            make = partial(_timed_call, stage.name, make)
         upstream._made[stage] = (
             scope.views.compute(stage.name, make) if isinstance(stage, View) else make()
         )
         if stage.frees:
             release_free_memory()
+
+
+Kind = Literal["stage", "part", "replay"]
+"""What a timing is of: a stage of the analysis (or a step around them: the scope, the
+findings), a part inside a stage (the critical path's graph, its unchanged replay and
+walk), or one what-if's replay and walk."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One recorded cost: what (`kind`, `name`) and its wall time (s)."""
+
+    kind: Kind
+    name: str
+    seconds: float
+
+
+_TIMINGS: ContextVar[list[Timing] | None] = ContextVar("wallfinder_timings", default=None)
+"""Where the costs are recorded (None: nowhere, and no clock is read)."""
+
+
+@contextmanager
+def timings() -> Iterator[list[Timing]]:
+    """Record what each stage and each what-if replay costs inside the block, in the order
+    they ran, into the list it yields (for the benchmark: the analysis itself never reads
+    it)."""
+    out: list[Timing] = []
+    token = _TIMINGS.set(out)
+    try:
+        yield out
+    finally:
+        _TIMINGS.reset(token)
+
+
+def timed(name: str, make: Callable[[], T], kind: Kind = "stage") -> T:
+    """`make()`, its cost recorded under `name` when `timings()` records."""
+    if _TIMINGS.get() is None:
+        return make()
+    return _timed_call(name, make, kind)
+
+
+def _timed_call(name: str, make: Callable[[], T], kind: Kind = "stage") -> T:
+    start = perf_counter()
+    try:
+        return make()
+    finally:
+        out = _TIMINGS.get()
+        if out is not None:
+            out.append(Timing(kind, name, perf_counter() - start))

@@ -1,70 +1,101 @@
 """The replay's one pass: the longest path over the graph in dependency order, which gives
 the times the rounds iterate to, and how many rounds they take (for graphs whose iteration
-would take many)."""
+would take many).
+
+The host chain is compressed first: between two calls that wait for the device (a sync's or
+a blocked launch's drains) or a chain's first call, each call ends a fixed time after the
+one before (its host gap and cost), so a stretch of them is one node, its head, and every
+call in it is the head's time plus its offset. The pass then visits the heads and the device
+ops alone (a few hundred heads for tens of thousands of calls on a sync-heavy step), each
+with its inputs read from flat lists, a time and its edge count packed in one integer."""
 
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, NEVER, StepGraph
+from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, StepGraph
+
+NONE = -1
+
+
+@dataclass(frozen=True, eq=False)
+class Segments:
+    """The host chain cut into stretches that each start at a head: a chain's first call or
+    a call with drains (`group_of`: the wait of each drained op, grouped). Per call, its
+    stretch (`seg`) and its end's offset from its head's (`off`, the host's own time between
+    them); per stretch, its head (`heads`)."""
+
+    heads: I64
+    seg: I64
+    off: I64
+
+    @classmethod
+    def of(cls, g: StepGraph, inc: I64, group_of: I64) -> Segments:
+        head = g.call_first.copy()
+        head[group_of] = True
+        heads = np.flatnonzero(head)
+        seg = np.cumsum(head) - 1
+        a = np.cumsum(inc)
+        return cls(heads, seg, a - a[heads][seg])
+
+
+def _inputs(
+    g: StepGraph, s: Segments, group_of: I64
+) -> tuple[list[npt.NDArray[np.intp]], list[npt.NDArray[np.intp]], npt.NDArray[np.intp]]:
+    """The compressed graph's nodes (ops 0..n_ops-1, then the heads) and, per node, its
+    inputs: per op, the stretches its launch and its release read (their calls' predecessors),
+    the ops it stays after and waits for across streams, the op before it on its stream; per
+    head, the stretch before it. As node indices, with `never` (no such input) and `zero` (a
+    time of 0: the chain's start) past the nodes. Also each head's drained ops' wait, as
+    heads' nodes."""
+    n_ops, n_heads = g.dur.size, s.heads.size
+    never, zero = n_ops + n_heads, n_ops + n_heads + 1
+    first = g.call_first
+
+    def stretch_before(calls: I64) -> npt.NDArray[np.intp]:
+        # A call reads the end of the one before it on its chain, which is in some stretch;
+        # a chain's first reads the start (0).
+        c = np.maximum(calls, 0)
+        return np.where(first[c], zero, n_ops + s.seg[np.maximum(c - 1, 0)])
+
+    launch = np.where(g.call >= 0, stretch_before(g.call), zero)
+    release = np.where(g.host >= 0, stretch_before(g.host), never)
+    after = np.where(g.after >= 0, g.after, never)
+    dep = np.where(g.dep >= 0, g.dep, never)
+    prev = np.where(g.stream_first, never, np.arange(n_ops) - 1)
+    h = s.heads
+    head_prev = np.where(first[h], zero, n_ops + s.seg[np.maximum(h - 1, 0)])
+    wait_of = n_ops + s.seg[group_of]
+    return [launch, release, after, dep, prev], [head_prev], wait_of
 
 
 def dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | None:
-    """The graph's nodes (calls, then ops: op k is node n_calls + k) in an order where each
-    comes after every node it depends on, by Kahn's traversal; None when the graph has a
-    cycle. `synced_rows`, `group_of`: the ops each sync drains and their sync (the drain
+    """The compressed graph's nodes (ops, then the heads of `Segments`) in an order where
+    each comes after every node it depends on, by Kahn's traversal; None when the graph has
+    a cycle. `synced_rows`, `group_of`: the ops each sync drains and their sync (the drain
     edges, which the `sync` what-if removes); the other edges are the graph's own."""
-    n_calls, n_ops = g.gap.size, g.dur.size
-    first = g.call_first
-    # The edges, node ids: calls, then ops.
-    chain = np.flatnonzero(~first)
-    launched = np.flatnonzero(g.call >= 0)
-    launched = launched[~first[g.call[launched]]]
-    hosted = np.flatnonzero(g.host >= 0)
-    hosted = hosted[~first[g.host[hosted]]]
-    streamed = np.flatnonzero(~g.stream_first)
-    deps, afters = np.flatnonzero(g.dep >= 0), np.flatnonzero(g.after >= 0)
-    nodes = n_calls + n_ops
+    s = Segments.of(g, np.zeros(g.gap.size, np.int64), group_of)
+    op_in, head_in, wait_of = _inputs(g, s, group_of)
+    n_ops = g.dur.size
+    nodes = n_ops + s.heads.size
     # Node ids fit 32 bits (the replayed range is capped far below), which halves the edges.
     ids = np.int32 if nodes < 2**31 else np.int64
-    src = np.concatenate(
-        [
-            chain - 1,
-            n_calls + synced_rows,
-            g.call[launched] - 1,
-            g.host[hosted] - 1,
-            n_calls + streamed - 1,
-            n_calls + g.dep[deps],
-            n_calls + g.after[afters],
-        ],
-        dtype=ids,
-    )
+    src = np.concatenate([*op_in, *head_in, synced_rows], dtype=ids)
     dst = np.concatenate(
-        [
-            chain,
-            group_of,
-            n_calls + launched,
-            n_calls + hosted,
-            n_calls + streamed,
-            n_calls + deps,
-            n_calls + afters,
-        ],
-        dtype=ids,
+        [np.arange(n_ops)] * len(op_in) + [n_ops + np.arange(s.heads.size), wait_of], dtype=ids
     )
-    del chain, launched, hosted, streamed, deps, afters
+    real = src < nodes
+    src, dst = src[real], dst[real]
     indeg = np.bincount(dst, minlength=nodes).tolist()
-    # Each node's successors: the edges grouped by their source, and where each group starts.
     sptr = np.zeros(nodes + 1, np.int64)
     np.cumsum(np.bincount(src, minlength=nodes), out=sptr[1:])
-    by_src = np.argsort(src, kind="stable")
-    del src
-    # Read one element at a time: memoryviews, not lists (a list holds a Python int per
-    # element: ~20 of them over a quarter of a million nodes is a few hundred MB). The order
-    # is written to an array of int64 likewise, not a list of ints.
-    succ = dst[by_src].data
-    del dst, by_src
+    # Each node's successors (memoryviews, read one element at a time, not lists of ints).
+    succ = dst[np.argsort(src, kind="stable")].data
+    del src, dst
     ptr = sptr.data
     order = array("q")
     visit = order.append
@@ -92,91 +123,107 @@ def longest_path(
     synced_rows: I64,
     group_of: I64,
 ) -> tuple[I64, int] | None:
-    """The ops' ends at the replay's fixed point, by one pass over the graph in dependency
-    order (`order`, from `dependency_order`), and the rounds the iteration takes to it: a
-    round settles the paths with one more edge read from the previous round (a sync's drain, a
-    wait across streams), so the rounds are two more than the most such edges on the
+    """The ops' ends at the replay's fixed point, by one pass over the compressed graph in
+    dependency order (`order`, from `dependency_order`), and the rounds the iteration takes to
+    it: a round settles the paths with one more edge read from the previous round (a sync's
+    drain, a wait across streams), so the rounds are two more than the most such edges on the
     fewest-edge longest path to any op. None when the iteration would stop at MAX_ROUNDS (it
     is then iterated). `delay`, `dep_add`, `after_less`: per op, read where it has a launch,
     a wait across streams, an order after one."""
-    n_calls, n_ops = g.gap.size, g.dur.size
-    first = g.call_first
-    nodes = n_calls + n_ops
-    gptr = np.searchsorted(group_of, np.arange(n_calls + 1)).data
-    drains = np.ascontiguousarray(synced_rows).data
-    first_l, inc_l, cost_l, step_l = first.data, inc.data, cost.data, step_gap.data
-    call_l, host_l, dep_l, after_l = g.call.data, g.host.data, g.dep.data, g.after.data
-    delay_ll, dep_add_ll, after_less_ll = delay.data, dep_add.data, after_less.data
-    fixed_l, host_lat_l = g.fixed.data, g.host_lat.data
-    sfirst_l, sgap_l, dur_l = g.stream_first.data, g.stream_gap.data, dur.data
-    value = [0] * nodes
-    edges = [0] * nodes
-    for v in order.data:  # (a memoryview: no list of the order's ints alongside)
-        if v < n_calls:
-            if first_l[v]:
-                e, c = inc_l[v], 0
-            else:
-                e, c = value[v - 1] + inc_l[v], edges[v - 1]
-            lo, hi = gptr[v], gptr[v + 1]
-            if lo < hi:
-                best, bc = NEVER, 0
-                for k in drains[lo:hi]:
-                    x, xc = value[n_calls + k], edges[n_calls + k] + 1
-                    if x > best:
-                        best, bc = x, xc
-                    elif x == best and xc < bc:
-                        bc = xc
-                best += cost_l[v]
-                if best > e:
-                    e, c = best, bc
-                elif best == e and bc < c:
-                    c = bc
+    n_ops = g.dur.size
+    s = Segments.of(g, inc, group_of)
+    n_heads = s.heads.size
+    (launch, release, after, dep, prev), (head_prev,), _ = _inputs(g, s, group_of)
+    # A time t reached over c edges read from a previous round is t * m - c: the larger time
+    # wins a max, and of equal times the fewer edges (the rounds count the fewest). m is
+    # above any path's edge count, so the two never mix.
+    m = 1 << (n_ops + n_heads + 1).bit_length()
+    first, off = g.call_first, s.off
+
+    def reach(calls: I64, add: I64) -> I64:
+        # What a launch or a release adds to the stretch it reads: the calls from its head
+        # to the one before it, then the host gap before it and the op's own delay.
+        c = np.maximum(calls, 0)
+        return np.where(first[c], 0, off[np.maximum(c - 1, 0)]) + step_gap[c] + add
+
+    launch_add = np.where(g.call >= 0, reach(g.call, delay), g.fixed)
+    release_add = np.where(g.host >= 0, reach(g.host, g.host_lat), 0)
+    h = s.heads
+    head_add = np.where(first[h], 0, off[np.maximum(h - 1, 0)]) + inc[h]
+    weights = (
+        launch_add,
+        release_add,
+        -after_less,
+        dep_add,
+        dur,
+        g.stream_gap + dur,
+        head_add,
+        cost[h],
+    )
+    # "Never" is below any path's time (the sum of the graph's largest weights over every
+    # node), kept small: Python adds integers of a few machine words fastest.
+    largest = max((int(np.abs(w).max()) for w in weights if w.size), default=0)
+    never = -4 * (n_ops + n_heads + 1) * (largest + 1) * m
+    lc, hc, ac, dc, du, pc, head_c, drain_c = (
+        _scaled(w, m, -1 if i in (2, 3, 7) else 0) for i, w in enumerate(weights)
+    )
+    # Per head, its drained ops (grouped by their wait, in the order of the heads).
+    wait_seg = s.seg[group_of]
+    # Read one element at a time from memoryviews, not lists: a list holds a Python int per
+    # element (some 30 bytes more each, tens of MB over a large graph's columns).
+    dptr = np.searchsorted(wait_seg, np.arange(n_heads + 1)).data
+    drained = np.ascontiguousarray(synced_rows, np.int64).data
+    ls, hs, af, dp, pv = (
+        np.ascontiguousarray(x, np.int64).data for x in (launch, release, after, dep, prev)
+    )
+    # Few ops are released by a later call or wait for an op across streams: the others
+    # skip those two inputs.
+    rare = ((g.host >= 0) | (g.dep >= 0)).data
+    hp = np.ascontiguousarray(head_prev, np.int64).data
+    x_of: list[int] = [0] * (n_ops + n_heads) + [never, 0]
+    for v in order.data:
+        if v < n_ops:
+            x = x_of[ls[v]] + lc[v]
+            if rare[v]:
+                y = x_of[hs[v]] + hc[v]
+                if y > x:
+                    x = y
+                y = x_of[dp[v]] + dc[v]
+                if y > x:
+                    x = y
+            y = x_of[af[v]] + ac[v]
+            if y > x:
+                x = y
+            x += du[v]
+            y = x_of[pv[v]] + pc[v]
+            if y > x:
+                x = y
         else:
-            k = v - n_calls
-            ci = call_l[k]
-            if ci >= 0:
-                if first_l[ci]:
-                    r, rc = step_l[ci] + delay_ll[k], 0
-                else:
-                    r, rc = value[ci - 1] + step_l[ci] + delay_ll[k], edges[ci - 1]
-            else:
-                r, rc = fixed_l[k], 0
-            # Its other inputs, in place (a call per op was a third of the loop's time): the
-            # host call that released it, then the ops it waits for on other streams (each
-            # with the edges read from the previous round on it).
-            h = host_l[k]
-            if h >= 0:
-                if first_l[h]:
-                    x, xc = step_l[h] + host_lat_l[k], 0
-                else:
-                    x, xc = value[h - 1] + step_l[h] + host_lat_l[k], edges[h - 1]
-                if x > r:
-                    r, rc = x, xc
-                elif x == r and xc < rc:
-                    rc = xc
-            o = after_l[k]
-            if o >= 0:
-                x, xc = value[n_calls + o] - after_less_ll[k], edges[n_calls + o] + 1
-                if x > r:
-                    r, rc = x, xc
-                elif x == r and xc < rc:
-                    rc = xc
-            o = dep_l[k]
-            if o >= 0:
-                x, xc = value[n_calls + o] + dep_add_ll[k], edges[n_calls + o] + 1
-                if x > r:
-                    r, rc = x, xc
-                elif x == r and xc < rc:
-                    rc = xc
-            e, c = r + dur_l[k], rc
-            if not sfirst_l[k]:
-                x, xc = value[v - 1] + sgap_l[k] + dur_l[k], edges[v - 1]
-                if x > e:
-                    e, c = x, xc
-                elif x == e and xc < c:
-                    c = xc
-        value[v], edges[v] = e, c
-    rounds = 2 + max(edges[n_calls:], default=0)
+            j = v - n_ops
+            x = x_of[hp[j]] + head_c[j]
+            add = drain_c[j]
+            for k in drained[dptr[j] : dptr[j + 1]]:
+                y = x_of[k] + add
+                if y > x:
+                    x = y
+        x_of[v] = x
+    packed = x_of[:n_ops]
+    try:
+        p = np.array(packed, np.int64)
+        ends = -((-p) // m)
+        edges = ends * m - p
+    except OverflowError:  # (times past what int64 holds packed: unpacked one by one)
+        ends = np.array([-((-x) // m) for x in packed], np.int64)
+        edges = np.array([-((-x) // m) * m - x for x in packed], np.int64)
+    rounds = 2 + int(edges.max(initial=0))
     if rounds >= MAX_ROUNDS:
         return None
-    return np.array(value[n_calls:], np.int64), rounds
+    return ends, rounds
+
+
+def _scaled(x: I64, m: int, plus: int = 0) -> memoryview | list[int]:
+    """`x * m + plus`, read one element at a time: an int64 memoryview where it fits, else
+    Python integers (exact either way)."""
+    if x.size and int(np.abs(x).max()) >= (1 << 62) // m:
+        return [int(v) * m + plus for v in x.tolist()]
+    return np.ascontiguousarray(x * m + plus, np.int64).data

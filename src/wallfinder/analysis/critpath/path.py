@@ -3,10 +3,8 @@ binding edge, its time summed by category (CATEGORIES) and the wall it hits."""
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Iterable
-
 import numpy as np
+import numpy.typing as npt
 
 from wallfinder.analysis.critpath.model import CATEGORIES, I64, MATMUL, StepGraph
 from wallfinder.analysis.critpath.timing import Timing
@@ -39,9 +37,8 @@ def wall_of(shares: dict[str, float]) -> Wall:
 
 
 FOLD_STEPS = 1024
-"""The walk sums its segments by category every this many steps back along the path, and
-keeps only those in the window it is asked to keep: the whole path's segments (three int64s
-each, tens of thousands on a large graph) are never held at once."""
+"""The walk adds its segments to the sums and the kept window this many at a time (the sums
+are of integers, exact in float64: the chunks change no figure)."""
 
 
 class Walk:
@@ -54,23 +51,16 @@ class Walk:
         self._took = np.zeros(len(CATEGORIES))
         self._kept: list[I64] = []
 
-    def fold(self, segments: array[int]) -> None:
-        """Add `segments` (flat: start, end, category, ...) to the sums and the window, and
-        empty it for the walk to go on."""
-        if len(segments):
-            self._add(np.frombuffer(segments, dtype=np.int64).reshape(-1, 3))
-            del segments[:]  # (no view of it is left: `_add` keeps copies)
-
-    def _add(self, rows: I64) -> None:
+    def add(self, start: I64, end: I64, category: npt.NDArray[np.int8]) -> None:
+        """Add segments (their starts, ends and category indices; latest first) to the sums
+        and the window."""
         self._took += np.bincount(
-            rows[:, 2],
-            weights=(rows[:, 1] - rows[:, 0]).astype(np.float64),
-            minlength=len(CATEGORIES),
+            category, weights=(end - start).astype(np.float64), minlength=len(CATEGORIES)
         )
         lo, hi = self._keep
-        inside = (rows[:, 1] > lo) & (rows[:, 0] < hi)
+        inside = (end > lo) & (start < hi)
         if inside.any():
-            self._kept.append(rows[inside])
+            self._kept.append(np.stack([start[inside], end[inside], category[inside]], axis=1))
 
     @property
     def out(self) -> dict[str, float]:
@@ -101,30 +91,301 @@ def walk_path(g: StepGraph, t: Timing, keep: tuple[int, int] = (0, 0)) -> Walk:
     binding edge to the start of the range; its segments in `keep` ([lo, hi) in replayed ns)
     are kept, the rest only summed.
 
-    The walk alternates between the device (`_Walker.device`: back along ops, by their
-    streams and waits) and the host (`_Walker.host`: back along the chain's calls and the
-    work between them), each a loop over the path's nodes: the one Python loop of the
-    analysis that touches each node, so a step of the path is written out in place, `if lo
-    < cur:` the path spends [lo, cur) in a category and goes on from `lo`, rather than
-    called."""
+    Which edge binds at each node does not depend on where the path is, only on the replay:
+    it is read for every node at once (`_Binding`), and the path is followed through it a
+    stretch at a time (`_route`: a run of the host chain up to the call that waited for the
+    device is one step, an op one step). Each node the path crosses then moves it back to
+    the times its events say (the op's end, its start, its launch; the call's end, its start,
+    the host work before it), in order: the path's position after each is the running
+    minimum of those times, and the time between two positions is the segment's, in the
+    category of the event (`_Events`)."""
     walk = Walk(keep)
     cur = t.end
     if cur <= 0:
         return walk
-    walker = _Walker(g, t, walk)
-    op, call = _last_node(g, t, cur)
-    from_gap = False
-    while True:
-        if op >= 0:
-            cur, call = walker.device(op, cur)
-            if call < 0:
-                break
-            from_gap = True
-        cur, op = walker.host(call, cur, from_gap)
-        if op < 0:
+    b = _Binding(g, t)
+    kinds, ids = _nodes(_route(g, t, b, cur))
+    # A block of nodes at a time: their events' tables stay small (the position carried from
+    # one block to the next is all a block reads of those before it).
+    at: int | None = cur
+    for i in range(0, kinds.size, WALK_NODES):
+        if at is None:
             break
-    walk.fold(walker.segs)
+        at = _Events(g, t, b, kinds[i : i + WALK_NODES], ids[i : i + WALK_NODES]).walk(at, walk)
     return walk
+
+
+WALK_NODES = 4096
+"""The nodes of the path whose events are laid out at once."""
+
+
+# A node's kind on the path: an op; a call (its own time, then the host work before it); a
+# call entered through its launch (the host work before it alone); the call that waited for
+# the device (its end, then its drain); the chain's start (the host work before its first
+# call, from 0).
+OP, CALL, GAP, TAKE, START = range(5)
+# Each op's binding edge: the op before it on its stream, the op it waited for across
+# streams, the op it stays after, the later call that released it, its launch call, none.
+PREV, DEP, AFTER, RELEASED, LAUNCHED, NONE = range(6)
+
+
+class _Binding:
+    """Per node, the edge the path leaves it by, read from the replay (the walk's rules, at
+    every node at once): per op its edge (PREV ... NONE) and the node it leads to; per call
+    whether the path leaves it for the device (a sync or blocked launch whose drain bound
+    it), and for each call the last such call at or before it and its chain's first."""
+
+    def __init__(self, g: StepGraph, t: Timing) -> None:
+        n_ops, n_calls = g.dur.size, g.gap.size
+        start = t.op_start
+        k = np.arange(n_ops)
+        prev = np.where(g.stream_first, -1, k - 1)
+        p = np.maximum(prev, 0)
+        by_prev = (prev >= 0) & (t.op_end[p] + g.stream_gap >= start - g.tie_ns)
+        by_dep = ~by_prev & (g.dep >= 0) & (t.dep_end >= start)
+        a = np.maximum(g.after, 0)
+        by_after = ~by_prev & ~by_dep & (g.after >= 0) & (t.op_end[a] >= start)
+        rest = ~(by_prev | by_dep | by_after)
+        by_release = rest & (g.host >= 0) & (t.released >= start)
+        by_launch = rest & ~by_release & (g.call >= 0)
+        self.edge = np.select(
+            [by_prev, by_dep, by_after, by_release, by_launch],
+            [PREV, DEP, AFTER, RELEASED, LAUNCHED],
+            NONE,
+        ).astype(np.int8)
+        self.to = np.select(
+            [by_prev, by_dep, by_after, by_release, by_launch],
+            [prev, g.dep, g.after, g.host, g.call],
+            -1,
+        )
+        self.drain_op = _drain_ops(g, t)
+        self.take = (g.sync | g.blocked) & (self.drain_op >= 0) & (t.drain > t.call_start)
+        idx = np.arange(n_calls)
+        self.last_take = np.maximum.accumulate(np.where(self.take, idx, -1)) if n_calls else idx
+        self.chain_start = np.maximum.accumulate(np.where(g.call_first, idx, 0)) if n_calls else idx
+
+
+Stretch = tuple[int, list[int], int, bool]
+"""A stretch of the path: (OP, the ops followed one by one, 0, False), or (CALL or GAP, [the
+first call], the last call, whether the last waited for the device)."""
+
+
+def _route(g: StepGraph, t: Timing, b: _Binding, end: int) -> list[Stretch]:
+    """The path, latest first, as stretches: a run of ops followed one by one, or a run of
+    the host chain from its first call back to its last (kind CALL, or GAP where the path
+    entered the first through its launch): the call that waited for the device (the path
+    goes on at the op it drained), or the chain's first call (the path ends at the chain's
+    start). Stops after as many nodes as the graph holds (a walk that never reached the
+    start)."""
+    out: list[Stretch] = []
+    limit = 4 * (g.dur.size + g.gap.size) + 4
+    edge, to = b.edge.tolist(), b.to.tolist()
+    last_take, chain_start, drain_op = b.last_take, b.chain_start, b.drain_op
+    op, call = _last_node(g, t, end)
+    from_gap = False
+    steps = 0
+    while steps < limit:
+        if op >= 0:
+            # Along the device, op by op, until an edge leaves it for the host (or none).
+            ops = [op]
+            steps += 1
+            while edge[op] < RELEASED and steps < limit:
+                op = to[op]
+                ops.append(op)
+                steps += 1
+            out.append((OP, ops, 0, False))
+            if edge[op] == NONE or edge[op] < RELEASED:
+                break
+            call, from_gap = to[op], True
+        # Along the host chain, back to the call that waited for the device, or its start.
+        first = int(chain_start[call])
+        below = call - 1 if from_gap else call
+        taken = int(last_take[below]) if below >= first else -1
+        took = taken >= first
+        last = taken if took else first
+        out.append((GAP if from_gap else CALL, [call], last, took))
+        steps += call - last + 1
+        if not took:
+            break
+        op = int(drain_op[taken])
+    return out
+
+
+SLOTS = 6
+"""Events per node on the path: an op's end, start, its edge's and its launch's; a call's
+end, start (or drain), the three parts of a split host gap, the host work before it."""
+NO = np.iinfo(np.int64).max
+"""An event that does not happen: a time no position is after."""
+
+
+class _Events:
+    """The path's events, SLOTS per node in walk order: the time each moves the path back
+    to, and its category. Two kinds of event move it by an amount that depends on where the
+    path is when it comes: a launch's wait that no edge explains (`extra`, at most up to the
+    call), and a host gap split between the DataLoader, collectives and the rest (scaled to
+    the part of the gap the path crosses). Those are solved by iterating from the other
+    events' positions until no position moves."""
+
+    def __init__(
+        self, g: StepGraph, t: Timing, b: _Binding, kinds: npt.NDArray[np.int8], ids: I64
+    ) -> None:
+        n = kinds.size
+        lo = np.full((n, SLOTS), NO, np.int64)
+        cat = np.zeros((n, SLOTS), np.int8)
+        check = np.zeros(n, bool)
+        self.g, self.t = g, t
+        # Ops.
+        o = np.flatnonzero(kinds == OP)
+        k = ids[o]
+        comm = g.cls[k] == COMM
+        waited = np.where(comm, COMMUNICATION, WAIT)
+        matmul = np.isin(g.cls[k], list(MATMUL))
+        lo[o, 0], cat[o, 0] = t.op_end[k], waited
+        lo[o, 1], cat[o, 1] = (
+            t.op_start[k],
+            np.where(comm, COMMUNICATION, np.where(matmul, COMPUTE, BANDWIDTH)),
+        )
+        check[o] = True
+        e, to = b.edge[k], b.to[k]
+        # (Each edge's node read where it is of that kind: `to` is an op or a call.)
+        dep_end = t.op_end[np.where(e == DEP, to, 0)] if e.size else to
+        released = t.call_start[np.where(e == RELEASED, to, 0)] if e.size else to
+        prev_end = t.op_end[np.maximum(k - 1, 0)] + g.stream_gap[k]
+        lo[o, 2] = np.select(
+            [e == PREV, e == DEP, e == RELEASED, e == NONE], [prev_end, dep_end, released, 0], NO
+        )
+        cat[o, 2] = np.select(
+            [e == PREV, e == RELEASED, e == LAUNCHED], [LAUNCH, LAUNCH, waited], WAIT
+        )
+        launched = e == LAUNCHED
+        lo[o[launched], 3] = t.call_start[to[launched]]
+        cat[o[launched], 3] = LAUNCH
+        self.launch_rows = o[launched]
+        self.launch_extra = g.extra[k[launched]]
+        self.launch_start = t.call_start[to[launched]]
+        # Calls: each node a call whose own time (not for GAP) and host work before it the
+        # path crosses; the last of a stretch (TAKE) its end and drain alone.
+        c_rows = np.flatnonzero((kinds == CALL) | (kinds == GAP) | (kinds == TAKE))
+        c = ids[c_rows]
+        own_cat = np.full(c.size, LAUNCH, np.int8) if g.call_cat is None else g.call_cat[c]
+        full = kinds[c_rows] != GAP
+        take = kinds[c_rows] == TAKE
+        f = c_rows[full]
+        lo[f, 0], cat[f, 0] = t.call_end[c[full]], HOST
+        check[f] = True
+        lo[f, 1] = np.where(take[full], t.drain[c[full]], t.call_start[c[full]])
+        cat[f, 1] = np.where(g.sync[c[full]], SYNC, np.where(take[full], LAUNCH, own_cat[full]))
+        h = c_rows[~take]
+        hc = c[~take]
+        before = np.where(g.call_first[hc], 0, t.call_end[np.maximum(hc - 1, 0)])
+        lo[h, 5], cat[h, 5] = before, HOST
+        cat[h, 2], cat[h, 3], cat[h, 4] = HOST, DATA, COMMUNICATION
+        split = ((g.gap_data[hc] > 0) | (g.gap_comm[hc] > 0)) & (g.gap[hc] > 0)
+        self.split_rows = h[split]
+        self.split_calls = hc[split]
+        self.split_before = before[split]
+        # The chain's start: the host work before its first call, from 0.
+        s = np.flatnonzero(kinds == START)
+        lo[s, 0], cat[s, 0] = 0, HOST
+        check[s] = True
+        self.lo, self.cat, self.check = lo, cat, check
+
+    def walk(self, end: int, walk: Walk) -> int | None:
+        """The path's segments from `end` into `walk`: where it is after each event is the
+        running minimum of the events' times; the events that depend on the position are
+        solved by iterating; the path is cut where it reaches 0 at a node (as the walk stops
+        there). Returns where the path is after the nodes (None: it stopped)."""
+        lo = self.lo
+        flat = lo.reshape(-1)
+        split_at = self.split_rows * SLOTS + 2
+        launch_at = self.launch_rows * SLOTS + 2
+        g = self.g
+        total = g.gap[self.split_calls]
+        g_data = g.gap_data[self.split_calls]
+        g_comm = g.gap_comm[self.split_calls]
+        tail = np.where(
+            g_data > 0, np.minimum(g.after_data[self.split_calls], total - g_data - g_comm), 0
+        )
+        parts = np.stack([tail, g_data, g_comm], axis=1).astype(np.float64)
+        # pos[i]: where the path is before event i (pos[i + 1]: after it).
+        pos = np.empty(flat.size + 1, np.int64)
+        while True:
+            pos[0] = end
+            pos[1:] = flat
+            np.minimum.accumulate(pos, out=pos)
+            # Where the path is as each position-dependent event comes.
+            at_split, at_launch = pos[split_at], pos[launch_at]
+            crossed = at_split > self.split_before
+            scale = (at_split - self.split_before) / total
+            cut = np.cumsum(np.rint(parts * scale[:, None]).astype(np.int64), axis=1)
+            new_split = np.where(crossed[:, None], at_split[:, None] - cut, NO)
+            new_launch = np.maximum(at_launch - self.launch_extra, self.launch_start)
+            if np.array_equal(new_split, lo[self.split_rows, 2:5]) and np.array_equal(
+                new_launch, lo[self.launch_rows, 2]
+            ):
+                break
+            lo[self.split_rows, 2:5] = new_split
+            lo[self.launch_rows, 2] = new_launch
+        del self.lo, lo, flat
+        # The walk stops at the first node it reaches at or before 0.
+        stop = np.flatnonzero(self.check & (pos[:-1:SLOTS] <= 0))
+        n = int(stop[0]) * SLOTS if stop.size else pos.size - 1
+        moved = np.flatnonzero(pos[1 : n + 1] < pos[:n])
+        category = self.cat.reshape(-1)[moved]
+        for i in range(0, moved.size, FOLD_STEPS):
+            at = moved[i : i + FOLD_STEPS]
+            walk.add(pos[at + 1], pos[at], category[i : i + FOLD_STEPS])
+        return None if stop.size else int(pos[-1])
+
+
+def _nodes(route: list[Stretch]) -> tuple[npt.NDArray[np.int8], I64]:
+    """The route's nodes in walk order: per node its kind and its op or call (-1: the
+    chain's start). Each stretch is a block of them, laid out at once."""
+    ops: list[int] = []
+    sizes: list[int] = []
+    is_op: list[bool] = []
+    firsts: list[int] = []
+    lasts: list[int] = []
+    kinds_of: list[int] = []
+    tooks: list[bool] = []
+    for kind, first, last, took in route:
+        is_op.append(kind == OP)
+        if kind == OP:
+            ops.extend(first)
+            sizes.append(len(first))
+            continue
+        sizes.append(first[0] - last + 1 + (0 if took else 1))
+        firsts.append(first[0])
+        lasts.append(last)
+        kinds_of.append(kind)
+        tooks.append(took)
+    size = np.array(sizes, np.int64)
+    at = np.cumsum(size) - size
+    total = int(size.sum())
+    kinds = np.full(total, CALL, np.int8)
+    ids = np.full(total, -1, np.int64)
+    op_block = np.array(is_op, bool)
+    if ops:
+        where = _spread(at[op_block], size[op_block])
+        kinds[where], ids[where] = OP, ops
+    if firsts:
+        top, bottom = np.array(firsts, np.int64), np.array(lasts, np.int64)
+        n = top - bottom + 1
+        base = at[~op_block]
+        where = _spread(base, n)
+        # Back along the chain: the block's first call, then each one before it.
+        ids[where] = np.repeat(top + base, n) - where
+        kinds[base] = kinds_of
+        ended = np.array(tooks, bool)
+        kinds[(base + n - 1)[ended]] = TAKE
+        kinds[(base + n)[~ended]] = START
+    return kinds, ids
+
+
+def _spread(at: I64, size: I64) -> I64:
+    """The positions of blocks of `size` that start at `at`, in order."""
+    total = int(size.sum())
+    return np.repeat(at - (np.cumsum(size) - size), size) + np.arange(total)
 
 
 def _last_node(g: StepGraph, t: Timing, end: int) -> tuple[int, int]:
@@ -152,207 +413,3 @@ def _drain_ops(g: StepGraph, t: Timing) -> I64:
 
 
 DATA, HOST, LAUNCH, SYNC, COMMUNICATION, COMPUTE, BANDWIDTH, WAIT = range(len(CATEGORIES))
-
-
-class _Walker:
-    """The walk's state: the graph's and the replay's columns as memoryviews (single elements
-    read several times faster from them than from arrays), the segments walked since the last
-    fold (flat: start, end, category, ...), and the steps taken (at most `limit`: each step is
-    a node, and a walk that never reached the start would stop there). The segments are folded
-    into the walk every FOLD_STEPS steps."""
-
-    def __init__(self, g: StepGraph, t: Timing, walk: Walk) -> None:
-        self.walk = walk
-        self.segs: array[int] = array("q")
-        self.step = 0
-        self.limit = 4 * (g.dur.size + g.gap.size) + 4
-        self.op_start, self.op_end = t.op_start.data, t.op_end.data
-        self.dep_end, self.released = t.dep_end.data, t.released.data
-        self.call_start, self.call_end, self.drain = (
-            t.call_start.data,
-            t.call_end.data,
-            t.drain.data,
-        )
-        self.cls, self.stream_gap, self.dep = g.cls.data, g.stream_gap.data, g.dep.data
-        self.after, self.host_of, self.call_of = g.after.data, g.host.data, g.call.data
-        self.extra, self.call_first = g.extra.data, g.call_first.data
-        self.is_sync, self.blocked = g.sync.data, g.blocked.data
-        self.gap, self.gap_data = g.gap.data, g.gap_data.data
-        self.gap_comm, self.after_data = g.gap_comm.data, g.after_data.data
-        self.call_cat = None if g.call_cat is None else g.call_cat.data
-        # Per stream, the previous op (-1 for the first).
-        self.prev = np.where(g.stream_first, -1, np.arange(g.dur.size) - 1).data
-        self.has_call = (g.call >= 0).data
-        self.drain_op = _drain_ops(g, t).data
-        self.tie = g.tie_ns
-
-    def _leg(
-        self,
-    ) -> tuple[
-        array[int], Callable[[Iterable[int]], None], Callable[[array[int]], None], int, int, int
-    ]:
-        """What a leg of the walk reads at every node, to bind as locals: the segments, their
-        `extend`, the fold, the steps taken, their limit and the fold's period."""
-        return self.segs, self.segs.extend, self.walk.fold, self.step, self.limit, FOLD_STEPS
-
-    def device(self, k: int, cur: int) -> tuple[int, int]:
-        """Back from op `k` (the path at `cur`) along the device, to the host call whose
-        launch or release it waited for: the path's time there and that call (-1: the path
-        ends here)."""
-        segs, add, fold, step, limit, every = self._leg()
-        # (Locals: the loop reads them at every node.)
-        communication, compute, bandwidth, launch, wait = (
-            COMMUNICATION,
-            COMPUTE,
-            BANDWIDTH,
-            LAUNCH,
-            WAIT,
-        )
-        comm, matmul, tie = COMM, MATMUL, self.tie
-        op_start, op_end, dep_end, released = (
-            self.op_start,
-            self.op_end,
-            self.dep_end,
-            self.released,
-        )
-        cls, stream_gap, dep, after, prev = (
-            self.cls,
-            self.stream_gap,
-            self.dep,
-            self.after,
-            self.prev,
-        )
-        host_of, call_of, has_call, extra = self.host_of, self.call_of, self.has_call, self.extra
-        call_start = self.call_start
-        while step < limit and cur > 0:
-            if step % every == 0:
-                fold(segs)
-            step += 1
-            start = op_start[k]
-            kind = cls[k]
-            # A collective held up past its stream or launch waited for its peers.
-            waited = communication if kind == comm else wait
-            lo = op_end[k]
-            if lo < cur:
-                add((lo, cur, waited))
-                cur = lo
-            if start < cur:
-                what = communication if kind == comm else compute if kind in matmul else bandwidth
-                add((start, cur, what))
-                cur = start
-            p = prev[k]
-            if p >= 0 and op_end[p] + stream_gap[k] >= start - tie:
-                # A launch that came within `tie_ns` of its stream freeing up ties with the
-                # device's own chain: the path stays on the device and the small gap is the
-                # launch's (as the breakdown calls it), instead of following the host chain
-                # back through work that ran while the device was busy.
-                lo = op_end[p] + stream_gap[k]
-                if lo < cur:
-                    add((lo, cur, launch))
-                    cur = lo
-                k = p
-                continue
-            if dep[k] >= 0 and dep_end[k] >= start:
-                k = dep[k]
-                lo = op_end[k]
-                if lo < cur:
-                    add((lo, cur, wait))
-                    cur = lo
-                continue
-            if after[k] >= 0 and op_end[after[k]] >= start:
-                k = after[k]
-                continue
-            c = host_of[k] if host_of[k] >= 0 and released[k] >= start else -1
-            if c < 0 and has_call[k]:
-                c = call_of[k]
-                lo = max(cur - extra[k], call_start[c])
-                if lo < cur:
-                    add((lo, cur, waited))
-                    cur = lo
-            if c < 0:
-                if cur > 0:
-                    add((0, cur, wait))
-                return self._at(step, cur, -1)
-            lo = call_start[c]
-            if lo < cur:
-                add((lo, cur, launch))
-                cur = lo
-            return self._at(step, cur, c)
-        return self._at(step, cur, -1)
-
-    def _at(self, step: int, cur: int, node: int) -> tuple[int, int]:
-        """Where a leg of the walk stopped (`cur`, the next node), with its steps kept."""
-        self.step = step
-        return cur, node
-
-    def host(self, c: int, cur: int, from_gap: bool) -> tuple[int, int]:
-        """Back from call `c` (the path at `cur`; `from_gap`: the path reached it from the
-        device, through its launch, and goes on from the host work before it) along the host
-        chain, to the op a synchronising call drained: the path's time there and that op (-1:
-        the path ends here)."""
-        segs, add, fold, step, limit, every = self._leg()
-        host, sync, launch = HOST, SYNC, LAUNCH
-        call_start, call_end, drain, drain_op = (
-            self.call_start,
-            self.call_end,
-            self.drain,
-            self.drain_op,
-        )
-        is_sync, blocked, call_cat, call_first = (
-            self.is_sync,
-            self.blocked,
-            self.call_cat,
-            self.call_first,
-        )
-        gap, gap_data, gap_comm = self.gap, self.gap_data, self.gap_comm
-        while True:
-            if not from_gap:
-                if step >= limit or cur <= 0:
-                    return self._at(step, cur, -1)
-                if step % every == 0:
-                    fold(segs)
-                step += 1
-                if c < 0:
-                    if cur > 0:
-                        add((0, cur, host))
-                    return self._at(step, cur, -1)
-                lo = call_end[c]
-                if lo < cur:
-                    add((lo, cur, host))
-                    cur = lo
-                if (is_sync[c] or blocked[c]) and drain_op[c] >= 0 and drain[c] > call_start[c]:
-                    lo = drain[c]
-                    if lo < cur:
-                        add((lo, cur, sync if is_sync[c] else launch))
-                        cur = lo
-                    return self._at(step, cur, drain_op[c])
-                own = launch if call_cat is None else call_cat[c]
-                lo = call_start[c]
-                if lo < cur:
-                    add((lo, cur, sync if is_sync[c] else own))
-                    cur = lo
-            from_gap = False
-            # The host work before call `c`, up to the previous call's end.
-            before = 0 if call_first[c] else call_end[c - 1]
-            if (gap_data[c] or gap_comm[c]) and gap[c] > 0 and cur > before:
-                # (Most gaps hold neither: the split is skipped, as it would take nothing.)
-                cur = self._split_gap(c, cur, before)
-            if before < cur:
-                add((before, cur, host))
-                cur = before
-            c = -1 if call_first[c] else c - 1
-
-    def _split_gap(self, c: int, cur: int, before: int) -> int:
-        """The host work before call `c` split by what it was, back from `cur` towards the
-        previous call's end (`before`): the host work after the DataLoader's last stretch,
-        the DataLoader, host-side collectives (the rest, before them, is the caller's; the
-        order of the last two is not recorded). Returns where the split ends."""
-        total, g_data, g_comm = self.gap[c], self.gap_data[c], self.gap_comm[c]
-        scale = (cur - before) / total
-        tail = min(self.after_data[c], total - g_data - g_comm) if g_data > 0 else 0
-        for part, what in ((tail, HOST), (g_data, DATA), (g_comm, COMMUNICATION)):
-            lo = cur - round(part * scale)
-            if lo < cur:
-                self.segs.extend((lo, cur, what))
-                cur = lo
-        return cur

@@ -4,6 +4,7 @@ check, and the what-if table."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, StepGraph
 from wallfinder.analysis.critpath.path import walk_path, wall_of
 from wallfinder.analysis.critpath.timing import replay
 from wallfinder.analysis.critpath.whatif import WhatIf
+from wallfinder.analysis.pipeline import timed
 from wallfinder.analysis.scope import Scope
 from wallfinder.diagnosis import CriticalPath, FusionCandidate, Roofline, StepTimeline
 
@@ -37,16 +39,19 @@ def critical_path(
     centre = None
     if timeline is not None:
         centre = int(np.searchsorted(scope.start, drawn_at(scope, timeline), "right")) - 1
-    g = graph if graph is not None else build_graph(scope, fusion, roofline, centre)
+    g = graph
+    if g is None:
+        g = timed("graph", lambda: build_graph(scope, fusion, roofline, centre), "part")
     if g is None:
         return None, None
     orders: dict[bool, I64 | None] = {}
-    base = replay(g, orders=orders)
-    whatif = WhatIf.of(g, base, orders, _cuts(g, scope, levers))
+    base = timed("replay unchanged", partial(replay, g, orders=orders), "part")
     window = drawn_window(g, scope, timeline)
-    walk = walk_path(g, base, window or (0, 0))
-    del base  # (from here, its figures in `whatif` alone)
+    walk = timed("walk unchanged", partial(walk_path, g, base, window or (0, 0)), "part")
     shares = walk.shares()
+    cuts = timed("lever cuts", lambda: _cuts(g, scope, levers), "part")
+    whatif = WhatIf.of(g, base, shares, orders, cuts)
+    del base  # (from here, its figures in `whatif` alone)
     drawn = in_step(walk, window)
     del walk
     notes = _notes(g, whatif, shares, scope.thresholds.time.replay_error)

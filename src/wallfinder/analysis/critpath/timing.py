@@ -25,16 +25,17 @@ from wallfinder.analysis.gpu import COMM
 
 ONE_PASS_AFTER = 128
 """Fixed-point rounds after which the replay takes the longest path in one pass over the graph
-in dependency order instead (one round is a few vectorised passes over the graph, the one pass
-a Python loop over its nodes: as long as about this many rounds)."""
+in dependency order instead, at most (`one_pass_pays`)."""
 
 
 def one_pass_pays(nodes: int) -> int:
     """The rounds past which the one pass costs less than iterating on a graph of `nodes`:
     a round is a few vectorised passes (a fixed cost, then a few ns a node), the one pass a
-    Python loop (about 0.6 µs a node); measured on graphs of 2,000 to 65,000 nodes, about
-    nodes / 300 rounds, between 32 and ONE_PASS_AFTER. Either way the times are the same."""
-    return min(max(nodes // 300, 32), ONE_PASS_AFTER)
+    Python loop over the device's ops and the host chain's heads (`onepass`), with its
+    dependency order found once per graph; measured on graphs of 2,000 to 65,000 nodes (a
+    sync-heavy step: 42,000 calls in 522 stretches, 22,000 ops), about nodes / 850 rounds,
+    between 32 and ONE_PASS_AFTER. Either way the times are the same."""
+    return min(max(nodes // 850, 32), ONE_PASS_AFTER)
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,13 +64,15 @@ def replay(
     cuts: Cuts | None = None,
 ) -> Timing:
     """Re-time the graph with `change` applied: the longest path from `t0`, by max-plus scans
-    iterated to the fixed point; a graph still moving after ONE_PASS_AFTER rounds (many syncs
-    and waits in a row) is solved in one pass in dependency order, which gives the same times
-    and the rounds the iteration would have taken (`longest_path`). `one_pass_at`: the round
-    that takes the one pass instead of ONE_PASS_AFTER (a what-if on a graph whose unchanged
-    replay needed it takes it at once: its times are the same). `orders`: the dependency
-    orders the graph's replays found, by edge set, shared between them (filled here)."""
-    one_pass_at = one_pass_at or ONE_PASS_AFTER
+    iterated to the fixed point; a graph still moving after the rounds the one pass costs
+    (`one_pass_pays`: many syncs and waits in a row), or whose host chain waits for the
+    device more times than that, is solved in one pass in dependency order, which gives the
+    same times and the rounds the iteration would have taken (`longest_path`).
+    `one_pass_at`: the round that takes the one pass instead (a what-if on a graph whose
+    unchanged replay needed it takes it at once: its times are the same). `orders`: the
+    dependency orders the graph's replays found, by edge set, shared between them (filled
+    here)."""
+    pays = one_pass_pays(g.gap.size + g.dur.size)
     orders = {} if orders is None else orders
     gap_i, cost_i, dur_i, lat_i = _weights(g, change, cuts)
     use_sync = not change.sync
@@ -80,6 +83,12 @@ def replay(
     device = _DeviceScan(g, dur_i, lat_i, change.overlap)
     drains = _Drains(g, synced)
     del lat_i, synced
+    if not one_pass_at:
+        # The host chain is one resource: each call that waits for the device waits for work
+        # launched since the one before it waited, so a round settles about one such wait
+        # (522 waits took 684 rounds on the sync-heavy V100 step, 84 took 86 on a B200 one).
+        # More of them than the one pass costs in rounds: it is taken at once.
+        one_pass_at = 1 if host.waits.size > pays else pays
     rounds = solved = 0
     op_end = np.zeros(g.dur.size, np.int64)
     drain_w = np.full(host.waits.size, NEVER, np.int64)
@@ -104,6 +113,24 @@ def replay(
         if rounds >= MAX_ROUNDS:
             break
     return _timing(g, change, host, device, op_end, drain_w, rounds)
+
+
+def moves(g: StepGraph, change: Change, cuts: Cuts | None = None) -> bool:
+    """Whether `change` (with a lever's `cuts`) moves anything the replay reads on `g`: its
+    weights (host gaps, call costs, op durations, launch latencies), its sync edges, the
+    collectives an overlap starts early (and the floor it takes without them), or the host
+    work after the last call. A change that moves nothing replays to the unchanged graph's
+    times, so it need not be replayed."""
+    if change.sync and bool(((g.drained_by >= 0) & ~g.blocked[np.maximum(g.drained_by, 0)]).any()):
+        return True
+    if change.overlap and bool((g.cls == COMM).any()):
+        return True
+    if change.host != 1.0 and g.tail > 0:
+        return True
+    base = _weights(g, UNCHANGED, None)
+    return not all(
+        np.array_equal(a, b) for a, b in zip(_weights(g, change, cuts), base, strict=True)
+    )
 
 
 def _weights(g: StepGraph, change: Change, cuts: Cuts | None) -> tuple[I64, I64, I64, I64]:
@@ -294,16 +321,9 @@ def _one_pass(
     """The ops' ends at the fixed point and the rounds to it, by `longest_path` (None: the
     graph has a cycle, or the iteration would stop at MAX_ROUNDS)."""
     # The order depends on the edges alone: one per edge set (the sync what-if drops the
-    # drains), kept for the graph's other replays.
+    # drains, and with them the host chain's heads), kept for the graph's other replays.
     if use_sync not in orders:
-        whole = orders.get(True)
-        # Without the syncs the edges are the whole graph's less its drains: an order of the
-        # whole graph is an order of them too (one traversal fewer).
-        orders[use_sync] = (
-            whole
-            if whole is not None and not use_sync
-            else dependency_order(g, drains.rows, drains.group)
-        )
+        orders[use_sync] = dependency_order(g, drains.rows, drains.group)
     order = orders[use_sync]
     if order is None:
         return None

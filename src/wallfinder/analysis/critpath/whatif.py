@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from wallfinder.analysis.critpath.change import Change, covers, parse_what_if
+from wallfinder.analysis.critpath.change import UNCHANGED, Change, covers, parse_what_if
 from wallfinder.analysis.critpath.lever import Cuts, changed
 from wallfinder.analysis.critpath.model import I64, NS, StepGraph
 from wallfinder.analysis.critpath.path import path_shares, wall_of
-from wallfinder.analysis.critpath.timing import Timing, one_pass_pays, replay
+from wallfinder.analysis.critpath.timing import Timing, moves, one_pass_pays, replay
+from wallfinder.analysis.pipeline import timed
 from wallfinder.analysis.rules import declared
 from wallfinder.diagnosis import Finding, Wall, WhatIfRow
 from wallfinder.errors import WallfinderError
@@ -47,14 +48,25 @@ class WhatIf:
         cls,
         g: StepGraph,
         base: Timing,
+        shares: dict[str, float],
         orders: dict[bool, I64 | None],
         cuts: dict[str, Cuts] | None = None,
     ) -> WhatIf:
-        """The what-ifs of `g` from its unchanged replay `base`, of which only figures are
-        kept (its per-node times are as large as the graph); `cuts`: the strategy levers'."""
+        """The what-ifs of `g` from its unchanged replay `base` and its critical path's
+        `shares`, of which only figures are kept (its per-node times are as large as the
+        graph); `cuts`: the strategy levers'."""
         blocked = float((base.call_end - base.call_start)[g.sync].sum()) * NS / g.steps
         once = 0.0 if g.once is None else float((g.gap + g.cost)[g.once].sum()) * NS / g.steps
-        return cls(g, base.step_s, base.rounds, blocked, cuts or {}, once, _orders=orders)
+        return cls(
+            g,
+            base.step_s,
+            base.rounds,
+            blocked,
+            cuts or {},
+            once,
+            _done={UNCHANGED: (base.step_s, shares)},
+            _orders=orders,
+        )
 
     def _gain(self, step_s: float) -> float:
         """The speed-up of a replayed step over the unchanged one, over the recurring time:
@@ -66,13 +78,24 @@ class WhatIf:
     def _outcome(self, change: Change) -> tuple[float, dict[str, float]]:
         done = self._done.get(change)
         if done is None:
-            # A change moves few edges: where the unchanged graph took more rounds than the
-            # one pass costs, so will the changed one, and the one pass is taken at once.
-            g = self.graph
-            at_once = self.rounds > one_pass_pays(g.gap.size + g.dur.size)
-            t = replay(g, change, 1 if at_once else 0, self._orders, changed(self.cuts, change))
-            done = self._done[change] = (t.step_s, path_shares(self.graph, t))
+            cuts = changed(self.cuts, change)
+            if not moves(self.graph, change, cuts):
+                # It touches nothing on this graph (no data wait to remove, no sync to drop,
+                # no fused kernel here): the unchanged replay's figures, a 1.00x gain.
+                done = self._done[change] = self._done[UNCHANGED]
+            else:
+                done = self._done[change] = timed(
+                    change.label, lambda: self._replayed(change, cuts), "replay"
+                )
         return done
+
+    def _replayed(self, change: Change, cuts: Cuts | None) -> tuple[float, dict[str, float]]:
+        # A change moves few edges: where the unchanged graph took more rounds than the one
+        # pass costs, so will the changed one, and the one pass is taken at once.
+        g = self.graph
+        at_once = self.rounds > one_pass_pays(g.gap.size + g.dur.size)
+        t = replay(g, change, 1 if at_once else 0, self._orders, cuts)
+        return t.step_s, path_shares(g, t)
 
     @property
     def error(self) -> float:

@@ -1,0 +1,260 @@
+"""The replay's one pass (`critpath.onepass`: the host chain compressed to its heads, a time
+and its edge count packed in one integer) against a plain longest path over the whole graph,
+node by node, on generated graphs: the same ops' ends and the same rounds."""
+
+from __future__ import annotations
+
+from graphlib import CycleError, TopologicalSorter
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from wallfinder.analysis.critpath.model import NEVER, StepGraph
+from wallfinder.analysis.critpath.onepass import dependency_order, longest_path
+
+INT = np.int64
+
+
+def graph(
+    first: list[bool],
+    call: list[int],
+    host: list[int],
+    after: list[int],
+    dep: list[int],
+    stream_first: list[bool],
+    stream_gap: list[int],
+    fixed: list[int],
+    host_lat: list[int],
+) -> StepGraph:
+    """A StepGraph with what the one pass reads (the rest empty)."""
+    n_calls, n_ops = len(first), len(call)
+    z_c, z_o = np.zeros(n_calls, INT), np.zeros(n_ops, INT)
+    return StepGraph(
+        t0=0,
+        origin=0,
+        gap=z_c,
+        gap_data=z_c,
+        gap_comm=z_c,
+        after_data=z_c,
+        cost=z_c,
+        sync=np.zeros(n_calls, bool),
+        blocked=np.zeros(n_calls, bool),
+        offset=z_c,
+        call_first=np.array(first, bool),
+        call_step=np.zeros(n_calls, np.intp),
+        row=z_o,
+        call=np.array(call, INT),
+        fixed=np.array(fixed, INT),
+        lat=z_o,
+        dur=z_o,
+        cls=np.zeros(n_ops, np.int8),
+        stream_first=np.array(stream_first, bool),
+        dep=np.array(dep, INT),
+        dep_gap=z_o,
+        after=np.array(after, INT),
+        host=np.array(host, INT),
+        host_lat=np.array(host_lat, INT),
+        extra=z_o,
+        stream_gap=np.array(stream_gap, INT),
+        drained_by=np.full(n_ops, -1, INT),
+        fused=np.zeros(n_ops),
+        roof_time=np.zeros(n_ops),
+        steps=1,
+        tail=-1,
+        measured_s=0.0,
+        tie_ns=0,
+    )
+
+
+def reference(
+    g: StepGraph,
+    step_gap: list[int],
+    inc: list[int],
+    cost: list[int],
+    dur: list[int],
+    delay: list[int],
+    dep_add: list[int],
+    after_less: list[int],
+    drained_by: list[int],
+) -> tuple[list[int], int] | None:
+    """The longest path from the start to every node of the whole graph, each call and op
+    alone in a topological order (None: a cycle): its time, and of the paths that reach it,
+    the fewest edges read from a previous round (drains, waits across streams); the rounds
+    are two more than the most of those at any op."""
+    n_calls, n_ops = g.gap.size, g.dur.size
+    first, call, host = g.call_first.tolist(), g.call.tolist(), g.host.tolist()
+    after, dep, sfirst = g.after.tolist(), g.dep.tolist(), g.stream_first.tolist()
+    deps: dict[tuple[str, int], set[tuple[str, int]]] = {}
+    for c in range(n_calls):
+        deps[("c", c)] = {("c", c - 1)} if not first[c] else set()
+        deps[("c", c)] |= {("o", k) for k in range(n_ops) if drained_by[k] == c}
+    for k in range(n_ops):
+        ins = {("c", x - 1) for x in (call[k], host[k]) if x >= 0 and not first[x]}
+        ins |= {("o", x) for x in (after[k], dep[k]) if x >= 0}
+        deps[("o", k)] = ins | ({("o", k - 1)} if not sfirst[k] else set())
+    try:
+        order = list(TopologicalSorter(deps).static_order())
+    except CycleError:
+        return None
+    best: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def pick(options: list[tuple[int, int]]) -> tuple[int, int]:
+        # The latest time; of equal times, the fewest edges.
+        return max(options, key=lambda o: (o[0], -o[1]))
+
+    def end_before(c: int) -> tuple[int, int]:
+        return (0, 0) if first[c] else best[("c", c - 1)]
+
+    for kind, i in order:
+        if kind == "c":
+            t, e = end_before(i)
+            options = [(t + inc[i], e)]
+            options += [
+                (best[("o", k)][0] + cost[i], best[("o", k)][1] + 1)
+                for k in range(n_ops)
+                if drained_by[k] == i
+            ]
+        else:
+            options = []
+            if call[i] >= 0:
+                t, e = end_before(call[i])
+                options.append((t + step_gap[call[i]] + delay[i], e))
+            else:
+                options.append((int(g.fixed[i]), 0))
+            if host[i] >= 0:
+                t, e = end_before(host[i])
+                options.append((t + step_gap[host[i]] + int(g.host_lat[i]), e))
+            if after[i] >= 0:
+                t, e = best[("o", after[i])]
+                options.append((t - after_less[i], e + 1))
+            if dep[i] >= 0:
+                t, e = best[("o", dep[i])]
+                options.append((t + dep_add[i], e + 1))
+            t, e = pick(options)
+            options = [(t + dur[i], e)]
+            if not sfirst[i]:
+                t, e = best[("o", i - 1)]
+                options.append((t + int(g.stream_gap[i]) + dur[i], e))
+        best[(kind, i)] = pick(options)
+    ends = [best[("o", k)] for k in range(n_ops)]
+    return [t for t, _ in ends], 2 + max((e for _, e in ends), default=0)
+
+
+@st.composite
+def graphs(draw: st.DrawFn, acyclic: bool = False) -> tuple[StepGraph, dict[str, list[int]]]:
+    """A step's graph with its edges drawn at random: calls on one or two chains, ops on up
+    to three streams, each op launched by a call (or placed where it ran), some released by
+    a later call, after or waiting for ops on other streams, drained by a sync. Edges go
+    forward in a drawn time (acyclic) unless a few go back (a cycle, which both must refuse;
+    never where `acyclic`)."""
+    n_calls = draw(st.integers(1, 14))
+    n_ops = draw(st.integers(1, 14))
+    backward = not acyclic and draw(st.booleans()) and draw(st.integers(0, 9)) == 0
+    # Calls at even times, ops at odd ones: an edge goes from an earlier time to a later.
+    split = draw(st.integers(0, n_calls - 1))
+    first = [i == 0 or i == split for i in range(n_calls)]
+    op_time = sorted(draw(st.lists(st.integers(0, 2 * n_calls), min_size=n_ops, max_size=n_ops)))
+    stream = draw(st.lists(st.integers(0, 2), min_size=n_ops, max_size=n_ops))
+    # Sorted by (stream, time) as the graph keeps its ops.
+    rows = sorted(range(n_ops), key=lambda k: (stream[k], op_time[k], k))
+    t = [2 * op_time[k] + 1 for k in rows]
+    s = [stream[k] for k in rows]
+    stream_first = [k == 0 or s[k] != s[k - 1] for k in range(n_ops)]
+
+    def earlier_call(k: int) -> int:
+        below = [c for c in range(n_calls) if 2 * c < t[k]]
+        return draw(st.sampled_from(below)) if below and draw(st.booleans()) else -1
+
+    call = [earlier_call(k) for k in range(n_ops)]
+    host = [
+        c if c >= 0 and draw(st.integers(0, 3)) == 0 else -1
+        for c in map(earlier_call, range(n_ops))
+    ]
+
+    def other_op(k: int) -> int:
+        ok = [j for j in range(n_ops) if s[j] != s[k] and (t[j] < t[k] or backward)]
+        return draw(st.sampled_from(ok)) if ok and draw(st.booleans()) else -1
+
+    after = [other_op(k) for k in range(n_ops)]
+    dep = [other_op(k) if draw(st.integers(0, 2)) == 0 else -1 for k in range(n_ops)]
+    drained_by = []
+    for k in range(n_ops):
+        later = [c for c in range(n_calls) if 2 * c > t[k] or backward]
+        drained_by.append(draw(st.sampled_from(later)) if later and draw(st.booleans()) else -1)
+    small = st.integers(-5, 40)
+    weights = {
+        name: draw(st.lists(small, min_size=size, max_size=size))
+        for name, size in (
+            ("step_gap", n_calls),
+            ("inc", n_calls),
+            ("cost", n_calls),
+            ("dur", n_ops),
+            ("delay", n_ops),
+            ("dep_add", n_ops),
+            ("after_less", n_ops),
+            ("stream_gap", n_ops),
+            ("host_lat", n_ops),
+            ("fixed", n_ops),
+        )
+    }
+    weights["inc"] = [abs(x) for x in weights["inc"]]
+    weights["dur"] = [abs(x) for x in weights["dur"]]
+    weights["drained_by"] = drained_by
+    g = graph(
+        first,
+        call,
+        host,
+        after,
+        dep,
+        stream_first,
+        weights["stream_gap"],
+        [NEVER if c >= 0 else f for c, f in zip(call, weights["fixed"], strict=True)],
+        weights["host_lat"],
+    )
+    return g, weights
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs())
+def test_the_one_pass_gives_the_plain_longest_paths_ends_and_rounds(
+    drawn: tuple[StepGraph, dict[str, list[int]]],
+) -> None:
+    g, w = drawn
+    drained_by = np.array(w["drained_by"], INT)
+    rows = np.flatnonzero(drained_by >= 0)
+    rows = rows[np.argsort(drained_by[rows], kind="stable")]
+    group = drained_by[rows]
+    expected = reference(
+        g,
+        w["step_gap"],
+        w["inc"],
+        w["cost"],
+        w["dur"],
+        w["delay"],
+        w["dep_add"],
+        w["after_less"],
+        w["drained_by"],
+    )
+    order = dependency_order(g, rows, group)
+    if expected is None:
+        assert order is None
+        return
+    assert order is not None
+    got = longest_path(
+        g,
+        order,
+        np.array(w["step_gap"], INT),
+        np.array(w["inc"], INT),
+        np.array(w["cost"], INT),
+        np.array(w["dur"], INT),
+        np.array(w["delay"], INT),
+        np.array(w["dep_add"], INT),
+        np.array(w["after_less"], INT),
+        rows,
+        group,
+    )
+    assert got is not None
+    ends, rounds = got
+    assert ends.tolist() == expected[0]
+    assert rounds == expected[1]
