@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from invariants import assert_diagnosis_invariants
-from tracegen import TraceBuilder
+from tracegen import TraceBuilder, training_trace
 from wallfinder import Diagnosis, analyze
+from wallfinder.analysis import diagnose
+from wallfinder.trace import Kind, load_trace
 
 H100 = Path(__file__).resolve().parents[1] / "data" / "h100"
 FUSED = "fused__autocast_to__15680171862954066917"
@@ -183,3 +185,15 @@ def test_code_built_for_every_new_shape_recurs_and_is_not_start_up(tmp_path: Pat
     # each take a new cuBLAS kernel, loaded lazily) is start-up in each: each kernel loads once.
     d3 = checked(code_built_per_shape(6, same_kernel=False).write(tmp_path / "t3.json"))
     assert d3.breakdown.idle_causes["startup"] > 0.9
+
+
+def test_the_analysis_keeps_no_merged_copy_of_several_kinds(tmp_path: Path) -> None:
+    """A copy of several kinds' rows (the host ops with the runtime calls) is the caller's
+    alone: kept on the trace, each such copy would hold a large trace's memory for the whole
+    analysis (190 MB of a 1 GB trace's for one of them)."""
+    trace = load_trace(training_trace(4).write(tmp_path / "t.json"))
+    diagnose(trace)
+    kept = [key for key in trace._kind_cache if len(key) > 1]
+    assert kept == []
+    # The single-kind views are views: they share the table's memory.
+    assert trace.of_kind(Kind.CPU_OP).ts.base is not None

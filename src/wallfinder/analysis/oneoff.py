@@ -135,8 +135,7 @@ def one_offs(
     cpu = trace.of_kind(Kind.CPU_OP)
     if len(cpu) == 0:
         return OneOffs.none()
-    runtime = trace.of_kind(Kind.RUNTIME, Kind.OTHER)
-    loads = runtime.take(np.flatnonzero(np.isin(runtime.name, _codes(trace, CODE_LOADS))))
+    loads = trace.named((Kind.RUNTIME, Kind.OTHER), _codes(trace, CODE_LOADS))
     marks_thread: list[I64] = []
     marks_at: list[I64] = []
     marks_kind: list[npt.NDArray[np.int8]] = []
@@ -196,7 +195,7 @@ def one_offs(
     rows, is_jit = rows[outer], is_jit[outer]
     loaded = _built_in(cpu, rows, kernels, launch_ts, launch_thread)
     rows, is_jit, recurring = _recurring(cpu, rows, is_jit, loaded, t.recurring_one_off)
-    what = _what(trace, cpu, rows, runtime)
+    what = _what(trace, cpu, rows)
     return OneOffs(
         cpu.thread[rows].astype(np.int64),
         cpu.ts[rows].astype(np.int64),
@@ -284,10 +283,11 @@ def _jit_launches(
     # The last thing the launching thread recorded before the launch: the end of an op or a
     # call, or the start of the op the launch is inside.
     last = np.full(rows.size, NONE, np.int64)
-    host = trace.of_kind(Kind.CPU_OP, Kind.RUNTIME)
+    # Each kind's own rows (views, not a merged copy of every host op and call).
+    kinds = (trace.of_kind(Kind.CPU_OP), trace.of_kind(Kind.RUNTIME))
     for thread in np.unique(key).tolist():
         mine = key == thread
-        ends = np.sort(host.end[host.thread == thread])
+        ends = np.sort(np.concatenate([h.end[h.thread == thread] for h in kinds]))
         i = np.searchsorted(ends, at[mine], side="right") - 1
         last[mine] = np.where(i >= 0, ends[np.maximum(i, 0)], NONE)
     cpu = trace.of_kind(Kind.CPU_OP)
@@ -315,16 +315,19 @@ def _whose_time(cpu: Events, row: I64) -> I64:
     return row
 
 
-def _what(trace: Trace, cpu: Events, rows: npt.NDArray[np.intp], runtime: Events) -> list[str]:
+def _what(trace: Trace, cpu: Events, rows: npt.NDArray[np.intp]) -> list[str]:
     """What each stretch holds, in words: the named calls recorded inside it, on its thread
     (CUPTI's loading records on any)."""
     out = []
+    calls, other = trace.of_kind(Kind.RUNTIME), trace.of_kind(Kind.OTHER)
     for r in rows.tolist():
         a, b, key = int(cpu.ts[r]), int(cpu.end[r]), int(cpu.thread[r])
-        inside = (runtime.ts >= a) & (runtime.ts < b)
-        inside &= (runtime.thread == key) | (runtime.kind == Kind.OTHER)
+        # Each kind's rows are sorted by start: the stretch's are one slice of each.
+        lo, hi = np.searchsorted(calls.ts, [a, b])
+        mine = calls.name[lo:hi][calls.thread[lo:hi] == key]
+        lo, hi = np.searchsorted(other.ts, [a, b])
         said: list[str] = []
-        for code in np.unique(runtime.name[inside]).tolist():
+        for code in np.unique(np.concatenate([mine, other.name[lo:hi]])).tolist():
             name = trace.strings[code]
             for part, words in _NAMED_CALLS:
                 if part in name and words not in said:

@@ -116,8 +116,8 @@ def serving(scope: Scope) -> Serving | None:
 
 def _engine(trace: Trace) -> str | None:
     """The engine the trace's Python frames or ranges name (None: none named)."""
-    codes = trace.of_kind(Kind.PYTHON, Kind.ANNOTATION).name
-    names = [trace.strings[c] for c in np.unique(codes).tolist()]
+    codes = trace.distinct_names(Kind.PYTHON, Kind.ANNOTATION)
+    names = [trace.strings[c] for c in codes.tolist()]
     for path, engine in _ENGINES:
         if any(path in n for n in names):
             return engine
@@ -128,23 +128,25 @@ def _engine(trace: Trace) -> str | None:
 
 def _training(trace: Trace) -> bool:
     """The trace runs a backward pass or an optimizer step: training, not serving."""
-    codes = trace.of_kind(Kind.CPU_OP, Kind.ANNOTATION).name
+    codes = trace.distinct_names(Kind.CPU_OP, Kind.ANNOTATION)
     return any(
-        "Backward" in (s := trace.strings[c]) or s.startswith("Optimizer.")
-        for c in np.unique(codes).tolist()
+        "Backward" in (s := trace.strings[c]) or s.startswith("Optimizer.") for c in codes.tolist()
     )
 
 
 def _engine_ranges(trace: Trace) -> _Found | None:
     """Iterations from the engine's own ranges (the family with the most instances)."""
-    rows = trace.of_kind(Kind.ANNOTATION, Kind.CPU_OP)
+    parsed_of = {
+        code: parsed
+        for code in trace.distinct_names(Kind.ANNOTATION, Kind.CPU_OP).tolist()
+        if (parsed := _parse_range(trace.strings[code])) is not None
+    }
+    if not parsed_of:
+        return None
+    # Only the engine's ranges are copied, not every host op.
+    rows = trace.named((Kind.ANNOTATION, Kind.CPU_OP), np.array(list(parsed_of), np.int32))
     families: dict[str, list[tuple[int, IterationKind, int | None]]] = {}
-    for code in np.unique(rows.name).tolist():
-        name = trace.strings[code]
-        parsed = _parse_range(name)
-        if parsed is None:
-            continue
-        family, kind, tokens = parsed
+    for code, (family, kind, tokens) in parsed_of.items():
         for ts in rows.ts[rows.name == code].tolist():
             families.setdefault(family, []).append((int(ts), kind, tokens))
     if not families:
@@ -498,8 +500,8 @@ def _overlap(trace: Trace, start: I64, gpu_end: I64) -> str:
     """Evidence that the engine's host work runs beside the device's: an overlap
     scheduler's own frames, or the next iteration's host work starting before the device
     has finished this one ("" when neither)."""
-    codes = trace.of_kind(Kind.PYTHON, Kind.ANNOTATION, Kind.KERNEL).name
-    names = [trace.strings[c] for c in np.unique(codes).tolist()]
+    codes = trace.distinct_names(Kind.PYTHON, Kind.ANNOTATION, Kind.KERNEL)
+    names = [trace.strings[c] for c in codes.tolist()]
     said = next((w for key, w in _OVERLAP_NAMES if any(key in n for n in names)), "")
     early = int((start[1:] < gpu_end[:-1]).sum()) if start.size > 1 else 0
     timed = (
