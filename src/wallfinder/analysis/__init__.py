@@ -182,10 +182,13 @@ def _diagnosed(
     # back between the stages, or each stage's peak would stack on the last one's (on a large
     # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
-    device: DeviceModel = (
-        _Gpu(trace, dev, spec, thresholds)
-        if dev is not None
-        else CpuDevice(trace, spec, thresholds)
+    device: DeviceModel = timed(
+        "device model",
+        lambda: (
+            _Gpu(trace, dev, spec, thresholds)
+            if dev is not None
+            else CpuDevice(trace, spec, thresholds)
+        ),
     )
     scope, up, placement = timed(
         "scope", lambda: _scope(trace, spans, dev, device, thresholds, model, counters, changes)
@@ -535,7 +538,8 @@ def _result(
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
     # The strategy's own loss named in the verdict when it is most of the exposed
     # communication the verdict names (the wall and the cause keep their values).
-    claims = facts.scope.views.compute("verdict mechanism", partial(claimed, facts))
+    # (Once per facts: the exposed-communication finding asked the same.)
+    claims = facts.scope.views.compute("verdict mechanism", partial(facts.once, claimed))
     verdict = named(verdict, claims or [], bd)
     if verdict.wall != typical.wall:
         findings = rank(found, verdict.wall)  # the new wall's findings first

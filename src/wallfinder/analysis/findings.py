@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, wraps
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.classify import communication_ops
 from wallfinder.analysis.critpath import WhatIf, with_replay
 from wallfinder.analysis.dispatch import DispatchSummary
 from wallfinder.analysis.gpu import DeviceOps, IdlePieces, idle_pieces
@@ -41,6 +42,8 @@ from wallfinder.diagnosis import (
 )
 from wallfinder.trace import Events, Kind, Trace
 from wallfinder.units import ms, short_frame
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -135,13 +138,37 @@ class Facts:
     @cached_property
     def comm_codes(self) -> npt.NDArray[np.int32]:
         """The codes of the names the communication patterns call collectives."""
-        return self.trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+        return communication_ops(self.trace)
+
+    def once(self, compute: Callable[[Facts], T]) -> T:
+        """`compute(self)`, computed on the first call and kept for every later one: for
+        what several rules, their claims and their what-if levers all derive from the facts
+        (a strategy's collectives, a pipeline's schedule). `compute` is a module-level
+        function of the facts alone."""
+        memo = self._once
+        if compute not in memo:
+            memo[compute] = compute(self)
+        return cast(T, memo[compute])
+
+    @cached_property
+    def _once(self) -> dict[Callable[[Facts], object], object]:
+        return {}
 
     @cached_property
     def user_frames(self) -> Events:
         """Python frames of the user's code (traces recorded with stacks), found once for
         every rule that names call sites."""
         return user_frames(self.trace)
+
+
+def once_per_facts(compute: Callable[[Facts], T]) -> Callable[[Facts], T]:
+    """`compute` computed once per `Facts` (`Facts.once`): a helper that several rules call."""
+
+    @wraps(compute)
+    def memoised(f: Facts) -> T:
+        return f.once(compute)
+
+    return memoised
 
 
 def amdahl(share: float) -> float:
