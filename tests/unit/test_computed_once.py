@@ -1,6 +1,6 @@
 """What several analyses derive from one trace or one rank's facts is computed once per run
 (issue 36): the communication ops' codes, the host rows' categories, the strategies' host
-collectives. Counted calls, never times."""
+collectives (`Trace.once`, `Facts.once`). Counted calls, never times."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from tracegen import TraceBuilder, phased_training_trace
 from wallfinder.analysis import classify, diagnose, gpu
 from wallfinder.analysis.topics import sharding
-from wallfinder.trace import Trace, load_trace
+from wallfinder.trace import Trace, dynamo, load_trace
 
 STEPS = 4
 
@@ -64,25 +64,27 @@ def test_trace_once_computes_each_function_once(tmp_path: Path) -> None:
     assert calls == ["first", "second"]
 
 
-def test_the_communication_ops_and_host_categories_are_found_once_per_trace(
+def test_the_communication_ops_host_categories_and_compile_ranges_are_found_once_per_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = _tp_trace(tmp_path)
     comm = _counted(monkeypatch, classify, "_communication_ops")
     categories = _counted(monkeypatch, gpu, "_host_category_table")
+    compiles = _counted(monkeypatch, dynamo, "_compile_codes")
     d = diagnose(trace)
     assert "tp-allreduce-exposed" in [f.id for f in d.findings]  # (the rules that read them ran)
     assert len(comm) == 1
     assert len(categories) == 1
+    assert len(compiles) == 1
 
 
-def test_the_strategies_host_collectives_are_found_once_per_facts(
+def test_the_strategies_host_collectives_are_found_once_per_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Read by the TP rule, its claim and its lever, and the experts' rule, claim and lever:
-    # found once for the facts the critical path's levers are selected from and once for
-    # the facts the findings are made from.
+    # Read by the TP rule, its claim and its lever, and the experts' rule, claim and lever,
+    # from the facts the critical path's levers are selected from and from those the
+    # findings are made from: found once for both.
     trace = _tp_trace(tmp_path)
     calls = _counted(monkeypatch, sharding, "host_collectives")
     diagnose(trace)
-    assert 0 < len(calls) <= 2
+    assert len(calls) == 1

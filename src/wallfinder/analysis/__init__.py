@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
@@ -291,6 +291,9 @@ class _Upstream(Upstream):
     """The steps set aside (warm-up, start-up), with why."""
     changes: list[Change] | None
     """The what-if's changes to replay (None: the default table)."""
+    facts_memo: dict[Callable[[Facts], object], object] = field(default_factory=dict)
+    """What the rank's facts computed once (`Facts.once`): the critical path's levers'
+    facts and the findings' share it."""
 
 
 def _steps(scope: Scope, up: _Upstream) -> Steps:
@@ -331,6 +334,7 @@ def _facts(scope: Scope, up: _Upstream, whatif: WhatIf | None) -> Facts:
         parts.main_thread,
         up[SERVING],
         up[PARALLELISM],
+        up.facts_memo,
     )
 
 

@@ -12,7 +12,7 @@ stated, to what the device's faster path would take).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property, wraps
 from typing import TypeVar, cast
 
@@ -67,6 +67,11 @@ class Facts:
     """An LLM serving trace's engine iterations (`serving.serving`; None: not one)."""
     parallelism: Parallelism | None = None
     """The job's parallel strategies seen in this rank's trace (None: none, or not known)."""
+    memo: dict[Callable[[Facts], object], object] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """What `once` computed: shared by a rank's facts without the what-if graph (the critical
+    path's levers are selected from them) and with it (the findings)."""
 
     def strategies(self) -> frozenset[str]:
         """The names of the strategies seen ("DDP", "FSDP", "TP", ...)."""
@@ -144,15 +149,12 @@ class Facts:
         """`compute(self)`, computed on the first call and kept for every later one: for
         what several rules, their claims and their what-if levers all derive from the facts
         (a strategy's collectives, a pipeline's schedule). `compute` is a module-level
-        function of the facts alone."""
-        memo = self._once
+        function of the facts alone, and never reads `whatif`: what it returns is kept for
+        the rank's facts with the graph and without (`memo`)."""
+        memo = self.memo
         if compute not in memo:
             memo[compute] = compute(self)
         return cast(T, memo[compute])
-
-    @cached_property
-    def _once(self) -> dict[Callable[[Facts], object], object]:
-        return {}
 
     @cached_property
     def user_frames(self) -> Events:
