@@ -11,10 +11,12 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
+from wallfinder._lazy import lazy_attributes
 from wallfinder.analysis import (
     DiagnoseOptions,
     ModelFlops,
@@ -22,19 +24,8 @@ from wallfinder.analysis import (
     diagnose,
     diagnose_marked,
 )
-from wallfinder.analysis.calculator import (
-    DEFAULT_DTYPE,
-    calculate,
-    cost_of,
-    dtype_defaulted,
-    fusion,
-)
-from wallfinder.analysis.check import BoundCheck, Bounds, baseline_warning, check
 from wallfinder.analysis.collectives import rank_collectives
 from wallfinder.analysis.counters import collect_commands, counter_report
-from wallfinder.analysis.diff import diff, run_names
-from wallfinder.analysis.job import RankResult, job_diagnosis
-from wallfinder.analysis.memory import memory_report
 from wallfinder.diagnosis import (
     DIAGNOSIS_SCHEMAS,
     SCHEMA,
@@ -54,7 +45,6 @@ from wallfinder.hardware import (
     load_spec_file,
 )
 from wallfinder.hardware._toml import read_toml_file
-from wallfinder.hardware.profile import load_device_profile
 from wallfinder.trace import (
     UNREADABLE,
     Kind,
@@ -70,7 +60,40 @@ from wallfinder.trace import (
     process_context,
     result_cache,
 )
-from wallfinder.trace.snapshot import load_snapshot
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from wallfinder.analysis.calculator import (
+        DEFAULT_DTYPE,
+        calculate,
+        cost_of,
+        dtype_defaulted,
+        fusion,
+    )
+    from wallfinder.analysis.check import BoundCheck, Bounds, baseline_warning, check
+    from wallfinder.analysis.diff import diff, run_names
+    from wallfinder.analysis.job import RankResult
+
+# The calculator's, the CI gate's, the diff's and the job's names are imported on first use:
+# analysing one trace needs none of them (together 10 ms of every `analyze`'s start).
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "DEFAULT_DTYPE": "wallfinder.analysis.calculator",
+        "calculate": "wallfinder.analysis.calculator",
+        "cost_of": "wallfinder.analysis.calculator",
+        "dtype_defaulted": "wallfinder.analysis.calculator",
+        "fusion": "wallfinder.analysis.calculator",
+        "BoundCheck": "wallfinder.analysis.check",
+        "Bounds": "wallfinder.analysis.check",
+        "baseline_warning": "wallfinder.analysis.check",
+        "check": "wallfinder.analysis.check",
+        "diff": "wallfinder.analysis.diff",
+        "run_names": "wallfinder.analysis.diff",
+        "RankResult": "wallfinder.analysis.job",
+    },
+)
 
 __all__ = [
     "DEFAULT_DTYPE",
@@ -161,6 +184,8 @@ class Options:
             spec = identify_device(_device_evidence(trace))
         if self.device_profile is None:
             return spec
+        from wallfinder.hardware.profile import load_device_profile  # (only with a profile)
+
         profile = load_device_profile(self.device_profile)
         if self.spec_file is None:  # a user's own spec file says nothing about the device
             profile.check_device(spec, trace.device_name)
@@ -234,12 +259,12 @@ def analyze(
             return diagnosis
         # An Nsight Systems capture of several GPU processes: each is a rank of one job.
         ranks = [(_diagnose(t, options), rank_collectives(t)) for t in traces]
-        return job_diagnosis(ranks, options.thresholds)
+        return _job(ranks, options.thresholds)
     if scheduler is None:
-        return job_diagnosis(_in_processes(files, progress, workers, options), options.thresholds)
+        return _job(_in_processes(files, progress, workers, options), options.thresholds)
     results = _on_dask(scheduler, files, options, progress)
     if len(files) > 1:
-        return job_diagnosis(results, options.thresholds)
+        return _job(results, options.thresholds)
     # One file is one trace, not a job: the same diagnosis as without a scheduler.
     if isinstance(results[0], str):
         raise WallfinderError(results[0])
@@ -415,11 +440,23 @@ def _on_dask(
     return results
 
 
+def _job(results: Sequence[RankResult], thresholds: Thresholds) -> Diagnosis:
+    """`analysis.job.job_diagnosis`, imported when a job is analysed: one trace needs none of
+    it."""
+    from wallfinder.analysis.job import job_diagnosis
+
+    return job_diagnosis(results, thresholds)
+
+
 def analyze_memory(path: str | Path, options: Options | None = None) -> MemoryReport:
     """What fills GPU memory, from the CUDA allocator snapshot at `path`
     (`torch.cuda.memory._dump_snapshot`, plain or gzip), with the findings its
     `options.thresholds.snapshot` make. The pickle is loaded without running code: anything
     but plain data is refused with a `WallfinderError`."""
+    # (Imported here: an analysis of a trace needs neither.)
+    from wallfinder.analysis.memory import memory_report
+    from wallfinder.trace.snapshot import load_snapshot
+
     thresholds = (options or Options()).thresholds
     return memory_report(load_snapshot(path), source=str(path), thresholds=thresholds)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
@@ -182,10 +182,13 @@ def _diagnosed(
     # back between the stages, or each stage's peak would stack on the last one's (on a large
     # trace, tens of MB; glibc only, a few ms each).
     release_free_memory()
-    device: DeviceModel = (
-        _Gpu(trace, dev, spec, thresholds)
-        if dev is not None
-        else CpuDevice(trace, spec, thresholds)
+    device: DeviceModel = timed(
+        "device model",
+        lambda: (
+            _Gpu(trace, dev, spec, thresholds)
+            if dev is not None
+            else CpuDevice(trace, spec, thresholds)
+        ),
     )
     scope, up, placement = timed(
         "scope", lambda: _scope(trace, spans, dev, device, thresholds, model, counters, changes)
@@ -288,6 +291,9 @@ class _Upstream(Upstream):
     """The steps set aside (warm-up, start-up), with why."""
     changes: list[Change] | None
     """The what-if's changes to replay (None: the default table)."""
+    facts_memo: dict[Callable[[Facts], object], object] = field(default_factory=dict)
+    """What the rank's facts computed once (`Facts.once`): the critical path's levers'
+    facts and the findings' share it."""
 
 
 def _steps(scope: Scope, up: _Upstream) -> Steps:
@@ -328,6 +334,7 @@ def _facts(scope: Scope, up: _Upstream, whatif: WhatIf | None) -> Facts:
         parts.main_thread,
         up[SERVING],
         up[PARALLELISM],
+        up.facts_memo,
     )
 
 
@@ -535,7 +542,8 @@ def _result(
     verdict = msgspec.structs.replace(verdict, thin_evidence=thin)
     # The strategy's own loss named in the verdict when it is most of the exposed
     # communication the verdict names (the wall and the cause keep their values).
-    claims = facts.scope.views.compute("verdict mechanism", partial(claimed, facts))
+    # (Once per facts: the exposed-communication finding asked the same.)
+    claims = facts.scope.views.compute("verdict mechanism", partial(facts.once, claimed))
     verdict = named(verdict, claims or [], bd)
     if verdict.wall != typical.wall:
         findings = rank(found, verdict.wall)  # the new wall's findings first

@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import re
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from wallfinder.trace import Trace
 
 
 class KernelClass(str, Enum):
@@ -441,6 +448,19 @@ def classify_op(name: str) -> KernelClass:
     if name in _METADATA_OPS:
         return KernelClass.OTHER
     return _match(name, _OP_RULES)
+
+
+def communication_ops(trace: Trace) -> npt.NDArray[np.int32]:
+    """The codes of the trace's names that `classify_op` calls communication (read-only):
+    classified once per trace, though the collectives' findings, the phases and a CPU-only
+    trace's work all read them."""
+    return trace.once(_communication_ops)
+
+
+def _communication_ops(trace: Trace) -> npt.NDArray[np.int32]:
+    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    codes.setflags(write=False)  # (shared by every caller)
+    return codes
 
 
 _BACKWARD_NODE = re.compile(r"autograd::engine::evaluate_function: (\w+?)Backward\d*$")

@@ -23,7 +23,14 @@ from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.scope import Scope
 from wallfinder.diagnosis import CodeRegion, CompiledCode, DynamoRecord, FusedKernel
 from wallfinder.trace import Events, Kind
-from wallfinder.trace.dynamo import compile_range, fused_kernel, region_name, runtime_range
+from wallfinder.trace.dynamo import (
+    compile_codes,
+    compile_range,
+    fused_kernel,
+    region_codes,
+    region_name,
+    runtime_range,
+)
 
 I64 = npt.NDArray[np.int64]
 NS = 1e-9
@@ -48,10 +55,8 @@ def compiled_code(scope: Scope) -> CompiledCode | None:
     """torch.compile in the scope's trace (None: no compiled region, Inductor kernel or
     Dynamo record)."""
     trace = scope.trace
-    regions = trace.named(
-        (Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(lambda s: region_name(s) is not None)
-    )
-    compiles = trace.named((Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(compile_range))
+    regions = trace.named((Kind.CPU_OP, Kind.ANNOTATION), region_codes(trace))
+    compiles = trace.named((Kind.CPU_OP, Kind.ANNOTATION), compile_codes(trace))
     compiled = Coverage.of(compiles.ts.astype(np.int64), compiles.end.astype(np.int64))
     kernels = _fused_rows(scope)
     if len(regions) == 0 and not kernels.any() and trace.dynamo is None:
@@ -319,9 +324,7 @@ def break_cost(scope: Scope, record: DynamoRecord) -> BreakCost | None:
     if not resumed:
         return None
     trace = scope.trace
-    regions = trace.named(
-        (Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(lambda s: region_name(s) is not None)
-    )
+    regions = trace.named((Kind.CPU_OP, Kind.ANNOTATION), region_codes(trace))
     frames = np.array(
         [str(region_name(trace.strings[c])).split("/", 1)[0] in resumed for c in regions.name],
         dtype=bool,
@@ -334,7 +337,7 @@ def break_cost(scope: Scope, record: DynamoRecord) -> BreakCost | None:
     )
     graph_cover = Coverage.of(graphs.ts.astype(np.int64), graphs.end.astype(np.int64))
     outer = regions.take(~frames)
-    compiles = trace.named((Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(compile_range))
+    compiles = trace.named((Kind.CPU_OP, Kind.ANNOTATION), compile_codes(trace))
     compiled = Coverage.of(compiles.ts.astype(np.int64), compiles.end.astype(np.int64))
     # (A call that compiled is the compile's, a one-off, not the break's.)
     outer = outer.take(~_overlaps(compiled, outer.ts.astype(np.int64), outer.end.astype(np.int64)))

@@ -9,7 +9,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.classify import classify_op, communication_ops
 from wallfinder.analysis.critpath import StepGraph, cpu_graph
 from wallfinder.analysis.device import TOP_ROWS, DeviceParts
 from wallfinder.analysis.dispatch import Dispatch, dispatch_sized
@@ -191,7 +191,7 @@ def _collectives_beside(trace: Trace, main: int) -> Coverage:
     `gloo:all_reduce`) on the other threads of the main thread's (`thread_key`) process: the
     threads a step's collectives run on (gloo's work threads, the autograd engine's), which
     the main thread waits for before its next step."""
-    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    codes = communication_ops(trace)
     if codes.size == 0:
         return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
     rows = trace.named((Kind.CPU_OP, Kind.ANNOTATION), codes)
@@ -224,19 +224,14 @@ def _cpu_categories(
     """0 data loading, 1 communication, 2 ops, 3 dispatch-sized ops, 4 Python/annotations,
     5 device synchronisation, 6 a blocking Python call, 9 step markers; and the
     dispatch-sized trees among the CPU ops (`events`' CPU_OP rows)."""
+    # Per string, from the last category to the first, so that a name of several takes the
+    # first; the communication ops' codes are the trace's, classified once per run.
     table = np.full(len(trace.strings), 4, dtype=np.int8)
-    for code in np.unique(events.name).tolist():
-        name = trace.strings[code]
-        if name.startswith("ProfilerStep#"):
-            table[code] = 9
-        elif name in SYNC_RUNTIME:
-            table[code] = _CPU_SYNC
-        elif _BLOCKING_CALL.match(name):
-            table[code] = _CPU_WAIT
-        elif is_data_loading(name):
-            table[code] = 0
-        elif classify_op(name) is KernelClass.COMMUNICATION:
-            table[code] = 1
+    table[communication_ops(trace)] = 1
+    table[trace.names_matching(is_data_loading)] = 0
+    table[trace.names_matching(lambda s: _BLOCKING_CALL.match(s) is not None)] = _CPU_WAIT
+    table[np.array([c for n in SYNC_RUNTIME if (c := trace.code_of(n)) >= 0], np.int64)] = _CPU_SYNC
+    table[trace.names_matching(lambda s: s.startswith("ProfilerStep#"))] = 9
     cat = table[events.name]
     is_op = np.flatnonzero(events.kind == Kind.CPU_OP)
     dispatch = dispatch_sized(events.take(is_op), dispatch_self_ns)

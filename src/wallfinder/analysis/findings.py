@@ -12,13 +12,14 @@ stated, to what the device's faster path would take).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
+from functools import cached_property, wraps
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op
+from wallfinder.analysis.classify import communication_ops
 from wallfinder.analysis.critpath import WhatIf, with_replay
 from wallfinder.analysis.dispatch import DispatchSummary
 from wallfinder.analysis.gpu import DeviceOps, IdlePieces, idle_pieces
@@ -42,6 +43,8 @@ from wallfinder.diagnosis import (
 from wallfinder.trace import Events, Kind, Trace
 from wallfinder.units import ms, short_frame
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -64,6 +67,11 @@ class Facts:
     """An LLM serving trace's engine iterations (`serving.serving`; None: not one)."""
     parallelism: Parallelism | None = None
     """The job's parallel strategies seen in this rank's trace (None: none, or not known)."""
+    memo: dict[Callable[[Facts], object], object] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    """What `once` computed: shared by a rank's facts without the what-if graph (the critical
+    path's levers are selected from them) and with it (the findings)."""
 
     def strategies(self) -> frozenset[str]:
         """The names of the strategies seen ("DDP", "FSDP", "TP", ...)."""
@@ -135,13 +143,34 @@ class Facts:
     @cached_property
     def comm_codes(self) -> npt.NDArray[np.int32]:
         """The codes of the names the communication patterns call collectives."""
-        return self.trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+        return communication_ops(self.trace)
+
+    def once(self, compute: Callable[[Facts], T]) -> T:
+        """`compute(self)`, computed on the first call and kept for every later one: for
+        what several rules, their claims and their what-if levers all derive from the facts
+        (a strategy's collectives, a pipeline's schedule). `compute` is a module-level
+        function of the facts alone, and never reads `whatif`: what it returns is kept for
+        the rank's facts with the graph and without (`memo`)."""
+        memo = self.memo
+        if compute not in memo:
+            memo[compute] = compute(self)
+        return cast(T, memo[compute])
 
     @cached_property
     def user_frames(self) -> Events:
         """Python frames of the user's code (traces recorded with stacks), found once for
         every rule that names call sites."""
         return user_frames(self.trace)
+
+
+def once_per_facts(compute: Callable[[Facts], T]) -> Callable[[Facts], T]:
+    """`compute` computed once per `Facts` (`Facts.once`): a helper that several rules call."""
+
+    @wraps(compute)
+    def memoised(f: Facts) -> T:
+        return f.once(compute)
+
+    return memoised
 
 
 def amdahl(share: float) -> float:

@@ -16,6 +16,7 @@ from wallfinder.analysis.classify import (
     KernelClass,
     classify_kernel,
     classify_op,
+    communication_ops,
 )
 
 # Defined in classify, with the other name tables; critpath and the pipeline read them here.
@@ -505,19 +506,21 @@ _IGNORED = 9
 def host_categories(trace: Trace, names: npt.NDArray[np.int32]) -> npt.NDArray[np.int8]:
     """0 data loading, 1 synchronisation, 2 communication wait, 3 other host work, _IGNORED
     (step markers, which span everything)."""
+    return trace.once(_host_category_table)[names]
+
+
+def _host_category_table(trace: Trace) -> npt.NDArray[np.int8]:
+    # Per string, once per trace: the idle causes and the critical path's host gaps read the
+    # host rows' categories a dozen times a run. Set from the last category to the first, so
+    # that a name of several takes the first (a step marker before all).
     table = np.full(len(trace.strings), 3, dtype=np.int8)
-    steps = set(trace.step_rows().name.tolist())
-    for code in np.unique(names).tolist():
-        name = trace.strings[code]
-        if name.startswith("ProfilerStep#") or code in steps:
-            table[code] = _IGNORED
-        elif is_data_loading(name):
-            table[code] = 0
-        elif name in SYNC_CALLS:
-            table[code] = 1
-        elif classify_op(name) is KernelClass.COMMUNICATION:
-            table[code] = 2
-    return table[names]
+    table[communication_ops(trace)] = 2
+    table[np.array([c for n in SYNC_CALLS if (c := trace.code_of(n)) >= 0], np.int64)] = 1
+    table[trace.names_matching(is_data_loading)] = 0
+    table[trace.names_matching(lambda s: s.startswith("ProfilerStep#"))] = _IGNORED
+    table[trace.step_rows().name] = _IGNORED
+    table.setflags(write=False)  # (shared by every caller)
+    return table
 
 
 def graph_replayed(dev: DeviceOps, inside: npt.NDArray[np.bool_]) -> float:

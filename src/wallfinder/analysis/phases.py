@@ -37,7 +37,12 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_op, is_data_loading
+from wallfinder.analysis.classify import (
+    KernelClass,
+    classify_op,
+    communication_ops,
+    is_data_loading,
+)
 from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.roofline import Placement, Spans, enclosing, outermost
@@ -194,7 +199,7 @@ def host_work(scope: Scope, ops: Events) -> Work:
     # after it (a pipeline stage's wait for its neighbour's gradients read as backward).
     comm = trace.named(
         (Kind.ANNOTATION,),
-        trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION),
+        communication_ops(trace),
     )
     # One inside an op (`record_param_comms` around it) is that op's; one that only begins
     # inside the op that posted it (the recorder's ranges overlap by a few µs) is its own.

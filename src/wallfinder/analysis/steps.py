@@ -18,7 +18,11 @@ import numpy.typing as npt
 from wallfinder.analysis.intervals import Coverage
 from wallfinder.analysis.thresholds import StepThresholds
 from wallfinder.trace import Events, Kind, Trace
-from wallfinder.trace.dynamo import compile_range, dynamo_range, region_name
+from wallfinder.trace.dynamo import (
+    compile_codes,
+    dynamo_range,
+    region_codes,
+)
 
 I64 = npt.NDArray[np.int64]
 
@@ -192,14 +196,14 @@ def _compile_span(trace: Trace, start: int, end: int) -> tuple[int, int, str] | 
     Inductor's ranges, and the region calls that overlap them: a first call's autotuning),
     from the first of them to the last, when something is left on either side: (start, end,
     why). None without compiler ranges."""
-    names = trace.names_matching(compile_range)
+    names = compile_codes(trace)
     ranges = trace.named((Kind.CPU_OP, Kind.ANNOTATION), names)
     if len(ranges) == 0:
         return None
     lo, hi = int(ranges.ts.min()), int(ranges.end.max())
     regions = trace.named(
         (Kind.CPU_OP, Kind.ANNOTATION),
-        trace.names_matching(lambda s: region_name(s) is not None),
+        region_codes(trace),
     )
     # A region call that overlaps the compiler's ranges compiled (or autotuned) in it.
     hit = (regions.ts < hi) & (regions.end > lo)
@@ -375,7 +379,7 @@ def compiling_steps(
     autotuning) cover at least `compile_share` of the step on the host. A one-off cost per
     shape, set aside like the warm-up, never read as the steady state."""
     th = thresholds or StepThresholds()
-    codes = trace.names_matching(compile_range)
+    codes = compile_codes(trace)
     if codes.size == 0 or spans.cpu_start.size == 0:
         return []
     ranges = trace.named((Kind.ANNOTATION, Kind.CPU_OP, Kind.PYTHON), codes)

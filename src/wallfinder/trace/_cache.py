@@ -15,10 +15,8 @@ and rebuilt, never used. An entry holds nothing the trace did not (not its path)
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import shutil
-import subprocess
 from collections.abc import Callable, Iterable
 from dataclasses import fields
 from functools import cache
@@ -129,6 +127,9 @@ def exported_report(
         return target
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"{target.stem}.{os.getpid()}.partial{suffix}"
+    # (Imported here: exporting a report is rare, and subprocess costs an analyze 10 ms.)
+    import subprocess
+
     try:
         done = subprocess.run(args(exe, partial), capture_output=True, check=False)
     except OSError as exc:
@@ -274,6 +275,8 @@ def read(path: Path, source: str) -> Trace | None:
 
 
 def _load(fd: int, key: str, source: str) -> Trace:
+    import mmap  # (here: only a second look reads an entry; the first need not import it)
+
     data = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)  # copy on write: columns are writable
     if data[:_PREFIX] != _MAGIC:
         raise ValueError("not a cache entry")

@@ -11,12 +11,21 @@ in it are base names only: a trace is shared, a machine's paths are not.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from wallfinder.trace.model import Trace
 
 __all__ = [
     "DYNAMO_KEY",
+    "compile_codes",
     "compile_range",
     "dynamo_range",
     "fused_kernel",
+    "region_codes",
     "region_name",
     "runtime_range",
 ]
@@ -66,6 +75,30 @@ def compile_range(name: str) -> bool:
     """A range of the compiler at work (Dynamo tracing, AOT autograd, Inductor, autotuning):
     a one-off cost, never a step."""
     return _COMPILE.search(name) is not None
+
+
+def compile_codes(trace: Trace) -> npt.NDArray[np.int32]:
+    """The codes of the trace's names `compile_range` accepts (read-only), found once per
+    trace: the steps, the compiling steps and the compiled code's view all read them."""
+    return trace.once(_compile_codes)
+
+
+def region_codes(trace: Trace) -> npt.NDArray[np.int32]:
+    """The codes of the trace's `Torch-Compiled Region` names (`region_name`; read-only),
+    found once per trace."""
+    return trace.once(_region_codes)
+
+
+def _compile_codes(trace: Trace) -> npt.NDArray[np.int32]:
+    codes = trace.names_matching(compile_range)
+    codes.setflags(write=False)  # (shared by every caller)
+    return codes
+
+
+def _region_codes(trace: Trace) -> npt.NDArray[np.int32]:
+    codes = trace.names_matching(lambda s: region_name(s) is not None)
+    codes.setflags(write=False)  # (shared by every caller)
+    return codes
 
 
 _FUSED = re.compile(r"^(?:triton_(poi|red|per|tem|for|spl)_|cpp_)fused(?:_(.+?))?(?:_\d+)?$")

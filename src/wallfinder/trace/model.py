@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from wallfinder.trace.readers import Reader
 
 I64 = npt.NDArray[np.int64]
+_T = TypeVar("_T")
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
 Mask = npt.NDArray[np.bool_]
@@ -431,6 +432,20 @@ class Trace:
         from wallfinder.trace.args import ArgsTable
 
         return ArgsTable(self.raw)
+
+    def once(self, compute: Callable[[Trace], _T]) -> _T:
+        """`compute(self)`, computed on the first call and kept for every later one with the
+        same function: for what several analyses derive from the trace alone (the codes of
+        the communication ops, the host rows' categories), each of them a module-level
+        function of the trace and nothing else, never a closure."""
+        memo = self._once
+        if compute not in memo:
+            memo[compute] = compute(self)
+        return cast(_T, memo[compute])
+
+    @cached_property
+    def _once(self) -> dict[Callable[[Trace], object], object]:
+        return {}
 
     def names_matching(self, predicate: Any) -> I32:
         """Codes of all strings for which `predicate(text)` is true (evaluated once per

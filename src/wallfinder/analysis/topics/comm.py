@@ -66,7 +66,7 @@ def host_collective_wait(f: Facts) -> Finding | None:
 def explained(f: Facts) -> float:
     """The share of the measured step, of its exposed communication, that the parallel
     strategies' own findings claim (`rules.Claim`), at most all of it."""
-    return min(sum(c.share for c in claimed(f)), f.breakdown.comm_exposed)
+    return min(sum(c.share for c in f.once(claimed)), f.breakdown.comm_exposed)
 
 
 def _collectives_called(f: Facts) -> Events:

@@ -10,18 +10,26 @@ import re
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
+from wallfinder.analysis.findings import (
+    NO_ROWS,
+    Facts,
+    amdahl,
+    make_finding,
+    ms_text,
+    once_per_facts,
+)
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage
-from wallfinder.analysis.parallelism import RANGES, host_collectives, is_dispatch_kernel
+from wallfinder.analysis.parallelism import RANGES, is_dispatch_kernel
 from wallfinder.analysis.rules import Claim, rule
 from wallfinder.analysis.steps import NO_LAUNCH
-from wallfinder.analysis.topics.sharding import exposed_s, strategy_claim
+from wallfinder.analysis.topics.sharding import exposed_s, steady_collectives, strategy_claim
 from wallfinder.diagnosis import Finding
 
 NS = 1e-9
 
 
+@once_per_facts
 def _ep_rows(f: Facts) -> npt.NDArray[np.bool_]:
     """The steady steps' token-exchange kernels: dispatch/combine kernels by name, and the
     communication kernels launched inside the host's all-to-all calls (NCCL runs an
@@ -33,7 +41,7 @@ def _ep_rows(f: Facts) -> npt.NDArray[np.bool_]:
     names, index = np.unique(dev.ops.name, return_inverse=True)
     named = np.array([is_dispatch_kernel(trace.strings[int(c)]) for c in names.tolist()], bool)
     rows: npt.NDArray[np.bool_] = comm & named[index]
-    host = host_collectives(f.scope, f.attribution)
+    host = steady_collectives(f)
     calls = host.calls.take(np.flatnonzero(host.kind == "alltoall"))
     at = np.flatnonzero(comm & ~rows & (dev.launch_ts != NO_LAUNCH))
     if not len(calls) or not at.size:

@@ -25,7 +25,14 @@ import numpy.typing as npt
 from wallfinder.analysis.collectives import JobFacts
 from wallfinder.analysis.critpath import MICROBATCHES
 from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
-from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
+from wallfinder.analysis.findings import (
+    NO_ROWS,
+    Facts,
+    amdahl,
+    make_finding,
+    ms_text,
+    once_per_facts,
+)
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import Coverage, in_windows
 from wallfinder.analysis.parallelism import (
@@ -102,6 +109,7 @@ def _stages(f: Facts) -> int | None:
     return world if count in (None, 1) and world is not None and world > 1 else None
 
 
+@once_per_facts
 def pipeline_of(f: Facts) -> Pipeline | None:
     """The pipelined step this rank's trace shows, None when it shows none: neither a
     schedule's ranges in the steady steps nor transfers that can only be a pipeline's

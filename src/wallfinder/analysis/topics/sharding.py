@@ -13,10 +13,22 @@ from wallfinder.analysis.collectives import bus_factor, collective_name, fastest
 from wallfinder.analysis.critpath import ASYNC_TP, PREFETCH
 from wallfinder.analysis.critpath.change import UNITS_MERGED
 from wallfinder.analysis.critpath.lever import LeverWork, lever, on_host
-from wallfinder.analysis.findings import NO_ROWS, Facts, amdahl, make_finding, ms_text
+from wallfinder.analysis.findings import (
+    NO_ROWS,
+    Facts,
+    amdahl,
+    make_finding,
+    ms_text,
+    once_per_facts,
+)
 from wallfinder.analysis.gpu import COMM, COPY
 from wallfinder.analysis.intervals import Coverage, in_windows
-from wallfinder.analysis.parallelism import fsdp_ranges, host_collectives, unit_of
+from wallfinder.analysis.parallelism import (
+    HostCollectives,
+    fsdp_ranges,
+    host_collectives,
+    unit_of,
+)
 from wallfinder.analysis.phases import FORWARD
 from wallfinder.analysis.roofline import outermost
 from wallfinder.analysis.rules import Claim, rule
@@ -26,6 +38,13 @@ from wallfinder.trace import Events, Kind
 from wallfinder.units import size
 
 NS = 1e-9
+
+
+@once_per_facts
+def steady_collectives(f: Facts) -> HostCollectives:
+    """The steady steps' host collective calls (`parallelism.host_collectives`), found once
+    for the strategies' rules, their claims and their levers."""
+    return host_collectives(f.scope, f.attribution)
 
 
 def _main(f: Facts, ev: Events) -> Events:
@@ -480,12 +499,13 @@ def _tp_rows(f: Facts) -> npt.NDArray[np.bool_]:
     return _kernels(f, _TP_KINDS, FORWARD)
 
 
+@once_per_facts
 def _tp_wait(f: Facts) -> tuple[float, Events] | None:
     """Tensor parallel's collectives inside the forward the step waits for: seconds per step,
     and their host calls (None: none in the forward)."""
     if f.attribution is None:
         return None
-    host = host_collectives(f.scope, f.attribution)
+    host = steady_collectives(f)
     # FSDP's reduce-scatters are the gradients', whatever phase the first of them is placed in.
     kinds = ("allreduce",) if len(fsdp_ranges(f.scope, "all_gather")) else _TP_KINDS
     forward = np.isin(host.kind, kinds) & (host.phase == FORWARD)
