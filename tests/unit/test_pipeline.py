@@ -91,7 +91,8 @@ def test_the_timing_hook_records_every_stage_by_name_and_nothing_when_off(
     tmp_path: Path,
 ) -> None:
     """Inside `timings()` each stage of the list (and the steps around it: the scope, the
-    device model, the findings) is recorded under its name, in the order it ran; outside it nothing is."""
+    device model, the findings) is recorded under its name, in the order it ran; outside it
+    nothing is."""
     trace = load_trace(training_trace(4).write(tmp_path / "t.json"))
     with timings() as made:
         diagnose(trace)
