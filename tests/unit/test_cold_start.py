@@ -24,6 +24,8 @@ HEAVY = (
     # Read by `--counters` and `wallfinder counters` only.
     "wallfinder.trace._ncu",
     "csv",
+    # Read by `wallfinder memory` only (a trace's memory events replay without it).
+    "wallfinder.trace.snapshot",
 )
 
 _PROBE = """
