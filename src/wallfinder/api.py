@@ -54,7 +54,6 @@ from wallfinder.trace import (
     check_workers,
     find_trace_files,
     gunzipped,
-    load_ncu,
     load_trace,
     load_traces,
     process_context,
@@ -194,11 +193,13 @@ class Options:
     def diagnose_options(self, trace: Trace) -> DiagnoseOptions:
         """What `diagnose` is told for `trace` (the spec, the model, the what-ifs, the
         counters)."""
+        counters = None
+        if self.counters is not None:
+            from wallfinder.trace import load_ncu  # (here: only --counters reads an export)
+
+            counters = load_ncu(self.counters)
         return DiagnoseOptions(
-            spec=self.spec_for(trace),
-            model=self.model,
-            what_if=self.what_if,
-            counters=load_ncu(self.counters) if self.counters is not None else None,
+            spec=self.spec_for(trace), model=self.model, what_if=self.what_if, counters=counters
         )
 
 
@@ -469,6 +470,8 @@ def analyze_counters(
     counters and the figures that decided it. With the `diagnosis` of a trace of the same
     program, its top kernels are joined to the profiled launches and each roofline estimate is
     confirmed or refuted. Raises `WallfinderError` for input that is not an export."""
+    from wallfinder.trace import load_ncu  # (here: analysing a trace reads no export)
+
     thresholds = (options or Options()).thresholds
     return counter_report(load_ncu(path), thresholds, diagnosis)
 

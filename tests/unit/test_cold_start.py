@@ -14,7 +14,19 @@ import pytest
 import wallfinder
 from tracegen import training_trace
 
-HEAVY = ("jinja2", "rich", "sqlite3", "plotly", "wallfinder.report.html", "wallfinder.capture")
+HEAVY = (
+    "jinja2",
+    "rich",
+    "sqlite3",
+    "plotly",
+    "wallfinder.report.html",
+    "wallfinder.capture",
+    # Read by `--counters` and `wallfinder counters` only.
+    "wallfinder.trace._ncu",
+    "csv",
+    # Read by `wallfinder memory` only (a trace's memory events replay without it).
+    "wallfinder.trace.snapshot",
+)
 
 _PROBE = """
 import json, sys
@@ -112,3 +124,14 @@ def test_the_program_freezes_its_imports_and_keeps_collecting() -> None:
         [sys.executable, "-c", _GC_PROBE, "--help"], capture_output=True, text=True, check=False
     )
     assert done.stderr.strip().splitlines()[-1] == "True False"  # no command: nothing frozen
+
+
+def test_the_library_imports_no_export_tooling() -> None:
+    # `import wallfinder.api` (a notebook's start) needs neither the Nsight Compute reader nor
+    # shutil (which imports bz2 and lzma): only exporting a profiler report runs a tool.
+    code = (
+        "import sys, wallfinder.api; "
+        "print(sorted(m for m in ('csv', 'shutil', 'wallfinder.trace._ncu') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

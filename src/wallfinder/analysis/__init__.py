@@ -106,13 +106,14 @@ from wallfinder.errors import WallfinderError
 from wallfinder.hardware import DeviceSpec
 from wallfinder.trace import (
     Kind,
-    NcuExport,
     Trace,
     release_free_memory,
 )
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from wallfinder.trace import NcuExport
 
 __all__ = [
     "DiagnoseOptions",

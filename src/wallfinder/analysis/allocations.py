@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from wallfinder.analysis.thresholds import MemoryThresholds
 from wallfinder.diagnosis import MemorySite
-from wallfinder.trace.snapshot import ALLOC, FREE
+from wallfinder.trace.model import ALLOC, FREE
 
 __all__ = ["Growth", "Replay", "by_site", "rank_sites", "step_growth"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,14 +30,11 @@ from wallfinder.diagnosis import (
     KernelRow,
 )
 from wallfinder.hardware import DeviceSpec, match_device
-from wallfinder.trace import (
-    Kind,
-    NcuExport,
-    NcuLaunch,
-    Trace,
-    ncu_command,
-)
+from wallfinder.trace import Kind, Trace
 from wallfinder.units import base_name, duration, function_name, normalised_name, pct
+
+if TYPE_CHECKING:
+    from wallfinder.trace import NcuExport, NcuLaunch
 
 __all__ = ["CounterPlacement", "classify", "collect_commands", "counter_report", "place_counters"]
 
@@ -172,6 +169,8 @@ def _notes(lacking: list[str], kernels: list[CounterKernel]) -> list[str]:
 def collect_commands(d: Diagnosis | None, thresholds: Thresholds) -> list[str]:
     """The `ncu` command lines that collect what wallfinder reads: one per top kernel by time
     of a diagnosis (its first step's launches skipped, then one launch), else one for all."""
+    from wallfinder.trace import ncu_command  # (here: the Nsight Compute reader is lazy)
+
     if d is None or not d.kernels:
         return [ncu_command()]
     steps = max(1, d.steps.count)

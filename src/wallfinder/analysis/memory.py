@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -53,16 +54,17 @@ from wallfinder.diagnosis import (
     MemorySite,
     OomEvent,
 )
-from wallfinder.trace.snapshot import (
-    OOM,
-    History,
-    Snapshot,
-    SnapshotBlock,
-    SnapshotFrame,
-    TraceEntry,
-    history,
-)
+from wallfinder.trace.model import OOM
 from wallfinder.units import is_user_path, short_path, size
+
+if TYPE_CHECKING:
+    from wallfinder.trace.snapshot import (
+        History,
+        Snapshot,
+        SnapshotBlock,
+        SnapshotFrame,
+        TraceEntry,
+    )
 
 __all__ = ["SnapshotFacts", "call_site", "category", "memory_report"]
 
@@ -276,6 +278,10 @@ class _History:
 
     @classmethod
     def of(cls, device: int, entries: list[TraceEntry], labels: _Labels) -> _History:
+        # (Imported here: the rules import this module, and a trace's analysis reads no
+        # snapshot.)
+        from wallfinder.trace.snapshot import history
+
         h = history(entries)
         r = Replay.of(h.addr, h.size, h.action)
         allocs = np.flatnonzero(r.alloc).tolist()

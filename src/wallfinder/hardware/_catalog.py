@@ -14,7 +14,6 @@ A family name a person types (`get_spec("A100")`) is taken as the variant the ca
 
 from __future__ import annotations
 
-import difflib
 import functools
 import pkgutil
 import re
@@ -335,6 +334,8 @@ def _close_keys(normalized: str, catalog: _Catalog, limit: int = 6) -> list[str]
         spellings = {normalize_name(k): k for k in catalog.by_key} | {
             n: s.key for n, s in catalog.by_normalized.items()
         }
+        import difflib  # (here: only a name that matches no device asks for the nearest)
+
         near = difflib.get_close_matches(normalized, list(spellings), n=limit, cutoff=0.6)
         keys = list(dict.fromkeys(spellings[n] for n in near))
     return keys[:limit]

@@ -11,19 +11,13 @@ dtypes, scalar inputs, grids, collective arguments), decoded here into types (`t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from wallfinder._lazy import lazy_attributes
 from wallfinder.errors import WallfinderError
 from wallfinder.trace import _cache
 from wallfinder.trace._cache import ResultCache
 from wallfinder.trace._heap import release_free_memory
-from wallfinder.trace._ncu import (
-    NcuExport,
-    NcuLaunch,
-    base_name,
-    load_ncu,
-    ncu_command,
-    normalised_name,
-)
 from wallfinder.trace._reader import (
     UNREADABLE,
     Progress,
@@ -45,6 +39,26 @@ from wallfinder.trace.model import (
 )
 from wallfinder.trace.readers import Load, Reader, reader_for, reader_named
 from wallfinder.trace.readers.kineto import process_context
+
+if TYPE_CHECKING:
+    from wallfinder.trace._ncu import (
+        NcuExport,
+        NcuLaunch,
+        base_name,
+        load_ncu,
+        ncu_command,
+        normalised_name,
+    )
+
+# The Nsight Compute reader (and the csv module under it) is imported on first use: only
+# `--counters` and `wallfinder counters` read an export (5 ms of every `analyze`'s start).
+__getattr__ = lazy_attributes(
+    __name__,
+    dict.fromkeys(
+        ("NcuExport", "NcuLaunch", "base_name", "load_ncu", "ncu_command", "normalised_name"),
+        "wallfinder.trace._ncu",
+    ),
+)
 
 __all__ = [
     "NONE",

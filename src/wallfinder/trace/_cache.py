@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import fields
 from functools import cache
@@ -115,6 +114,9 @@ def exported_report(
     Without `tool` on PATH, or when it fails, one line says how to export by hand (`hint`)."""
     if not report.is_file():
         raise WallfinderError(f"{report}: no such file")
+    # (Imported here: shutil imports bz2 and lzma, 5 ms of every analyze that exports nothing.)
+    import shutil
+
     exe = shutil.which(tool)
     if exe is None:
         raise WallfinderError(

@@ -168,6 +168,11 @@ class Events:
         return thread_key(self.pid, self.tid)
 
 
+ALLOC, FREE, OTHER, OOM = 1, -1, 0, 2
+"""What an event of a memory history does: allocate, free (the sign of a profiler memory
+event's bytes, so both memory sources replay alike), something else, or run out of memory."""
+
+
 @dataclass(frozen=True, eq=False)
 class MemoryEvents:
     """The `[memory]` events of a trace recorded with `profile_memory=True`, as columns sorted

@@ -22,6 +22,10 @@ import numpy.typing as npt
 from wallfinder.errors import WallfinderError
 from wallfinder.trace._reader import gunzipped, read_errors
 
+# (Defined beside the profiler's memory events, whose bytes' sign they are: the analyses replay
+# both sources without importing this reader.)
+from wallfinder.trace.model import ALLOC, FREE, OOM, OTHER
+
 __all__ = [
     "ALLOC",
     "FREE",
@@ -111,11 +115,6 @@ class TraceEntry(msgspec.Struct, frozen=True):
     stream: int | None = None
     frames: list[SnapshotFrame] = []
     time_us: int | None = None
-
-
-ALLOC, FREE, OTHER, OOM = 1, -1, 0, 2
-"""What an event of a memory history does: allocate, free (the sign of a profiler memory
-event's bytes, so both memory sources replay alike), something else, or run out of memory."""
 
 
 @dataclass(frozen=True)
