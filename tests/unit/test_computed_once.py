@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_parallelism import _tp
 
 from tracegen import TraceBuilder, phased_training_trace
 from wallfinder.analysis import classify, diagnose, gpu
@@ -35,15 +36,7 @@ def _tp_trace(tmp_path: Path) -> Trace:
     """A two-rank TP job's rank: an all-reduce inside each step's forward."""
     b = phased_training_trace(STEPS, builder=TraceBuilder(rank=0, world_size=2))
     for s in range(STEPS):
-        t0 = s * 1000.0
-        b.cpu_op("c10d::allreduce_", t0 + 396.0, 3.0)
-        b.kernel(
-            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)",
-            t0 + 455.0,
-            40.0,
-            launch_at=t0 + 397.0,
-            stream=28,
-        )
+        _tp(b, s * 1000.0)
     return load_trace(b.write(tmp_path / "t.json.gz"))
 
 

@@ -60,3 +60,31 @@ def test_a_thread_blocked_in_a_queue_get_is_waiting_not_python(tmp_path: Path) -
     # The wait and the 80 µs the trace records nothing in: other.
     assert causes["other"] == pytest.approx(0.68)
     assert d.breakdown.compute == pytest.approx(0.20)
+
+
+@pytest.mark.parametrize(
+    "loop", ["uvloop/__init__.py(96): run", "asyncio/base_events.py(640): run_forever"]
+)
+def test_an_event_loop_with_nothing_to_run_is_waiting_and_its_callbacks_are_work(
+    tmp_path: Path, loop: str
+) -> None:
+    """An asyncio server's main thread sits in its event loop's run frame: the loop's own
+    time, no frame under it, is its wait for the next event (epoll in uvloop's C), as a
+    blocking call is; each callback it runs is a frame under it, and is work."""
+    b = TraceBuilder(device_name=None)
+    for s in range(4):
+        t0 = s * 1000.0
+        b.step(s + 1, t0, 1000.0)
+        b.host("cli/serve.py(122): cmd", t0 + 1.0, 998.0, cat="python_function")
+        b.host(loop, t0 + 2.0, 996.0, cat="python_function")
+        # Two callbacks a step: 150 µs of a request handler, 50 µs of an output handler.
+        b.host("app/handlers.py(10): handle", t0 + 100.0, 150.0, cat="python_function")
+        b.host("app/output.py(20): output_handler", t0 + 600.0, 50.0, cat="python_function")
+    d = analyze(b.write(tmp_path / "t.json"))
+    assert_diagnosis_invariants(d)
+    causes = d.breakdown.idle_causes
+    # The callbacks' 200 µs are Python work; the loop's other 796 µs are its wait, with the
+    # 4 µs its enclosing frames hold alone (serve's and the step's edges).
+    assert causes["host_overhead"] == pytest.approx(0.202, abs=0.003)
+    assert causes["other"] == pytest.approx(0.798, abs=0.003)
+    assert (d.verdict.wall, d.verdict.cause) == ("overhead", "other")

@@ -66,6 +66,7 @@ class CpuDevice:
             trace, self.mine, thresholds.time.dispatch_self_ns
         )
         self.beside = _collectives_beside(trace, main)
+        self.loop_idle = _loop_idle(trace, self.mine)
         self.tiny = self.python = self.waited = np.zeros(0, dtype=np.int64)
 
     def windows(self, spans: StepSpans) -> tuple[I64, I64]:
@@ -95,6 +96,8 @@ class CpuDevice:
         for cause, code in (("synchronization", _CPU_SYNC), ("other", _CPU_WAIT)):
             rows = category == code
             w = Coverage.of(mine.ts[rows], mine.end[rows])
+            if code == _CPU_WAIT:
+                w = Coverage.union(w, self.loop_idle)
             under_python = _outside(cov[3], w, start, end) - _outside(cov[4], w, start, end)
             alone = _outside(outer, w, start, end)
             self.python = self.python - under_python
@@ -211,6 +214,33 @@ _BLOCKING_CALL = re.compile(
 """A Python frame of a call that blocks its thread until something else happens: a queue's
 `get`, a lock's `acquire`, `select`/`poll`/`epoll`/`kqueue.control`, `sleep`, a socket's
 `recv` (an idle worker, an event loop with nothing to do, a client waiting on its server)."""
+
+
+_EVENT_LOOP = re.compile(
+    r"(?:^|/)(?:asyncio/(?:runners|base_events)\.py\(\d+\): (?:run|run_forever|"
+    r"run_until_complete)|uvloop/__init__\.py\(\d+\): run)$"
+)
+"""The Python frame that runs an asyncio event loop: `asyncio.run`, the loop's `run_forever`
+or `run_until_complete`, uvloop's `run`. Not `_run_once`, whose own time is the Python
+loop's work."""
+
+
+def _loop_idle(trace: Trace, mine: Events) -> Coverage:
+    """The time the thread's event loops run with no frame recorded under them: the loop
+    waiting for its next event (epoll in uvloop's C, or asyncio's selector) with nothing to
+    run, a blocking call as the queue gets and polls are. A callback or coroutine step it
+    runs is a frame under it and stays work; only the loop's own time is waiting (the few
+    microseconds of C it runs between callbacks with it)."""
+    codes = trace.names_matching(lambda s: _EVENT_LOOP.search(s) is not None)
+    is_loop = np.isin(mine.name, codes)
+    if not is_loop.any():
+        return Coverage.of(np.zeros(0, np.int64), np.zeros(0, np.int64))
+    loops = Coverage.of(mine.ts[is_loop], mine.end[is_loop])
+    # What runs under a loop: every other row wholly inside one (an enclosing frame is not).
+    under = ~is_loop & (loops.covered(mine.ts, mine.end) >= mine.end - mine.ts)
+    work = Coverage.of(mine.ts[under], mine.end[under])
+    gaps = [work.gaps(int(a), int(b)) for a, b in zip(loops.starts, loops.ends, strict=True)]
+    return Coverage.of(np.concatenate([g[0] for g in gaps]), np.concatenate([g[1] for g in gaps]))
 
 
 def _outside(c: Coverage, w: Coverage, start: I64, end: I64) -> I64:
