@@ -12,6 +12,7 @@ import pytest
 from invariants import assert_diagnosis_invariants
 from tracegen import TraceBuilder
 from wallfinder import analyze
+from wallfinder.report import render
 
 MAIN = 4242
 
@@ -88,3 +89,6 @@ def test_an_event_loop_with_nothing_to_run_is_waiting_and_its_callbacks_are_work
     assert causes["host_overhead"] == pytest.approx(0.202, abs=0.003)
     assert causes["other"] == pytest.approx(0.798, abs=0.003)
     assert (d.verdict.wall, d.verdict.cause) == ("overhead", "other")
+    # Said as the wait it is, not as time the trace does not explain.
+    assert "waiting or untraced time" in d.verdict.reason
+    assert "OVERHEAD wall — waiting or untraced" in render(d, "text")

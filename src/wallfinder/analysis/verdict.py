@@ -52,9 +52,19 @@ _CAUSE_TEXT = {
     ),
     "startup": "one-off start-up (library start-up, module loading, JIT compiles)",
     "other": "idle time the trace does not explain",
+    "cpu_other": (
+        "waiting or untraced time (blocked calls, an idle event loop, or code the trace does "
+        "not record)"
+    ),
     "comm_exposed": "exposed communication (collectives not overlapped with compute)",
     "copy_exposed": "exposed memory copies (memcpy/memset not overlapped)",
 }
+
+
+def _cause_text(cause: str, device: str) -> str:
+    """An idle cause in words. On the CPU, "other" holds the thread's waits (a blocking
+    call, an idle event loop) with the time it records nothing in: not unexplained."""
+    return _CAUSE_TEXT["cpu_other" if device == "CPU" and cause == "other" else cause]
 
 
 STREAMING = "matmuls streaming operands"
@@ -145,7 +155,8 @@ def decide(
             cause=top,
             reason=(
                 f"{only}the {device} computes for only {busy:.0%} of the step{one_off}; the "
-                f"largest loss is {_CAUSE_TEXT[top]} at {parts[top] / steady:.0%} of the step"
+                f"largest loss is {_cause_text(top, device)} at {parts[top] / steady:.0%} of "
+                "the step"
             ),
             questions=questions,
         )

@@ -18,6 +18,7 @@ from wallfinder.units import short_kernel as units_short_kernel
 
 __all__ = [
     "CAUSE_LABEL",
+    "CPU_IDLE_CAUSE",
     "CPU_IDLE_LABEL",
     "IDLE_LABEL",
     "MEMORY_CATEGORY_LABEL",
@@ -148,18 +149,28 @@ def cause_label(wall: str, cause: str) -> str:
     return cause
 
 
-def verdict_label(v: Verdict) -> str:
+def verdict_label(v: Verdict, basis: str = "gpu") -> str:
     """The verdict's headline cause in words: its cause, and the parallel strategy's
-    mechanism that explains most of it where the analysis named one."""
-    label = cause_label(v.wall, v.cause)
+    mechanism that explains most of it where the analysis named one. On the CPU (`basis`
+    "cpu") "other" holds the thread's waits, not only what the trace leaves unexplained."""
+    label = (
+        CPU_IDLE_CAUSE
+        if basis == "cpu" and v.wall == "overhead" and v.cause == "other"
+        else cause_label(v.wall, v.cause)
+    )
     return f"{label} — {v.mechanism}" if v.mechanism else label
+
+
+CPU_IDLE_CAUSE = "waiting or untraced"
+"""The CPU's idle cause "other" in a headline: a blocking call, an idle event loop, or time
+its thread records nothing in."""
 
 
 CPU_IDLE_LABEL = {
     "data_loading": "data loading (DataLoader)",
     "host_overhead": "framework overhead (tiny ops, Python)",
     "synchronization": "waiting on the device (synchronising calls)",
-    "other": "untraced (no op recorded)",
+    "other": "waiting or untraced (no work recorded)",
 }
 
 

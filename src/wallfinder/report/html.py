@@ -203,7 +203,7 @@ def _script_json(value: object) -> str:
 def _view(d: Diagnosis, figures: dict[str, Any]) -> dict[str, Any]:
     return {
         "title": fmt.title_line(d),
-        "cause": fmt.verdict_label(d.verdict),
+        "cause": fmt.verdict_label(d.verdict, d.breakdown.basis),
         "questions": [
             {
                 "question": q.question,

@@ -30,8 +30,9 @@ def render_markdown(d: Diagnosis) -> str:
     time and its breakdown, the fixes ranked by their bound on gain, the top kernels (or CPU
     ops), and MFU."""
     v = d.verdict
+    cause = fmt.verdict_label(v, d.breakdown.basis)
     out = [
-        f"### wallfinder: **{v.wall.upper()} wall** — {text(fmt.verdict_label(v))}",
+        f"### wallfinder: **{v.wall.upper()} wall** — {text(cause)}",
         "",
         f"{code(d.source)} · {text(fmt.title_line(d))}",
         "",

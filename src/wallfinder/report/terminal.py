@@ -153,7 +153,7 @@ def _verdict(d: Diagnosis) -> Panel:
     v = d.verdict
     body = Text()
     body.append(f"{v.wall.upper()} wall", style=_WALL_STYLE[v.wall])
-    body.append(f" — {verdict_label(v)}\n", style="bold")
+    body.append(f" — {verdict_label(v, d.breakdown.basis)}\n", style="bold")
     body.append(v.reason + "\n")
     if v.thin_evidence:
         body.append("confidence: low — " + "; ".join(v.thin_evidence) + "\n", style="yellow")

@@ -279,7 +279,7 @@ def _row(run: Run) -> dict[str, Any]:
         "files": len(run.traces),
         "saved": run.saved is not None,
         "wall": d.verdict.wall if d else None,
-        "cause": fmt.verdict_label(d.verdict) if d else None,
+        "cause": fmt.verdict_label(d.verdict, d.breakdown.basis) if d else None,
         "step": fmt.duration(d.steps.median_s) if d else None,
         "ranks": len(d.ranks) if d else None,
     }
