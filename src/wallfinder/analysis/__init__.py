@@ -213,7 +213,9 @@ def _diagnosed(
         diagnosis = msgspec.structs.replace(
             diagnosis,
             serving=found,
-            verdict=serving_verdict(diagnosis.verdict, found, diagnosis.device, scope.thresholds),
+            verdict=serving_verdict(
+                diagnosis.verdict, found, diagnosis.device, diagnosis.steps, scope.thresholds
+            ),
         )
     if counters is not None:
         joined = (trace, dev, placement) if dev is not None and placement is not None else None

@@ -260,7 +260,7 @@ def _cpu_categories(
     table[communication_ops(trace)] = 1
     table[trace.names_matching(is_data_loading)] = 0
     table[trace.names_matching(lambda s: _BLOCKING_CALL.match(s) is not None)] = _CPU_WAIT
-    table[np.array([c for n in SYNC_RUNTIME if (c := trace.code_of(n)) >= 0], np.int64)] = _CPU_SYNC
+    table[trace.codes_of(SYNC_RUNTIME)] = _CPU_SYNC
     table[trace.names_matching(lambda s: s.startswith("ProfilerStep#"))] = 9
     cat = table[events.name]
     is_op = np.flatnonzero(events.kind == Kind.CPU_OP)

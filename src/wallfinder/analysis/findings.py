@@ -219,7 +219,7 @@ def name_codes(trace: Trace, names: Names) -> npt.NDArray[np.int32]:
     """The codes of the trace's strings that `names` names."""
     if callable(names):
         return trace.names_matching(names)
-    return np.array([c for n in names if (c := trace.code_of(n)) >= 0], dtype=np.int32)
+    return trace.codes_of(names)
 
 
 def call_sites(f: Facts, names: Names, kinds: tuple[Kind, ...]) -> str:
@@ -266,8 +266,7 @@ def host_calls(f: Facts, names: tuple[str, ...]) -> list[tuple[str, float, float
 def named_rows(f: Facts, names: list[str]) -> npt.NDArray[np.bool_]:
     """The steady steps' device ops with one of these names."""
     assert f.dev is not None
-    codes = np.array([c for n in names if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
-    return f.inside & np.isin(f.dev.ops.name, codes)
+    return f.inside & np.isin(f.dev.ops.name, f.trace.codes_of(names))
 
 
 def where_calls(f: Facts, names: Names) -> str:

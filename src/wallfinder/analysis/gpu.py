@@ -117,9 +117,7 @@ def device_ops(trace: Trace, thresholds: TimeThresholds | None = None) -> Device
         launch_thread[found] = r_thread[pos[found]]
         r_name = runtime.name[has_corr][order]
         api[found] = r_name[pos[found]]
-        graph[found] = np.isin(
-            r_name[pos[found]], trace.names_matching(GRAPH_LAUNCHES.__contains__)
-        )
+        graph[found] = np.isin(r_name[pos[found]], trace.codes_of(GRAPH_LAUNCHES))
     t = thresholds or TimeThresholds()
     one_off = _one_off(trace, ops, launch_ts, launch_end, api, t)
     stretches = one_offs(trace, launch_ts, launch_end, launch_thread, ops, one_off, t)
@@ -145,7 +143,7 @@ def _one_off(
     launches of a kernel as slow are the host stalling in the runtime, which can recur."""
     out = np.zeros(len(ops), dtype=bool)
     call = launch_end - launch_ts
-    sync = trace.names_matching(SYNC_RUNTIME.__contains__)
+    sync = trace.codes_of(SYNC_RUNTIME)
     rows = np.flatnonzero(
         (ops.kind == Kind.KERNEL) & (launch_ts != NO_LAUNCH) & ~np.isin(api, sync)
     )
@@ -515,7 +513,7 @@ def _host_category_table(trace: Trace) -> npt.NDArray[np.int8]:
     # that a name of several takes the first (a step marker before all).
     table = np.full(len(trace.strings), 3, dtype=np.int8)
     table[communication_ops(trace)] = 2
-    table[np.array([c for n in SYNC_CALLS if (c := trace.code_of(n)) >= 0], np.int64)] = 1
+    table[trace.codes_of(SYNC_CALLS)] = 1
     table[trace.names_matching(is_data_loading)] = 0
     table[trace.names_matching(lambda s: s.startswith("ProfilerStep#"))] = _IGNORED
     table[trace.step_rows().name] = _IGNORED

@@ -135,7 +135,7 @@ def one_offs(
     cpu = trace.of_kind(Kind.CPU_OP)
     if len(cpu) == 0:
         return OneOffs.none()
-    loads = trace.named((Kind.RUNTIME, Kind.OTHER), _codes(trace, CODE_LOADS))
+    loads = trace.named((Kind.RUNTIME, Kind.OTHER), trace.codes_of(CODE_LOADS))
     marks_thread: list[I64] = []
     marks_at: list[I64] = []
     marks_kind: list[npt.NDArray[np.int8]] = []
@@ -254,10 +254,6 @@ def _recurring(
     return rows[keep], is_jit[keep], recurring
 
 
-def _codes(trace: Trace, names: frozenset[str]) -> npt.NDArray[np.int32]:
-    return trace.names_matching(names.__contains__)
-
-
 def _jit_launches(
     trace: Trace, kernels: Events, launch_ts: I64, launch_thread: I64, t: TimeThresholds
 ) -> npt.NDArray[np.intp]:
@@ -265,7 +261,7 @@ def _jit_launches(
     through the driver API, or named as one) after `jit_stretch_ns` or more in which the
     launching thread recorded no op and no call."""
     runtime = trace.of_kind(Kind.RUNTIME)
-    driver = _codes(trace, DRIVER_LAUNCHES)
+    driver = trace.codes_of(DRIVER_LAUNCHES)
     built = trace.names_matching(lambda s: _JIT_KERNEL.match(s) is not None)
     rows = np.flatnonzero((kernels.kind == Kind.KERNEL) & (launch_ts != NO_LAUNCH))
     if rows.size == 0:

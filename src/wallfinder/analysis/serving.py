@@ -28,8 +28,9 @@ import numpy.typing as npt
 
 from wallfinder.analysis.gpu import GRAPH_LAUNCHES, DeviceOps, breakdown
 from wallfinder.analysis.scope import Scope
-from wallfinder.analysis.steps import NO_LAUNCH, StepSpans, gpu_windows
+from wallfinder.analysis.steps import StepSpans, gpu_windows, launched_in
 from wallfinder.analysis.thresholds import Thresholds
+from wallfinder.analysis.verdict import few_steps
 from wallfinder.diagnosis import (
     DecodeBandwidth,
     Device,
@@ -37,6 +38,7 @@ from wallfinder.diagnosis import (
     IterationKinds,
     Serving,
     ServingIteration,
+    Steps,
     Verdict,
 )
 from wallfinder.trace import NONE, Events, Kind, Trace
@@ -189,7 +191,7 @@ def _parse_range(name: str) -> tuple[str, IterationKind, int | None] | None:
 
 
 def _graph_launches(trace: Trace) -> I64:
-    runtime = trace.named((Kind.RUNTIME,), trace.names_matching(GRAPH_LAUNCHES.__contains__))
+    runtime = trace.named((Kind.RUNTIME,), trace.codes_of(GRAPH_LAUNCHES))
     return np.sort(runtime.ts.astype(np.int64))
 
 
@@ -201,7 +203,7 @@ def _forward_passes(trace: Trace) -> _Found | None:
     graphs = _graph_launches(trace)
     ops = trace.of_kind(Kind.CPU_OP)
     embedding = ops.take(np.flatnonzero(ops.name == trace.code_of(_EMBEDDING)))
-    gemm_ts = np.sort(ops.ts[np.isin(ops.name, _codes(trace, _GEMMS))].astype(np.int64))
+    gemm_ts = np.sort(ops.ts[np.isin(ops.name, trace.codes_of(_GEMMS))].astype(np.int64))
     rows: list[tuple[int, IterationKind, int | None, bool]] = [
         (int(ts), "decode", None, True) for ts in graphs.tolist()
     ]
@@ -230,7 +232,7 @@ def _forward_passes(trace: Trace) -> _Found | None:
                 replayed_tokens = True
     rows.sort()
     eager_decode = any(k == "decode" and not g for _, k, _, g in rows)
-    llm = len(embedding) > 0 or bool(np.isin(ops.name, _codes(trace, _ATTENTION)).any())
+    llm = len(embedding) > 0 or bool(np.isin(ops.name, trace.codes_of(_ATTENTION)).any())
     if len(rows) < 2 or not (eager_decode or (graphs.size >= 2 and llm)):
         return None
     evidence = " and ".join(
@@ -292,12 +294,12 @@ def _layer_passes(trace: Trace) -> _Found | None:
     kinds: list[IterationKind] = []
     why = set()
     for a, b in zip(start.tolist(), ends.tolist(), strict=True):
-        inside = rows.name[(rows.ts >= a) & (rows.ts < b)]
-        names = " ".join(trace.strings[c].lower() for c in np.unique(inside).tolist())
+        window = (rows.ts >= a) & (rows.ts < b)
+        names = " ".join(trace.strings[c].lower() for c in np.unique(rows.name[window]).tolist())
         kind = next((k for w, k in _PHASE_WORDS if w in names), None)
         if kind is not None:
             why.add("the phase its ranges name")
-        elif kv[(rows.ts >= a) & (rows.ts < b)].any():
+        elif kv[window].any():
             kind = "decode"
             why.add("a KV-cache read before attention (a forward over cached tokens: decode)")
         kinds.append(kind or "unknown")
@@ -316,10 +318,6 @@ def _layer_passes(trace: Trace) -> _Found | None:
         f"{min(index)}-{max(index)} per pass)"
         + (f"; kind from {' and '.join(sorted(why))}" if why else "; kind not shown"),
     )
-
-
-def _codes(trace: Trace, names: frozenset[str]) -> npt.NDArray[np.int32]:
-    return trace.names_matching(names.__contains__)
 
 
 def _between(sorted_ts: I64, a: int, b: int) -> bool:
@@ -356,7 +354,7 @@ def _shapes(trace: Trace, start: I64, end: I64) -> list[_Bytes | None]:
     attention's K and V, and the linear layers' FLOPs (None: no linear layer recorded)."""
     ops = trace.of_kind(Kind.CPU_OP)
     linear = ops.take(np.flatnonzero(ops.name == trace.code_of(_LINEAR)))
-    attention = ops.take(np.flatnonzero(np.isin(ops.name, _codes(trace, _ATTENTION))))
+    attention = ops.take(np.flatnonzero(np.isin(ops.name, trace.codes_of(_ATTENTION))))
     out: list[_Bytes | None] = []
     for a, b in zip(start.tolist(), end.tolist(), strict=True):
         weights = flops = kv = 0.0
@@ -466,12 +464,9 @@ def _before_first_op(cpu_start: I64, cpu_end: I64, dev: DeviceOps, start: I64, e
     the last one of the iteration before (the windows' start): the device idle between two
     forward passes, while the engine schedules, prepares inputs, samples and processes
     output. A device op belongs to the iteration whose host span launched it."""
-    ops = dev.ops
-    when = np.where(dev.launch_ts != NO_LAUNCH, dev.launch_ts, ops.ts)
-    of = np.searchsorted(cpu_start, when, side="right") - 1
-    mine = (of >= 0) & (when < cpu_end[np.maximum(of, 0)])
+    of, mine = launched_in(cpu_start, cpu_end, dev.ops, dev.launch_ts)
     first = end.copy()
-    np.minimum.at(first, of[mine], ops.ts[mine])
+    np.minimum.at(first, of[mine], dev.ops.ts[mine])
     gap: I64 = np.clip(first, start, end) - start
     return gap
 
@@ -525,18 +520,15 @@ def _per_token(kinds: list[IterationKinds], iterations: list[ServingIteration]) 
         if decode is not None and decode.tokens is not None and decode.time_s > 0
         else None
     )
-    words = []
-    words.append(
+    words = [
         "TTFT ~ the median prefill iteration (queueing before it not seen)"
         if ttft is not None
-        else "TTFT unknown: no prefill iteration in the trace"
-    )
-    words.append(
+        else "TTFT unknown: no prefill iteration in the trace",
         "TPOT ~ the median decode iteration (one token per running sequence each)"
         if tpot is not None
         else "TPOT unknown: fewer than two decode iterations (a token's time is the time "
-        "between iterations)"
-    )
+        "between iterations)",
+    ]
     if rate is not None:
         words.append("tokens/s: decode's tokens over its iterations' time")
     return {
@@ -664,14 +656,14 @@ def _prefill(
 
 
 def serving_verdict(
-    verdict: Verdict, found: Serving, device: Device, thresholds: Thresholds
+    verdict: Verdict, found: Serving, device: Device, steps: Steps, thresholds: Thresholds
 ) -> Verdict:
     """The verdict of a serving trace: its first question asked of its iterations where the
     steps are too few to answer it, its third and fourth of prefill and decode (decode by
     MBU, prefill by MFU) where the trace shows them; the wall unchanged."""
     if not found.kinds or len(verdict.questions) < 4:
         return verdict
-    verdict = _stable_iterations(verdict, found, thresholds)
+    verdict = _stable_iterations(verdict, found, steps, thresholds)
     total = sum(k.busy_s for k in found.kinds) or 1.0
     split = ", ".join(f"{k.kind} {k.busy_s / total:.0%} ({k.count})" for k in found.kinds)
     q1, q2, q3, q4 = verdict.questions[:4]
@@ -697,7 +689,9 @@ def serving_verdict(
     return _decode_wall(verdict, found, device, total)
 
 
-def _stable_iterations(verdict: Verdict, found: Serving, thresholds: Thresholds) -> Verdict:
+def _stable_iterations(
+    verdict: Verdict, found: Serving, steps: Steps, thresholds: Thresholds
+) -> Verdict:
     """A serving trace's unit of work is the engine iteration: where the profiled steps are
     too few to say whether the work is stable (a trace with no ProfilerStep is one window),
     the first question is asked of the iterations of its most common kind (each kind apart:
@@ -720,7 +714,7 @@ def _stable_iterations(verdict: Verdict, found: Serving, thresholds: Thresholds)
         detail=f"{q1.detail}; serving: {kind.kind} iterations' CV {cv:.1%} over {times.size} "
         "(an iteration is the engine's unit of work)",
     )
-    thin = [t for t in verdict.thin_evidence if "steady-state step" not in t]
+    thin = [t for t in verdict.thin_evidence if t != few_steps(steps.count)]
     return msgspec.structs.replace(
         verdict, questions=[q1, *verdict.questions[1:]], thin_evidence=thin
     )

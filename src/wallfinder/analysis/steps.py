@@ -302,13 +302,23 @@ def _repeating(top: Events, min_iterations: int) -> tuple[int, I64, I64, int] | 
     return found
 
 
-def gpu_windows(spans: StepSpans, gpu: Events, launch_ts: I64) -> tuple[I64, I64]:
-    """Window [start, end) of each step on the device. `launch_ts` is each GPU op's launch
-    time (NO_LAUNCH where unknown: such ops are placed by their own start)."""
-    n = len(spans.labels)
+def launched_in(
+    cpu_start: I64, cpu_end: I64, gpu: Events, launch_ts: I64
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+    """Per GPU op, the host span [cpu_start, cpu_end) (sorted by start) that launched it,
+    and whether one did. `launch_ts` is each op's launch time (NO_LAUNCH where unknown:
+    such ops are placed by their own start)."""
     when = np.where(launch_ts != NO_LAUNCH, launch_ts, gpu.ts)
-    step_of = np.searchsorted(spans.cpu_start, when, side="right") - 1
-    inside = (step_of >= 0) & (when < spans.cpu_end[np.maximum(step_of, 0)])
+    step_of = np.searchsorted(cpu_start, when, side="right") - 1
+    inside = (step_of >= 0) & (when < cpu_end[np.maximum(step_of, 0)])
+    return step_of, inside
+
+
+def gpu_windows(spans: StepSpans, gpu: Events, launch_ts: I64) -> tuple[I64, I64]:
+    """Window [start, end) of each step on the device: from the last step's last op to its
+    own last op (`launched_in`)."""
+    n = len(spans.labels)
+    step_of, inside = launched_in(spans.cpu_start, spans.cpu_end, gpu, launch_ts)
     last_end = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
     if inside.any():
         np.maximum.at(last_end, step_of[inside], gpu.end[inside])

@@ -451,6 +451,14 @@ def named(verdict: Verdict, claims: list[Claim], breakdown: Breakdown) -> Verdic
     return msgspec.structs.replace(verdict, mechanism=top.words)
 
 
+def few_steps(count: int) -> str:
+    """The thin evidence of too few steady-state steps, in words."""
+    return (
+        f"{count} steady-state step{'s' if count != 1 else ''}: whether that is typical of "
+        "the job cannot be told (profile more steps)"
+    )
+
+
 def thin_evidence(
     steps: Steps,
     device_known: bool,
@@ -468,10 +476,7 @@ def thin_evidence(
     if gpu:
         out.append(gpu)
     if steps.count < thresholds.min_steps:
-        out.append(
-            f"{steps.count} steady-state step{'s' if steps.count != 1 else ''}: whether that "
-            "is typical of the job cannot be told (profile more steps)"
-        )
+        out.append(few_steps(steps.count))
     if not launches_known:
         out.append("no launch records: idle time cannot be split into its causes")
     if not device_known:

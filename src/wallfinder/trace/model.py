@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from functools import cached_property
@@ -290,8 +290,8 @@ class Trace:
     def of_kind(self, *kinds: Kind) -> Events:
         """Rows of the given kinds, sorted by start time. One kind is a zero-copy slice of
         `events` (which is sorted by kind, then time), kept; several are merged into a copy
-        for the caller alone: kept, each combination's copy would stay for the whole analysis
-        (on a 1 GB trace the host ops with the runtime calls are 190 MB)."""
+        for the caller alone, not kept: each combination's copy would stay for the whole
+        analysis (on a 1 GB trace the host ops with the runtime calls are 190 MB)."""
         key = tuple(sorted(set(kinds)))
         cache = self._kind_cache
         if key in cache:
@@ -308,11 +308,11 @@ class Trace:
         """The name codes the rows of the given kinds use, each once, sorted (each kind's
         kept: small, and asked by several views)."""
         parts = []
-        for kind in sorted(set(kinds)):
-            key = ("names", kind)
-            if key not in self._names_cache:
-                self._names_cache[key] = np.unique(self.of_kind(kind).name).astype(np.int32)
-            parts.append(self._names_cache[key])
+        cache = self._names_cache
+        for kind in set(kinds):
+            if kind not in cache:
+                cache[kind] = np.unique(self.of_kind(kind).name).astype(np.int32)
+            parts.append(cache[kind])
         out: I32 = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int32)
         return out
 
@@ -385,12 +385,18 @@ class Trace:
         return {}
 
     @cached_property
-    def _names_cache(self) -> dict[tuple[str, int], I32]:
+    def _names_cache(self) -> dict[Kind, I32]:
         return {}
 
     def code_of(self, text: str) -> int:
         """The code of a string, or NONE when no event uses it."""
         return self._string_codes.get(text, NONE)
+
+    def codes_of(self, names: Iterable[str]) -> I32:
+        """The codes of those of `names` that the trace uses (each string is one code: the
+        table is built from distinct strings)."""
+        codes = self._string_codes
+        return np.array([codes[n] for n in names if n in codes], dtype=np.int32)
 
     @cached_property
     def _string_codes(self) -> dict[str, int]:

@@ -313,7 +313,7 @@ def _launches(
     """Which calls synchronise (by name, or a copy that blocked) and which blocked on a full
     launch queue; per op, its launch path's latency and (for an op with no launch call) its
     measured start, relative to `t0` (NEVER: it has a launch call)."""
-    sync = np.isin(names, trace.names_matching(SYNC_RUNTIME.__contains__))
+    sync = np.isin(names, trace.codes_of(SYNC_RUNTIME))
     # A copy call that returned after its copy ended blocked on it (a copy to pageable
     # memory): it synchronised, whatever its name says.
     copy_call = np.isin(names, trace.names_matching(lambda x: "emcpy" in x))

@@ -183,7 +183,7 @@ def _from_transfers(f: Facts) -> tuple[int, int, bool] | None:
     names = [f.trace.strings[int(c)] for c in np.unique(calls.name).tolist()]
     if not names or not all(_is_p2p(n) or n == "record_param_comms" for n in names):
         return None
-    p2p = np.array([c for n in _C10D_P2P if (c := f.trace.code_of(n)) >= 0], dtype=np.int32)
+    p2p = f.trace.codes_of(_C10D_P2P)
     count = int(np.isin(calls.name, p2p).sum())
     micro = round(count / 2 / max(f.steps.count, 1))
     return (micro, 1, True) if micro >= 1 else None

@@ -13,6 +13,7 @@ from wallfinder.analysis.findings import Facts, amdahl, make_finding, ms_text
 from wallfinder.analysis.rules import rule
 from wallfinder.analysis.serving import NOT_HOST
 from wallfinder.diagnosis import Finding, IterationKinds, Serving
+from wallfinder.units import util_pct
 
 _FP8_KV = frozenset({"bf16", "fp16", "fp32"})
 """KV cache dtypes that an fp8 cache at least halves."""
@@ -58,7 +59,7 @@ def serving_small_batch(f: Facts) -> Finding | None:
         "Decode batches too few sequences for the bandwidth it reads",
         share,
         f"decode iterations run ~{batch:.0f} tokens each (one per running sequence) and read "
-        f"~{d.bytes_per_iteration / 1e9:.2f} GB each at MBU {d.busy_mbu:.0%} of the peak "
+        f"~{d.bytes_per_iteration / 1e9:.2f} GB each at MBU {util_pct(d.busy_mbu)} of the peak "
         f"bandwidth over the GPU's busy time; {ms_text(below)} of decode's busy "
         f"{ms_text(decode.busy_s)} is below the bandwidth roof ({share:.0%} of the step; "
         f"an estimate: {d.basis})",
@@ -115,14 +116,15 @@ def serving_host_bound(f: Facts) -> Finding | None:
         return None
     # Only the idle between forward passes is the engine's loop: idle between one forward's
     # launches is the launch path's (`launch-bound`, CUDA graphs), whatever engine runs it.
-    seconds = min(s.between_share, s.host_share) * _steady_seconds(s)
+    between = min(s.between_share, s.host_share)
+    seconds = between * _steady_seconds(s)
     # Never more than the step's own host-caused idle: the iterations may hold time the
     # step leaves out (a one-off start-up inside the first one), and the bound is of the step.
     host = sum(v for k, v in f.breakdown.idle_causes.items() if k not in NOT_HOST)
     share = min(_share(f, seconds), f.share(host))
     if share <= 0:
         return None
-    inside = max(s.host_share - s.between_share, 0.0)
+    inside = s.host_share - between
     overlap = (
         f"; the engine already overlaps ({s.overlap}): what is left is host work it does not hide"
         if s.overlap
@@ -134,7 +136,7 @@ def serving_host_bound(f: Facts) -> Finding | None:
         "overhead",
         f"{s.engine}'s host work between iterations leaves the GPU idle",
         share,
-        f"between forward passes the GPU idles {min(s.between_share, s.host_share):.0%} of the "
+        f"between forward passes the GPU idles {between:.0%} of the "
         f"iterations' time ({ms_text(seconds)}) while {s.engine}'s host prepares inputs, "
         f"schedules and samples{overlap}"
         + (
