@@ -13,8 +13,6 @@ the device work it launched (cut at the next call), so that they compare on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -43,8 +41,7 @@ COMPILE_FACTOR = 10.0
 around it, compiled too (a trace recorded without the compiler's ranges)."""
 
 
-@dataclass(frozen=True)
-class _Calls:
+class _Calls(msgspec.Struct, frozen=True):
     """Calls of one piece of code on the host: [ts, end)."""
 
     ts: I64
@@ -300,8 +297,7 @@ RESUME_PREFIX = "torch_dynamo_resume_in_"
 """The name Dynamo gives the function that resumes a frame after a graph break."""
 
 
-@dataclass(frozen=True)
-class BreakCost:
+class BreakCost(msgspec.Struct, frozen=True):
     """The steady steps' eager stretches at graph breaks: inside the call of a frame that
     broke, from its start to the call of the frame that resumes it, the time in no compiled
     graph (the break's own code run eagerly, guard checks, the runtime's wrappers)."""

@@ -7,9 +7,9 @@ come from unions: |A − B| = |A ∪ B| − |B|, which is why the breakdown's pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -20,8 +20,7 @@ I64 = npt.NDArray[np.int64]
 _LOW = np.iinfo(np.int64).min
 
 
-@dataclass(frozen=True)
-class Coverage:
+class Coverage(msgspec.Struct, frozen=True):
     """A union of intervals: disjoint, sorted [starts[i], ends[i]) and the covered length
     before each interval (`before[i]`)."""
 

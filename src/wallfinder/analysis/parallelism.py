@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -126,8 +126,7 @@ def collective_kind(name: str) -> str:
     return "sendrecv" if kind in ("recv", "isend", "irecv") else kind
 
 
-@dataclass(frozen=True)
-class HostCollectives:
+class HostCollectives(msgspec.Struct, frozen=True):
     """The collectives the host calls in the steady steps: the outermost collective op per
     call (an `all_reduce` that calls `c10d::allreduce_` is one call), with its kind and the
     phase of the step it is called in (-1: not placed)."""

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -80,8 +81,7 @@ MAX_MODULE_ROWS = 60
 _BOUND_NAMES = ("unknown", "compute", "bandwidth")
 
 
-@dataclass(frozen=True)
-class Work:
+class Work(msgspec.Struct, frozen=True):
     """The step's units of work, one row each: when and on which thread they were issued
     (NO_LAUNCH: unknown), how long they ran, their class index (`CLASSES`), roofline bound
     code (0 unknown, 1 compute, 2 bandwidth), and their interval on the analysed clock."""
@@ -110,8 +110,7 @@ class Work:
         return cls(ts, thread, ts, ts, zeros, zeros, no, no, np.full(n, np.nan), no)
 
 
-@dataclass(frozen=True)
-class Attribution:
+class Attribution(msgspec.Struct, frozen=True):
     """Per unit of work: its phase (index in `PHASES`) and module row in `Modules.rows`
     (NONE: none), for the rules that name where a kernel sits."""
 
@@ -248,8 +247,7 @@ def host_work(scope: Scope, ops: Events) -> Work:
     )
 
 
-@dataclass(frozen=True)
-class _Nodes:
+class _Nodes(msgspec.Struct, frozen=True):
     """Backward ranges (autograd's ops): the columns the phases read of some of the trace's
     CPU ops, by start (a copy of all of their columns is tens of MB on a large trace)."""
 
@@ -271,11 +269,10 @@ class _Nodes:
         return int(self.ts.size)
 
     def take(self, index: npt.NDArray[np.intp]) -> _Nodes:
-        return _Nodes(*(getattr(self, f.name)[index] for f in fields(self)))
+        return _Nodes(*(getattr(self, f)[index] for f in self.__struct_fields__))
 
 
-@dataclass(frozen=True)
-class _Ranges:
+class _Ranges(msgspec.Struct, frozen=True):
     """The host ranges that mark phases and modules, each sorted by start."""
 
     backward: _Nodes

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -41,8 +41,7 @@ OPTIMIZER_ITERATIONS = "optimizer steps (no ProfilerStep)"
 ANNOTATION_ITERATIONS = "repeated annotations (no ProfilerStep)"
 
 
-@dataclass(frozen=True)
-class StepSpans:
+class StepSpans(msgspec.Struct, frozen=True):
     """CPU spans of the steps, in time order; `source` says where they came from. `startup`,
     when set, says why the first span is the trace's start-up, set aside."""
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import functools
 import pkgutil
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+import msgspec
 
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware._spec import DeviceSpec
@@ -40,8 +42,7 @@ _MIG_COMPUTE_SLICES = 7
 """A MIG GPU has 7 compute slices (NVIDIA MIG user guide): a 1g profile has 1/7 of them."""
 
 
-@dataclass(frozen=True)
-class _Ambiguous:
+class _Ambiguous(msgspec.Struct, frozen=True):
     why: str
     keys: tuple[str, ...]
     by_unit_count: bool
@@ -78,8 +79,7 @@ def normalize_name(name: str) -> str:
     return " ".join(words)
 
 
-@dataclass(frozen=True)
-class _Spelling:
+class _Spelling(msgspec.Struct, frozen=True):
     """A normalised name split into what identifies the board and its memory words."""
 
     base: tuple[str, ...]
@@ -107,14 +107,12 @@ class _Spelling:
         return next((w for w in self.base if any(c.isdigit() for c in w)), None)
 
 
-@dataclass(frozen=True)
-class _Family:
+class _Family(msgspec.Struct, frozen=True):
     key: str
     why: str
 
 
-@dataclass(frozen=True)
-class _Catalog:
+class _Catalog(msgspec.Struct, frozen=True):
     specs: tuple[DeviceSpec, ...]
     by_key: dict[str, DeviceSpec]
     by_name: dict[str, DeviceSpec]

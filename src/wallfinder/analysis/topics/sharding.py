@@ -4,8 +4,7 @@ that the step waits for, each with its strategy's own levers (not the DDP bucket
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -280,8 +279,7 @@ def fsdp_exposed_gather(f: Facts) -> Finding | None:
 # fsdp-small-units ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class _Merge:
+class _Merge(msgspec.Struct, frozen=True, eq=False):
     """FSDP's units' collectives on the GPU, each with its fixed cost: its time less its bytes
     at the link's peak (what a merged collective pays once instead of once per unit)."""
 
