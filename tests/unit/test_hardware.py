@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import wallfinder.hardware as hardware
-from wallfinder.hardware import _catalog
 from wallfinder import WallfinderError
 from wallfinder.hardware import (
     DTYPES,
     DeviceSpec,
+    _catalog,
     all_specs,
     cpu_spec,
     get_spec,
