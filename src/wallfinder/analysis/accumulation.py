@@ -46,7 +46,9 @@ def micro_step_syncs(scope: Scope) -> MicroStepSyncs:
     lo, hi = scope.spans.cpu_start[scope.kept], scope.spans.cpu_end[scope.kept]
     forwards = trace.named(host, np.array([forward], dtype=np.int32))
     starts = np.unique(forwards.ts[in_windows(forwards.ts, lo, hi)])
-    optimizer = trace.named(host, trace.names_matching(lambda s: s.startswith(OPTIMIZER_STEP)))
+    optimizer = trace.named(
+        host, trace.names_matching(lambda s: s.startswith(OPTIMIZER_STEP), host)
+    )
     stepped = np.sort(optimizer.ts[in_windows(optimizer.ts, lo, hi)])
     if starts.size < 2 or stepped.size == 0:
         return none

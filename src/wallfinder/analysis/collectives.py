@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_kernel
+from wallfinder.analysis.classify import is_communication_kernel
 from wallfinder.analysis.findings import amdahl
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.steps import cpu_steps
@@ -109,13 +109,14 @@ def bus_factor(name: str, n: int) -> float:
 
 def rank_collectives(trace: Trace) -> RankCollectives:
     """The collective instances of one rank's trace (see the module's docstring)."""
-    codes = trace.names_matching(lambda s: classify_kernel(s) is KernelClass.COMMUNICATION)
+    codes = trace.names_matching(is_communication_kernel, (Kind.KERNEL,))
     ev = trace.named((Kind.KERNEL,), codes)
     if len(ev) == 0:  # CPU (gloo): the backend's annotation spans the work
+        host = (Kind.ANNOTATION, Kind.CPU_OP)
         codes = trace.names_matching(
-            lambda s: s.startswith("gloo:") and collective_name(s) not in _NOT_COLLECTIVES
+            lambda s: s.startswith("gloo:") and collective_name(s) not in _NOT_COLLECTIVES, host
         )
-        ev = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+        ev = trace.named(host, codes)
     # Arguments once per distinct code (a handful), then per row by table lookup.
     arg_codes, arg_index = np.unique(ev.comm, return_inverse=True)
     parsed = [trace.collective(int(c)) if c else None for c in arg_codes.tolist()]

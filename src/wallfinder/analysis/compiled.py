@@ -328,9 +328,8 @@ def break_cost(scope: Scope, record: DynamoRecord) -> BreakCost | None:
     resumes = regions.take(frames)
     if len(resumes) == 0:
         return None
-    graphs = trace.named(
-        (Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(lambda s: s.startswith(_GRAPH_CALL))
-    )
+    host = (Kind.CPU_OP, Kind.ANNOTATION)
+    graphs = trace.named(host, trace.names_matching(lambda s: s.startswith(_GRAPH_CALL), host))
     graph_cover = Coverage.of(graphs.ts.astype(np.int64), graphs.end.astype(np.int64))
     outer = regions.take(~frames)
     compiles = trace.named((Kind.CPU_OP, Kind.ANNOTATION), compile_codes(trace))

@@ -39,9 +39,9 @@ import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import (
-    KernelClass,
     classify_op,
     communication_ops,
+    is_communication_op,
     is_data_loading,
 )
 from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps
@@ -297,7 +297,8 @@ def user_frames(trace: Trace) -> Events:
     py = trace.of_kind(Kind.PYTHON)
     if len(py) == 0:
         return py
-    return py.take(np.flatnonzero(np.isin(py.name, trace.names_matching(_is_user_frame))))
+    frames = trace.names_matching(_is_user_frame, (Kind.PYTHON,))
+    return py.take(np.flatnonzero(np.isin(py.name, frames)))
 
 
 def _is_user_frame(name: str) -> bool:
@@ -341,28 +342,33 @@ def optimizer_codes(trace: Trace) -> npt.NDArray[np.int32]:
 
 def _ranges(trace: Trace) -> _Ranges:
     cpu = trace.of_kind(Kind.CPU_OP)
-    engine = trace.names_matching(lambda s: s.startswith(("autograd::engine", "evaluate_function")))
+    engine = trace.names_matching(
+        lambda s: s.startswith(("autograd::engine", "evaluate_function")), (Kind.CPU_OP,)
+    )
     backward = _Nodes.of(cpu, np.flatnonzero(np.isin(cpu.name, engine) | (cpu.fwd_thread > 0)))
     host = (Kind.ANNOTATION, Kind.CPU_OP)
     optimizer = trace.named(host, optimizer_codes(trace))
-    data = trace.named(host, trace.names_matching(is_data_loading))
+    data = trace.named(host, trace.names_matching(is_data_loading, host))
     # The Python tracer's module records (with_stack), or the same names as record_function
     # ranges (what `wallfinder run` and `wallfinder.profile` put around each forward).
+    marked = (Kind.PYTHON, Kind.ANNOTATION)
     modules = trace.named(
-        (Kind.PYTHON, Kind.ANNOTATION), trace.names_matching(lambda s: s.startswith(MODULE_PREFIX))
+        marked, trace.names_matching(lambda s: s.startswith(MODULE_PREFIX), marked)
     )
     source = "modules"
     if len(modules) == 0:
         step = step_key(trace.step_range) if trace.step_range else None
         modules = trace.named(
             (Kind.ANNOTATION,),
-            trace.names_matching(lambda s: _is_user_range(s) and step_key(s) != step),
+            trace.names_matching(
+                lambda s: _is_user_range(s) and step_key(s) != step, (Kind.ANNOTATION,)
+            ),
         )
         source = "record_function"
     if len(modules) == 0:
         # Neither: the user's own Python frames (traces recorded with stacks) stand for them.
         modules, source = user_frames(trace), CALL_SITES
-    reducers = trace.named((Kind.PYTHON,), trace.names_matching(is_grad_reducer))
+    reducers = trace.named((Kind.PYTHON,), trace.names_matching(is_grad_reducer, (Kind.PYTHON,)))
     return _Ranges(backward, _outermost(backward), optimizer, data, modules, source, reducers)
 
 
@@ -382,7 +388,7 @@ def _is_user_range(name: str) -> bool:
     return bool(name) and not (
         name.startswith(("ProfilerStep#", "Optimizer.", "##", "cuda", "hip"))
         or is_data_loading(name)
-        or classify_op(name) is KernelClass.COMMUNICATION
+        or is_communication_op(name)
         # torch.compile's compiler at work (Dynamo, Inductor, autotuning): a one-off, not
         # a part of the model.
         or compile_range(name)

@@ -583,7 +583,8 @@ def _wait_events(f: Facts) -> Events:
     """The main thread's functional collectives' `wait_tensor` in the steady steps' forward
     (outermost)."""
     trace = f.trace
-    ev = trace.named((Kind.CPU_OP,), trace.names_matching(lambda s: s.endswith("::wait_tensor")))
+    ops = (Kind.CPU_OP,)
+    ev = trace.named(ops, trace.names_matching(lambda s: s.endswith("::wait_tensor"), ops))
     ev = ev.take(np.flatnonzero(in_windows(ev.ts, f.scope.window_start, f.scope.window_end)))
     if not len(ev) or f.attribution is None:
         return ev.take(np.zeros(0, np.intp))
