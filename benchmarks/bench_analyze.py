@@ -93,6 +93,21 @@ del text
 print(sys.argv[2] + '{"events": %d}' % len(events))
 """
 
+# The same floor in a process that first imports numpy: what any tool holding its columns in
+# numpy pays before its first figure (the floor's own work, plus numpy's import).
+FLOOR_NUMPY_SCRIPT = "import numpy\n" + FLOOR_SCRIPT
+
+# wallfinder's reader alone: its imports (numpy, the trace package) and the parse into columns,
+# the cache off, no analysis. Against the floor, how close reading is; against the whole
+# command, what the diagnosis adds.
+READER_SCRIPT = """
+import sys
+from pathlib import Path
+from wallfinder.trace import load_traces
+traces = load_traces(Path(sys.argv[1]), cache=False)
+print(sys.argv[2] + '{"events": %d}' % sum(len(t.events) for t in traces))
+"""
+
 # Where wallfinder's time goes on one trace, in one process: the imports, the parse (the cache
 # off), the device's spec, each stage of the diagnosis and each what-if replay (recorded by
 # `pipeline.timings()`, the analysis's opt-in timing hook), and the render to JSON.
@@ -434,6 +449,13 @@ def benchmark_file(
             command = [sys.executable, "-c", FLOOR_SCRIPT, str(trace), RESULT_MARKER, str(schema)]
             runs.append(best_of("msgspec", command, size, repeat, timeout, median))
             print(f"  msgspec:    {describe(runs[-1])}", flush=True)
+            command = [sys.executable, "-c", FLOOR_NUMPY_SCRIPT, *command[3:]]
+            runs.append(best_of("+numpy", command, size, repeat, timeout, median))
+            print(f"  +numpy:     {describe(runs[-1])}", flush=True)
+            if run_wallfinder:
+                command = [sys.executable, "-c", READER_SCRIPT, str(trace), RESULT_MARKER]
+                runs.append(best_of("reader", command, size, repeat, timeout, median))
+                print(f"  reader:     {describe(runs[-1])}", flush=True)
     if hta_python:
         folder = hta_folder(trace, scratch)
         command = [hta_python, "-c", HTA_SCRIPT, str(folder), RESULT_MARKER]
@@ -457,6 +479,9 @@ def benchmark_file(
         "stages": [{"kind": k, "name": n, "seconds": t} for k, n, t in costed],
         "throughput_ratio_wallfinder_over_hta": ratio,
         "wall_ratio_wallfinder_over_msgspec_floor": over_floor,
+        # The floor with numpy imported, and wallfinder's reader alone, over the floor.
+        "wall_ratio_numpy_floor_over_msgspec_floor": _over(walls, "+numpy", "msgspec"),
+        "wall_ratio_reader_over_msgspec_floor": _over(walls, "reader", "msgspec"),
         # wallfinder's workers count: its whole process tree against HTA's.
         "peak_memory_ratio_hta_over_wallfinder": (
             peaks["HTA"] / peaks["wallfinder"] if "HTA" in peaks and "wallfinder" in peaks else None
@@ -482,6 +507,10 @@ def benchmark_file(
             else None
         ),
     }
+
+
+def _over(walls: dict[str, float], tool: str, base: str) -> float | None:
+    return walls[tool] / walls[base] if tool in walls and base in walls else None
 
 
 def stage_table(rows: list[tuple[str, str, float]]) -> str:
@@ -554,6 +583,12 @@ def print_table(results: list[dict[str, Any]]) -> None:
         over_floor = result.get("wall_ratio_wallfinder_over_msgspec_floor")
         if over_floor is not None:
             print(f"{'':34} {'':8}  wallfinder wall time = {over_floor:.2f} x the msgspec floor")
+        for key, what in (
+            ("wall_ratio_numpy_floor_over_msgspec_floor", "the floor with numpy imported"),
+            ("wall_ratio_reader_over_msgspec_floor", "wallfinder's reader alone"),
+        ):
+            if result.get(key) is not None:
+                print(f"{'':34} {'':8}  {what} = {result[key]:.2f} x the msgspec floor")
         less = result.get("peak_memory_ratio_hta_over_wallfinder")
         if less is not None:
             print(f"{'':34} {'':8}  wallfinder peak memory (tree) = {less:.1f} x less than HTA's")
@@ -592,7 +627,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-floor",
         action="store_true",
-        help="skip the msgspec floor (the file decoded into wallfinder's event structs alone)",
+        help=(
+            "skip the msgspec floor (the file decoded into wallfinder's event structs alone), "
+            "the same with numpy imported, and wallfinder's reader alone"
+        ),
     )
     parser.add_argument("--repeat", type=int, default=1, help="take the best of N runs")
     parser.add_argument(

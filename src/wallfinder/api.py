@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
-import numpy as np
 
 from wallfinder._lazy import lazy_attributes
 from wallfinder.analysis import (
@@ -206,8 +205,8 @@ class Options:
 def _device_evidence(trace: Trace) -> DeviceEvidence:
     """What the trace says about its device: its first device's deviceProperties, and its
     kernel names (one per distinct name) for the architecture tags they carry."""
-    kernels = trace.of_kind(Kind.KERNEL)
-    names = [trace.strings[c] for c in np.unique(kernels.name)] if len(kernels) else []
+    # (Kept on the trace, where the serving view reads them again.)
+    names = [trace.strings[c] for c in trace.distinct_names(Kind.KERNEL).tolist()]
     props = trace.device_properties[0] if trace.device_properties else {}
     return evidence_of(trace.device_name, props, names)
 

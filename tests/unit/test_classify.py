@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from wallfinder.analysis import classify
 from wallfinder.analysis.classify import MATMUL_CLASSES, KernelClass, classify_kernel, classify_op
 
 K = KernelClass
@@ -239,3 +242,31 @@ def test_depthwise_convolutions_are_their_own_class_not_a_matmul() -> None:
     assert classify_op("aten::_conv_depthwise2d") is K.DEPTHWISE
     assert K.DEPTHWISE not in MATMUL_CLASSES
     assert classify_kernel("implicit_convolve_sgemm") is K.CONVOLUTION
+
+
+# The communication tests over every distinct name of a trace try no class after
+# communication's: the same answer as classifying, on every listed name and on names built
+# from the needles of several classes (the first class in the rules' order wins), with the
+# "convert" and "fbgemm" cuts, autograd nodes and metadata ops.
+_NEEDLES = [
+    n for rules in (classify._OP_RULES, classify._KERNEL_RULES) for _, ns in rules for n in ns
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([*_NEEDLES, "convert", "fbgemm", "Backward0", "aten::", "NCCL", "_", " "]),
+        max_size=4,
+    ).map("".join)
+)
+def test_the_communication_tests_answer_as_classifying_does(name: str) -> None:
+    for text in (name, f"autograd::engine::evaluate_function: {name}Backward0", name.upper()):
+        assert classify.is_communication_op(text) is (classify_op(text) is K.COMMUNICATION)
+        assert classify.is_communication_kernel(text) is (classify_kernel(text) is K.COMMUNICATION)
+
+
+@pytest.mark.parametrize("name", [n for n, _ in KERNELS + OPS] + ["aten::view", "allconvertreduce"])
+def test_the_communication_tests_answer_as_classifying_does_on_known_names(name: str) -> None:
+    assert classify.is_communication_op(name) is (classify_op(name) is K.COMMUNICATION)
+    assert classify.is_communication_kernel(name) is (classify_kernel(name) is K.COMMUNICATION)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 from test_collectives import rank_trace, write_job
 from test_findings import cpu_step_with_gloo_beside, ddp_accumulation
 

@@ -30,8 +30,8 @@ def test_every_rule_reads_one_of_the_four_scopes_from_a_topic_module() -> None:
     assert len(names) == len(set(names))
     # Every scope's facts carry the thresholds (a rank's facts through its analysis scope).
     for scope in (MemoryFacts, SnapshotFacts, JobFacts, Scope):
-        assert scope.__dataclass_fields__["thresholds"].type in ("Thresholds", Thresholds)
-    assert Facts.__dataclass_fields__["scope"].type in ("Scope", Scope)
+        assert scope.__annotations__["thresholds"] in ("Thresholds", Thresholds)
+    assert Facts.__annotations__["scope"] in ("Scope", Scope)
     assert isinstance(Facts.thresholds, property)
 
 

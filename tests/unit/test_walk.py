@@ -6,7 +6,6 @@ graphs with DataLoader and collective waits in the host's gaps."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 from test_critpath import (
     comm_exposed,
     gpu_bound,

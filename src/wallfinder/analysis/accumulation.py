@@ -5,8 +5,7 @@ so that the finding's replayed gain is the replay of the very kernels it marks."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -23,8 +22,7 @@ OPTIMIZER_STEP = "Optimizer.step#"
 """How the optimizer's step range begins (`Optimizer.step#SGD.step`): one per optimizer step."""
 
 
-@dataclass(frozen=True, eq=False)
-class MicroStepSyncs:
+class MicroStepSyncs(msgspec.Struct, frozen=True, eq=False):
     """The all-reduce kernels launched in a micro-step that no optimizer step ends (`rows`: a
     mask over the device's ops; empty with no device) — gradient accumulation syncing
     gradients it will add to again, what `no_sync()` skips — and the micro-steps per
@@ -48,7 +46,9 @@ def micro_step_syncs(scope: Scope) -> MicroStepSyncs:
     lo, hi = scope.spans.cpu_start[scope.kept], scope.spans.cpu_end[scope.kept]
     forwards = trace.named(host, np.array([forward], dtype=np.int32))
     starts = np.unique(forwards.ts[in_windows(forwards.ts, lo, hi)])
-    optimizer = trace.named(host, trace.names_matching(lambda s: s.startswith(OPTIMIZER_STEP)))
+    optimizer = trace.named(
+        host, trace.names_matching(lambda s: s.startswith(OPTIMIZER_STEP), host)
+    )
     stepped = np.sort(optimizer.ts[in_windows(optimizer.ts, lo, hi)])
     if starts.size < 2 or stepped.size == 0:
         return none

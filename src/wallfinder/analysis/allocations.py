@@ -18,8 +18,8 @@ is one step's working set, however large.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -32,8 +32,7 @@ __all__ = ["Growth", "Replay", "by_site", "rank_sites", "step_growth"]
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class Replay:
+class Replay(msgspec.Struct, frozen=True):
     """One device's allocate/free history replayed (event `i` is row `i` of the columns)."""
 
     addr: I64
@@ -135,8 +134,7 @@ def by_site(members: I64, site: Callable[[int], str], step: I64) -> dict[str, li
     return {s: m for s, m in groups.items() if len({int(step[i]) for i in m}) >= 2}
 
 
-@dataclass(frozen=True)
-class Growth:
+class Growth(msgspec.Struct, frozen=True):
     """Allocated bytes at the step boundaries: their slope per step (None: too few steps to
     tell), the growth it makes over them, and whether that is a leak."""
 

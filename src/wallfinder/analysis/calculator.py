@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import msgspec
 
@@ -58,8 +57,7 @@ def _check_dtype(dtype: str) -> None:
         raise WallfinderError(f"unknown dtype {dtype!r} (one of {', '.join(PEAK_DTYPES)})")
 
 
-@dataclass(frozen=True)
-class _Call:
+class _Call(msgspec.Struct, frozen=True):
     """An op as the profiler would record it: its aten name, arguments, the dtype of its
     output and its tensors in words."""
 
@@ -280,8 +278,7 @@ def calculate(
     )
 
 
-@dataclass(frozen=True)
-class _Link:
+class _Link(msgspec.Struct, frozen=True):
     """One op of a chain, costed: its output tensor's bytes are the intermediate it hands on."""
 
     op: str

@@ -367,21 +367,45 @@ def is_data_loading(name: str) -> bool:
 
 
 def _match(text: str, rules: tuple[tuple[KernelClass, tuple[str, ...]], ...]) -> KernelClass:
-    # "convert" (Inductor's convert_element_type, vLLM's _typeConvert) is not a convolution,
-    # and "fbgemm" (TorchRec's embedding library, `fbgemm_gpu::`) is not a GEMM: its kernels
-    # gather embedding rows and permute sparse features; its own matmuls are CUTLASS kernels,
-    # named so.
-    lowered = text.lower().replace("convert", "").replace("fbgemm", "")
+    lowered = _lowered(text)
     for cls, needles in rules:
         if any(n in lowered for n in needles):
             return cls
     return KernelClass.OTHER
 
 
+def _matches(
+    text: str, rules: tuple[tuple[KernelClass, tuple[str, ...]], ...], wanted: KernelClass
+) -> bool:
+    """`_match(text, rules) is wanted`, trying no class after `wanted`'s: communication comes
+    first, and a test for it over every distinct name of a trace then costs one class's
+    needles, not all ten classes' (most names are of no class)."""
+    lowered = _lowered(text)
+    for cls, needles in rules:
+        if any(n in lowered for n in needles):
+            return cls is wanted
+        if cls is wanted:
+            return False
+    return wanted is KernelClass.OTHER
+
+
+def _lowered(text: str) -> str:
+    # "convert" (Inductor's convert_element_type, vLLM's _typeConvert) is not a convolution,
+    # and "fbgemm" (TorchRec's embedding library, `fbgemm_gpu::`) is not a GEMM: its kernels
+    # gather embedding rows and permute sparse features; its own matmuls are CUTLASS kernels,
+    # named so.
+    return text.lower().replace("convert", "").replace("fbgemm", "")
+
+
 def classify_kernel(name: str) -> KernelClass:
     """The class of a GPU kernel from its name (cuBLAS/cuBLASLt/CUTLASS/nvjet, hipBLASLt
     `Cijk_`, flash/fmha, cuDNN/MIOpen, NCCL/RCCL, Triton and ATen kernel names)."""
     return _match(name, _KERNEL_RULES)
+
+
+def is_communication_kernel(name: str) -> bool:
+    """`classify_kernel(name) is KernelClass.COMMUNICATION`, without trying the other classes."""
+    return _matches(name, _KERNEL_RULES, KernelClass.COMMUNICATION)
 
 
 def comm_family(name: str) -> str | None:
@@ -442,12 +466,25 @@ def classify_op(name: str) -> KernelClass:
     """The class of a CPU-side op (`aten::mm`, `nccl:all_reduce`, ...). An autograd node
     (`autograd::engine::evaluate_function: MulBackward0`) has the class of the op it
     differentiates (`aten::mul`): on CPU-only traces these nodes hold the whole backward pass."""
-    backward = _BACKWARD_NODE.match(name)
-    if backward is not None:
-        name = "aten::" + _CAMEL_WORD.sub("_", backward.group(1)).lower()
+    name = _differentiated(name)
     if name in _METADATA_OPS:
         return KernelClass.OTHER
     return _match(name, _OP_RULES)
+
+
+def is_communication_op(name: str) -> bool:
+    """`classify_op(name) is KernelClass.COMMUNICATION`, without trying the other classes."""
+    name = _differentiated(name)
+    return name not in _METADATA_OPS and _matches(name, _OP_RULES, KernelClass.COMMUNICATION)
+
+
+def _differentiated(name: str) -> str:
+    """The op an autograd node differentiates (`aten::mul` for `...: MulBackward0`), else
+    `name`."""
+    backward = _BACKWARD_NODE.match(name)
+    if backward is not None:
+        return "aten::" + _CAMEL_WORD.sub("_", backward.group(1)).lower()
+    return name
 
 
 def communication_ops(trace: Trace) -> npt.NDArray[np.int32]:
@@ -458,7 +495,7 @@ def communication_ops(trace: Trace) -> npt.NDArray[np.int32]:
 
 
 def _communication_ops(trace: Trace) -> npt.NDArray[np.int32]:
-    codes = trace.names_matching(lambda s: classify_op(s) is KernelClass.COMMUNICATION)
+    codes = trace.names_matching(is_communication_op)
     codes.setflags(write=False)  # (shared by every caller)
     return codes
 

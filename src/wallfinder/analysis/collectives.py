@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from wallfinder.analysis.classify import KernelClass, classify_kernel
+from wallfinder.analysis.classify import is_communication_kernel
 from wallfinder.analysis.findings import amdahl
 from wallfinder.analysis.rules import evaluate, rule
 from wallfinder.analysis.steps import cpu_steps
@@ -54,8 +53,7 @@ _NOT_COLLECTIVES = frozenset({"wait", "barrier_wait", ""})
 _KERNEL_OP = re.compile(r"^(?:nccl|rccl|msccl)(?:dev)?kernel_([a-z]+)", re.IGNORECASE)
 
 
-@dataclass(frozen=True, eq=False)
-class RankCollectives:
+class RankCollectives(msgspec.Struct, frozen=True, eq=False):
     """One rank's collective instances, one row per instance in time order.
 
     `group`/`name` are codes into `groups`/`names`; `seq` is the instance's position in its
@@ -111,13 +109,14 @@ def bus_factor(name: str, n: int) -> float:
 
 def rank_collectives(trace: Trace) -> RankCollectives:
     """The collective instances of one rank's trace (see the module's docstring)."""
-    codes = trace.names_matching(lambda s: classify_kernel(s) is KernelClass.COMMUNICATION)
+    codes = trace.names_matching(is_communication_kernel, (Kind.KERNEL,))
     ev = trace.named((Kind.KERNEL,), codes)
     if len(ev) == 0:  # CPU (gloo): the backend's annotation spans the work
+        host = (Kind.ANNOTATION, Kind.CPU_OP)
         codes = trace.names_matching(
-            lambda s: s.startswith("gloo:") and collective_name(s) not in _NOT_COLLECTIVES
+            lambda s: s.startswith("gloo:") and collective_name(s) not in _NOT_COLLECTIVES, host
         )
-        ev = trace.named((Kind.ANNOTATION, Kind.CPU_OP), codes)
+        ev = trace.named(host, codes)
     # Arguments once per distinct code (a handful), then per row by table lookup.
     arg_codes, arg_index = np.unique(ev.comm, return_inverse=True)
     parsed = [trace.collective(int(c)) if c else None for c in arg_codes.tolist()]
@@ -201,8 +200,7 @@ def _order_in_group(group: npt.NDArray[np.int32]) -> I64:
 # The cross-rank join --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(msgspec.Struct, frozen=True):
     """What the join adds to a job's diagnosis."""
 
     summary: JobSummary
@@ -461,8 +459,7 @@ def _joins(
     return joins
 
 
-@dataclass(frozen=True, eq=False)
-class _Matrix:
+class _Matrix(msgspec.Struct, frozen=True, eq=False):
     """Instances x ranks: start and duration (ns from the job's earliest start; NaN where a
     rank has no such instance), and per instance the lowest and highest name code and size
     seen across ranks (equal when the ranks agree)."""
@@ -561,8 +558,7 @@ def _last(arrive: F64, tie_ns: float) -> tuple[I64, F64]:
     return last, lead
 
 
-@dataclass(frozen=True, eq=False)
-class _Arrivals:
+class _Arrivals(msgspec.Struct, frozen=True, eq=False):
     """Per matched instance: the rank that arrived last (-1: a tie), its lead over the next
     latest (ns) and the step the instance began in (-1: before any)."""
 
@@ -772,8 +768,7 @@ def _table(
     return rows
 
 
-@dataclass(frozen=True, eq=False)
-class JobFacts:
+class JobFacts(msgspec.Struct, frozen=True, eq=False):
     """What the job rules look at: the stragglers and the ranks' lines the join found, the
     job's median step (seconds) and step count, per matched collective instance its message
     size (bytes, -1 unknown) and transfer time (ns), and the thresholds."""
@@ -785,14 +780,13 @@ class JobFacts:
     message_bytes: I64
     transfer: F64
     thresholds: Thresholds
-    stages: list[StageTimes] = field(default_factory=list)
+    stages: list[StageTimes] = msgspec.field(default_factory=list)
     """The pipelined ranks' compute and bubble (`pipeline_stage`), in rank order."""
     strategies: frozenset[str] = frozenset()
     """The parallel strategies any rank's trace names (`Diagnosis.parallelism`)."""
 
 
-@dataclass(frozen=True)
-class StageTimes:
+class StageTimes(msgspec.Struct, frozen=True):
     """One pipelined rank's facts, from its diagnosis: its compute per step (forward and
     backward: device time on a GPU, the main thread's exposed time on a CPU) and the share
     of its step it waits in its pipeline bubble."""

@@ -13,8 +13,6 @@ the device work it launched (cut at the next call), so that they compare on the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -43,8 +41,7 @@ COMPILE_FACTOR = 10.0
 around it, compiled too (a trace recorded without the compiler's ranges)."""
 
 
-@dataclass(frozen=True)
-class _Calls:
+class _Calls(msgspec.Struct, frozen=True):
     """Calls of one piece of code on the host: [ts, end)."""
 
     ts: I64
@@ -300,8 +297,7 @@ RESUME_PREFIX = "torch_dynamo_resume_in_"
 """The name Dynamo gives the function that resumes a frame after a graph break."""
 
 
-@dataclass(frozen=True)
-class BreakCost:
+class BreakCost(msgspec.Struct, frozen=True):
     """The steady steps' eager stretches at graph breaks: inside the call of a frame that
     broke, from its start to the call of the frame that resumes it, the time in no compiled
     graph (the break's own code run eagerly, guard checks, the runtime's wrappers)."""
@@ -332,9 +328,8 @@ def break_cost(scope: Scope, record: DynamoRecord) -> BreakCost | None:
     resumes = regions.take(frames)
     if len(resumes) == 0:
         return None
-    graphs = trace.named(
-        (Kind.CPU_OP, Kind.ANNOTATION), trace.names_matching(lambda s: s.startswith(_GRAPH_CALL))
-    )
+    host = (Kind.CPU_OP, Kind.ANNOTATION)
+    graphs = trace.named(host, trace.names_matching(lambda s: s.startswith(_GRAPH_CALL), host))
     graph_cover = Coverage.of(graphs.ts.astype(np.int64), graphs.end.astype(np.int64))
     outer = regions.take(~frames)
     compiles = trace.named((Kind.CPU_OP, Kind.ANNOTATION), compile_codes(trace))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -205,8 +205,7 @@ BOUND_CODE = {"compute": 1, "memory": 2, "latency": 3}
 """A counter bound as `CounterPlacement.bound` stores it (0: none)."""
 
 
-@dataclass(frozen=True)
-class CounterPlacement:
+class CounterPlacement(msgspec.Struct, frozen=True):
     """Per device op (`DeviceOps.ops`): the profiled launch it was joined to, how, and the
     bound the counters give it (`BOUND_CODE`; 0 where unmatched or undecided), with the
     counted % of peak of the unit that bounds it (NaN where none)."""

@@ -5,9 +5,9 @@ views; the stages (`analysis.STAGES`) do the rest the same way for both."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -36,8 +36,7 @@ TOP_ROWS = 15
 """Rows of the diagnosis's kernel and op tables (the rest go to the exported tables)."""
 
 
-@dataclass(frozen=True)
-class DeviceParts:
+class DeviceParts(msgspec.Struct, frozen=True):
     """What a device's own analyses give the common pipeline."""
 
     device: Device
@@ -47,8 +46,8 @@ class DeviceParts:
     mfu: Mfu
     warnings: list[str]
     capacity: tuple[int | None, str | None] = (None, None)
-    kernels: list[KernelRow] = field(default_factory=list)
-    more_kernels: list[KernelRow] = field(default_factory=list)
+    kernels: list[KernelRow] = msgspec.field(default_factory=list)
+    more_kernels: list[KernelRow] = msgspec.field(default_factory=list)
     cpu: CpuActivity | None = None
     dispatch: DispatchSummary | None = None
     main_thread: int | None = None

@@ -16,8 +16,7 @@ does arithmetic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -25,8 +24,7 @@ from wallfinder.analysis.intervals import in_windows
 from wallfinder.trace import Events
 
 
-@dataclass(frozen=True)
-class DispatchSummary:
+class DispatchSummary(msgspec.Struct, frozen=True):
     """The dispatch-sized calls of the steady-state steps, for the evidence of a finding."""
 
     calls_per_step: float
@@ -34,8 +32,7 @@ class DispatchSummary:
     median_call_ns: float
 
 
-@dataclass(frozen=True)
-class Dispatch:
+class Dispatch(msgspec.Struct, frozen=True):
     """Per op of one thread (the `ops` given to `dispatch_sized`): `sized` marks the ops of
     dispatch-sized calls, `top` the top-level ops (the calls), `tree_ops` each call's number
     of ops (0 for ops that are not top-level)."""

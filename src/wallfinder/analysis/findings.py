@@ -12,10 +12,10 @@ stated, to what the device's faster path would take).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property, wraps
 from typing import TypeVar, cast
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -46,8 +46,7 @@ from wallfinder.units import ms, short_frame
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(msgspec.Struct, frozen=True, dict=True):  # dict: the cached properties
     """What the rules look at: one rank's scope (the trace, its device ops, the steady-state
     windows, the peaks and the thresholds) and the analyses already made."""
 
@@ -67,9 +66,7 @@ class Facts:
     """An LLM serving trace's engine iterations (`serving.serving`; None: not one)."""
     parallelism: Parallelism | None = None
     """The job's parallel strategies seen in this rank's trace (None: none, or not known)."""
-    memo: dict[Callable[[Facts], object], object] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    memo: dict[Callable[[Facts], object], object] = msgspec.field(default_factory=dict)
     """What `once` computed: shared by a rank's facts without the what-if graph (the critical
     path's levers are selected from them) and with it (the findings)."""
 

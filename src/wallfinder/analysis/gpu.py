@@ -4,9 +4,9 @@ and the causes of idle time."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -60,8 +60,7 @@ GRAPH_LAUNCHES = frozenset(
 """Runtime calls that replay a captured graph: every kernel they start correlates to them."""
 
 
-@dataclass(frozen=True)
-class DeviceOps:
+class DeviceOps(msgspec.Struct, frozen=True):
     """Everything that ran on one device, sorted by start, with each op's launch."""
 
     device: int
@@ -185,8 +184,7 @@ def _classes(trace: Trace, ops: Events) -> npt.NDArray[np.int8]:
     return cls
 
 
-@dataclass(frozen=True)
-class WindowBreakdown:
+class WindowBreakdown(msgspec.Struct, frozen=True):
     """Per window (step), nanoseconds: the parts sum to end − start."""
 
     start: I64
@@ -222,8 +220,7 @@ def breakdown(
     return WindowBreakdown(start, end, c, cc - c, a - cc, idle, causes, hidden)
 
 
-@dataclass(frozen=True)
-class BusyHolders:
+class BusyHolders(msgspec.Struct, frozen=True):
     """Who holds the device's busy time on the timeline (nanoseconds over the windows, per
     class in `CLASSES` order): see `busy_holders`."""
 
@@ -298,8 +295,7 @@ def _idle_causes(
     }
 
 
-@dataclass(frozen=True)
-class IdlePieces:
+class IdlePieces(msgspec.Struct, frozen=True):
     """The device's idle stretches in the windows (gaps in the busy time, split where a window
     starts), each with its time by cause (nanoseconds, summing to its length)."""
 

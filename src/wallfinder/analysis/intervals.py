@@ -7,9 +7,9 @@ come from unions: |A − B| = |A ∪ B| − |B|, which is why the breakdown's pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -20,8 +20,7 @@ I64 = npt.NDArray[np.int64]
 _LOW = np.iinfo(np.int64).min
 
 
-@dataclass(frozen=True)
-class Coverage:
+class Coverage(msgspec.Struct, frozen=True):
     """A union of intervals: disjoint, sorted [starts[i], ends[i]) and the covered length
     before each interval (`before[i]`)."""
 
@@ -220,22 +219,27 @@ def enclosing_of(
     q = q_rank.astype(np.int64) * span + (t - base)
     i = np.searchsorted(sorted_key, q, side="right") - 1
     out = np.full(t.size, NONE, dtype=np.int64)
-    todo = valid & (i >= 0)
     ends = end[order]
     del end
-    same_thread_start = q_rank.astype(np.int64) * span
+    # The queries still searching, and each one's candidate row: compacted as they are
+    # answered, so that each step back costs what is left, not every query again (most are
+    # answered by the first candidate).
+    idx = np.flatnonzero(valid & (i >= 0))
+    cand = i[idx]
+    same_thread_start = q_rank.astype(np.int64)[idx] * span
+    at = t[idx]
     for _ in range(MAX_STEPS_BACK):
-        if not todo.any():
+        if idx.size == 0:
             break
-        idx = np.flatnonzero(todo)
-        cand = i[idx]
-        inside_thread = sorted_key[cand] >= same_thread_start[idx]
-        contains = inside_thread & (ends[cand] >= t[idx])
-        found = idx[contains]
-        out[found] = order[i[found]]
+        inside_thread = sorted_key[cand] >= same_thread_start
+        contains = inside_thread & (ends[cand] >= at)
+        out[idx[contains]] = order[cand[contains]]
         # Not enclosing: an ended sibling (step back to an earlier op), or another thread.
-        todo[found] = False
-        todo[idx[~inside_thread]] = False
-        i[idx[~contains & inside_thread]] -= 1
-        todo &= i >= 0
+        back = ~contains & inside_thread & (cand > 0)
+        idx, cand, same_thread_start, at = (
+            idx[back],
+            cand[back] - 1,
+            same_thread_start[back],
+            at[back],
+        )
     return out

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -174,18 +173,17 @@ Item = tuple[int, str, str]
 """A live block as the report groups it: bytes, call site, category."""
 
 
-@dataclass
-class _Labels:
+class _Labels(msgspec.Struct):
     """What the history adds to the stacks: the category of blocks whose stack says nothing
     (by device and address), and the notes that say so."""
 
-    by_block: dict[tuple[int, int], str] = field(default_factory=dict)
+    by_block: dict[tuple[int, int], str] = msgspec.field(default_factory=dict)
     """Category of each block alive at the end of a history, by (device, address)."""
-    histories: set[int] = field(default_factory=set)
+    histories: set[int] = msgspec.field(default_factory=set)
     """Devices with a recorded history."""
-    from_before: dict[int, list[int]] = field(default_factory=dict)
+    from_before: dict[int, list[int]] = msgspec.field(default_factory=dict)
     """Per device, the bytes of each block with no stack that predates its history."""
-    setup: dict[int, list[int]] = field(default_factory=dict)
+    setup: dict[int, list[int]] = msgspec.field(default_factory=dict)
     """Per device, the bytes of each block allocated before the first forward pass and never
     freed that no stack names."""
 
@@ -263,8 +261,7 @@ def _devices(
     return out
 
 
-@dataclass(frozen=True)
-class _History:
+class _History(msgspec.Struct, frozen=True):
     """One device's history replayed, with the category and step of each event."""
 
     device: int
@@ -331,8 +328,7 @@ def _step_starts(h: History, allocs: list[int], stages: dict[int, int]) -> I64:
     )
 
 
-@dataclass
-class _Replayed:
+class _Replayed(msgspec.Struct):
     peak: MemoryPeak
     leaks: list[MemoryLeak]
     ooms: list[OomEvent]
@@ -435,8 +431,7 @@ def _leaks(hist: _History, peak: int, thresholds: Thresholds) -> tuple[list[Memo
     return sorted(out, key=lambda s: (-s.bytes, s.site)), notes
 
 
-@dataclass(frozen=True)
-class SnapshotFacts:
+class SnapshotFacts(msgspec.Struct, frozen=True):
     """What the snapshot rules look at: the report (without findings) and the thresholds."""
 
     report: MemoryReport

@@ -35,9 +35,10 @@ forward pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -169,8 +170,7 @@ def _under_pressure(p: DeviceMemoryProfile, limits: MemoryThresholds) -> bool:
     return p.capacity is None or _in_use(p) >= limits.pressure * p.capacity
 
 
-@dataclass(frozen=True)
-class _Context:
+class _Context(msgspec.Struct, frozen=True):
     """Per memory event: its op, call site, step and phase."""
 
     trace: Trace
@@ -350,8 +350,7 @@ def _covered(
     return cover.contains(m_key + (mem.ts - lo))
 
 
-@dataclass(frozen=True)
-class MemoryFacts:
+class MemoryFacts(msgspec.Struct, frozen=True, dict=True):  # dict: the cached property
     """What the memory rules look at: one device's memory profile from a trace's memory
     events, what the replay measured beyond it, the job's world size and the thresholds."""
 

@@ -12,8 +12,8 @@ the steady state (analysis/gpu.py) and named by the `warm-up` finding.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -79,8 +79,7 @@ LIBRARY = "library start-up"
 JIT = "JIT compile"
 
 
-@dataclass(frozen=True)
-class OneOffs:
+class OneOffs(msgspec.Struct, frozen=True):
     """The one-off stretches of the host threads: [start, end) on `thread` (a `thread_key`),
     each the span of op `op` (a name code; NONE: a call outside any op), its `kind` (`LIBRARY`
     or `JIT`) and what it holds, in words (`what`)."""
@@ -91,7 +90,7 @@ class OneOffs:
     op: I64
     kind: list[str]
     what: list[str]
-    recurring: dict[int, tuple[int, int]] = field(default_factory=dict)
+    recurring: dict[int, tuple[int, int]] = msgspec.field(default_factory=dict)
     """Ops (name codes) whose calls held the signatures again and again (`recurring_one_off`
     times or more on one thread): a library or compiler building code for each new shape,
     which recurs as long as shapes change (cuDNN attention per sequence length in a decode

@@ -24,13 +24,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.accumulation import DDP_FORWARD
-from wallfinder.analysis.classify import KernelClass, classify_kernel, classify_op
+from wallfinder.analysis.classify import is_communication_kernel, is_communication_op
 from wallfinder.analysis.collectives import DEFAULT_GROUP, collective_name
 from wallfinder.analysis.gpu import COMM
 from wallfinder.analysis.intervals import in_windows
@@ -126,8 +126,7 @@ def collective_kind(name: str) -> str:
     return "sendrecv" if kind in ("recv", "isend", "irecv") else kind
 
 
-@dataclass(frozen=True)
-class HostCollectives:
+class HostCollectives(msgspec.Struct, frozen=True):
     """The collectives the host calls in the steady steps: the outermost collective op per
     call (an `all_reduce` that calls `c10d::allreduce_` is one call), with its kind and the
     phase of the step it is called in (-1: not placed)."""
@@ -145,9 +144,10 @@ def host_collectives(scope: Scope, attribution: Attribution | None) -> HostColle
         # The cheap test first: classifying every distinct string costs more than the rest.
         lambda s: (
             ("c10d" in s or s.startswith(("nccl:", "gloo:")))
-            and classify_op(s) is KernelClass.COMMUNICATION
+            and is_communication_op(s)
             and collective_kind(s) not in ("wait", "barrier", "")
-        )
+        ),
+        (Kind.CPU_OP,),
     )
     ops = trace.named((Kind.CPU_OP,), codes)
     ops = ops.take(np.flatnonzero(in_windows(ops.ts, scope.window_start, scope.window_end)))
@@ -181,7 +181,7 @@ def fsdp_ranges(scope: Scope, *names: str) -> Events:
     each one's unit."""
     trace = scope.trace
     codes = trace.names_matching(
-        lambda s: (m := _UNIT.match(s)) is not None and m.group(1) in names
+        lambda s: (m := _UNIT.match(s)) is not None and m.group(1) in names, HOST
     )
     ev = trace.named(HOST, codes)
     return ev.take(np.flatnonzero(in_windows(ev.ts, scope.window_start, scope.window_end)))
@@ -207,7 +207,7 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
     frameworks = [
         name
         for name, test in _FRAMEWORKS
-        if trace.named(RANGES, trace.names_matching(test)).ts.size
+        if trace.named(RANGES, trace.names_matching(test, RANGES)).ts.size
     ]
     groups = _groups(trace, host, steps)
     if not len(host.calls) and not frameworks:
@@ -326,9 +326,7 @@ def detect(scope: Scope, attribution: Attribution | None) -> Parallelism | None:
 def is_dispatch_kernel(name: str) -> bool:
     """An expert-parallel library's dispatch or combine kernel (DeepEP's, by name)."""
     low = name.lower()
-    return ("dispatch" in low or "combine" in low) and (
-        classify_kernel(name) is KernelClass.COMMUNICATION
-    )
+    return ("dispatch" in low or "combine" in low) and is_communication_kernel(name)
 
 
 def _range_counts(
@@ -336,7 +334,7 @@ def _range_counts(
 ) -> Counter[str]:
     """How many events of each name that `test` accepts the steady steps hold."""
     trace = scope.trace
-    ev = trace.named(kinds, trace.names_matching(test))
+    ev = trace.named(kinds, trace.names_matching(test, kinds))
     ev = ev.take(np.flatnonzero(in_windows(ev.ts, scope.window_start, scope.window_end)))
     names, counts = np.unique(ev.name, return_counts=True)
     return Counter(
@@ -354,7 +352,7 @@ def _said(scope: Scope, test: Callable[[str], bool], steps: int) -> str:
     if counts:
         return _top(counts, steps)
     trace = scope.trace
-    ev = trace.named(RANGES, trace.names_matching(test))
+    ev = trace.named(RANGES, trace.names_matching(test, RANGES))
     names, n = np.unique(ev.name, return_counts=True)
     whole = Counter(
         {trace.strings[int(c)]: int(k) for c, k in zip(names.tolist(), n.tolist(), strict=True)}
@@ -435,8 +433,8 @@ def pipeline_group_size(trace: Trace, is_p2p: Callable[[str], bool]) -> int | No
     described = described_pipeline_group(trace)
     if described is not None:
         return described
-    codes = trace.names_matching(is_p2p)
-    ev = trace.named((Kind.KERNEL, Kind.CPU_OP, Kind.ANNOTATION), codes)
+    sent = (Kind.KERNEL, Kind.CPU_OP, Kind.ANNOTATION)
+    ev = trace.named(sent, trace.names_matching(is_p2p, sent))
     sizes = set()
     for code in np.unique(ev.comm[ev.comm != 0]).tolist():
         args = trace.collective(int(code))
@@ -456,9 +454,9 @@ def megatron_microbatches(scope: Scope) -> int | None:
     """m from Megatron's `forward_step` frames: their count per steady step (None without
     them in the steady steps)."""
     trace = scope.trace
+    frames = (Kind.PYTHON, Kind.ANNOTATION)
     ev = trace.named(
-        (Kind.PYTHON, Kind.ANNOTATION),
-        trace.names_matching(lambda s: is_megatron_step(s, "forward_step")),
+        frames, trace.names_matching(lambda s: is_megatron_step(s, "forward_step"), frames)
     )
     start, end = scope.window_start, scope.window_end
     inside = in_windows(ev.ts, start, end)

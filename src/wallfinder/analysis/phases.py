@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Literal
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from wallfinder.analysis.classify import (
-    KernelClass,
     classify_op,
     communication_ops,
+    is_communication_op,
     is_data_loading,
 )
 from wallfinder.analysis.gpu import CLASSES, COMM, DeviceOps
@@ -80,8 +81,7 @@ MAX_MODULE_ROWS = 60
 _BOUND_NAMES = ("unknown", "compute", "bandwidth")
 
 
-@dataclass(frozen=True)
-class Work:
+class Work(msgspec.Struct, frozen=True):
     """The step's units of work, one row each: when and on which thread they were issued
     (NO_LAUNCH: unknown), how long they ran, their class index (`CLASSES`), roofline bound
     code (0 unknown, 1 compute, 2 bandwidth), and their interval on the analysed clock."""
@@ -110,8 +110,7 @@ class Work:
         return cls(ts, thread, ts, ts, zeros, zeros, no, no, np.full(n, np.nan), no)
 
 
-@dataclass(frozen=True)
-class Attribution:
+class Attribution(msgspec.Struct, frozen=True):
     """Per unit of work: its phase (index in `PHASES`) and module row in `Modules.rows`
     (NONE: none), for the rules that name where a kernel sits."""
 
@@ -248,8 +247,7 @@ def host_work(scope: Scope, ops: Events) -> Work:
     )
 
 
-@dataclass(frozen=True)
-class _Nodes:
+class _Nodes(msgspec.Struct, frozen=True):
     """Backward ranges (autograd's ops): the columns the phases read of some of the trace's
     CPU ops, by start (a copy of all of their columns is tens of MB on a large trace)."""
 
@@ -271,11 +269,10 @@ class _Nodes:
         return int(self.ts.size)
 
     def take(self, index: npt.NDArray[np.intp]) -> _Nodes:
-        return _Nodes(*(getattr(self, f.name)[index] for f in fields(self)))
+        return _Nodes(*(getattr(self, f)[index] for f in self.__struct_fields__))
 
 
-@dataclass(frozen=True)
-class _Ranges:
+class _Ranges(msgspec.Struct, frozen=True):
     """The host ranges that mark phases and modules, each sorted by start."""
 
     backward: _Nodes
@@ -300,7 +297,8 @@ def user_frames(trace: Trace) -> Events:
     py = trace.of_kind(Kind.PYTHON)
     if len(py) == 0:
         return py
-    return py.take(np.flatnonzero(np.isin(py.name, trace.names_matching(_is_user_frame))))
+    frames = trace.names_matching(_is_user_frame, (Kind.PYTHON,))
+    return py.take(np.flatnonzero(np.isin(py.name, frames)))
 
 
 def _is_user_frame(name: str) -> bool:
@@ -344,28 +342,33 @@ def optimizer_codes(trace: Trace) -> npt.NDArray[np.int32]:
 
 def _ranges(trace: Trace) -> _Ranges:
     cpu = trace.of_kind(Kind.CPU_OP)
-    engine = trace.names_matching(lambda s: s.startswith(("autograd::engine", "evaluate_function")))
+    engine = trace.names_matching(
+        lambda s: s.startswith(("autograd::engine", "evaluate_function")), (Kind.CPU_OP,)
+    )
     backward = _Nodes.of(cpu, np.flatnonzero(np.isin(cpu.name, engine) | (cpu.fwd_thread > 0)))
     host = (Kind.ANNOTATION, Kind.CPU_OP)
     optimizer = trace.named(host, optimizer_codes(trace))
-    data = trace.named(host, trace.names_matching(is_data_loading))
+    data = trace.named(host, trace.names_matching(is_data_loading, host))
     # The Python tracer's module records (with_stack), or the same names as record_function
     # ranges (what `wallfinder run` and `wallfinder.profile` put around each forward).
+    marked = (Kind.PYTHON, Kind.ANNOTATION)
     modules = trace.named(
-        (Kind.PYTHON, Kind.ANNOTATION), trace.names_matching(lambda s: s.startswith(MODULE_PREFIX))
+        marked, trace.names_matching(lambda s: s.startswith(MODULE_PREFIX), marked)
     )
     source = "modules"
     if len(modules) == 0:
         step = step_key(trace.step_range) if trace.step_range else None
         modules = trace.named(
             (Kind.ANNOTATION,),
-            trace.names_matching(lambda s: _is_user_range(s) and step_key(s) != step),
+            trace.names_matching(
+                lambda s: _is_user_range(s) and step_key(s) != step, (Kind.ANNOTATION,)
+            ),
         )
         source = "record_function"
     if len(modules) == 0:
         # Neither: the user's own Python frames (traces recorded with stacks) stand for them.
         modules, source = user_frames(trace), CALL_SITES
-    reducers = trace.named((Kind.PYTHON,), trace.names_matching(is_grad_reducer))
+    reducers = trace.named((Kind.PYTHON,), trace.names_matching(is_grad_reducer, (Kind.PYTHON,)))
     return _Ranges(backward, _outermost(backward), optimizer, data, modules, source, reducers)
 
 
@@ -385,7 +388,7 @@ def _is_user_range(name: str) -> bool:
     return bool(name) and not (
         name.startswith(("ProfilerStep#", "Optimizer.", "##", "cuda", "hip"))
         or is_data_loading(name)
-        or classify_op(name) is KernelClass.COMMUNICATION
+        or is_communication_op(name)
         # torch.compile's compiler at work (Dynamo, Inductor, autotuning): a one-off, not
         # a part of the model.
         or compile_range(name)

@@ -20,6 +20,8 @@ from functools import partial
 from time import perf_counter
 from typing import Any, Generic, Literal, TypeVar, overload
 
+import msgspec
+
 from wallfinder.analysis.scope import Scope
 from wallfinder.trace import release_free_memory
 
@@ -27,8 +29,7 @@ T = TypeVar("T")
 U = TypeVar("U", bound="Upstream")
 
 
-@dataclass(frozen=True, eq=False)
-class Stage(Generic[U, T]):
+class Stage(msgspec.Struct, Generic[U, T], frozen=True, eq=False):
     """One analysis whose part the verdict needs: an error inside it is the diagnosis's."""
 
     name: str
@@ -38,8 +39,7 @@ class Stage(Generic[U, T]):
     heap keeps freed pages, and each stage's peak would stack on the last one's)."""
 
 
-@dataclass(frozen=True, eq=False)
-class View(Generic[U, T]):
+class View(msgspec.Struct, Generic[U, T], frozen=True, eq=False):
     """An optional view: an internal error inside it costs its part (None), said under
     `name` in `not_computed`, and never the verdict."""
 
@@ -89,8 +89,7 @@ findings), a part inside a stage (the critical path's graph, its unchanged repla
 walk), or one what-if's replay and walk."""
 
 
-@dataclass(frozen=True)
-class Timing:
+class Timing(msgspec.Struct, frozen=True):
     """One recorded cost: what (`kind`, `name`) and its wall time (s)."""
 
     kind: Kind

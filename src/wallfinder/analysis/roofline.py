@@ -10,8 +10,6 @@ FLOPs, and its kernels get the bound of their class, said so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import msgspec
 import numpy as np
 import numpy.typing as npt
@@ -88,8 +86,7 @@ def _class_bounds(trace: Trace, dev: DeviceOps, skinny_tile: int) -> npt.NDArray
 _TENSOR_CORE_HINTS = ("tf32", "tensorop", "xmma", "nvjet", "s1688", "s16816", "xf32", "wmma", "mma")
 
 
-@dataclass(frozen=True)
-class Costed:
+class Costed(msgspec.Struct, frozen=True):
     """Per device op (row of `DeviceOps.ops`): its share of its launching op's cost."""
 
     flops: npt.NDArray[np.float64]  # NaN where unknown
@@ -218,8 +215,7 @@ def effective_dtype(dtype: str, kernel_name: str, spec: DeviceSpec | None) -> st
     return dtype
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     """Per device op: its place on the roofline (`bound` 0 unknown, 1 compute, 2 bandwidth;
     `pct` of roof, NaN where unknown), with the costed op rows behind it."""
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -65,8 +65,7 @@ Work = Callable[[S], Events | npt.NDArray[np.bool_]]
 device's ops (`DeviceOps.ops`; empty where the trace has none)."""
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(msgspec.Struct, frozen=True):
     """The exposed communication a strategy's finding explains: a share of the measured step
     (as `Breakdown.comm_exposed` is), and its mechanism in words, for the verdict."""
 
@@ -77,8 +76,7 @@ class Claim:
 Claims = Callable[[S], Claim | None]
 
 
-@dataclass(frozen=True)
-class Rule(Generic[S]):
+class Rule(msgspec.Struct, Generic[S], frozen=True):
     """A registered rule: the facts it reads, the function that makes its finding, and what
     it declares about that finding."""
 

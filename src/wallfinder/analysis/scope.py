@@ -8,9 +8,9 @@ is a scope plus the analyses already made.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -27,8 +27,7 @@ from wallfinder.trace import Trace
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class ModelFlops:
+class ModelFlops(msgspec.Struct, frozen=True):
     """What the user says about the model, for true MFU (all optional)."""
 
     flops_per_step: float | None = None
@@ -52,8 +51,7 @@ class ModelFlops:
         return None
 
 
-@dataclass(frozen=True)
-class Scope:
+class Scope(msgspec.Struct, frozen=True, dict=True):  # dict: the cached properties
     """One rank's trace, its device and its step windows: what every analysis takes."""
 
     trace: Trace
@@ -71,7 +69,7 @@ class Scope:
     counters: CounterPlacement | None = None
     """Hardware counters joined to the device's kernels (`--counters`): where they decide a
     kernel's bound, it replaces the roofline's estimate (`roofline.place`)."""
-    views: Views = field(default_factory=Views)
+    views: Views = msgspec.field(default_factory=Views)
     """The optional views an internal error left out (`analysis.views`)."""
 
     @property

@@ -19,7 +19,6 @@ the user's parameter count, KV from the attention's K and V inputs.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -75,8 +74,7 @@ _ENGINES = (("vllm/", "vLLM"), ("sglang/", "SGLang"))
 """Python source paths that name the engine."""
 
 
-@dataclass(frozen=True)
-class _Found:
+class _Found(msgspec.Struct, frozen=True):
     """Iterations on the host, in time order: where each starts, its kind where the evidence
     says it, its tokens where recorded, whether a graph replayed it."""
 
@@ -338,8 +336,7 @@ def _eager_kind(
     return ("decode" if ids.shape[-1] == 1 else "prefill"), ids.numel, int(ids.shape[0])
 
 
-@dataclass(frozen=True)
-class _Bytes:
+class _Bytes(msgspec.Struct, frozen=True):
     """What one eager forward's recorded shapes say it reads and computes."""
 
     weights: float

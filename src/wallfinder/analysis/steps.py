@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -41,8 +41,7 @@ OPTIMIZER_ITERATIONS = "optimizer steps (no ProfilerStep)"
 ANNOTATION_ITERATIONS = "repeated annotations (no ProfilerStep)"
 
 
-@dataclass(frozen=True)
-class StepSpans:
+class StepSpans(msgspec.Struct, frozen=True):
     """CPU spans of the steps, in time order; `source` says where they came from. `startup`,
     when set, says why the first span is the trace's start-up, set aside."""
 
@@ -251,7 +250,8 @@ def _annotation_iterations(trace: Trace, min_iterations: int) -> StepSpans | Non
     annotations = trace.of_kind(Kind.ANNOTATION)
     # Dynamo's ranges (a guard check, a compiled region, the compiler's stages) mark compiled
     # code and compiling, never a step (`analysis.compiled` reads them).
-    annotations = annotations.take(~np.isin(annotations.name, trace.names_matching(dynamo_range)))
+    dynamo = trace.names_matching(dynamo_range, (Kind.ANNOTATION,))
+    annotations = annotations.take(~np.isin(annotations.name, dynamo))
     if len(annotations) < min_iterations:
         return None
     best: tuple[int, I64, I64, str] | None = None  # (first start, starts, ends, name)
@@ -363,7 +363,7 @@ waiting for queued work, not setting up."""
 
 def blocking_calls(trace: Trace) -> tuple[I64, I64, I64]:
     """Start, end and thread of every blocking runtime call, by start."""
-    codes = trace.names_matching(lambda name: _BLOCKING.search(name) is not None)
+    codes = trace.names_matching(lambda name: _BLOCKING.search(name) is not None, (Kind.RUNTIME,))
     runtime = trace.of_kind(Kind.RUNTIME)
     waits = runtime.take(np.flatnonzero(np.isin(runtime.name, codes)))
     order = np.argsort(waits.ts, kind="stable")

@@ -12,12 +12,12 @@ collectives). It reaches every rule through the facts the rule is given, so one
 a default. A group is replaced whole or in part::
 
     Thresholds(near_peak=0.8, memory=MemoryThresholds(near_capacity=0.95))
-    dataclasses.replace(t, time=dataclasses.replace(t.time, min_share=0.05))
+    msgspec.structs.replace(t, time=msgspec.structs.replace(t.time, min_share=0.05))
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 __all__ = [
     "CounterThresholds",
@@ -35,8 +35,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
-@dataclass(frozen=True)
-class StepThresholds:
+class StepThresholds(msgspec.Struct, frozen=True):
     """Which steps are the steady state: warm-up, start-up and spikes; and how a trace without
     step markers is cut into iterations."""
 
@@ -62,8 +61,7 @@ class StepThresholds:
     """A steady-state step is a spike when it takes this many times the median one."""
 
 
-@dataclass(frozen=True)
-class SlackThresholds:
+class SlackThresholds(msgspec.Struct, frozen=True):
     """How near two events on the timeline must be for one to be read as waiting on the other:
     the device's idle causes (the breakdown, the timeline, the findings) and the critical
     path's edges."""
@@ -90,8 +88,7 @@ class SlackThresholds:
     launch was binding by at most this much (a tie: both chains are as long)."""
 
 
-@dataclass(frozen=True)
-class TimeThresholds:
+class TimeThresholds(msgspec.Struct, frozen=True):
     """When step time lost becomes a finding (a rank's findings and a job's)."""
 
     min_share: float = 0.02
@@ -144,8 +141,7 @@ class TimeThresholds:
     between two recorded calls is microseconds; a compile is tens to hundreds of ms."""
 
 
-@dataclass(frozen=True)
-class MemoryThresholds:
+class MemoryThresholds(msgspec.Struct, frozen=True):
     """When a trace's memory events (`profile_memory=True`) become a finding, and how much the
     memory profile lists."""
 
@@ -172,8 +168,7 @@ class MemoryThresholds:
     timeline_points: int = 300
 
 
-@dataclass(frozen=True)
-class SnapshotThresholds:
+class SnapshotThresholds(msgspec.Struct, frozen=True):
     """When a pattern of an allocator snapshot (`wallfinder memory`) becomes a finding, and
     how much the report lists."""
 
@@ -186,8 +181,7 @@ class SnapshotThresholds:
     top: int = 10
 
 
-@dataclass(frozen=True)
-class JobThresholds:
+class JobThresholds(msgspec.Struct, frozen=True):
     """When a job's collectives become a finding or its verdict."""
 
     small_message_bytes: int = MiB
@@ -209,8 +203,7 @@ class JobThresholds:
     spread of the steps' lengths (on a busy host arrivals jitter as much as steps do)."""
 
 
-@dataclass(frozen=True)
-class CounterThresholds:
+class CounterThresholds(msgspec.Struct, frozen=True):
     """How a kernel's hardware counters (an Nsight Compute export) decide its bound."""
 
     busy: float = 0.60
@@ -237,8 +230,7 @@ class CounterThresholds:
     shared by every PyTorch program)."""
 
 
-@dataclass(frozen=True)
-class PipelineThresholds:
+class PipelineThresholds(msgspec.Struct, frozen=True):
     """How a pipelined step's wait for its neighbour is read against its schedule's theory."""
 
     excess: float = 0.05
@@ -249,8 +241,7 @@ class PipelineThresholds:
     are unbalanced stages (the slowest sets the pace): the job's pipeline-imbalance."""
 
 
-@dataclass(frozen=True)
-class ServingThresholds:
+class ServingThresholds(msgspec.Struct, frozen=True):
     """When an LLM serving trace's iterations make a serving finding."""
 
     low_mbu: float = 0.5
@@ -266,8 +257,7 @@ class ServingThresholds:
     """KV cache bytes at least this share of a decode iteration's are worth halving (fp8)."""
 
 
-@dataclass(frozen=True)
-class Thresholds:
+class Thresholds(msgspec.Struct, frozen=True):
     """Named, documented thresholds: the verdict's at the top level, the findings' in groups.
     See the module's docstring."""
 
@@ -296,12 +286,12 @@ class Thresholds:
     """A GEMM kernel whose tile is at most this wide in M or N was chosen for a skinny problem
     (the libraries' heuristics pick such tiles for a handful of rows: decode, small batches):
     with no cost, it is bandwidth-bound."""
-    steps: StepThresholds = field(default_factory=StepThresholds)
-    slack: SlackThresholds = field(default_factory=SlackThresholds)
-    time: TimeThresholds = field(default_factory=TimeThresholds)
-    memory: MemoryThresholds = field(default_factory=MemoryThresholds)
-    snapshot: SnapshotThresholds = field(default_factory=SnapshotThresholds)
-    job: JobThresholds = field(default_factory=JobThresholds)
-    counters: CounterThresholds = field(default_factory=CounterThresholds)
-    pipeline: PipelineThresholds = field(default_factory=PipelineThresholds)
-    serving: ServingThresholds = field(default_factory=ServingThresholds)
+    steps: StepThresholds = msgspec.field(default_factory=StepThresholds)
+    slack: SlackThresholds = msgspec.field(default_factory=SlackThresholds)
+    time: TimeThresholds = msgspec.field(default_factory=TimeThresholds)
+    memory: MemoryThresholds = msgspec.field(default_factory=MemoryThresholds)
+    snapshot: SnapshotThresholds = msgspec.field(default_factory=SnapshotThresholds)
+    job: JobThresholds = msgspec.field(default_factory=JobThresholds)
+    counters: CounterThresholds = msgspec.field(default_factory=CounterThresholds)
+    pipeline: PipelineThresholds = msgspec.field(default_factory=PipelineThresholds)
+    serving: ServingThresholds = msgspec.field(default_factory=ServingThresholds)

@@ -12,8 +12,9 @@ so the traceback shows where the bug is.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
+
+import msgspec
 
 from wallfinder.errors import WallfinderError, debugging, describe
 
@@ -33,11 +34,10 @@ VIEWS = (
 is said as `finding RULE`, a job's cross-rank view as `collectives`."""
 
 
-@dataclass
-class Views:
+class Views(msgspec.Struct):
     """The optional views of one diagnosis that an internal error left out, with why."""
 
-    failed: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = msgspec.field(default_factory=dict)
 
     def compute(self, view: str, make: Callable[[], T]) -> T | None:
         """`make()`, or None when it raised anything but the user's bad input (the view is

@@ -14,8 +14,9 @@ values, not its shape) have no cost: their FLOPs cannot be known from the record
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import partial
+
+import msgspec
 
 from wallfinder.cost.base import Cost, Model, make_cost
 from wallfinder.trace import OpArgs, Tensor
@@ -23,8 +24,7 @@ from wallfinder.trace import OpArgs, Tensor
 MODEL = "attention"
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(msgspec.Struct, frozen=True):
     """How an attention op lays out its arguments."""
 
     backward: bool
@@ -35,8 +35,7 @@ class Signature:
     quantized: tuple[int, int] | None = None  # (argument count, causal position) of an overload
 
 
-@dataclass(frozen=True)
-class Dims:
+class Dims(msgspec.Struct, frozen=True):
     batch: int  # B, times any extra leading dimensions
     heads: int  # query heads
     kv_heads: int

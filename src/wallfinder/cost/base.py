@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from wallfinder.trace import OpArgs
 
 
-@dataclass(frozen=True)
-class Cost:
+class Cost(msgspec.Struct, frozen=True):
     """The work one op call does, from the shapes and dtypes its trace event recorded.
 
     `flops` counts a multiply-add as 2, as `torch.utils.flop_counter` does. `bytes` is the

@@ -16,8 +16,9 @@ A grouped or depthwise convolution's cost says model "grouped_conv": not a tenso
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import partial
+
+import msgspec
 
 from wallfinder.cost.base import Cost, Model, make_cost
 from wallfinder.trace import OpArgs, Tensor
@@ -26,8 +27,7 @@ MODEL = "conv"
 GROUPED = "grouped_conv"
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(msgspec.Struct, frozen=True):
     """Where a convolution op keeps its arguments (None: the op has no such argument)."""
 
     bias: int | None

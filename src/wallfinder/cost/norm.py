@@ -10,8 +10,9 @@ small per-row statistics that some forwards also write are left out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
+
+import msgspec
 
 from wallfinder.cost.base import Cost, Model, make_cost
 from wallfinder.trace import OpArgs
@@ -33,8 +34,7 @@ BACKWARD_FACTOR = 2
 reductions of the incoming gradient; the weight gradient one more reduction."""
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(msgspec.Struct, frozen=True):
     kind: str  # "stats", "rms" or "batch" (stats when training, eval otherwise)
     input: int
     weight: int | None

@@ -14,10 +14,13 @@ A family name a person types (`get_spec("A100")`) is taken as the variant the ca
 
 from __future__ import annotations
 
+import bisect
 import functools
 import pkgutil
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+import msgspec
 
 from wallfinder.errors import WallfinderError
 from wallfinder.hardware._spec import DeviceSpec
@@ -40,8 +43,7 @@ _MIG_COMPUTE_SLICES = 7
 """A MIG GPU has 7 compute slices (NVIDIA MIG user guide): a 1g profile has 1/7 of them."""
 
 
-@dataclass(frozen=True)
-class _Ambiguous:
+class _Ambiguous(msgspec.Struct, frozen=True):
     why: str
     keys: tuple[str, ...]
     by_unit_count: bool
@@ -78,8 +80,7 @@ def normalize_name(name: str) -> str:
     return " ".join(words)
 
 
-@dataclass(frozen=True)
-class _Spelling:
+class _Spelling(msgspec.Struct, frozen=True):
     """A normalised name split into what identifies the board and its memory words."""
 
     base: tuple[str, ...]
@@ -107,14 +108,12 @@ class _Spelling:
         return next((w for w in self.base if any(c.isdigit() for c in w)), None)
 
 
-@dataclass(frozen=True)
-class _Family:
+class _Family(msgspec.Struct, frozen=True):
     key: str
     why: str
 
 
-@dataclass(frozen=True)
-class _Catalog:
+class _Catalog(msgspec.Struct, frozen=True):
     specs: tuple[DeviceSpec, ...]
     by_key: dict[str, DeviceSpec]
     by_name: dict[str, DeviceSpec]
@@ -124,13 +123,18 @@ class _Catalog:
 
 
 @functools.cache
-def _catalog() -> _Catalog:
+def _specs_text() -> str:
     # Read through the package's loader: `importlib.resources` would import zipfile and its
     # readers, 8 ms and 2 MB on every analysis, to read one file.
     data = pkgutil.get_data(_PACKAGE, _SPECS_FILE)
     if data is None:  # pragma: no cover - a loader that cannot read package data
         raise WallfinderError(f"{_SPECS_FILE}: cannot be read from the installed package")
-    text = data.decode("utf-8")
+    return data.decode("utf-8")
+
+
+@functools.cache
+def _catalog() -> _Catalog:
+    text = _specs_text()
     document = parse_toml(text, _SPECS_FILE)
     devices = document.get("devices")
     if not isinstance(devices, dict):
@@ -211,10 +215,10 @@ def match_device(name: str, *, sm_count: int | None = None) -> DeviceSpec | None
 
 
 def _match_name(name: str, *, sm_count: int | None) -> DeviceSpec | None:
-    catalog = _catalog()
-    exact = catalog.by_name.get(name.strip())
+    exact = _named(name.strip())
     if exact is not None:
         return exact
+    catalog = _catalog()
     normalized = normalize_name(name)
     if not normalized:
         return None
@@ -227,6 +231,68 @@ def _match_name(name: str, *, sm_count: int | None) -> DeviceSpec | None:
         return fits[0] if len(fits) == 1 else None
     spec = catalog.by_normalized.get(normalized)
     return spec if spec is not None else _memory_variant(normalized, catalog)
+
+
+def _named(name: str) -> DeviceSpec | None:
+    """The device one of whose `names` is `name` exactly, as the catalogue's `by_name` has it.
+    Before the catalogue is read, only the table that names it is parsed: the whole file is
+    about 13 ms of TOML, read on every analysis for one name that real traces spell exactly."""
+    if _catalog.cache_info().currsize:
+        return _catalog().by_name.get(name)
+    return _named_alone(name)
+
+
+_TABLE = re.compile(r"^\[([^\]\n]*)\]", re.MULTILINE)
+"""A TOML table header line (`[devices.t4]`, `[devices.t4.peak_flops]`, `[families]`)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _named_alone(name: str) -> DeviceSpec | None:
+    """`_named` from the device tables the quoted name appears in: the one of them that lists
+    it in its `names` (a `names` entry is a quoted string, so no other table can list it).
+    Anything else (none or several list it, a name that needs escapes, a table that is not an
+    entry alone) is answered by the whole catalogue, which says what is wrong with it."""
+    text = _specs_text()
+    if not name or '"' in name or "\\" in name or f"'{name}'" in text:
+        return _catalog().by_name.get(name)
+    quoted = f'"{name}"'
+    found: list[DeviceSpec] = []
+    try:
+        for start, end, key in _tables_around(text, quoted):
+            devices = parse_toml(text[start:end], _SPECS_FILE).get("devices")
+            entry = devices.get(key) if isinstance(devices, dict) else None
+            if not (isinstance(devices, dict) and len(devices) == 1 and isinstance(entry, dict)):
+                return _catalog().by_name.get(name)
+            spec = _builtin(key, entry)
+            if spec.vendor != "cpu" and name in spec.names:
+                found.append(spec)
+    except WallfinderError:
+        return _catalog().by_name.get(name)
+    return found[0] if len(found) == 1 else _catalog().by_name.get(name)
+
+
+def _tables_around(text: str, quoted: str) -> list[tuple[int, int, str]]:
+    """Where each device's tables ([devices.KEY] and its subtables) that hold `quoted` run:
+    (start, end, KEY), from its first header to the next header of another table."""
+    starts: list[int] = []
+    owners: list[str | None] = []
+    for header in _TABLE.finditer(text):
+        path = header.group(1).strip().split(".")
+        owner = path[1] if len(path) > 1 and path[0] == "devices" else None
+        if owner is None or not owners or owners[-1] != owner:
+            starts.append(header.start())
+            owners.append(owner)
+    out: list[tuple[int, int, str]] = []
+    at = text.find(quoted)
+    while at >= 0:
+        i = bisect.bisect_right(starts, at) - 1
+        key = owners[i] if i >= 0 else None
+        if key is not None:
+            table = (starts[i], starts[i + 1] if i + 1 < len(starts) else len(text), key)
+            if table not in out:
+                out.append(table)
+        at = text.find(quoted, at + 1)
+    return out
 
 
 def _memory_variant(normalized: str, catalog: _Catalog) -> DeviceSpec | None:

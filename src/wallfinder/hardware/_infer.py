@@ -20,8 +20,10 @@ nothing to narrow by: no device, and the report says it is unknown.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from wallfinder.hardware._catalog import (
     _AMBIGUOUS,
@@ -50,8 +52,7 @@ _NOT_A_BOARD = ("laptop", "mobile", "max q", "max-q")
 _GENERIC = re.compile(r"^(?:graphics device|device [0-9a-f]{4}|gpu|cuda gpu|radeon graphics)$")
 
 
-@dataclass(frozen=True)
-class DeviceEvidence:
+class DeviceEvidence(msgspec.Struct, frozen=True):
     """What a trace says about its device, as far as it says it."""
 
     name: str | None = None

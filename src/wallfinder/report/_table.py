@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
@@ -34,8 +34,7 @@ _BREAKS = " ,;:([<{/→-_"
 what is left ends at a whole piece."""
 
 
-@dataclass(frozen=True)
-class Col:
+class Col(msgspec.Struct, frozen=True):
     """A column: its heading and how it gives way when the table is too wide."""
 
     heading: str
@@ -55,22 +54,19 @@ class Col:
     first."""
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(msgspec.Struct, frozen=True):
     cells: Sequence[str]
     style: str = ""
 
 
-@dataclass(frozen=True)
-class _Layout:
+class _Layout(msgspec.Struct, frozen=True):
     shown: list[int]  # column indexes drawn as columns
     under: list[int]  # column indexes drawn under their row
     widths: dict[int, int]  # width of each shown column
     two_line_heads: bool
 
 
-@dataclass
-class FitTable:
+class FitTable(msgspec.Struct):
     """A table that lays itself out for the width it is printed at (a rich renderable)."""
 
     title: str
@@ -78,7 +74,7 @@ class FitTable:
     rows: Sequence[Row]
     caption: str = ""
     title_style: str = ""
-    _cache: dict[int, list[list[Text]] | None] = field(default_factory=dict, repr=False)
+    _cache: dict[int, list[list[Text]] | None] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for row in self.rows:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from wallfinder.analysis.classify import KernelClass
 from wallfinder.analysis.phases import PHASES
@@ -33,8 +34,7 @@ BOUNDS = ("compute", "bandwidth", "unknown")
 PARQUET_MISSING = "Parquet needs pyarrow: pip install 'wallfinder[parquet]'"
 
 
-@dataclass(frozen=True)
-class Table:
+class Table(msgspec.Struct, frozen=True):
     """One exported table: its file stem, its typed columns and its rows."""
 
     name: str
@@ -42,8 +42,7 @@ class Table:
     rows: list[tuple[Cell, ...]]
 
 
-@dataclass(frozen=True)
-class Exported:
+class Exported(msgspec.Struct, frozen=True):
     """What `export_tables` wrote: the files, and a note when Parquet was left out."""
 
     files: list[Path]

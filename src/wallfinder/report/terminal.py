@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
+import msgspec
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
@@ -196,8 +196,7 @@ def _steps(d: Diagnosis) -> Group:
     return Group(step_text(d.steps), ByWidth(lambda width: _bar(d, width)))
 
 
-@dataclass(frozen=True)
-class ByWidth:
+class ByWidth(msgspec.Struct, frozen=True):
     """A part drawn for the width it is printed at (a bar as long as the line allows)."""
 
     draw: Callable[[int], RenderableType]
@@ -210,8 +209,7 @@ _HANG = re.compile(r" *(?:[•-] |\d+\. |note: )?")
 """What a wrapped line hangs under: its indent, and a bullet, number or "note:" after it."""
 
 
-@dataclass(frozen=True)
-class Hanging:
+class Hanging(msgspec.Struct, frozen=True):
     """Text whose lines, where they wrap, go on under their first line's indent and bullet
     ("  evidence: ..." continues two columns in), not at the margin where they would read as
     a new item."""

@@ -19,8 +19,8 @@ record was used is said in the trace's warnings.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -31,8 +31,7 @@ I64 = npt.NDArray[np.int64]
 _LAUNCHED = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
 
 
-@dataclass(frozen=True)
-class Links:
+class Links(msgspec.Struct, frozen=True):
     """`ac2g` flow endpoints, one row each: flow id, start (True) or end, thread, time (ns on
     the trace's clock)."""
 

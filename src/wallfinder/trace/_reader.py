@@ -21,7 +21,6 @@ import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -94,8 +93,7 @@ _decode_any = msgspec.json.Decoder().decode
 Progress = Callable[[int, int], None]
 
 
-@dataclass
-class Cut:
+class Cut(msgspec.Struct):
     """A run of whole events, framed as a JSON array (`[` + text + `]`), and the separator
     that followed it in the file (kept so that a false cut can be undone exactly)."""
 
@@ -114,8 +112,7 @@ class Cut:
         return decode_chunk(self.framed)
 
 
-@dataclass
-class Region:
+class Region(msgspec.Struct):
     """Bytes [start, end) of a plain trace file: whole events, from the `{` of the first to
     just before the `{` of the event after the last. A worker reads and decodes the region
     itself, so the text never passes through the parent process."""
@@ -148,8 +145,7 @@ class Region:
         return decode_chunk(memoryview(buf)[: last + 2])
 
 
-@dataclass
-class Remainder:
+class Remainder(msgspec.Struct):
     """The text left after the last cut: the last events, the array's end and what follows.
     `bare` is true for the bare-array form, whose closing bracket may be missing."""
 
@@ -157,8 +153,7 @@ class Remainder:
     bare: bool
 
 
-@dataclass
-class Document:
+class Document(msgspec.Struct):
     """What the reader found besides the events."""
 
     header: Header

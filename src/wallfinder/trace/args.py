@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import msgspec
@@ -60,8 +59,7 @@ def decode(raw: bytes) -> Any:
         return BAD
 
 
-@dataclass(frozen=True, slots=True)
-class Tensor:
+class Tensor(msgspec.Struct, frozen=True):
     """A tensor argument: its shape and dtype key."""
 
     shape: tuple[int, ...]
@@ -288,8 +286,7 @@ def grid_of(grid: Any) -> tuple[int, ...] | None:
     return tuple(int(v) for v in grid)
 
 
-@dataclass(frozen=True)
-class CollectiveArgs:
+class CollectiveArgs(msgspec.Struct, frozen=True):
     """What a collective's event records about it (NCCL kernels and `record_param_comms` ops
     of recent PyTorch releases): integers are NONE (-1) where the record has none."""
 

@@ -458,10 +458,17 @@ class Trace:
     def _once(self) -> dict[Callable[[Trace], object], object]:
         return {}
 
-    def names_matching(self, predicate: Any) -> I32:
+    def names_matching(self, predicate: Any, kinds: tuple[Kind, ...] | None = None) -> I32:
         """Codes of all strings for which `predicate(text)` is true (evaluated once per
-        distinct string, never per event)."""
-        hits = [i for i, s in enumerate(self.strings) if predicate(s)]
+        distinct string, never per event), sorted; with `kinds`, only of the names the rows of
+        those kinds use (`distinct_names`): what `named(kinds, ...)` keeps is the same, and
+        the test is not run over every other kind's names (on a trace of long kernel names,
+        most of the time)."""
+        strings = self.strings
+        if kinds is not None:
+            codes = self.distinct_names(*kinds).tolist()
+            return np.array([c for c in codes if predicate(strings[c])], dtype=np.int32)
+        hits = [i for i, s in enumerate(strings) if predicate(s)]
         return np.array(hits, dtype=np.int32)
 
     @property

@@ -3,7 +3,7 @@ change covers which (a finding's fix against a table row)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import msgspec
 
 from wallfinder.errors import WallfinderError
 
@@ -35,8 +35,7 @@ WHAT_IFS = {
 """The what-ifs `--what-if` takes, comma-separated (`data,host:4`)."""
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     """A what-if: the graph's weights it changes. Identity by default."""
 
     data: bool = False
@@ -114,7 +113,7 @@ def parse_what_if(text: str) -> list[Change]:
         return singles
     combined = Change()
     for c in singles:
-        combined = replace(
+        combined = msgspec.structs.replace(
             combined,
             host=max(combined.host, c.host),
             matmul=c.matmul if c.matmul is not None else combined.matmul,

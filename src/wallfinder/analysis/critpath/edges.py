@@ -5,8 +5,7 @@ full launch queue."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -14,8 +13,7 @@ from wallfinder.analysis.critpath.model import I64, NEVER
 from wallfinder.analysis.thresholds import SlackThresholds
 
 
-@dataclass(frozen=True, eq=False)
-class Waits:
+class Waits(msgspec.Struct, frozen=True, eq=False):
     """Per op, the edges of `StepGraph`'s fields of the same names: the op it waited for on
     another stream (`dep`, `dep_gap`), the op it stays after (`after`), the host call that
     released it (`host`, `host_lat`), and the waits no edge explains (`extra`,

@@ -4,8 +4,8 @@ it holds) from the device's ops and the host's runtime calls."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -134,8 +134,7 @@ def _once(dev: DeviceOps, thread: I64, ts: I64) -> npt.NDArray[np.bool_] | None:
     return once if once.any() else None
 
 
-@dataclass(frozen=True, eq=False)
-class _Range:
+class _Range(msgspec.Struct, frozen=True, eq=False):
     """The steps the graph replays, `first` to `last` (step indices): where their windows
     start and end (`w0`, `t_end`), where their CPU work starts and ends (`cpu_lo`, `cpu_hi`),
     the graph's origin `t0` (the earlier start), and whether the steady steps were `cut` to
@@ -185,8 +184,7 @@ class _Range:
         )
 
 
-@dataclass(frozen=True, eq=False)
-class HostChain:
+class HostChain(msgspec.Struct, frozen=True, eq=False):
     """The host chain's calls (`rows` of the trace's runtime calls) in time order: their
     start and end, the host work before each (`gap`, and the parts of it in the DataLoader
     and in host-side collectives, `StepGraph`'s fields of those names), how far each started

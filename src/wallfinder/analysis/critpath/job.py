@@ -5,7 +5,6 @@ between two of them as measured), and the path through the rank the others wait 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -14,8 +13,7 @@ from wallfinder.analysis.critpath.model import F64, NS
 from wallfinder.diagnosis import CriticalPath, RankSummary, WhatIfRow
 
 
-@dataclass(frozen=True, eq=False)
-class JobReplay:
+class JobReplay(msgspec.Struct, frozen=True, eq=False):
     """A job replayed across its ranks, joined at the collectives every rank takes part in: a
     collective ends on every rank when the last rank arrives plus its transfer time (the
     fastest rank's time in it), and each rank's work between two of them (its own graph

@@ -20,9 +20,9 @@ for them, what they waited for) follows from its edges."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -35,8 +35,7 @@ from wallfinder.analysis.scope import Scope
 from wallfinder.trace import Events
 
 
-@dataclass(frozen=True, eq=False)
-class LeverWork:
+class LeverWork(msgspec.Struct, frozen=True, eq=False):
     """The work a lever changes, as the rule whose fix it is selects it from the trace."""
 
     ops: npt.NDArray[np.bool_] | None = None
@@ -92,8 +91,7 @@ def lever(name: str) -> Callable[[Select], Select]:
     return register
 
 
-@dataclass(frozen=True, eq=False)
-class Cuts:
+class Cuts(msgspec.Struct, frozen=True, eq=False):
     """What a lever takes off each node of a graph (ns): per op, per call's cost, per call's
     host gap before it."""
 

@@ -30,8 +30,7 @@ graph from its ops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -57,8 +56,7 @@ CATEGORIES = ("data", "host", "launch", "sync", "communication", "compute", "ban
 waits the graph cannot explain by an edge (start-up, unrecorded dependencies)."""
 
 
-@dataclass(frozen=True, eq=False)
-class StepGraph:
+class StepGraph(msgspec.Struct, frozen=True, eq=False):
     """One rank's steady-state steps as a dependency graph: the host chain (calls), the device
     ops, and their edges. Times are ns relative to `t0`: the first steady step's CPU start,
     or its window's start when that is earlier (the host runs ahead of the device, so a step's

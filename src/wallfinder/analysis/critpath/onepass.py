@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import islice
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -24,8 +24,7 @@ from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, StepGraph
 NONE = -1
 
 
-@dataclass(frozen=True, eq=False)
-class Segments:
+class Segments(msgspec.Struct, frozen=True, eq=False):
     """The host chain cut into stretches that each start at a head: a chain's first call or
     a call with drains (`group_of`: the wait of each drained op, grouped). Per call, its
     stretch (`seg`) and its end's offset from its head's (`off`, the host's own time between

@@ -12,8 +12,7 @@ edges) and replays it; no replay is shorter than the device's busy time under th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -38,8 +37,7 @@ def one_pass_pays(nodes: int) -> int:
     return min(max(nodes // 850, 32), ONE_PASS_AFTER)
 
 
-@dataclass(frozen=True, eq=False)
-class Timing:
+class Timing(msgspec.Struct, frozen=True, eq=False):
     """A replay: when each call and op started and ended, and the mean step."""
 
     call_start: I64

@@ -4,7 +4,6 @@ and the what-if table kept consistent with them (one fix, one figure)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import msgspec
 
@@ -19,8 +18,7 @@ from wallfinder.diagnosis import Finding, Wall, WhatIfRow
 from wallfinder.errors import WallfinderError
 
 
-@dataclass(frozen=True, eq=False)
-class WhatIf:
+class WhatIf(msgspec.Struct, frozen=True, eq=False):
     """A rank's graph, its unchanged replay, and replays on demand: what the findings ask."""
 
     graph: StepGraph
@@ -32,15 +30,15 @@ class WhatIf:
     """The host's time per step inside synchronising calls (blocking copies included) in the
     unchanged replay: time it could not queue work, so the most that removing the syncs can
     save."""
-    cuts: dict[str, Cuts] = field(default_factory=dict)
+    cuts: dict[str, Cuts] = msgspec.field(default_factory=dict)
     """Per strategy lever whose work the graph holds: what it takes off the nodes."""
     once_s: float = 0.0
     """The host's time per step inside one-off stretches (`StepGraph.once`), which every
     replay keeps as measured: left out of the speed-ups (`_gain`)."""
-    _done: dict[Change, tuple[float, dict[str, float]]] = field(default_factory=dict)
+    _done: dict[Change, tuple[float, dict[str, float]]] = msgspec.field(default_factory=dict)
     """Each change's replayed step and path shares, replayed once: the table and the findings
     ask for several of the same changes."""
-    _orders: dict[bool, I64 | None] = field(default_factory=dict)
+    _orders: dict[bool, I64 | None] = msgspec.field(default_factory=dict)
     """The dependency orders the graph's one passes found, by edge set (see `replay`)."""
 
     @classmethod

@@ -17,8 +17,8 @@ slower than this one. Exposed communication (topics/comm.py) leaves that time to
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -59,8 +59,7 @@ def _is_p2p(name: str) -> bool:
     return _P2P.search(name) is not None
 
 
-@dataclass(frozen=True)
-class Pipeline:
+class Pipeline(msgspec.Struct, frozen=True):
     """What one rank's trace shows of a pipelined step."""
 
     microbatches: int | None

@@ -4,8 +4,7 @@ that the step waits for, each with its strategy's own levers (not the DDP bucket
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -280,8 +279,7 @@ def fsdp_exposed_gather(f: Facts) -> Finding | None:
 # fsdp-small-units ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class _Merge:
+class _Merge(msgspec.Struct, frozen=True, eq=False):
     """FSDP's units' collectives on the GPU, each with its fixed cost: its time less its bytes
     at the link's peak (what a merged collective pays once instead of once per unit)."""
 
@@ -585,7 +583,8 @@ def _wait_events(f: Facts) -> Events:
     """The main thread's functional collectives' `wait_tensor` in the steady steps' forward
     (outermost)."""
     trace = f.trace
-    ev = trace.named((Kind.CPU_OP,), trace.names_matching(lambda s: s.endswith("::wait_tensor")))
+    ops = (Kind.CPU_OP,)
+    ev = trace.named(ops, trace.names_matching(lambda s: s.endswith("::wait_tensor"), ops))
     ev = ev.take(np.flatnonzero(in_windows(ev.ts, f.scope.window_start, f.scope.window_end)))
     if not len(ev) or f.attribution is None:
         return ev.take(np.zeros(0, np.intp))

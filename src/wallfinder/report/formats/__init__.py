@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import msgspec
 
 if TYPE_CHECKING:
     from wallfinder.diagnosis import (
@@ -45,8 +46,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class RenderOptions:
+class RenderOptions(msgspec.Struct, frozen=True):
     """What a renderer may be told besides its result."""
 
     width: int | None = None
@@ -56,8 +56,7 @@ class RenderOptions:
 Renderer = Callable[[T, RenderOptions], str]
 
 
-@dataclass(frozen=True)
-class Subject(Generic[T]):
+class Subject(msgspec.Struct, Generic[T], frozen=True):
     """A kind of result that formats render (its type is `T`)."""
 
     name: str
@@ -77,15 +76,14 @@ SUBJECTS: tuple[Subject[Any], ...] = (DIAGNOSIS, DIFF, MEMORY, COUNTERS, STEPS, 
 """Every kind of result (the JSON format renders them all)."""
 
 
-@dataclass(frozen=True)
-class Format:
+class Format(msgspec.Struct, frozen=True, eq=False):
     """One output format, and its renderers by subject."""
 
     name: str
     """The format's name, as `--format` takes it."""
     rank: int
     """Where it stands in the lists of formats (`--help`'s choices): lower first."""
-    renderers: dict[Subject[Any], Renderer[Any]] = field(default_factory=dict, compare=False)
+    renderers: dict[Subject[Any], Renderer[Any]] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.name in _FORMATS:
@@ -107,8 +105,7 @@ class Format:
         self.renderers.update(renderers)
 
 
-@dataclass(frozen=True)
-class Drawn:
+class Drawn(msgspec.Struct, frozen=True):
     """A renderer that calls `function` of `wallfinder.report.{module}` with the result (and
     the width, where `width`), importing that module only when it is called: what draws a
     format (rich, jinja2) is not loaded to list the formats. (Named by strings, the function

@@ -13,10 +13,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from wallfinder.trace._reader import Progress
 
@@ -29,8 +30,7 @@ HEAD_BYTES = 64
 """How much of a file a reader sees to recognise it."""
 
 
-@dataclass(frozen=True)
-class Load:
+class Load(msgspec.Struct, frozen=True):
     """What a load asks of a reader."""
 
     progress: Progress | None = None
@@ -42,8 +42,7 @@ class Load:
     """Keep a large file's parse in wallfinder's cache folder, where the reader can."""
 
 
-@dataclass(frozen=True)
-class Reader:
+class Reader(msgspec.Struct, frozen=True):
     """One trace format: how its files are recognised and read, and what its traces are."""
 
     name: str
