@@ -616,28 +616,52 @@ def _fewest_by_scanning(segments: list[list[Any]], most: int) -> list[list[Any]]
     return merged
 
 
+def _fewest(segments: list[list[Any]], most: int) -> list[list[Any]]:
+    """`fewest` on segments given as [start, end, label] lists."""
+    kept, ends = fewest(
+        np.array([s[0] for s in segments], np.int64),
+        np.array([s[1] for s in segments], np.int64),
+        most,
+    )
+    return [[segments[i][0], e, segments[i][2]] for i, e in zip(kept, ends.tolist(), strict=True)]
+
+
 def test_fewest_merges_the_shortest_segment_into_the_one_before_it() -> None:
     segments = [[0, 10, "a"], [10, 11, "b"], [11, 20, "a"], [20, 22, "c"], [22, 23, "b"]]
-    assert fewest([list(s) for s in segments], 3) == [
-        [0, 11, "a"],
-        [11, 20, "a"],
-        [20, 23, "c"],
-    ]
-    assert fewest([list(s) for s in segments], 5) == segments
+    assert _fewest(segments, 3) == [[0, 11, "a"], [11, 20, "a"], [20, 23, "c"]]
+    assert _fewest(segments, 5) == segments
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=40),
     st.integers(1, 12),
+    st.sampled_from([1, 1000, 1 << 54]),
 )
-def test_fewest_agrees_with_merging_by_scanning(steps: list[tuple[int, int]], most: int) -> None:
+def test_fewest_agrees_with_merging_by_scanning(
+    steps: list[tuple[int, int]], most: int, scale: int
+) -> None:
+    # In time order, as the path's segments are (at scales past what int64 holds with an
+    # index, too): merged in one pass from the last.
     segments, at = [], 0
     for i, (gap, length) in enumerate(steps):
         at += gap
-        segments.append([at, at + length, "ab"[i % 2]])
+        segments.append([at * scale, (at + length) * scale, "ab"[i % 2]])
         at += length
-    assert fewest([list(s) for s in segments], most) == _fewest_by_scanning(segments, most)
+    assert _fewest(segments, most) == _fewest_by_scanning(segments, most)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), min_size=1, max_size=30),
+    st.integers(1, 12),
+)
+def test_fewest_agrees_with_merging_by_scanning_out_of_order(
+    spans: list[tuple[int, int]], most: int
+) -> None:
+    # Out of time order (overlapping, starts going back): merged one at a time.
+    segments = [[a, a + n, str(i)] for i, (a, n) in enumerate(spans)]
+    assert _fewest(segments, most) == _fewest_by_scanning(segments, most)
 
 
 @pytest.mark.parametrize(

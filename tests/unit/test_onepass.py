@@ -26,8 +26,10 @@ def graph(
     stream_gap: list[int],
     fixed: list[int],
     host_lat: list[int],
+    row: list[int] | None = None,
 ) -> StepGraph:
-    """A StepGraph with what the one pass reads (the rest empty)."""
+    """A StepGraph with what the one pass reads (the rest empty); `row`: each op's place in
+    the measured order (None: all 0)."""
     n_calls, n_ops = len(first), len(call)
     z_c, z_o = np.zeros(n_calls, INT), np.zeros(n_ops, INT)
     return StepGraph(
@@ -43,7 +45,7 @@ def graph(
         offset=z_c,
         call_first=np.array(first, bool),
         call_step=np.zeros(n_calls, np.intp),
-        row=z_o,
+        row=z_o if row is None else np.array(row, INT),
         call=np.array(call, INT),
         fixed=np.array(fixed, INT),
         lat=z_o,
@@ -147,7 +149,8 @@ def graphs(draw: st.DrawFn, acyclic: bool = False) -> tuple[StepGraph, dict[str,
     to three streams, each op launched by a call (or placed where it ran), some released by
     a later call, after or waiting for ops on other streams, drained by a sync. Edges go
     forward in a drawn time (acyclic) unless a few go back (a cycle, which both must refuse;
-    never where `acyclic`)."""
+    never where `acyclic`). The ops' rows (their measured order) are mostly their order in
+    that time, as a trace gives them, else shuffled (an order the edges break)."""
     n_calls = draw(st.integers(1, 14))
     n_ops = draw(st.integers(1, 14))
     backward = not acyclic and draw(st.booleans()) and draw(st.integers(0, 9)) == 0
@@ -201,6 +204,10 @@ def graphs(draw: st.DrawFn, acyclic: bool = False) -> tuple[StepGraph, dict[str,
     weights["inc"] = [abs(x) for x in weights["inc"]]
     weights["dur"] = [abs(x) for x in weights["dur"]]
     weights["drained_by"] = drained_by
+    # Ties in time broken as a trace's ops are (by stream, then start: any order would do).
+    row = sorted(range(n_ops), key=lambda k: (t[k], k))
+    if draw(st.integers(0, 3)) == 0:
+        row = draw(st.permutations(row))
     g = graph(
         first,
         call,
@@ -211,6 +218,7 @@ def graphs(draw: st.DrawFn, acyclic: bool = False) -> tuple[StepGraph, dict[str,
         weights["stream_gap"],
         [NEVER if c >= 0 else f for c, f in zip(call, weights["fixed"], strict=True)],
         weights["host_lat"],
+        [row.index(k) for k in range(n_ops)],
     )
     return g, weights
 
@@ -241,6 +249,7 @@ def test_the_one_pass_gives_the_plain_longest_paths_ends_and_rounds(
         assert order is None
         return
     assert order is not None
+    assert_in_dependency_order(g, w["drained_by"], order.tolist())
     got = longest_path(
         g,
         order,
@@ -258,3 +267,43 @@ def test_the_one_pass_gives_the_plain_longest_paths_ends_and_rounds(
     ends, rounds = got
     assert ends.tolist() == expected[0]
     assert rounds == expected[1]
+
+
+def assert_in_dependency_order(g: StepGraph, drained_by: list[int], order: list[int]) -> None:
+    """`order` holds the compressed graph's nodes (the ops, then the host chain's heads: each
+    chain's first call and each call that drains ops) once each, every node after each node
+    it reads: an op after its launch's and its release's stretches (that of the call before
+    each), the ops it stays after and waits for, and the op before it on its stream; a head
+    after the stretch before it and the ops it drains."""
+    n_calls, n_ops = g.gap.size, g.dur.size
+    first = g.call_first.tolist()
+    heads = [c for c in range(n_calls) if first[c] or c in drained_by]
+    assert sorted(order) == list(range(n_ops + len(heads)))
+    at = {v: i for i, v in enumerate(order)}
+
+    def stretch(c: int) -> int:
+        return n_ops + max(j for j, h in enumerate(heads) if h <= c)
+
+    for k in range(n_ops):
+        ins = [stretch(c - 1) for c in (int(g.call[k]), int(g.host[k])) if c >= 0 and not first[c]]
+        ins += [x for x in (int(g.after[k]), int(g.dep[k])) if x >= 0]
+        ins += [] if g.stream_first[k] else [k - 1]
+        assert all(at[x] < at[k] for x in ins), (k, ins)
+    for j, h in enumerate(heads):
+        ins = [] if first[h] else [stretch(h - 1)]
+        ins += [k for k in range(n_ops) if drained_by[k] == h]
+        assert all(at[x] < at[n_ops + j] for x in ins), (h, ins)
+
+
+def test_the_measured_order_is_taken_where_every_edge_goes_forward_in_it() -> None:
+    # Two ops on two streams, no edge between them, and a host chain of one call that
+    # drains nothing: every order holds the edges, and the one taken is the trace's (the
+    # head first, as it drained nothing; the ops by their measured start), not a traversal's.
+    g = graph([True], [-1, -1], [-1, -1], [-1, -1], [-1, -1], [True, True], [0, 0], [0, 5], [0, 0])
+    none = np.zeros(0, INT)
+    assert dependency_order(g, none, none).tolist() == [2, 0, 1]
+    # Measured the other way round, the ops swap.
+    swapped = graph(
+        [True], [-1, -1], [-1, -1], [-1, -1], [-1, -1], [True, True], [0, 0], [5, 0], [0, 0], [1, 0]
+    )
+    assert dependency_order(swapped, none, none).tolist() == [2, 1, 0]

@@ -12,6 +12,8 @@ with its inputs read from flat lists, a time and its edge count packed in one in
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
+from itertools import islice
 
 import msgspec
 import numpy as np
@@ -74,9 +76,13 @@ def _inputs(
 
 def dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | None:
     """The compressed graph's nodes (ops, then the heads of `Segments`) in an order where
-    each comes after every node it depends on, by Kahn's traversal; None when the graph has
-    a cycle. `synced_rows`, `group_of`: the ops each sync drains and their sync (the drain
-    edges, which the `sync` what-if removes); the other edges are the graph's own."""
+    each comes after every node it depends on; None when the graph has a cycle.
+    `synced_rows`, `group_of`: the ops each sync drains and their sync (the drain edges,
+    which the `sync` what-if removes); the other edges are the graph's own.
+
+    The measured order is tried first (`_measured_order`), and taken when every edge goes
+    forward in it: a graph read from a trace is in it, and any order that keeps the edges
+    gives the one pass the same times. Else Kahn's traversal finds one."""
     s = Segments.of(g, np.zeros(g.gap.size, np.int64), group_of)
     op_in, head_in, wait_of = _inputs(g, s, group_of)
     n_ops = g.dur.size
@@ -89,6 +95,34 @@ def dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | Non
     )
     real = src < nodes
     src, dst = src[real], dst[real]
+    measured = _measured_order(g, s.heads.size, synced_rows, wait_of - n_ops)
+    if measured is not None:
+        at = np.empty(nodes, np.int64)
+        at[measured] = np.arange(nodes)
+        if bool((at[src] < at[dst]).all()):
+            return measured
+    return _kahn(nodes, src, dst)
+
+
+def _measured_order(g: StepGraph, n_heads: int, drained: I64, wait: I64) -> I64 | None:
+    """The nodes in the order the trace saw them: the ops by their measured start (`row`:
+    the device's ops are in that order), each head of the host chain after the ops drained
+    by it and by the heads before it (it returned after they ended), the heads in chain
+    order. None: the ops' rows are not in the trace's order (the CPU as the device)."""
+    if g.row.size and int(g.row.min()) < 0:
+        return None
+    latest = np.full(n_heads, -1, np.int64)
+    np.maximum.at(latest, wait, g.row[drained])
+    key = np.concatenate([2 * g.row, 2 * np.maximum.accumulate(latest) + 1])
+    # (Stable: heads of one key stay in chain order.)
+    return np.argsort(key, kind="stable").astype(np.int64)
+
+
+def _kahn(
+    nodes: int, src: npt.NDArray[np.signedinteger], dst: npt.NDArray[np.signedinteger]
+) -> I64 | None:
+    """The nodes in dependency order by Kahn's traversal of the edges `src` -> `dst`; None
+    when they hold a cycle."""
     indeg = np.bincount(dst, minlength=nodes).tolist()
     sptr = np.zeros(nodes + 1, np.int64)
     np.cumsum(np.bincount(src, minlength=nodes), out=sptr[1:])
@@ -149,12 +183,13 @@ def longest_path(
     release_add = np.where(g.host >= 0, reach(g.host, g.host_lat), 0)
     h = s.heads
     head_add = np.where(first[h], 0, off[np.maximum(h - 1, 0)]) + inc[h]
+    # Each op's duration is added to each of its inputs up front (the latest input plus
+    # the duration is the latest of the inputs plus it): one addition fewer per op.
     weights = (
-        launch_add,
-        release_add,
-        -after_less,
-        dep_add,
-        dur,
+        launch_add + dur,
+        release_add + dur,
+        dur - after_less,
+        dep_add + dur,
         g.stream_gap + dur,
         head_add,
         cost[h],
@@ -163,8 +198,8 @@ def longest_path(
     # node), kept small: Python adds integers of a few machine words fastest.
     largest = max((int(np.abs(w).max()) for w in weights if w.size), default=0)
     never = -4 * (n_ops + n_heads + 1) * (largest + 1) * m
-    lc, hc, ac, dc, du, pc, head_c, drain_c = (
-        _scaled(w, m, -1 if i in (2, 3, 7) else 0) for i, w in enumerate(weights)
+    lc, hc, ac, dc, pc, head_c, drain_c = (
+        _scaled(w, m, -1 if i in (2, 3, 6) else 0) for i, w in enumerate(weights)
     )
     # Per head, its drained ops (grouped by their wait, in the order of the heads).
     wait_seg = s.seg[group_of]
@@ -172,40 +207,35 @@ def longest_path(
     # element (some 30 bytes more each, tens of MB over a large graph's columns).
     dptr = np.searchsorted(wait_seg, np.arange(n_heads + 1)).data
     drained = np.ascontiguousarray(synced_rows, np.int64).data
-    ls, hs, af, dp, pv = (
-        np.ascontiguousarray(x, np.int64).data for x in (launch, release, after, dep, prev)
-    )
-    # Few ops are released by a later call or wait for an op across streams: the others
-    # skip those two inputs.
-    rare = ((g.host >= 0) | (g.dep >= 0)).data
+    hs, dp = (np.ascontiguousarray(x, np.int64).data for x in (release, dep))
     hp = np.ascontiguousarray(head_prev, np.int64).data
+    # The ops in the order, their common inputs laid out in it (read in step, not looked
+    # up), as runs between the heads. Few ops are released by a later call or wait for an
+    # op across streams: the others skip those two inputs.
+    is_head = order >= n_ops
+    ops = order[~is_head]
+    run = np.diff(np.flatnonzero(is_head) - np.arange(int(is_head.sum())), prepend=0).tolist()
+    rare = (g.host >= 0) | (g.dep >= 0)
+    ordered = zip(
+        ops.data,
+        *(np.ascontiguousarray(x[ops], np.int64).data for x in (launch, after, prev)),
+        *(_in_order(w, ops) for w in (lc, ac, pc)),
+        rare[ops].data,
+        strict=True,
+    )
+    heads = order[is_head].data
     x_of: list[int] = [0] * (n_ops + n_heads) + [never, 0]
-    for v in order.data:
-        if v < n_ops:
-            x = x_of[ls[v]] + lc[v]
-            if rare[v]:
-                y = x_of[hs[v]] + hc[v]
-                if y > x:
-                    x = y
-                y = x_of[dp[v]] + dc[v]
-                if y > x:
-                    x = y
-            y = x_of[af[v]] + ac[v]
+    for j, r in zip(heads, run, strict=True):
+        _ops(islice(ordered, r), x_of, hs, hc, dp, dc)
+        j -= n_ops
+        x = x_of[hp[j]] + head_c[j]
+        add = drain_c[j]
+        for k in drained[dptr[j] : dptr[j + 1]]:
+            y = x_of[k] + add
             if y > x:
                 x = y
-            x += du[v]
-            y = x_of[pv[v]] + pc[v]
-            if y > x:
-                x = y
-        else:
-            j = v - n_ops
-            x = x_of[hp[j]] + head_c[j]
-            add = drain_c[j]
-            for k in drained[dptr[j] : dptr[j + 1]]:
-                y = x_of[k] + add
-                if y > x:
-                    x = y
-        x_of[v] = x
+        x_of[n_ops + j] = x
+    _ops(ordered, x_of, hs, hc, dp, dc)
     packed = x_of[:n_ops]
     try:
         p = np.array(packed, np.int64)
@@ -220,7 +250,45 @@ def longest_path(
     return ends, rounds
 
 
-def _scaled(x: I64, m: int, plus: int = 0) -> memoryview | list[int]:
+Weights = memoryview | list[int]
+
+
+def _ops(
+    ordered: Iterator[tuple[int, int, int, int, int, int, int, bool]],
+    x_of: list[int],
+    hs: memoryview,
+    hc: Weights,
+    dp: memoryview,
+    dc: Weights,
+) -> None:
+    """The one pass over a run of ops (each with its launch's, its order's and its stream's
+    inputs and their weights, and whether it has the rare two), into `x_of`."""
+    for v, ls, af, pv, lw, aw, pw, few in ordered:
+        x = x_of[ls] + lw
+        if few:
+            y = x_of[hs[v]] + hc[v]
+            if y > x:
+                x = y
+            y = x_of[dp[v]] + dc[v]
+            if y > x:
+                x = y
+        y = x_of[af] + aw
+        if y > x:
+            x = y
+        y = x_of[pv] + pw
+        if y > x:
+            x = y
+        x_of[v] = x
+
+
+def _in_order(w: Weights, at: I64) -> Weights:
+    """The weights `w` (`_scaled`'s) of the nodes `at`, in that order."""
+    if isinstance(w, list):
+        return [w[i] for i in at.tolist()]
+    return np.asarray(w)[at].data
+
+
+def _scaled(x: I64, m: int, plus: int = 0) -> Weights:
     """`x * m + plus`, read one element at a time: an int64 memoryview where it fits, else
     Python integers (exact either way)."""
     if x.size and int(np.abs(x).max()) >= (1 << 62) // m:

@@ -67,17 +67,21 @@ class Walk:
         """The path's time (ns) in each category."""
         return dict(zip(CATEGORIES, self._took.tolist(), strict=True))
 
-    def segments(self) -> list[tuple[int, int, str]]:
-        """The segments in the kept window, earliest first, clipped to it."""
+    def rows(self) -> tuple[I64, I64, I64]:
+        """The segments in the kept window, earliest first, clipped to it: their starts, ends
+        and category indices."""
         lo, hi = self._keep
         rows = np.concatenate(self._kept)[::-1] if self._kept else np.zeros((0, 3), np.int64)
         start, end = np.maximum(rows[:, 0], lo), np.minimum(rows[:, 1], hi)
         inside = end > start
+        return start[inside], end[inside], rows[inside, 2]
+
+    def segments(self) -> list[tuple[int, int, str]]:
+        """`rows`, each as (start, end, category)."""
+        start, end, cat = self.rows()
         return [
             (a, b, CATEGORIES[c])
-            for a, b, c in zip(
-                start[inside].tolist(), end[inside].tolist(), rows[inside, 2].tolist(), strict=True
-            )
+            for a, b, c in zip(start.tolist(), end.tolist(), cat.tolist(), strict=True)
         ]
 
     def shares(self) -> dict[str, float]:
