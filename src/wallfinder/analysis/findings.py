@@ -126,7 +126,7 @@ class Facts(msgspec.Struct, frozen=True, dict=True):  # dict: the cached propert
         pieces the breakdown's idle causes sum (traces with a device and steps)."""
         assert self.dev is not None
         s = self.scope
-        return idle_pieces(self.trace, self.dev, self.busy, s.start, s.end, self.thresholds.slack)
+        return idle_pieces(self.trace, self.dev, s.start, s.end, self.thresholds.slack)
 
     @property
     def hideable(self) -> float:

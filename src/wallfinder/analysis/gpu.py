@@ -78,6 +78,11 @@ class DeviceOps(msgspec.Struct, frozen=True):
     code, a cost paid once per run."""
     one_offs: OneOffs
     """The host's one-off stretches (`oneoff.one_offs`): the GPU's wait for them is start-up."""
+    _idle: dict[tuple[bytes, bytes, SlackThresholds], IdlePieces] = msgspec.field(
+        default_factory=dict
+    )
+    """The idle pieces of each set of windows `idle_pieces` was asked for (the breakdown's,
+    the timeline's and the rules' are the scope's windows): attributed once."""
 
 
 def device_ops(trace: Trace, thresholds: TimeThresholds | None = None) -> DeviceOps | None:
@@ -288,7 +293,7 @@ def busy_holders(
 def _idle_causes(
     trace: Trace, dev: DeviceOps, busy: Coverage, start: I64, end: I64, slack: SlackThresholds
 ) -> dict[str, npt.NDArray[np.float64]]:
-    pieces = idle_pieces(trace, dev, busy, start, end, slack)
+    pieces = idle_pieces(trace, dev, start, end, slack, busy)
     return {
         cause: np.bincount(pieces.window, weights=ns, minlength=start.size).astype(np.float64)
         for cause, ns in pieces.causes.items()
@@ -310,18 +315,45 @@ class IdlePieces(msgspec.Struct, frozen=True):
     op: npt.NDArray[np.intp]
     """The device op (row of `DeviceOps.ops`) whose start ends the gap (-1: none)."""
 
+    def of_window(self, i: int) -> IdlePieces:
+        """The pieces of window `i` alone (each piece is attributed on its own: the same as
+        attributing that window's alone)."""
+        mine = np.flatnonzero(self.window == i)
+        return IdlePieces(
+            self.start[mine],
+            self.end[mine],
+            self.window[mine],
+            {cause: ns[mine] for cause, ns in self.causes.items()},
+            self.host_end[mine],
+            self.thread[mine],
+            self.op[mine],
+        )
+
 
 def idle_pieces(
     trace: Trace,
     dev: DeviceOps,
-    busy: Coverage,
     start: I64,
     end: I64,
     slack: SlackThresholds,
-    only: int | None = None,
+    busy: Coverage | None = None,
 ) -> IdlePieces:
-    """The idle pieces of the windows [start, end) and their causes; with `only`, those of
-    window `only` alone (attributed exactly as when all windows are)."""
+    """The idle pieces of the windows [start, end) and their causes, attributed once per
+    windows and kept on `dev` (the breakdown, the timeline and the rules all read the
+    scope's). `busy`: the union of the device's ops where the caller has it already (else it
+    is made here)."""
+    key = (start.tobytes(), end.tobytes(), slack)
+    done = dev._idle.get(key)
+    if done is None:
+        if busy is None:
+            busy = Coverage.of(dev.ops.ts, dev.ops.end)
+        done = dev._idle[key] = _idle_pieces(trace, dev, busy, start, end, slack)
+    return done
+
+
+def _idle_pieces(
+    trace: Trace, dev: DeviceOps, busy: Coverage, start: I64, end: I64, slack: SlackThresholds
+) -> IdlePieces:
     gap_start, gap_end = busy.gaps(int(start[0]), int(end[-1]))
     if gap_start.size == 0:
         empty = np.empty(0, np.int64)
@@ -357,14 +389,6 @@ def idle_pieces(
 
     piece_start, piece_end, owner = split_at(gap_start, gap_end, start[1:])
     window = np.searchsorted(start, piece_start, side="right") - 1
-    if only is not None:
-        mine = np.flatnonzero(window == only)
-        piece_start, piece_end, owner, window = (
-            piece_start[mine],
-            piece_end[mine],
-            owner[mine],
-            window[mine],
-        )
     n = piece_start.size
     out = {cause: np.zeros(n) for cause in IDLE_CAUSES}
     g0 = gap_start[owner]

@@ -60,9 +60,7 @@ def step_timeline(scope: Scope) -> StepTimeline | None:
         if len(spans) <= MAX_SPANS:
             break
         resolution *= 2
-    pieces = idle_pieces(
-        trace, dev, Coverage.of(ops.ts, ops.end), start, end, scope.thresholds.slack, only=i
-    )
+    pieces = idle_pieces(trace, dev, start, end, scope.thresholds.slack).of_window(i)
     gaps, unlisted = _gaps(trace, pieces, a, b, resolution)
     unlisted_ns = (pieces.end - pieces.start)[unlisted]
     return StepTimeline(
