@@ -9,9 +9,10 @@ from graphlib import CycleError, TopologicalSorter
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from wallfinder.analysis.critpath.model import NEVER, StepGraph
-from wallfinder.analysis.critpath.onepass import dependency_order, longest_path
+from wallfinder.analysis.critpath.onepass import Plan, dependency_order, longest_path
 
 INT = np.int64
 
@@ -269,6 +270,67 @@ def test_the_one_pass_gives_the_plain_longest_paths_ends_and_rounds(
     assert rounds == expected[1]
 
 
+@settings(max_examples=200, deadline=None)
+@given(graphs(acyclic=True), st.lists(st.integers(-5, 40), min_size=28, max_size=28))
+def test_one_plan_serves_every_replay_of_its_graph(
+    drawn: tuple[StepGraph, dict[str, list[int]]], other: list[int]
+) -> None:
+    # The plan laid out once (by the first replay) and reused by a what-if's replay with
+    # other weights: the same ends and rounds as the plain longest path under those weights,
+    # also where an op's stream gap plus its duration is negative (every drained op read).
+    g, w = drawn
+    drained_by = np.array(w["drained_by"], INT)
+    rows = np.flatnonzero(drained_by >= 0)
+    rows = rows[np.argsort(drained_by[rows], kind="stable")]
+    group = drained_by[rows]
+    order = dependency_order(g, rows, group)
+    assert order is not None
+    plan = Plan(g, order, rows, group)
+    n_calls, n_ops = g.gap.size, g.dur.size
+
+    def shifted(values: list[int], by: int) -> list[int]:
+        return [v + other[(i + by) % len(other)] for i, v in enumerate(values)]
+
+    names = ("step_gap", "inc", "cost", "dur", "delay", "dep_add", "after_less")
+    for weights in (w, {k: shifted(w[k], i) for i, k in enumerate(names)}):
+        inc, dur = [abs(x) for x in weights["inc"]], [abs(x) for x in weights["dur"]]
+        gw = replace(g, stream_gap=np.array(shifted(w["stream_gap"], 3), INT))
+        expected = reference(
+            gw,
+            weights["step_gap"][:n_calls],
+            inc[:n_calls],
+            weights["cost"][:n_calls],
+            dur[:n_ops],
+            weights["delay"][:n_ops],
+            weights["dep_add"][:n_ops],
+            weights["after_less"][:n_ops],
+            w["drained_by"],
+        )
+        assert expected is not None
+        got = longest_path(
+            gw,
+            order,
+            *(
+                np.array(x, INT)
+                for x in (
+                    weights["step_gap"],
+                    inc,
+                    weights["cost"],
+                    dur,
+                    weights["delay"],
+                    weights["dep_add"],
+                    weights["after_less"],
+                )
+            ),
+            rows,
+            group,
+            plan,
+        )
+        assert got is not None
+        assert got[0].tolist() == expected[0]
+        assert got[1] == expected[1]
+
+
 def assert_in_dependency_order(g: StepGraph, drained_by: list[int], order: list[int]) -> None:
     """`order` holds the compressed graph's nodes (the ops, then the host chain's heads: each
     chain's first call and each call that drains ops) once each, every node after each node
@@ -307,3 +369,43 @@ def test_the_measured_order_is_taken_where_every_edge_goes_forward_in_it() -> No
         [True], [-1, -1], [-1, -1], [-1, -1], [-1, -1], [True, True], [0, 0], [5, 0], [0, 0], [1, 0]
     )
     assert dependency_order(swapped, none, none).tolist() == [2, 1, 0]
+
+
+def test_a_drain_reads_an_earlier_op_that_ends_after_a_later_one_on_its_stream() -> None:
+    # Two ops on one stream drained by the sync (call 1): the second starts before the first
+    # ends (a negative gap) and ends first, so the drain waits for the first; the op that
+    # call 2 launches after the sync starts after it. Of a stream's drained ops the last is
+    # read alone only where none ends before the one before it.
+    g = graph(
+        [True, False, False],
+        [0, 0, 2],
+        [-1, -1, -1],
+        [-1, -1, -1],
+        [-1, -1, -1],
+        [True, False, True],
+        [0, -9, 0],
+        [NEVER, NEVER, NEVER],
+        [0, 0, 0],
+        [0, 1, 2],
+    )
+    rows, group = np.array([0, 1], INT), np.array([1, 1], INT)
+    order = dependency_order(g, rows, group)
+    assert order is not None
+    zero_c, zero_o = np.zeros(3, INT), np.zeros(3, INT)
+    dur = np.array([10, 1, 5], INT)
+    got = longest_path(
+        g,
+        order,
+        zero_c,
+        zero_c,
+        zero_c,
+        dur,
+        zero_o,
+        zero_o,
+        zero_o,
+        rows,
+        group,
+        Plan(g, order, rows, group),
+    )
+    assert got is not None
+    assert got[0].tolist() == [10, 2, 15]

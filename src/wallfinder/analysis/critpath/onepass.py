@@ -143,6 +143,59 @@ def _kahn(
     return np.frombuffer(order, np.int64) if len(order) == nodes else None
 
 
+class Plan:
+    """What the one pass reads that depends on the graph and its edge set alone, laid out
+    once and kept for the graph's replays (a what-if changes weights, not edges): the
+    compressed graph's inputs (`_inputs`), the ops in `order` as runs between the heads with
+    their common inputs in that order, and each head's drained ops. Of a head's drained ops
+    on one stream only the last can bind where no op on the stream ends before the one before
+    it (`latest_drained`); the pass reads those alone then."""
+
+    def __init__(self, g: StepGraph, order: I64, synced_rows: I64, group_of: I64) -> None:
+        n_ops = g.dur.size
+        self.order = order
+        self.s = Segments.of(g, np.zeros(g.gap.size, np.int64), group_of)
+        n_heads = self.s.heads.size
+        op_in, (head_prev,), _ = _inputs(g, self.s, group_of)
+        launch, release, after, dep, prev = op_in
+        wait_seg = self.s.seg[group_of]
+        # Read one element at a time from memoryviews, not lists: a list holds a Python int
+        # per element (some 30 bytes more each, tens of MB over a large graph's columns).
+        self.dptr = np.searchsorted(wait_seg, np.arange(n_heads + 1)).data
+        self.drained = np.ascontiguousarray(synced_rows, np.int64).data
+        # The last of each head's drained ops on each stream (the ops are by stream, then
+        # start; a group's rows in that order): the one that ends last there when no op on
+        # the stream ends before the one before it.
+        rows = np.asarray(synced_rows, np.int64)
+        stream = np.cumsum(g.stream_first) - 1
+        if rows.size:
+            by_group = np.lexsort((rows, stream[rows], wait_seg))
+            ordered = rows[by_group]
+            g_seg, g_stream = wait_seg[by_group], stream[ordered]
+            last = np.r_[(g_seg[1:] != g_seg[:-1]) | (g_stream[1:] != g_stream[:-1]), True]
+            kept, kept_seg = ordered[last], g_seg[last]
+        else:
+            kept, kept_seg = rows, wait_seg
+        self.latest_dptr = np.searchsorted(kept_seg, np.arange(n_heads + 1)).data
+        self.latest_drained = np.ascontiguousarray(kept, np.int64).data
+        self.hs, self.dp = (np.ascontiguousarray(x, np.int64).data for x in (release, dep))
+        self.hp = np.ascontiguousarray(head_prev, np.int64).data
+        # The ops in the order, their common inputs laid out in it (read in step, not looked
+        # up), as runs between the heads. Few ops are released by a later call or wait for
+        # an op across streams: the others skip those two inputs.
+        is_head = order >= n_ops
+        self.ops = order[~is_head]
+        self.run: list[int] = np.diff(
+            np.flatnonzero(is_head) - np.arange(int(is_head.sum())), prepend=0
+        ).tolist()
+        rare = (g.host >= 0) | (g.dep >= 0)
+        self.ordered_in = tuple(
+            np.ascontiguousarray(x[self.ops], np.int64).data for x in (launch, after, prev)
+        )
+        self.rare = rare[self.ops].data
+        self.heads = order[is_head].data
+
+
 def longest_path(
     g: StepGraph,
     order: I64,
@@ -155,6 +208,7 @@ def longest_path(
     after_less: I64,
     synced_rows: I64,
     group_of: I64,
+    plan: Plan | None = None,
 ) -> tuple[I64, int] | None:
     """The ops' ends at the replay's fixed point, by one pass over the compressed graph in
     dependency order (`order`, from `dependency_order`), and the rounds the iteration takes to
@@ -162,16 +216,20 @@ def longest_path(
     drain, a wait across streams), so the rounds are two more than the most such edges on the
     fewest-edge longest path to any op. None when the iteration would stop at MAX_ROUNDS (it
     is then iterated). `delay`, `dep_add`, `after_less`: per op, read where it has a launch,
-    a wait across streams, an order after one."""
+    a wait across streams, an order after one. `plan`: the graph's `Plan` for `order` and
+    these drains, where a replay before laid it out (else laid out here)."""
+    if plan is None:
+        plan = Plan(g, order, synced_rows, group_of)
     n_ops = g.dur.size
-    s = Segments.of(g, inc, group_of)
-    n_heads = s.heads.size
-    (launch, release, after, dep, prev), (head_prev,), _ = _inputs(g, s, group_of)
+    heads_at = plan.s.heads
+    n_heads = heads_at.size
+    a = np.cumsum(inc)
+    off = a - a[heads_at][plan.s.seg]
     # A time t reached over c edges read from a previous round is t * m - c: the larger time
     # wins a max, and of equal times the fewer edges (the rounds count the fewest). m is
     # above any path's edge count, so the two never mix.
     m = 1 << (n_ops + n_heads + 1).bit_length()
-    first, off = g.call_first, s.off
+    first = g.call_first
 
     def reach(calls: I64, add: I64) -> I64:
         # What a launch or a release adds to the stretch it reads: the calls from its head
@@ -181,7 +239,7 @@ def longest_path(
 
     launch_add = np.where(g.call >= 0, reach(g.call, delay), g.fixed)
     release_add = np.where(g.host >= 0, reach(g.host, g.host_lat), 0)
-    h = s.heads
+    h = heads_at
     head_add = np.where(first[h], 0, off[np.maximum(h - 1, 0)]) + inc[h]
     # Each op's duration is added to each of its inputs up front (the latest input plus
     # the duration is the latest of the inputs plus it): one addition fewer per op.
@@ -201,31 +259,23 @@ def longest_path(
     lc, hc, ac, dc, pc, head_c, drain_c = (
         _scaled(w, m, -1 if i in (2, 3, 6) else 0) for i, w in enumerate(weights)
     )
-    # Per head, its drained ops (grouped by their wait, in the order of the heads).
-    wait_seg = s.seg[group_of]
-    # Read one element at a time from memoryviews, not lists: a list holds a Python int per
-    # element (some 30 bytes more each, tens of MB over a large graph's columns).
-    dptr = np.searchsorted(wait_seg, np.arange(n_heads + 1)).data
-    drained = np.ascontiguousarray(synced_rows, np.int64).data
-    hs, dp = (np.ascontiguousarray(x, np.int64).data for x in (release, dep))
-    hp = np.ascontiguousarray(head_prev, np.int64).data
-    # The ops in the order, their common inputs laid out in it (read in step, not looked
-    # up), as runs between the heads. Few ops are released by a later call or wait for an
-    # op across streams: the others skip those two inputs.
-    is_head = order >= n_ops
-    ops = order[~is_head]
-    run = np.diff(np.flatnonzero(is_head) - np.arange(int(is_head.sum())), prepend=0).tolist()
-    rare = (g.host >= 0) | (g.dep >= 0)
+    # An op on a stream ends no earlier than the one before it there where no weight along
+    # the stream is negative: of a head's drained ops, the last on each stream then binds.
+    monotone = not weights[4].size or int(weights[4].min()) >= 0
+    dptr, drained = (
+        (plan.latest_dptr, plan.latest_drained) if monotone else (plan.dptr, plan.drained)
+    )
+    hs, dp, hp = plan.hs, plan.dp, plan.hp
+    ops = plan.ops
     ordered = zip(
         ops.data,
-        *(np.ascontiguousarray(x[ops], np.int64).data for x in (launch, after, prev)),
+        *plan.ordered_in,
         *(_in_order(w, ops) for w in (lc, ac, pc)),
-        rare[ops].data,
+        plan.rare,
         strict=True,
     )
-    heads = order[is_head].data
     x_of: list[int] = [0] * (n_ops + n_heads) + [never, 0]
-    for j, r in zip(heads, run, strict=True):
+    for j, r in zip(plan.heads, plan.run, strict=True):
         _ops(islice(ordered, r), x_of, hs, hc, dp, dc)
         j -= n_ops
         x = x_of[hp[j]] + head_c[j]

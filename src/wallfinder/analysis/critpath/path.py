@@ -164,6 +164,9 @@ class _Binding:
             [prev, g.dep, g.after, g.host, g.call],
             -1,
         )
+        # Per op, the earliest op its run of edges to the op before it on its stream reaches
+        # (itself where its edge is another): the path crosses such a run as a range of ops.
+        self.prev_low = np.maximum.accumulate(np.where(self.edge != PREV, k, -1))
         self.drain_op = _drain_ops(g, t)
         self.take = (g.sync | g.blocked) & (self.drain_op >= 0) & (t.drain > t.call_start)
         idx = np.arange(n_calls)
@@ -172,8 +175,9 @@ class _Binding:
 
 
 Stretch = tuple[int, list[int], int, bool]
-"""A stretch of the path: (OP, the ops followed one by one, 0, False), or (CALL or GAP, [the
-first call], the last call, whether the last waited for the device)."""
+"""A stretch of the path: (OP, the ops followed as ranges, each its first op and its last
+(the earliest: first, first - 1, ... last), flat, 0, False), or (CALL or GAP, [the first
+call], the last call, whether the last waited for the device)."""
 
 
 def _route(g: StepGraph, t: Timing, b: _Binding, end: int) -> list[Stretch]:
@@ -185,21 +189,25 @@ def _route(g: StepGraph, t: Timing, b: _Binding, end: int) -> list[Stretch]:
     start)."""
     out: list[Stretch] = []
     limit = 4 * (g.dur.size + g.gap.size) + 4
-    edge, to = b.edge.tolist(), b.to.tolist()
+    edge, to, prev_low = b.edge.tolist(), b.to.tolist(), b.prev_low.tolist()
     last_take, chain_start, drain_op = b.last_take, b.chain_start, b.drain_op
     op, call = _last_node(g, t, end)
     from_gap = False
     steps = 0
     while steps < limit:
         if op >= 0:
-            # Along the device, op by op, until an edge leaves it for the host (or none).
-            ops = [op]
-            steps += 1
-            while edge[op] < RELEASED and steps < limit:
+            # Along the device until an edge leaves it for the host (or none): a run of
+            # edges to the op before on the stream at once, as a range of ops.
+            runs: list[int] = []
+            while True:
+                low = max(prev_low[op], op - (limit - steps) + 1)
+                runs += (op, low)
+                steps += op - low + 1
+                op = low
+                if edge[op] >= RELEASED or steps >= limit:
+                    break
                 op = to[op]
-                ops.append(op)
-                steps += 1
-            out.append((OP, ops, 0, False))
+            out.append((OP, runs, 0, False))
             if edge[op] == NONE or edge[op] < RELEASED:
                 break
             call, from_gap = to[op], True
@@ -347,7 +355,9 @@ class _Events:
 def _nodes(route: list[Stretch]) -> tuple[npt.NDArray[np.int8], I64]:
     """The route's nodes in walk order: per node its kind and its op or call (-1: the
     chain's start). Each stretch is a block of them, laid out at once."""
-    ops: list[int] = []
+    highs: list[int] = []
+    lows: list[int] = []
+    runs: list[int] = []
     sizes: list[int] = []
     is_op: list[bool] = []
     firsts: list[int] = []
@@ -357,8 +367,10 @@ def _nodes(route: list[Stretch]) -> tuple[npt.NDArray[np.int8], I64]:
     for kind, first, last, took in route:
         is_op.append(kind == OP)
         if kind == OP:
-            ops.extend(first)
-            sizes.append(len(first))
+            highs += first[0::2]
+            lows += first[1::2]
+            runs.append(len(first) // 2)
+            sizes.append(0)  # (its ops counted below)
             continue
         sizes.append(first[0] - last + 1 + (0 if took else 1))
         firsts.append(first[0])
@@ -366,14 +378,21 @@ def _nodes(route: list[Stretch]) -> tuple[npt.NDArray[np.int8], I64]:
         kinds_of.append(kind)
         tooks.append(took)
     size = np.array(sizes, np.int64)
+    op_block = np.array(is_op, bool)
+    hi, lo = np.array(highs, np.int64), np.array(lows, np.int64)
+    per_run = hi - lo + 1
+    if runs:
+        n_runs = np.array(runs, np.int64)
+        size[op_block] = np.add.reduceat(per_run, np.cumsum(n_runs) - n_runs)
     at = np.cumsum(size) - size
     total = int(size.sum())
     kinds = np.full(total, CALL, np.int8)
     ids = np.full(total, -1, np.int64)
-    op_block = np.array(is_op, bool)
-    if ops:
+    if runs:
         where = _spread(at[op_block], size[op_block])
-        kinds[where], ids[where] = OP, ops
+        # Each range from its first op down to its last.
+        kinds[where] = OP
+        ids[where] = np.repeat(hi + np.cumsum(per_run) - per_run, per_run) - np.arange(where.size)
     if firsts:
         top, bottom = np.array(firsts, np.int64), np.array(lasts, np.int64)
         n = top - bottom + 1

@@ -12,7 +12,8 @@ from wallfinder.analysis.critpath.change import LEVERS, Change, default_changes
 from wallfinder.analysis.critpath.drawn import drawn_at, drawn_window, in_step
 from wallfinder.analysis.critpath.graph import build_graph
 from wallfinder.analysis.critpath.lever import Cuts, LeverWork, lever_cuts
-from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, StepGraph
+from wallfinder.analysis.critpath.model import MAX_ROUNDS, StepGraph
+from wallfinder.analysis.critpath.onepass import Plan
 from wallfinder.analysis.critpath.path import walk_path, wall_of
 from wallfinder.analysis.critpath.timing import replay
 from wallfinder.analysis.critpath.whatif import WhatIf
@@ -44,7 +45,7 @@ def critical_path(
         g = timed("graph", lambda: build_graph(scope, fusion, roofline, centre), "part")
     if g is None:
         return None, None
-    orders: dict[bool, I64 | None] = {}
+    orders: dict[bool, Plan | None] = {}
     base = timed("replay unchanged", partial(replay, g, orders=orders), "part")
     window = drawn_window(g, scope, timeline)
     walk = timed("walk unchanged", partial(walk_path, g, base, window or (0, 0)), "part")

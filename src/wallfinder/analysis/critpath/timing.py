@@ -19,7 +19,7 @@ import numpy.typing as npt
 from wallfinder.analysis.critpath.change import UNCHANGED, Change
 from wallfinder.analysis.critpath.lever import Cuts
 from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, NEVER, NS, StepGraph
-from wallfinder.analysis.critpath.onepass import dependency_order, longest_path
+from wallfinder.analysis.critpath.onepass import Plan, dependency_order, longest_path
 from wallfinder.analysis.gpu import COMM
 
 ONE_PASS_AFTER = 128
@@ -58,7 +58,7 @@ def replay(
     g: StepGraph,
     change: Change = UNCHANGED,
     one_pass_at: int = 0,
-    orders: dict[bool, I64 | None] | None = None,
+    orders: dict[bool, Plan | None] | None = None,
     cuts: Cuts | None = None,
 ) -> Timing:
     """Re-time the graph with `change` applied: the longest path from `t0`, by max-plus scans
@@ -68,8 +68,8 @@ def replay(
     same times and the rounds the iteration would have taken (`longest_path`).
     `one_pass_at`: the round that takes the one pass instead (a what-if on a graph whose
     unchanged replay needed it takes it at once: its times are the same). `orders`: the
-    dependency orders the graph's replays found, by edge set, shared between them (filled
-    here)."""
+    dependency orders the graph's replays found and their one passes' `Plan`, by edge set,
+    shared between them (filled here)."""
     pays = one_pass_pays(g.gap.size + g.dur.size)
     orders = {} if orders is None else orders
     gap_i, cost_i, dur_i, lat_i = _weights(g, change, cuts)
@@ -307,7 +307,7 @@ class _Drains:
 
 def _one_pass(
     g: StepGraph,
-    orders: dict[bool, I64 | None],
+    orders: dict[bool, Plan | None],
     use_sync: bool,
     host: _HostScan,
     device: _DeviceScan,
@@ -318,16 +318,18 @@ def _one_pass(
 ) -> tuple[I64, int] | None:
     """The ops' ends at the fixed point and the rounds to it, by `longest_path` (None: the
     graph has a cycle, or the iteration would stop at MAX_ROUNDS)."""
-    # The order depends on the edges alone: one per edge set (the sync what-if drops the
-    # drains, and with them the host chain's heads), kept for the graph's other replays.
+    # The order and the pass's layout depend on the edges alone: one per edge set (the sync
+    # what-if drops the drains, and with them the host chain's heads), kept for the graph's
+    # other replays.
     if use_sync not in orders:
-        orders[use_sync] = dependency_order(g, drains.rows, drains.group)
-    order = orders[use_sync]
-    if order is None:
+        order = dependency_order(g, drains.rows, drains.group)
+        orders[use_sync] = None if order is None else Plan(g, order, drains.rows, drains.group)
+    plan = orders[use_sync]
+    if plan is None:
         return None
     return longest_path(
         g,
-        order,
+        plan.order,
         host.step_gap,
         gap_i + cost_i,
         cost_i,
@@ -337,6 +339,7 @@ def _one_pass(
         device.after_back,
         drains.rows,
         drains.group,
+        plan,
     )
 
 

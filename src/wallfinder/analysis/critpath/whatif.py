@@ -9,7 +9,8 @@ import msgspec
 
 from wallfinder.analysis.critpath.change import UNCHANGED, Change, covers, parse_what_if
 from wallfinder.analysis.critpath.lever import Cuts, changed
-from wallfinder.analysis.critpath.model import I64, NS, StepGraph
+from wallfinder.analysis.critpath.model import NS, StepGraph
+from wallfinder.analysis.critpath.onepass import Plan
 from wallfinder.analysis.critpath.path import path_shares, wall_of
 from wallfinder.analysis.critpath.timing import Timing, moves, one_pass_pays, replay
 from wallfinder.analysis.pipeline import timed
@@ -38,8 +39,9 @@ class WhatIf(msgspec.Struct, frozen=True, eq=False):
     _done: dict[Change, tuple[float, dict[str, float]]] = msgspec.field(default_factory=dict)
     """Each change's replayed step and path shares, replayed once: the table and the findings
     ask for several of the same changes."""
-    _orders: dict[bool, I64 | None] = msgspec.field(default_factory=dict)
-    """The dependency orders the graph's one passes found, by edge set (see `replay`)."""
+    _orders: dict[bool, Plan | None] = msgspec.field(default_factory=dict)
+    """The dependency orders the graph's one passes found and their layouts, by edge set
+    (see `replay`)."""
 
     @classmethod
     def of(
@@ -47,7 +49,7 @@ class WhatIf(msgspec.Struct, frozen=True, eq=False):
         g: StepGraph,
         base: Timing,
         shares: dict[str, float],
-        orders: dict[bool, I64 | None],
+        orders: dict[bool, Plan | None],
         cuts: dict[str, Cuts] | None = None,
     ) -> WhatIf:
         """The what-ifs of `g` from its unchanged replay `base` and its critical path's
