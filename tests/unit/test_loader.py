@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -576,6 +577,24 @@ def test_chunks_of_pieces_that_differ_from_this_process_s_are_not_taken(
     monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
     monkeypatch.setattr(trace_module, "_help", _claim_and_send_other_pieces)
     assert_same_trace(load_trace(path, workers=2), serial)
+
+
+def _claim_and_stall(path: Path, claims: Any, number: int, results: Any) -> None:
+    """A helper that claims the first pieces and then gets no core (a busy machine)."""
+    for index in range(3):
+        claims.claim(index, number)
+    time.sleep(60)
+
+
+def test_pieces_claimed_by_a_stalled_helper_are_decoded_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = chunky_trace(300).write(tmp_path / "t.json.gz")
+    serial = load_trace(path, workers=1)
+    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
+    monkeypatch.setattr(trace_module, "_help", _claim_and_stall)
+    assert_same_trace(load_trace(path, workers=2), serial)
+    assert not multiprocessing.active_children()
 
 
 def test_pieces_claimed_by_a_helper_that_dies_are_decoded_here(

@@ -218,6 +218,7 @@ def _decoder(workers: int, path: Path) -> Iterator[Callable[[Iterator[Piece]], D
 
         def run(pieces: Iterator[Piece]) -> Decoded:
             window: deque[_Entry] = deque()
+            patience = _PATIENCE_S
             for index, piece in enumerate(pieces):
                 entry = _Entry(piece)
                 if isinstance(piece, Remainder):
@@ -225,14 +226,16 @@ def _decoder(workers: int, path: Path) -> Iterator[Callable[[Iterator[Piece]], D
                 else:
                     owner = claims.claim(index, 0)
                     if owner == 0 or not helpers[owner - 1].owe(entry):
+                        started = time.perf_counter()
                         entry.chunk = piece.decode()
+                        patience = time.perf_counter() - started
                 window.append(entry)
                 for helper in helpers:
                     helper.collect()
                 while window and (len(window) > _LEAD + 2 or window[0].chunk is not None):
-                    yield _take(window.popleft(), helpers)
+                    yield _take(window.popleft(), helpers, patience)
             while window:
-                yield _take(window.popleft(), helpers)
+                yield _take(window.popleft(), helpers, patience)
             nonlocal finished
             finished = True
 
@@ -296,11 +299,20 @@ class _Entry:
         self.chunk: Chunk | None = None
 
 
-def _take(entry: _Entry, helpers: list[_Helper]) -> tuple[Piece, Chunk]:
-    """The piece and its chunk, waiting for the helper that decodes it."""
-    while entry.chunk is None:
-        helper = next(h for h in helpers if h.owed and h.owed[0] is entry)
-        helper.collect(wait=True)
+_PATIENCE_S = 0.02
+"""How long to wait for a helper's chunk before this process has timed a decode of its own."""
+
+
+def _take(entry: _Entry, helpers: list[_Helper], patience: float) -> tuple[Piece, Chunk]:
+    """The piece and its chunk, waiting for the helper that decodes it about as long as this
+    process takes to decode a piece. A helper that is later than that has lost its core (a
+    busy machine): this process decodes the piece itself, and drops the helper's chunk when
+    it comes."""
+    if entry.chunk is None:
+        helper = next(h for h in helpers if entry in h.owed)
+        helper.collect(wait=patience)
+    if entry.chunk is None:
+        entry.chunk = _decode(entry.piece)
     return entry.piece, entry.chunk
 
 
@@ -330,22 +342,28 @@ class _Helper:
             self.owed.append(entry)
         return self.alive
 
-    def collect(self, *, wait: bool = False) -> None:
-        """Take the chunks that came back (with `wait`, at least one)."""
+    def collect(self, wait: float = 0.0) -> None:
+        """Take the chunks that came back (waiting up to `wait` seconds for the first)."""
         try:
-            while self.owed and (wait or self._results.poll()):
+            while self.owed and self._results.poll(wait):
                 identity, chunk = self._results.recv()
                 entry = self.owed.popleft()
-                # The helper's piece is the same as this one's unless the file changed
-                # under the two readers: then this process's text is the one decoded.
-                entry.chunk = chunk if identity == _identity(entry.piece) else _decode(entry.piece)
-                wait = False
+                if entry.chunk is not None:
+                    pass  # decoded here while the helper was late
+                elif identity == _identity(entry.piece):
+                    entry.chunk = chunk
+                else:
+                    # Not the piece this process read (the file changed under the two
+                    # readers): this process's text is the one decoded.
+                    entry.chunk = _decode(entry.piece)
+                wait = 0.0
         except (EOFError, OSError):
             # The helper is gone (killed, out of memory): its pieces are decoded here.
             self.alive = False
             while self.owed:
                 entry = self.owed.popleft()
-                entry.chunk = _decode(entry.piece)
+                if entry.chunk is None:
+                    entry.chunk = _decode(entry.piece)
 
     def close(self, finished: bool) -> None:
         """Wait for the helper to end; stop it at once when the parse did not finish (it
