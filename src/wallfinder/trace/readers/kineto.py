@@ -218,7 +218,7 @@ def _decoder(workers: int, path: Path) -> Iterator[Callable[[Iterator[Piece]], D
 
         def run(pieces: Iterator[Piece]) -> Decoded:
             window: deque[_Entry] = deque()
-            patience = _PATIENCE_S
+            pace: float | None = None  # seconds per byte, once this process timed a decode
             for index, piece in enumerate(pieces):
                 entry = _Entry(piece)
                 if isinstance(piece, Remainder):
@@ -228,14 +228,14 @@ def _decoder(workers: int, path: Path) -> Iterator[Callable[[Iterator[Piece]], D
                     if owner == 0 or not helpers[owner - 1].owe(entry):
                         started = time.perf_counter()
                         entry.chunk = piece.decode()
-                        patience = time.perf_counter() - started
+                        pace = (time.perf_counter() - started) / max(_size(piece), 1)
                 window.append(entry)
                 for helper in helpers:
                     helper.collect()
                 while window and (len(window) > _LEAD + 2 or window[0].chunk is not None):
-                    yield _take(window.popleft(), helpers, patience)
+                    yield _take(window.popleft(), helpers, pace)
             while window:
-                yield _take(window.popleft(), helpers, patience)
+                yield _take(window.popleft(), helpers, pace)
             nonlocal finished
             finished = True
 
@@ -299,21 +299,24 @@ class _Entry:
         self.chunk: Chunk | None = None
 
 
-_PATIENCE_S = 0.02
-"""How long to wait for a helper's chunk before this process has timed a decode of its own."""
-
-
-def _take(entry: _Entry, helpers: list[_Helper], patience: float) -> tuple[Piece, Chunk]:
-    """The piece and its chunk, waiting for the helper that decodes it about as long as this
-    process takes to decode a piece. A helper that is later than that has lost its core (a
-    busy machine): this process decodes the piece itself, and drops the helper's chunk when
-    it comes."""
+def _take(entry: _Entry, helpers: list[_Helper], pace: float | None) -> tuple[Piece, Chunk]:
+    """The piece and its chunk, waiting for the helper that decodes it up to twice as long as
+    this process would take to decode it (at its `pace`, seconds per byte). A helper that is
+    later than that has lost its core (a busy machine): this process decodes the piece
+    itself, and drops the helper's chunk when it comes."""
     if entry.chunk is None:
         helper = next(h for h in helpers if entry in h.owed)
-        helper.collect(wait=patience)
+        helper.collect(wait=None if pace is None else 2 * pace * _size(entry.piece))
     if entry.chunk is None:
         entry.chunk = _decode(entry.piece)
     return entry.piece, entry.chunk
+
+
+def _size(piece: Piece) -> int:
+    """Bytes of text in a piece."""
+    if isinstance(piece, Region):
+        return piece.end - piece.start
+    return len(piece.framed) if isinstance(piece, Cut) else len(piece.text)
 
 
 class _Helper:
@@ -342,8 +345,9 @@ class _Helper:
             self.owed.append(entry)
         return self.alive
 
-    def collect(self, wait: float = 0.0) -> None:
-        """Take the chunks that came back (waiting up to `wait` seconds for the first)."""
+    def collect(self, wait: float | None = 0.0) -> None:
+        """Take the chunks that came back (waiting up to `wait` seconds for the first; None:
+        until it comes)."""
         try:
             while self.owed and self._results.poll(wait):
                 identity, chunk = self._results.recv()
@@ -366,9 +370,10 @@ class _Helper:
                     entry.chunk = _decode(entry.piece)
 
     def close(self, finished: bool) -> None:
-        """Wait for the helper to end; stop it at once when the parse did not finish (it
-        may be waiting to send chunks that nobody will take)."""
-        if not finished:
+        """Wait for the helper to end; stop it at once when the parse did not finish or
+        this process decoded pieces the helper had claimed (it may be waiting to send chunks
+        that nobody will take)."""
+        if not finished or self.owed:
             self._process.kill()
         self._process.join(timeout=1.0)
         if self._process.is_alive():
