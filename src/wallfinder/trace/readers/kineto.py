@@ -139,6 +139,8 @@ def _processes(size: int, workers: int | None) -> int:
     only spawn pays a new interpreter per worker: SPAWNED_FROM_BYTES), and one inside a
     worker of another pool (its siblings have the other cores; a daemonic one may not start
     processes at all)."""
+    if workers == 1 or (workers is None and size <= PARALLEL_FROM_BYTES):
+        return 1  # without importing multiprocessing (5 ms): most traces, where startup counts
     import multiprocessing
 
     if multiprocessing.current_process().daemon:
@@ -148,9 +150,7 @@ def _processes(size: int, workers: int | None) -> int:
     if multiprocessing.parent_process() is not None:
         return 1
     forks = process_context().get_start_method() == "fork"
-    return (
-        _available_cores() if size > (PARALLEL_FROM_BYTES if forks else SPAWNED_FROM_BYTES) else 1
-    )
+    return _available_cores() if forks or size > SPAWNED_FROM_BYTES else 1
 
 
 def _available_cores() -> int:
