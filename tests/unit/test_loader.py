@@ -4,8 +4,12 @@ the result of a single-chunk parse."""
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ import wallfinder.trace._reader as reader_module
 import wallfinder.trace.readers.kineto as trace_module
 from tracegen import DATALOADER, NASTY_NAME, TraceBuilder, assert_same_trace, training_trace
 from wallfinder.analysis import diagnose
+from wallfinder.errors import WallfinderError
 from wallfinder.trace import (
     NONE,
     Kind,
@@ -533,6 +538,120 @@ def test_the_end_of_a_stream_is_cut_into_small_pieces_that_parse_the_same(
     assert sum(isinstance(p, reader_module.Cut) for p in pieces) > 10
     assert_same_trace(load_trace(path, workers=2), serial)
     assert_same_trace(load_trace(path, workers=1), serial)
+
+
+@pytest.mark.parametrize("name", ["t.json.gz", "t.json"])
+def test_parse_by_three_processes_gives_the_serial_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # This process and two helpers claim pieces as they reach them; small pieces make many
+    # claims and false cuts (gzip: cut here; plain: regions each side reads itself).
+    path = chunky_trace(300).write(tmp_path / name, tail_keys=True)
+    serial = load_trace(path, workers=1)
+    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
+    monkeypatch.setattr(reader_module, "REGION", 4 << 10)
+    monkeypatch.setattr(reader_module, "TAIL", 2 << 10)
+    assert_same_trace(load_trace(path, workers=3), serial)
+    assert not multiprocessing.active_children()
+
+
+def _claim_and_die(path: Path, claims: Any, number: int, results: Any) -> None:
+    """A helper that claims the first pieces and is gone before sending any of them."""
+    for index in range(3):
+        claims.claim(index, number)
+    os._exit(1)
+
+
+def _claim_and_send_other_pieces(path: Path, claims: Any, number: int, results: Any) -> None:
+    """A helper whose file is not the one this process reads (it changed in between)."""
+    for index in range(3):
+        claims.claim(index, number)
+        results.send(((1, 0, b"another piece"), trace_module.Chunk(count=1)))
+
+
+def test_chunks_of_pieces_that_differ_from_this_process_s_are_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = chunky_trace(300).write(tmp_path / "t.json.gz")
+    serial = load_trace(path, workers=1)
+    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
+    monkeypatch.setattr(trace_module, "_help", _claim_and_send_other_pieces)
+    assert_same_trace(load_trace(path, workers=2), serial)
+
+
+def _claim_and_stall(path: Path, claims: Any, number: int, results: Any) -> None:
+    """A helper that claims the first pieces and then gets no core (a busy machine)."""
+    for index in range(3):
+        claims.claim(index, number)
+    time.sleep(60)
+
+
+def test_pieces_claimed_by_a_stalled_helper_are_decoded_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = chunky_trace(300).write(tmp_path / "t.json.gz")
+    serial = load_trace(path, workers=1)
+    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
+    monkeypatch.setattr(trace_module, "_help", _claim_and_stall)
+    assert_same_trace(load_trace(path, workers=2), serial)
+    assert not multiprocessing.active_children()
+
+
+def test_pieces_claimed_by_a_helper_that_dies_are_decoded_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = chunky_trace(300).write(tmp_path / "t.json.gz")
+    serial = load_trace(path, workers=1)
+    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
+    monkeypatch.setattr(trace_module, "_help", _claim_and_die)
+    assert_same_trace(load_trace(path, workers=2), serial)
+
+
+def test_a_damaged_file_read_by_helpers_fails_in_one_line_and_stops_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = chunky_trace(300).write(tmp_path / "t.json.gz").read_bytes()
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
+    with pytest.raises(WallfinderError) as serial:
+        load_trace(path, workers=1)
+    with pytest.raises(WallfinderError) as parallel:
+        load_trace(path, workers=2)
+    assert str(parallel.value) == str(serial.value)
+    assert not multiprocessing.active_children()
+
+
+def _parse_in_a_pool_worker(path: Path) -> tuple[int, int]:
+    trace = load_trace(path, workers=2)
+    return len(trace.events), trace_module._processes(1 << 40, None)
+
+
+def test_a_daemonic_pool_worker_parses_alone(tmp_path: Path) -> None:
+    # Rank analyses run in process pools; a daemonic worker may not start processes at all.
+    path = chunky_trace(30).write(tmp_path / "t.json.gz")
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        events, default = pool.apply(_parse_in_a_pool_worker, (path,))
+    assert events == len(load_trace(path, workers=1).events)
+    assert default == 1
+
+
+def test_helpers_decode_by_default_from_the_threshold_where_this_process_can_fork(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trace_module, "_available_cores", lambda: 4)
+    small, large = trace_module.PARALLEL_FROM_BYTES, trace_module.PARALLEL_FROM_BYTES + 1
+    assert trace_module._processes(large, 3) == 3
+    assert trace_module._processes(small, 3) == 3
+    assert trace_module._processes(small, None) == 1
+    forks = trace_module.process_context().get_start_method() == "fork"
+    assert trace_module._processes(large, None) == (4 if forks else 1)
+    # Spawned helpers start an interpreter each: they pay only on larger traces.
+    monkeypatch.setattr(
+        trace_module, "process_context", lambda: multiprocessing.get_context("spawn")
+    )
+    assert trace_module._processes(large, None) == 1
+    assert trace_module._processes(trace_module.SPAWNED_FROM_BYTES + 1, None) == 4
 
 
 def test_thread_codes_are_the_pid_and_tid_codes_of_a_thread_key() -> None:
