@@ -562,6 +562,16 @@ def _claim_and_die(path: Path, claims: Any, number: int, results: Any) -> None:
     os._exit(1)
 
 
+def _parse_beside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, helper: Any) -> None:
+    """A trace of many small pieces parsed beside one helper that runs `helper` instead of
+    `_help`: the same trace as the serial parse."""
+    path = chunky_trace(300).write(tmp_path / "t.json.gz")
+    serial = load_trace(path, workers=1)
+    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
+    monkeypatch.setattr(trace_module, "_help", helper)
+    assert_same_trace(load_trace(path, workers=2), serial)
+
+
 def _claim_and_send_other_pieces(path: Path, claims: Any, number: int, results: Any) -> None:
     """A helper whose file is not the one this process reads (it changed in between)."""
     for index in range(3):
@@ -572,11 +582,7 @@ def _claim_and_send_other_pieces(path: Path, claims: Any, number: int, results: 
 def test_chunks_of_pieces_that_differ_from_this_process_s_are_not_taken(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = chunky_trace(300).write(tmp_path / "t.json.gz")
-    serial = load_trace(path, workers=1)
-    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
-    monkeypatch.setattr(trace_module, "_help", _claim_and_send_other_pieces)
-    assert_same_trace(load_trace(path, workers=2), serial)
+    _parse_beside(tmp_path, monkeypatch, _claim_and_send_other_pieces)
 
 
 def _claim_and_stall(path: Path, claims: Any, number: int, results: Any) -> None:
@@ -589,22 +595,14 @@ def _claim_and_stall(path: Path, claims: Any, number: int, results: Any) -> None
 def test_pieces_claimed_by_a_stalled_helper_are_decoded_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = chunky_trace(300).write(tmp_path / "t.json.gz")
-    serial = load_trace(path, workers=1)
-    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
-    monkeypatch.setattr(trace_module, "_help", _claim_and_stall)
-    assert_same_trace(load_trace(path, workers=2), serial)
+    _parse_beside(tmp_path, monkeypatch, _claim_and_stall)
     assert not multiprocessing.active_children()
 
 
 def test_pieces_claimed_by_a_helper_that_dies_are_decoded_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = chunky_trace(300).write(tmp_path / "t.json.gz")
-    serial = load_trace(path, workers=1)
-    monkeypatch.setattr(reader_module, "BLOCK", 16 << 10)
-    monkeypatch.setattr(trace_module, "_help", _claim_and_die)
-    assert_same_trace(load_trace(path, workers=2), serial)
+    _parse_beside(tmp_path, monkeypatch, _claim_and_die)
 
 
 def test_a_damaged_file_read_by_helpers_fails_in_one_line_and_stops_them(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from graphlib import CycleError, TopologicalSorter
 
 import numpy as np
+import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
@@ -224,16 +225,22 @@ def graphs(draw: st.DrawFn, acyclic: bool = False) -> tuple[StepGraph, dict[str,
     return g, weights
 
 
+def _drained(w: dict[str, list[int]]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The ops a sync drains, grouped by the call that drains them (`longest_path`'s rows and
+    groups)."""
+    drained_by = np.array(w["drained_by"], INT)
+    rows = np.flatnonzero(drained_by >= 0)
+    rows = rows[np.argsort(drained_by[rows], kind="stable")]
+    return rows, drained_by[rows]
+
+
 @settings(max_examples=300, deadline=None)
 @given(graphs())
 def test_the_one_pass_gives_the_plain_longest_paths_ends_and_rounds(
     drawn: tuple[StepGraph, dict[str, list[int]]],
 ) -> None:
     g, w = drawn
-    drained_by = np.array(w["drained_by"], INT)
-    rows = np.flatnonzero(drained_by >= 0)
-    rows = rows[np.argsort(drained_by[rows], kind="stable")]
-    group = drained_by[rows]
+    rows, group = _drained(w)
     expected = reference(
         g,
         w["step_gap"],
@@ -279,10 +286,7 @@ def test_one_plan_serves_every_replay_of_its_graph(
     # other weights: the same ends and rounds as the plain longest path under those weights,
     # also where an op's stream gap plus its duration is negative (every drained op read).
     g, w = drawn
-    drained_by = np.array(w["drained_by"], INT)
-    rows = np.flatnonzero(drained_by >= 0)
-    rows = rows[np.argsort(drained_by[rows], kind="stable")]
-    group = drained_by[rows]
+    rows, group = _drained(w)
     order = dependency_order(g, rows, group)
     assert order is not None
     plan = Plan(g, order, rows, group)
