@@ -69,10 +69,11 @@ BLOCK = 8 << 20
 """Bytes of (decompressed) text read per step, at most; also the target size of a decoded
 chunk. A file of less than 32 blocks of text reads a thirty-second of it per step, down to a
 sixteenth of a block: the text in flight (a block being read ahead, the window, a chunk, and
-the pieces queued for worker processes) is most of the parse's peak memory on the traces of
-tens of MB people bring most (a 14 MB trace: 78 -> 57 MB, and 2 MB less again with blocks of
-512 KiB, not 1 MiB; an 87 MB one decoded by two workers: its largest process 108 -> 92 MB,
-its process tree about 150 -> 115 MB), at no cost in time."""
+the pieces in flight between the parsing process and its helpers) is most of the parse's
+peak memory on the traces of tens of MB people bring most (a 14 MB trace: 78 -> 57 MB, and 2
+MB less again with blocks of 512 KiB, not 1 MiB; an 87 MB one decoded in worker processes:
+its largest process 108 -> 92 MB, its process tree about 150 -> 115 MB), at no cost in
+time."""
 
 HEADER_LIMIT = 256 << 20
 """How far into the file the `traceEvents` key is looked for before decoding it whole."""
@@ -282,7 +283,7 @@ class ChunkReader:
             source: BinaryIO | _ReadAhead = stream
             if stream is not raw and not self.regions:
                 # Inflate the next block in a thread while this one is decoded: gzip
-                # decompression releases the GIL. (Not beside worker processes, which may be
+                # decompression releases the GIL. (Not beside helper processes, which may be
                 # forked: a fork must not happen while another thread runs.)
                 source = _ReadAhead(stream, self.block)
             try:
@@ -346,7 +347,8 @@ class ChunkReader:
 
     def _tail(self, bare: bool) -> Iterator[Cut | Remainder]:
         """The rest of the read text: cut into small pieces while much is left (they decode
-        beside each other in workers), then the last bit as a `Remainder`."""
+        beside each other in the parsing process and its helpers), then the last bit as a
+        `Remainder`."""
         buf = self.buf
         pos = 0
         while len(buf) - pos > TAIL:
@@ -369,7 +371,7 @@ class ChunkReader:
         pos = _skip_ws(self.buf, start) if start < len(self.buf) else start
         while size - pos > TAIL:
             # Full regions, then smaller ones towards the end, so that little is left for
-            # this process to decode alone while the workers wait.
+            # this process to decode alone while the helpers wait.
             step = REGION if size - pos > REGION + REGION // 4 else TAIL // 2
             cut = _next_boundary(raw, pos + step)
             if cut is None:
