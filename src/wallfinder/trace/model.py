@@ -162,10 +162,13 @@ class Events:
         """The rows at `index` (an index array, a boolean mask, or a slice: a view)."""
         return Events(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
-    @property
+    @cached_property
     def thread(self) -> I64:
-        """Each event's thread, as one key (`thread_key`)."""
-        return thread_key(self.pid, self.tid)
+        """Each event's thread, as one key (`thread_key`): made once per table (asked of
+        the same kind's rows by many analyses), read-only, as a shared array must be."""
+        key = thread_key(self.pid, self.tid)
+        key.flags.writeable = False
+        return key
 
 
 ALLOC, FREE, OTHER, OOM = 1, -1, 0, 2
@@ -307,13 +310,18 @@ class Trace:
     def distinct_names(self, *kinds: Kind) -> I32:
         """The name codes the rows of the given kinds use, each once, sorted (each kind's
         kept: small, and asked by several views)."""
-        parts = []
         cache = self._names_cache
-        for kind in set(kinds):
-            if kind not in cache:
-                cache[kind] = np.unique(self.of_kind(kind).name).astype(np.int32)
-            parts.append(cache[kind])
-        out: I32 = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int32)
+        key = tuple(sorted(set(kinds)))
+        if key not in cache:
+            for kind in key:
+                if (kind,) not in cache:
+                    cache[(kind,)] = np.unique(self.of_kind(kind).name).astype(np.int32)
+            # (Several kinds' union is kept too: the views ask for the same ones again.)
+            parts = [cache[(kind,)] for kind in key]
+            both: I32 = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int32)
+            cache[key] = both
+        out = cache[key]
+        out.flags.writeable = False  # (shared by every caller)
         return out
 
     def named(self, kinds: tuple[Kind, ...], codes: I32) -> Events:
@@ -385,7 +393,7 @@ class Trace:
         return {}
 
     @cached_property
-    def _names_cache(self) -> dict[Kind, I32]:
+    def _names_cache(self) -> dict[tuple[Kind, ...], I32]:
         return {}
 
     def code_of(self, text: str) -> int:
