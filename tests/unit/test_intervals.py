@@ -7,10 +7,9 @@ import itertools
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-import pytest
 
 from wallfinder.analysis import intervals as intervals_module
 from wallfinder.analysis.intervals import Coverage, enclosing_of, split_at
