@@ -193,7 +193,8 @@ def enclosing_of(
 ) -> Any:
     """As `enclosing`, of the events whose threads, starts and ends are given (a few columns
     of a large table, without copying the rest)."""
-    asked = np.unique(thread)
+    # (Queries most often all on one thread: no unique of them then.)
+    asked = thread[:1] if thread.size and (thread == thread[0]).all() else np.unique(thread)
     if asked.size <= FEW_THREADS and bool((ts[1:] >= ts[:-1]).all()):
         # Rows by start already (a kind's rows) and queries on few threads: each thread's
         # rows, picked in order, are sorted by start as they are, so no sort of every row
