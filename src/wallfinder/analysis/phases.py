@@ -691,9 +691,12 @@ def _tree(trace: Trace, mods: Events, rename: Callable[[str], str] | None = None
         if stack:
             parent[i] = stack[-1]
         stack.append(i)
-    names = [trace.strings[int(c)].removeprefix(MODULE_PREFIX) for c in mods.name.tolist()]
+    codes = mods.name.tolist()
+    # Each distinct name read (and renamed: a pure function of the text) once, not per range.
+    named = {c: trace.strings[c].removeprefix(MODULE_PREFIX) for c in set(codes)}
     if rename is not None:
-        names = [rename(n) for n in names]
+        named = {c: rename(text) for c, text in named.items()}
+    names = [named[c] for c in codes]
     parents = parent.tolist()
     paths: list[Path] = [()] * n
     for i in order.tolist():  # parents come before their children
