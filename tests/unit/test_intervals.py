@@ -7,10 +7,12 @@ import itertools
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wallfinder.analysis.intervals import Coverage, split_at
+from wallfinder.analysis import intervals as intervals_module
+from wallfinder.analysis.intervals import Coverage, enclosing_of, split_at
 
 I64 = npt.NDArray[np.int64]
 LO, HI = 0, 40
@@ -267,3 +269,28 @@ def test_split_at_by_hand() -> None:
 def test_split_at_with_no_intervals_gives_no_pieces() -> None:
     s, e, owner = split_at(arr([]), arr([]), arr([1, 2]))
     assert s.size == e.size == owner.size == 0
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 9), st.integers(0, 40), st.integers(0, 12)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.lists(st.tuples(st.integers(0, 10), st.integers(-3, 60)), min_size=1, max_size=12),
+)
+def test_enclosing_of_answers_thread_by_thread_as_one_sort_of_every_row(
+    events: list[tuple[int, int, int]], queries: list[tuple[int, int]]
+) -> None:
+    # Rows by start (a kind's rows), ties and nested and sibling events included: queries on
+    # few threads are answered one thread at a time, on many by one sort; the same rows.
+    events = sorted(events, key=lambda e: e[1])
+    key = np.array([e[0] for e in events], np.int64)
+    ts = np.array([e[1] for e in events], np.int64)
+    end = ts + np.array([e[2] for e in events], np.int64)
+    thread = np.array([q[0] for q in queries], np.int64)
+    t = np.array([q[1] for q in queries], np.int64)
+    few = enclosing_of(key, ts, end, thread, t)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(intervals_module, "FEW_THREADS", -1)
+        assert enclosing_of(key, ts, end, thread, t).tolist() == few.tolist()

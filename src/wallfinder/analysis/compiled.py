@@ -179,9 +179,11 @@ def _eager(scope: Scope, regions: Events, compiles: Events) -> CodeRegion | None
         np.concatenate([regions.ts, compiles.ts]).astype(np.int64),
         np.concatenate([regions.end, compiles.end]).astype(np.int64),
     )
-    marked = np.array(
-        [runtime_range(trace.strings[c]) or compile_range(trace.strings[c]) for c in top.name]
+    # Tested once per distinct name, not once per op.
+    marks = trace.names_matching(
+        lambda s: runtime_range(s) or compile_range(s), kinds=(Kind.CPU_OP,)
     )
+    marked = np.isin(top.name, marks)
     top = top.take(~_overlaps(outside, top.ts, top.end) & ~marked)
     period = _period(top.name)
     if period is None:

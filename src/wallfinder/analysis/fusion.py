@@ -105,8 +105,10 @@ def _candidate(
     roof."""
     all_rows = np.concatenate(instances)
     time = float(dev.ops.dur[all_rows].sum())
-    per_kernel = np.array([dev.ops.dur[g].astype(np.float64) for g in instances])
-    nbytes = np.array([costed.bytes[g] for g in instances])
+    # One row per instance, one column per kernel of the chain (instances are alike).
+    grid = np.stack(instances)
+    per_kernel = dev.ops.dur[grid].astype(np.float64)
+    nbytes = costed.bytes[grid]
     if np.isfinite(nbytes).all():
         total = float(nbytes.sum())
         saved_fraction = 1.0 - float(nbytes.max(axis=1).sum()) / total if total > 0 else 0.0

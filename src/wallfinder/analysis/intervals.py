@@ -161,6 +161,10 @@ def in_windows(t: I64, start: I64, end: I64) -> npt.NDArray[np.bool_]:
 MAX_STEPS_BACK = 64
 """How many ended sibling ops the containment search steps over before giving up."""
 
+FEW_THREADS = 8
+"""Up to how many threads' queries `enclosing_of` answers one thread at a time (a pass over
+the rows each) rather than by one sort of every row by thread."""
+
 
 class Spans(Protocol):
     """Rows with a start, an end and a thread: `Events`, or a few columns of some of them."""
@@ -189,8 +193,25 @@ def enclosing_of(
 ) -> Any:
     """As `enclosing`, of the events whose threads, starts and ends are given (a few columns
     of a large table, without copying the rest)."""
-    # Sorted by (thread, start) as one key, rank * span + start (span: past every time). In
-    # place, each temporary dropped once used: the rows may be most of a large trace.
+    # (Queries most often all on one thread: no unique of them then.)
+    asked = thread[:1] if thread.size and (thread == thread[0]).all() else np.unique(thread)
+    if asked.size <= FEW_THREADS and bool((ts[1:] >= ts[:-1]).all()):
+        # Rows by start already (a kind's rows) and queries on few threads: each thread's
+        # rows, picked in order, are sorted by start as they are, so no sort of every row
+        # (and no table of every row's thread) is needed: on a large trace a few queries
+        # cost a pass over the rows, not a sort of them.
+        out = np.full(t.size, NONE, dtype=np.int64)
+        for th in asked.tolist():
+            rows = np.flatnonzero(key == th)
+            if rows.size == 0:
+                continue
+            mine = slice(None) if asked.size == 1 else np.flatnonzero(thread == th)
+            if rows.size == key.size:  # every row on this thread: read the columns in place
+                out[mine] = _innermost(ts, end, t[mine])
+                continue
+            found = _innermost(ts[rows], end[rows], t[mine])
+            out[mine] = np.where(found >= 0, rows[np.maximum(found, 0)], NONE)
+        return out
     threads = np.unique(key)
     rank = np.searchsorted(threads, key)
     del key
@@ -242,4 +263,23 @@ def enclosing_of(
             same_thread_start[back],
             at[back],
         )
+    return out
+
+
+def _innermost(ts: I64, end: I64, t: I64) -> I64:
+    """Index of the innermost of one thread's events (sorted by start) that encloses each
+    time `t` (NONE if none): the latest to start at or before `t`, stepping back over at
+    most `MAX_STEPS_BACK` ended siblings, as `enclosing_of` searches."""
+    out = np.full(t.size, NONE, dtype=np.int64)
+    i = np.searchsorted(ts, t, side="right") - 1
+    idx = np.flatnonzero(i >= 0)
+    cand = i[idx]
+    at = t[idx]
+    for _ in range(MAX_STEPS_BACK):
+        if idx.size == 0:
+            break
+        contains = end[cand] >= at
+        out[idx[contains]] = cand[contains]
+        back = ~contains & (cand > 0)
+        idx, cand, at = idx[back], cand[back] - 1, at[back]
     return out

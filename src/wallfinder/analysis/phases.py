@@ -448,7 +448,10 @@ def _owners(
     found = fthread != NONE
     if found.any():
         owner[need[found]] = enclosing(r.modules, fthread[found], fts[found])
-    return owner, int(np.unique(in_node[need]).size), linked
+    # Distinct nodes (rows of `r.backward`) by a table, not a sort.
+    seen = np.zeros(len(r.backward), dtype=bool)
+    seen[in_node[need]] = True
+    return owner, int(np.count_nonzero(seen)), linked
 
 
 def attribute(scope: Scope, work: Work) -> Attribution:
@@ -640,7 +643,11 @@ def _forward_ops(trace: Trace, nodes: _Nodes, node_rows: I64) -> tuple[I64, I64,
     order = np.lexsort((cpu.ts[fwd], key))
     key, rows = key[order], fwd[order]
     seq = nodes.seq[node_rows]
-    t = np.array([threads.get(int(x), NONE) for x in nodes.fwd_thread[node_rows].tolist()])
+    # Each node's forward thread, one mask per profiler thread id (a few), not per node.
+    named = nodes.fwd_thread[node_rows]
+    t = np.full(node_rows.size, NONE, dtype=np.int64)
+    for profiler_id, thread in threads.items():
+        t[named == profiler_id] = thread
     rank = np.searchsorted(thread_ids, t)
     ok = (seq >= 0) & (t != NONE) & (rank < thread_ids.size)
     ok[ok] = thread_ids[rank[ok]] == t[ok]
@@ -673,7 +680,8 @@ def _tree(trace: Trace, mods: Events, rename: Callable[[str], str] | None = None
     parent = np.full(n, NONE, dtype=np.int64)
     order = np.lexsort((-mods.end, mods.ts, mods.thread))
     stack: list[int] = []
-    thread_of, ts, end = mods.thread, mods.ts, mods.end
+    # As Python ints: the loop reads them one at a time (numpy scalars are slow to index).
+    thread_of, ts, end = mods.thread.tolist(), mods.ts.tolist(), mods.end.tolist()
     last_thread = None
     for i in order.tolist():
         if thread_of[i] != last_thread:
@@ -683,16 +691,19 @@ def _tree(trace: Trace, mods: Events, rename: Callable[[str], str] | None = None
         if stack:
             parent[i] = stack[-1]
         stack.append(i)
-    names = [trace.strings[int(c)].removeprefix(MODULE_PREFIX) for c in mods.name.tolist()]
+    codes = mods.name.tolist()
+    # Each distinct name read (and renamed: a pure function of the text) once, not per range.
+    named = {c: trace.strings[c].removeprefix(MODULE_PREFIX) for c in set(codes)}
     if rename is not None:
-        names = [rename(n) for n in names]
+        named = {c: rename(text) for c, text in named.items()}
+    names = [named[c] for c in codes]
     parents = parent.tolist()
     paths: list[Path] = [()] * n
     for i in order.tolist():  # parents come before their children
         p = parents[i]
         paths[i] = (names[i],) if p == NONE else (*paths[p], names[i])
     orphans = {names[i] for i in range(n) if parents[i] == NONE}
-    threads = thread_of.tolist()
+    threads = thread_of
     for _ in range(_REROOT_ROUNDS):
         nested: dict[str, set[tuple[Path, int]]] = {}
         for i in range(n):

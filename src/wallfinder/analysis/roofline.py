@@ -466,7 +466,11 @@ def _calls_per_group(
     g = groups[sel]
     if g.size == 0:
         return np.zeros(0, dtype=np.int64)
-    pairs = np.unique(g * (int(calls.max()) + 1) + calls)
+    # Distinct (group, call) pairs: sorted in place and deduplicated (a hash unique is
+    # several times slower on these many distinct keys).
+    pairs = g * (int(calls.max()) + 1) + calls
+    pairs.sort()
+    pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]
     return np.bincount(pairs // (int(calls.max()) + 1), minlength=int(groups.max()) + 1)
 
 
@@ -589,13 +593,12 @@ def kernel_costs(scope: Scope, costed: Costed) -> dict[int, KernelCost]:
     f = np.bincount(inverse, weights=costed.flops[ok])
     b = np.bincount(inverse, weights=costed.bytes[ok])
     t = np.bincount(inverse, weights=dev.ops.dur[ok].astype(np.float64))
-    top = np.zeros(uniq.size, dtype=np.int64)
-    best = np.full(uniq.size, -1.0)
-    for k, g, fl in zip(
-        inverse.tolist(), costed.group[ok].tolist(), costed.flops[ok].tolist(), strict=True
-    ):
-        if fl > best[k]:
-            best[k], top[k] = fl, g
+    # Each name's first instance of its most FLOPs (a stable sort by name, then by FLOPs
+    # down, keeps the earliest of equals first): its op group gives the dtype.
+    order = np.lexsort((-costed.flops[ok], inverse))
+    by_name = inverse[order]
+    first = order[np.r_[True, by_name[1:] != by_name[:-1]]]
+    top = costed.group[ok][first]
     return {
         int(c): (float(f[i]), float(b[i]), float(t[i]), costed.dtype[int(top[i])])
         for i, c in enumerate(uniq.tolist())

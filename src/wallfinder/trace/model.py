@@ -164,7 +164,8 @@ class Events:
 
     @property
     def thread(self) -> I64:
-        """Each event's thread, as one key (`thread_key`)."""
+        """Each event's thread, as one key (`thread_key`). Made anew on each call: kept,
+        the host ops' keys alone would raise a 1 GB trace's peak memory by 17 MB."""
         return thread_key(self.pid, self.tid)
 
 
@@ -307,13 +308,18 @@ class Trace:
     def distinct_names(self, *kinds: Kind) -> I32:
         """The name codes the rows of the given kinds use, each once, sorted (each kind's
         kept: small, and asked by several views)."""
-        parts = []
         cache = self._names_cache
-        for kind in set(kinds):
-            if kind not in cache:
-                cache[kind] = np.unique(self.of_kind(kind).name).astype(np.int32)
-            parts.append(cache[kind])
-        out: I32 = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int32)
+        key = tuple(sorted(set(kinds)))
+        if key not in cache:
+            for kind in key:
+                if (kind,) not in cache:
+                    cache[(kind,)] = np.unique(self.of_kind(kind).name).astype(np.int32)
+            # (Several kinds' union is kept too: the views ask for the same ones again.)
+            parts = [cache[(kind,)] for kind in key]
+            both: I32 = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int32)
+            cache[key] = both
+        out = cache[key]
+        out.flags.writeable = False  # (shared by every caller)
         return out
 
     def named(self, kinds: tuple[Kind, ...], codes: I32) -> Events:
@@ -334,6 +340,8 @@ class Trace:
         """Rows of the given kinds that `keep` (a mask of each kind's rows) picks, by start."""
         ev = self.events
         parts = [s.start + np.flatnonzero(keep(s)) for s in self._slices(kinds)]
+        if len(parts) == 1:  # one kind's rows: by start already (a stable sort keeps them)
+            return ev.take(parts[0])
         rows = np.concatenate(parts) if parts else np.empty(0, np.intp)
         return ev.take(rows[np.argsort(ev.ts[rows], kind="stable")])
 
@@ -385,7 +393,7 @@ class Trace:
         return {}
 
     @cached_property
-    def _names_cache(self) -> dict[Kind, I32]:
+    def _names_cache(self) -> dict[tuple[Kind, ...], I32]:
         return {}
 
     def code_of(self, text: str) -> int:
