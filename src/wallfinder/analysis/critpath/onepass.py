@@ -44,9 +44,10 @@ class Segments(msgspec.Struct, frozen=True, eq=False):
         return cls(heads, seg, a - a[heads][seg])
 
 
-def _inputs(
-    g: StepGraph, s: Segments, group_of: I64
-) -> tuple[list[npt.NDArray[np.intp]], list[npt.NDArray[np.intp]], npt.NDArray[np.intp]]:
+Inputs = tuple[list[npt.NDArray[np.intp]], list[npt.NDArray[np.intp]], npt.NDArray[np.intp]]
+
+
+def _inputs(g: StepGraph, s: Segments, group_of: I64) -> Inputs:
     """The compressed graph's nodes (ops 0..n_ops-1, then the heads) and, per node, its
     inputs: per op, the stretches its launch and its release read (their calls' predecessors),
     the ops it stays after and waits for across streams, the op before it on its stream; per
@@ -74,7 +75,19 @@ def _inputs(
     return [launch, release, after, dep, prev], [head_prev], wait_of
 
 
-def dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | None:
+Layout = tuple[Segments, Inputs]
+
+
+def _layout(g: StepGraph, group_of: I64) -> Layout:
+    """The host chain's stretches for the drains `group_of` and the compressed graph's
+    inputs (`_inputs`): what the order and the one pass both read of an edge set."""
+    s = Segments.of(g, np.zeros(g.gap.size, np.int64), group_of)
+    return s, _inputs(g, s, group_of)
+
+
+def dependency_order(
+    g: StepGraph, synced_rows: I64, group_of: I64, layout: Layout | None = None
+) -> I64 | None:
     """The compressed graph's nodes (ops, then the heads of `Segments`) in an order where
     each comes after every node it depends on; None when the graph has a cycle.
     `synced_rows`, `group_of`: the ops each sync drains and their sync (the drain edges,
@@ -82,9 +95,9 @@ def dependency_order(g: StepGraph, synced_rows: I64, group_of: I64) -> I64 | Non
 
     The measured order is tried first (`_measured_order`), and taken when every edge goes
     forward in it: a graph read from a trace is in it, and any order that keeps the edges
-    gives the one pass the same times. Else Kahn's traversal finds one."""
-    s = Segments.of(g, np.zeros(g.gap.size, np.int64), group_of)
-    op_in, head_in, wait_of = _inputs(g, s, group_of)
+    gives the one pass the same times. Else Kahn's traversal finds one. `layout`: the edge
+    set's `_layout`, where the caller has it."""
+    s, (op_in, head_in, wait_of) = layout or _layout(g, group_of)
     n_ops = g.dur.size
     nodes = n_ops + s.heads.size
     # Node ids fit 32 bits (the replayed range is capped far below), which halves the edges.
@@ -151,12 +164,18 @@ class Plan:
     on one stream only the last can bind where no op on the stream ends before the one before
     it (`latest_drained`); the pass reads those alone then."""
 
-    def __init__(self, g: StepGraph, order: I64, synced_rows: I64, group_of: I64) -> None:
+    def __init__(
+        self,
+        g: StepGraph,
+        order: I64,
+        synced_rows: I64,
+        group_of: I64,
+        layout: Layout | None = None,
+    ) -> None:
         n_ops = g.dur.size
         self.order = order
-        self.s = Segments.of(g, np.zeros(g.gap.size, np.int64), group_of)
+        self.s, (op_in, (head_prev,), _) = layout or _layout(g, group_of)
         n_heads = self.s.heads.size
-        op_in, (head_prev,), _ = _inputs(g, self.s, group_of)
         launch, release, after, dep, prev = op_in
         wait_seg = self.s.seg[group_of]
         # Read one element at a time from memoryviews, not lists: a list holds a Python int
@@ -194,6 +213,14 @@ class Plan:
         )
         self.rare = rare[self.ops].data
         self.heads = order[is_head].data
+
+    @classmethod
+    def of(cls, g: StepGraph, synced_rows: I64, group_of: I64) -> Plan | None:
+        """The plan of `g` with these drains, in its `dependency_order` (None: a cycle), the
+        edge set laid out once for both."""
+        layout = _layout(g, group_of)
+        order = dependency_order(g, synced_rows, group_of, layout)
+        return None if order is None else cls(g, order, synced_rows, group_of, layout)
 
 
 def longest_path(

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from wallfinder.analysis.critpath.change import UNCHANGED, Change
 from wallfinder.analysis.critpath.lever import Cuts
 from wallfinder.analysis.critpath.model import I64, MAX_ROUNDS, NEVER, NS, StepGraph
-from wallfinder.analysis.critpath.onepass import Plan, dependency_order, longest_path
+from wallfinder.analysis.critpath.onepass import Plan, longest_path
 from wallfinder.analysis.gpu import COMM
 
 ONE_PASS_AFTER = 128
@@ -322,8 +322,7 @@ def _one_pass(
     # what-if drops the drains, and with them the host chain's heads), kept for the graph's
     # other replays.
     if use_sync not in orders:
-        order = dependency_order(g, drains.rows, drains.group)
-        orders[use_sync] = None if order is None else Plan(g, order, drains.rows, drains.group)
+        orders[use_sync] = Plan.of(g, drains.rows, drains.group)
     plan = orders[use_sync]
     if plan is None:
         return None
