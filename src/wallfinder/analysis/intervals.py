@@ -239,47 +239,38 @@ def enclosing_of(
     valid = (q_rank < threads.size) & (threads[np.minimum(q_rank, threads.size - 1)] == thread)
     q = q_rank.astype(np.int64) * span + (t - base)
     i = np.searchsorted(sorted_key, q, side="right") - 1
-    out = np.full(t.size, NONE, dtype=np.int64)
     ends = end[order]
     del end
-    # The queries still searching, and each one's candidate row: compacted as they are
-    # answered, so that each step back costs what is left, not every query again (most are
-    # answered by the first candidate).
-    idx = np.flatnonzero(valid & (i >= 0))
-    cand = i[idx]
-    same_thread_start = q_rank.astype(np.int64)[idx] * span
-    at = t[idx]
-    for _ in range(MAX_STEPS_BACK):
-        if idx.size == 0:
-            break
-        inside_thread = sorted_key[cand] >= same_thread_start
-        contains = inside_thread & (ends[cand] >= at)
-        out[idx[contains]] = order[cand[contains]]
-        # Not enclosing: an ended sibling (step back to an earlier op), or another thread.
-        back = ~contains & inside_thread & (cand > 0)
-        idx, cand, same_thread_start, at = (
-            idx[back],
-            cand[back] - 1,
-            same_thread_start[back],
-            at[back],
-        )
-    return out
+    # A query's candidates stay on its thread: no lower than its thread's first row.
+    lowest = np.searchsorted(sorted_key, q_rank.astype(np.int64) * span, side="left")
+    found = _step_back(ends, np.where(valid, i, NONE), t, lowest)
+    return np.where(found >= 0, order[np.maximum(found, 0)], NONE)
 
 
 def _innermost(ts: I64, end: I64, t: I64) -> I64:
     """Index of the innermost of one thread's events (sorted by start) that encloses each
-    time `t` (NONE if none): the latest to start at or before `t`, stepping back over at
-    most `MAX_STEPS_BACK` ended siblings, as `enclosing_of` searches."""
-    out = np.full(t.size, NONE, dtype=np.int64)
-    i = np.searchsorted(ts, t, side="right") - 1
-    idx = np.flatnonzero(i >= 0)
-    cand = i[idx]
-    at = t[idx]
+    time `t` (NONE if none), as `enclosing_of` searches."""
+    return _step_back(end, np.searchsorted(ts, t, side="right") - 1, t)
+
+
+def _step_back(ends: I64, cand: I64, at: I64, lowest: I64 | int = 0) -> I64:
+    """For each query, its first candidate `cand` being the latest event to start at or
+    before its time `at` (events sorted by start), the innermost event that encloses that
+    time: the first candidate that has not ended by then, stepping back over at most
+    `MAX_STEPS_BACK` ended siblings and never below `lowest` (the first event of the query's
+    thread); NONE if none."""
+    out = np.full(cand.size, NONE, dtype=np.int64)
+    low = np.broadcast_to(np.asarray(lowest, dtype=np.int64), cand.shape)
+    # The queries still searching: compacted as they are answered, so that each step back
+    # costs what is left, not every query again (most are answered by the first candidate).
+    idx = np.flatnonzero(cand >= low)
+    cand, at, low = cand[idx], at[idx], low[idx]
     for _ in range(MAX_STEPS_BACK):
         if idx.size == 0:
             break
-        contains = end[cand] >= at
+        contains = ends[cand] >= at
         out[idx[contains]] = cand[contains]
-        back = ~contains & (cand > 0)
-        idx, cand, at = idx[back], cand[back] - 1, at[back]
+        # Not enclosing: an ended sibling; step back to an earlier op of the same thread.
+        back = ~contains & (cand > low)
+        idx, cand, at, low = idx[back], cand[back] - 1, at[back], low[back]
     return out
