@@ -86,7 +86,10 @@ _DEPTHWISE = ("depthwise", "dwconv", "dw_conv")
 """Depthwise convolution kernels and ops: PyTorch's native `conv_depthwise2d_*` kernels
 (`aten::_conv_depthwise2d`), MIOpen's depthwise op, cuDNN/CUTLASS `dwconv` kernels."""
 
-_KERNEL_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
+Rules = tuple[tuple[KernelClass, tuple[str, ...]], ...]
+"""Classes and the name fragments that give them, tried in order: the first match wins."""
+
+_KERNEL_RULES: Rules = (
     (KernelClass.COMMUNICATION, tuple(p for _, patterns, _ in COMM_FAMILIES for p in patterns)),
     (
         KernelClass.ATTENTION,
@@ -222,7 +225,7 @@ _KERNEL_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
     ),
 )
 
-_OP_RULES: tuple[tuple[KernelClass, tuple[str, ...]], ...] = (
+_OP_RULES: Rules = (
     (
         KernelClass.COMMUNICATION,
         (
@@ -366,35 +369,29 @@ def is_data_loading(name: str) -> bool:
     return "dataloader" in lowered and ("__next__" in lowered or lowered.startswith("enumerate("))
 
 
-def _match(text: str, rules: tuple[tuple[KernelClass, tuple[str, ...]], ...]) -> KernelClass:
-    lowered = _lowered(text)
+def _match(text: str, rules: Rules) -> KernelClass:
+    # "convert" (Inductor's convert_element_type, vLLM's _typeConvert) is not a convolution,
+    # and "fbgemm" (TorchRec's embedding library, `fbgemm_gpu::`) is not a GEMM: its kernels
+    # gather embedding rows and permute sparse features; its own matmuls are CUTLASS kernels,
+    # named so.
+    lowered = text.lower().replace("convert", "").replace("fbgemm", "")
     for cls, needles in rules:
         if any(n in lowered for n in needles):
             return cls
     return KernelClass.OTHER
 
 
-def _matches(
-    text: str, rules: tuple[tuple[KernelClass, tuple[str, ...]], ...], wanted: KernelClass
-) -> bool:
-    """`_match(text, rules) is wanted`, trying no class after `wanted`'s: communication comes
-    first, and a test for it over every distinct name of a trace then costs one class's
-    needles, not all ten classes' (most names are of no class)."""
-    lowered = _lowered(text)
-    for cls, needles in rules:
-        if any(n in lowered for n in needles):
-            return cls is wanted
-        if cls is wanted:
-            return False
-    return wanted is KernelClass.OTHER
+def _up_to(rules: Rules, wanted: KernelClass) -> Rules:
+    """The rules tried before `wanted`'s and its own: `_match(text, _up_to(rules, wanted)) is
+    wanted` is `_match(text, rules) is wanted` (a class after it never decides that), at one
+    class's needles, not all ten classes' (most names are of no class). Communication comes
+    first, for a test of it over every distinct name of a trace."""
+    i = next(i for i, (cls, _) in enumerate(rules) if cls is wanted)
+    return rules[: i + 1]
 
 
-def _lowered(text: str) -> str:
-    # "convert" (Inductor's convert_element_type, vLLM's _typeConvert) is not a convolution,
-    # and "fbgemm" (TorchRec's embedding library, `fbgemm_gpu::`) is not a GEMM: its kernels
-    # gather embedding rows and permute sparse features; its own matmuls are CUTLASS kernels,
-    # named so.
-    return text.lower().replace("convert", "").replace("fbgemm", "")
+_KERNEL_COMMUNICATION = _up_to(_KERNEL_RULES, KernelClass.COMMUNICATION)
+_OP_COMMUNICATION = _up_to(_OP_RULES, KernelClass.COMMUNICATION)
 
 
 def classify_kernel(name: str) -> KernelClass:
@@ -405,7 +402,7 @@ def classify_kernel(name: str) -> KernelClass:
 
 def is_communication_kernel(name: str) -> bool:
     """`classify_kernel(name) is KernelClass.COMMUNICATION`, without trying the other classes."""
-    return _matches(name, _KERNEL_RULES, KernelClass.COMMUNICATION)
+    return _match(name, _KERNEL_COMMUNICATION) is KernelClass.COMMUNICATION
 
 
 def comm_family(name: str) -> str | None:
@@ -475,7 +472,9 @@ def classify_op(name: str) -> KernelClass:
 def is_communication_op(name: str) -> bool:
     """`classify_op(name) is KernelClass.COMMUNICATION`, without trying the other classes."""
     name = _differentiated(name)
-    return name not in _METADATA_OPS and _matches(name, _OP_RULES, KernelClass.COMMUNICATION)
+    return (
+        name not in _METADATA_OPS and _match(name, _OP_COMMUNICATION) is KernelClass.COMMUNICATION
+    )
 
 
 def _differentiated(name: str) -> str:
