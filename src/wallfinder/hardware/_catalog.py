@@ -132,6 +132,12 @@ def _specs_text() -> str:
     return data.decode("utf-8")
 
 
+def _matched_by_name(spec: DeviceSpec) -> bool:
+    """Whether a trace's device name can mean `spec`: never a CPU's (a trace's device name
+    never means "some CPU")."""
+    return spec.vendor != "cpu"
+
+
 @functools.cache
 def _catalog() -> _Catalog:
     text = _specs_text()
@@ -144,8 +150,8 @@ def _catalog() -> _Catalog:
     by_normalized: dict[str, DeviceSpec] = {}
     spellings: list[tuple[_Spelling, DeviceSpec]] = []
     for spec in specs:
-        if spec.vendor == "cpu":
-            continue  # a trace's device name never means "some CPU"
+        if not _matched_by_name(spec):
+            continue
         for name in spec.names:
             _add(by_name, name, spec)
         for spelling in {normalize_name(n) for n in (*spec.names, spec.name, spec.key)}:
@@ -264,7 +270,7 @@ def _named_alone(name: str) -> DeviceSpec | None:
             if not (isinstance(devices, dict) and len(devices) == 1 and isinstance(entry, dict)):
                 return _catalog().by_name.get(name)
             spec = _builtin(key, entry)
-            if spec.vendor != "cpu" and name in spec.names:
+            if _matched_by_name(spec) and name in spec.names:
                 found.append(spec)
     except WallfinderError:
         return _catalog().by_name.get(name)
